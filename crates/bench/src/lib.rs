@@ -1,0 +1,1 @@
+//! Placeholder: see the issue for this crate.
