@@ -1,0 +1,266 @@
+//! The benchmark workload: a DeepAR-style training chain over hourly data,
+//! windows of `context_length + prediction_length`, batches of `batch_size`.
+//!
+//! This module runs it in the current process. The multi-process version built
+//! on the pipeline crate lives in [`crate::pipeline`] when that feature is present.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::batch::Batcher;
+use crate::entry::{DataEntry, field};
+use crate::error::{BatchError, ReadError, TransformError};
+use crate::features::time_features_for;
+use crate::jsonl::JsonLinesReader;
+use crate::period::{Freq, FreqUnit};
+use crate::sampler::ExpectedNumInstanceSampler;
+use crate::transform::{
+    AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
+    InstanceSplitter, VstackFeatures,
+};
+
+/// Parameters of the transformation chain.
+#[derive(Clone, Debug)]
+pub struct ChainConfig {
+    /// Frequency of the data.
+    pub freq: Freq,
+    /// Past window (`past_length`).
+    pub context_length: usize,
+    /// Future window (`future_length`, and the extra feature length in inference).
+    pub prediction_length: usize,
+    /// Average windows per series (`ExpectedNumInstanceSampler.num_instances`).
+    pub num_instances: f64,
+}
+
+impl Default for ChainConfig {
+    /// Hourly, context 168, prediction 24, one window per series on average.
+    fn default() -> Self {
+        ChainConfig {
+            freq: Freq {
+                unit: FreqUnit::Hour,
+                multiple: 1,
+            },
+            context_length: 168,
+            prediction_length: 24,
+            num_instances: 1.0,
+        }
+    }
+}
+
+/// The DeepAR-style training chain, with the sampler seeded by `seed`:
+/// `AsNumpyArray(target)`, `AddObservedValuesIndicator`, `AddTimeFeatures`,
+/// `AddAgeFeature(log_scale)`, `VstackFeatures(time_feat, [time_feat, age])`,
+/// `InstanceSplitter(ExpectedNumInstanceSampler(min_future = prediction_length),
+/// time_series_fields = [time_feat, observed_values])`.
+pub fn deepar_chain(cfg: &ChainConfig, seed: u64) -> Chain {
+    let p = cfg.prediction_length;
+    Chain::new()
+        .then(AsNumpyArray::new(field::TARGET, 1))
+        .then(AddObservedValuesIndicator::new(
+            field::TARGET,
+            field::OBSERVED_VALUES,
+        ))
+        .then(AddTimeFeatures::new(
+            field::TARGET,
+            field::FEAT_TIME,
+            time_features_for(cfg.freq),
+            p,
+        ))
+        .then(AddAgeFeature::new(field::TARGET, field::FEAT_AGE, p, true))
+        .then(VstackFeatures::new(
+            field::FEAT_TIME,
+            &[field::FEAT_TIME, field::FEAT_AGE],
+        ))
+        .then(InstanceSplitter::new(
+            field::TARGET,
+            field::IS_PAD,
+            Box::new(ExpectedNumInstanceSampler::new(
+                cfg.num_instances,
+                0,
+                p,
+                seed,
+            )),
+            cfg.context_length,
+            p,
+            &[field::FEAT_TIME, field::OBSERVED_VALUES],
+        ))
+}
+
+/// Where the workload reads series from.
+#[derive(Clone, Debug)]
+pub enum WorkloadSource {
+    /// A JSON-lines file, parsed on every pass.
+    JsonLines(PathBuf),
+    /// Entries already parsed, in memory.
+    Memory(Arc<Vec<DataEntry>>),
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    /// The data.
+    pub source: WorkloadSource,
+    /// The chain.
+    pub chain: ChainConfig,
+    /// Windows per batch.
+    pub batch_size: usize,
+    /// Passes over the data.
+    pub epochs: usize,
+    /// Worker processes (used by the pipeline runner; the in-process runner ignores it).
+    pub workers: usize,
+    /// Seed of the samplers.
+    pub seed: u64,
+}
+
+/// Throughput of one run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WorkloadStats {
+    /// Series read.
+    pub series: u64,
+    /// Windows produced.
+    pub windows: u64,
+    /// Batches produced (the last one of a run may be partial).
+    pub batches: u64,
+    /// Bytes of batch arrays produced.
+    pub batch_bytes: u64,
+    /// Bytes of JSON read (0 for in-memory sources).
+    pub input_bytes: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl WorkloadStats {
+    fn rate(&self, x: f64) -> f64 {
+        x / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Windows per second.
+    pub fn windows_per_sec(&self) -> f64 {
+        self.rate(self.windows as f64)
+    }
+
+    /// Batches per second.
+    pub fn batches_per_sec(&self) -> f64 {
+        self.rate(self.batches as f64)
+    }
+
+    /// Megabytes (1e6) of batch arrays per second.
+    pub fn batch_mb_per_sec(&self) -> f64 {
+        self.rate(self.batch_bytes as f64) / 1e6
+    }
+
+    /// Megabytes (1e6) of JSON per second.
+    pub fn input_mb_per_sec(&self) -> f64 {
+        self.rate(self.input_bytes as f64) / 1e6
+    }
+}
+
+/// The workload failed.
+#[derive(Debug)]
+pub enum WorkloadError {
+    /// Reading the input.
+    Read(ReadError),
+    /// A transformation.
+    Transform(TransformError),
+    /// Stacking a batch.
+    Batch(BatchError),
+    /// The multi-process pipeline.
+    Pipeline(String),
+}
+
+impl std::fmt::Display for WorkloadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WorkloadError::Read(e) => write!(f, "reading input: {e}"),
+            WorkloadError::Transform(e) => write!(f, "transforming: {e}"),
+            WorkloadError::Batch(e) => write!(f, "batching: {e}"),
+            WorkloadError::Pipeline(e) => write!(f, "pipeline: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for WorkloadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            WorkloadError::Read(e) => Some(e),
+            WorkloadError::Transform(e) => Some(e),
+            WorkloadError::Batch(e) => Some(e),
+            WorkloadError::Pipeline(_) => None,
+        }
+    }
+}
+
+/// Runs the workload in this process, calling `progress(&stats)` after every batch.
+///
+/// # Errors
+/// The first read, transform or batch error.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use shmpipe_timeseries::{synth, jsonl, workload::*};
+/// let g = synth::GenConfig { num_series: 50, ..Default::default() };
+/// let entries = jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap();
+/// let cfg = WorkloadConfig {
+///     source: WorkloadSource::Memory(Arc::new(entries)),
+///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, seed: 0,
+/// };
+/// let stats = run_in_process(&cfg, |_| {}).unwrap();
+/// assert_eq!(stats.series, 100);
+/// assert!(stats.windows > 50);
+/// ```
+pub fn run_in_process(
+    cfg: &WorkloadConfig,
+    mut progress: impl FnMut(&WorkloadStats),
+) -> Result<WorkloadStats, WorkloadError> {
+    let t0 = Instant::now();
+    let mut stats = WorkloadStats::default();
+    let mut chain = deepar_chain(&cfg.chain, cfg.seed);
+    let mut batcher = Batcher::new(cfg.batch_size);
+    let mut windows = Vec::new();
+    let mut emit =
+        |e: DataEntry, stats: &mut WorkloadStats, chain: &mut Chain| -> Result<(), WorkloadError> {
+            stats.series += 1;
+            windows.clear();
+            chain
+                .apply(e, true, &mut windows)
+                .map_err(WorkloadError::Transform)?;
+            for w in windows.drain(..) {
+                stats.windows += 1;
+                if let Some(b) = batcher.push(w) {
+                    let b = b.map_err(WorkloadError::Batch)?;
+                    stats.batches += 1;
+                    stats.batch_bytes += b.nbytes() as u64;
+                    stats.elapsed = t0.elapsed();
+                    progress(stats);
+                }
+            }
+            Ok(())
+        };
+    for _ in 0..cfg.epochs {
+        match &cfg.source {
+            WorkloadSource::JsonLines(path) => {
+                let mut reader =
+                    JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
+                for e in reader.by_ref() {
+                    emit(e.map_err(WorkloadError::Read)?, &mut stats, &mut chain)?;
+                }
+                stats.input_bytes += reader.bytes_read();
+            }
+            WorkloadSource::Memory(entries) => {
+                for e in entries.iter() {
+                    emit(e.clone(), &mut stats, &mut chain)?;
+                }
+            }
+        }
+    }
+    drop(emit);
+    if let Some(b) = batcher.finish() {
+        let b = b.map_err(WorkloadError::Batch)?;
+        stats.batches += 1;
+        stats.batch_bytes += b.nbytes() as u64;
+    }
+    stats.elapsed = t0.elapsed();
+    Ok(stats)
+}
