@@ -1,0 +1,197 @@
+//! The subcommands: plan, run, print, write files.
+
+use std::fs::File;
+use std::io::BufWriter;
+use std::path::Path;
+
+use crate::BoxError;
+use crate::cli::{DemoArgs, PipelineArgs, RunArgs, TransportArgs};
+use crate::pingpong::Placement;
+use crate::report::{self, Row};
+use crate::runner::{self, Plan, RunResult};
+use crate::stats::Summary;
+use crate::transport::Transport;
+
+/// Transports of `demo`: the three shm-ring policies, the Unix socket and memcpy.
+pub const DEMO_TRANSPORTS: [Transport; 5] = [
+    Transport::Memcpy,
+    Transport::ShmCopy,
+    Transport::ShmZeroCopy,
+    Transport::ShmAdaptive,
+    Transport::UnixSocket,
+];
+
+/// Rejects transports this binary was built without, naming the feature to enable.
+///
+/// # Errors
+/// A message for the first transport that is not built.
+pub fn check_built(transports: &[Transport]) -> Result<(), BoxError> {
+    match transports.iter().find(|t| !t.is_built()) {
+        Some(t) => Err(format!(
+            "{t} is not in this build: rebuild with `--features {}`",
+            t.name()
+        )
+        .into()),
+        None => Ok(()),
+    }
+}
+
+/// One line describing where the run happened.
+pub fn placement_line(run: &RunResult) -> String {
+    let probes: Vec<String> = run.probes_ns.iter().map(|ns| format!("{ns:.0}")).collect();
+    let median = Summary::of(&run.probes_ns).map_or(f64::NAN, |s| s.median);
+    format!(
+        "producer on CPU {}, consumer on CPU {}; cache-line ping-pong {median:.0} ns per round trip \
+         (rounds: {} ns) -> placement {}",
+        run.cores.0,
+        run.cores.1,
+        probes.join(", "),
+        Placement::classify(&run.probes_ns).label()
+    )
+}
+
+fn plan(transports: Vec<Transport>, sizes: Vec<usize>, run: &RunArgs) -> Plan {
+    Plan {
+        transports,
+        sizes,
+        rounds: run.rounds,
+        duration: run.duration,
+        progress: !run.no_progress,
+    }
+}
+
+fn write_outputs(args: &RunArgs, title: &str, rows: &[Row]) -> Result<(), BoxError> {
+    if let Some(path) = &args.csv {
+        let f = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        report::write_csv(BufWriter::new(f), rows)?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        crate::plot::write_svg(path, title, rows)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn failures(run: &RunResult) -> Result<(), BoxError> {
+    let failed: Vec<String> = run
+        .cells
+        .iter()
+        .filter_map(|c| {
+            c.error
+                .as_ref()
+                .map(|e| format!("  {} x {}: {e}", c.transport, c.elements))
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} measurement(s) failed:\n{}",
+            failed.len(),
+            failed.join("\n")
+        )
+        .into())
+    }
+}
+
+fn estimate(plan: &Plan) -> f64 {
+    let cells = plan.sizes.len() * (plan.transports.len() + 1);
+    let per_cell = plan.duration + runner::warmup_for(plan.duration);
+    plan.rounds as f64 * cells as f64 * (per_cell.as_secs_f64() + 0.03)
+}
+
+/// `transport`: sizes x transports.
+///
+/// # Errors
+/// Bad options, failed measurements (after printing and writing what was measured), file errors.
+pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
+    let transports = if a.transports.is_empty() {
+        Transport::built()
+    } else {
+        a.transports.clone()
+    };
+    check_built(&transports)?;
+    let plan = plan(transports, a.sizes.clone(), &a.run);
+    eprintln!(
+        "shmpipe-bench transport: {} sizes x {} transports x {} rounds of {:?} (about {:.0} s)",
+        plan.sizes.len(),
+        plan.transports.len(),
+        plan.rounds,
+        plan.duration,
+        estimate(&plan)
+    );
+    let run = runner::run_plan(&plan)?;
+    let rows = report::rows(&run);
+    println!("{}", placement_line(&run));
+    print!("{}", report::table(&rows));
+    let goals = report::goals(&run);
+    if !goals.is_empty() {
+        println!("\nGoals (ratios of per-round medians):");
+        print!("{}", report::goals_text(&goals));
+    }
+    let title = format!(
+        "shmpipe transports, f32 arrays between two processes on 2 cores (ping-pong {:.0} ns, {})",
+        rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
+        Placement::classify(&run.probes_ns).label()
+    );
+    write_outputs(&a.run, &title, &rows)?;
+    failures(&run)
+}
+
+/// `demo`: 1M-float arrays, copy vs zero-copy vs adaptive with memcpy and a Unix socket.
+///
+/// # Errors
+/// As [`transport`].
+pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
+    let plan = plan(DEMO_TRANSPORTS.to_vec(), vec![a.elements], &a.run);
+    eprintln!(
+        "shmpipe demo: {} between two processes on two cores; {} rounds of {:?} (about {:.0} s)",
+        report::size_label(a.elements),
+        plan.rounds,
+        plan.duration,
+        estimate(&plan)
+    );
+    let run = runner::run_plan(&plan)?;
+    let rows = report::rows(&run);
+    println!("{}", placement_line(&run));
+    print!("{}", report::table(&rows));
+    let n = a.elements;
+    let r = |x: Transport, y: Transport| report::ratio(&run, x, y, n);
+    let fmt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}x"));
+    println!();
+    println!(
+        "zero-copy moves {} arrays at {} of single-thread memcpy, {} the copying path, {} a Unix socket",
+        report::size_label(n),
+        fmt(r(Transport::ShmZeroCopy, Transport::Memcpy)),
+        fmt(r(Transport::ShmZeroCopy, Transport::ShmCopy)),
+        fmt(r(Transport::ShmZeroCopy, Transport::UnixSocket)),
+    );
+    let better = match (
+        r(Transport::ShmAdaptive, Transport::ShmCopy),
+        r(Transport::ShmAdaptive, Transport::ShmZeroCopy),
+    ) {
+        (Some(c), Some(z)) => Some(c.min(z)),
+        _ => None,
+    };
+    println!(
+        "adaptive (the default policy) runs at {} of the better of copy and zero-copy",
+        fmt(better)
+    );
+    write_outputs(&a.run, "shmpipe demo", &rows)?;
+    failures(&run)
+}
+
+/// `pipeline`: the pipeline crate's workloads.
+///
+/// # Errors
+/// Until the pipeline crate exposes its API, always.
+pub fn pipeline(_a: &PipelineArgs) -> Result<(), BoxError> {
+    Err("the pipeline subcommand needs the shmpipe pipeline crate's API (not available yet)".into())
+}
+
+/// Whether `path` looks like an SVG file name.
+pub fn is_svg(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("svg"))
+}

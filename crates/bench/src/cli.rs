@@ -1,0 +1,318 @@
+//! Command-line interface.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::transport::Transport;
+
+/// Default array sizes of `transport`, in f32 elements.
+pub const DEFAULT_SIZES: [usize; 5] = [16, 1_000, 100_000, 1_000_000, 10_000_000];
+
+/// Measures how fast f32 arrays move between processes: shm-ring against memcpy, pipes, Unix
+/// sockets, an in-process channel and iceoryx2, and the pipeline crate's workloads.
+#[derive(Debug, Parser)]
+#[command(name = "shmpipe-bench", version, about, long_about = None)]
+pub struct Cli {
+    /// What to measure.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Headline demo: 1M-float arrays, copy vs zero-copy vs adaptive against memcpy (< 1 min).
+    Demo(DemoArgs),
+    /// Sizes x transports, producer and consumer in two processes pinned to two cores.
+    Transport(TransportArgs),
+    /// The pipeline crate's workloads x workers x topology x batch bytes x transfer mode.
+    Pipeline(PipelineArgs),
+    /// Internal: one side of a measurement (run by the harness itself).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+/// Options shared by every measuring subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Interleaved rounds; results are the median over rounds with min..max spread.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Measured time per (transport, size) and round, e.g. `0.3`, `300ms`, `1s`.
+    #[arg(long, default_value = "300ms", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Write one row per (transport or config, size) to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Plot throughput against size (log scales, one line per transport) to this SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// Do not draw a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// `transport` options.
+#[derive(Debug, Clone, Args)]
+pub struct TransportArgs {
+    /// Array sizes in f32 elements, comma-separated; `_` separators and `k`/`M` suffixes are
+    /// accepted (`16,1k,100k,1M,10M`).
+    #[arg(long, value_delimiter = ',', value_parser = parse_size,
+          default_values_t = DEFAULT_SIZES.to_vec())]
+    pub sizes: Vec<usize>,
+    /// Transports to measure, comma-separated (default: every one this binary was built with).
+    /// memcpy is always measured: every ratio is taken against it.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub transports: Vec<Transport>,
+    /// Round and output options.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// `demo` options (defaults embedded so that `demo` alone runs the headline).
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Array size in f32 elements.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub elements: usize,
+    /// Round and output options.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// `pipeline` options.
+#[derive(Debug, Clone, Args)]
+pub struct PipelineArgs {
+    /// Round and output options.
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// Role of a worker process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// Sends messages until the time is up, then closes.
+    Producer,
+    /// Receives, sums and checks every message; prints the outcome.
+    Consumer,
+    /// Runs a single-process transport (memcpy, channel); prints the outcome.
+    Solo,
+}
+
+/// Arguments of the hidden `worker` subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Which side this process plays.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// Transport under test.
+    #[arg(long, value_enum)]
+    pub transport: Transport,
+    /// f32 elements per message.
+    #[arg(long)]
+    pub elements: usize,
+    /// Measured time in milliseconds (after the warm-up).
+    #[arg(long)]
+    pub duration_ms: u64,
+    /// Warm-up in milliseconds (not measured).
+    #[arg(long)]
+    pub warmup_ms: u64,
+    /// Rendezvous name (segment, socket or service name).
+    #[arg(long)]
+    pub name: String,
+    /// CPU this process (or its producer thread) is pinned to.
+    #[arg(long)]
+    pub core: usize,
+    /// CPU of the consumer thread of a solo two-thread transport.
+    #[arg(long)]
+    pub peer_core: usize,
+}
+
+/// Parses `16`, `1_000`, `100k`, `1M`, `10m` into a count of elements.
+///
+/// # Errors
+/// A message naming the bad input (also for 0 and above [`crate::kernel::MAX_ELEMENTS`]).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1_000),
+        Some((i, 'm' | 'M')) => (&t[..i], 1_000_000),
+        _ => (t.as_str(), 1),
+    };
+    let n: usize = digits
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (examples: 16, 1000, 100k, 1M)"))?;
+    let n = n
+        .checked_mul(mult)
+        .ok_or_else(|| format!("`{s}` is too large"))?;
+    if n == 0 {
+        return Err("a size must be at least 1 element".into());
+    }
+    if n > crate::kernel::MAX_ELEMENTS {
+        return Err(format!(
+            "`{s}` exceeds the {} elements the checked sum supports",
+            crate::kernel::MAX_ELEMENTS
+        ));
+    }
+    Ok(n)
+}
+
+/// Parses `0.3` (seconds), `300ms`, `2s` into a duration.
+///
+/// # Errors
+/// A message naming the bad input (also for zero and negative durations).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let (num, scale) = if let Some(ms) = t.strip_suffix("ms") {
+        (ms, 1e-3)
+    } else if let Some(sec) = t.strip_suffix('s') {
+        (sec, 1.0)
+    } else {
+        (t, 1.0)
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 0.3, 300ms, 1s)"))?;
+    let secs = v * scale;
+    if !(secs.is_finite() && secs > 0.0 && secs <= 3600.0) {
+        return Err(format!("`{s}` must be between 0 and an hour"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_with_suffixes_and_separators() {
+        assert_eq!(parse_size("16"), Ok(16));
+        assert_eq!(parse_size("1_000"), Ok(1000));
+        assert_eq!(parse_size("100k"), Ok(100_000));
+        assert_eq!(parse_size("1M"), Ok(1_000_000));
+        assert_eq!(parse_size(" 10m "), Ok(10_000_000));
+        assert!(parse_size("0").is_err());
+        assert!(parse_size("abc").is_err());
+        assert!(parse_size("1G").is_err());
+        assert!(parse_size("100M").unwrap_err().contains("exceeds"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("0.3"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_duration("300ms"), Ok(Duration::from_millis(300)));
+        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
+        assert!(parse_duration("0").is_err());
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("fast").is_err());
+    }
+
+    #[test]
+    fn transport_defaults() {
+        let cli = Cli::try_parse_from(["shmpipe-bench", "transport"]).unwrap();
+        let Command::Transport(a) = cli.command else {
+            panic!("not transport: {cli:?}")
+        };
+        assert_eq!(a.sizes, DEFAULT_SIZES.to_vec());
+        assert!(a.transports.is_empty());
+        assert_eq!(a.run.rounds, 5);
+        assert_eq!(a.run.duration, Duration::from_millis(300));
+        assert_eq!((a.run.csv, a.run.plot), (None, None));
+    }
+
+    #[test]
+    fn transport_options() {
+        let cli = Cli::try_parse_from([
+            "shmpipe-bench",
+            "transport",
+            "--sizes",
+            "16,1k",
+            "--transports",
+            "pipe,shm-zero-copy",
+            "--rounds",
+            "2",
+            "--duration",
+            "50ms",
+            "--csv",
+            "out.csv",
+            "--plot",
+            "out.svg",
+        ])
+        .unwrap();
+        let Command::Transport(a) = cli.command else {
+            panic!("not transport")
+        };
+        assert_eq!(a.sizes, vec![16, 1000]);
+        assert_eq!(a.transports, vec![Transport::Pipe, Transport::ShmZeroCopy]);
+        assert_eq!(a.run.rounds, 2);
+        assert_eq!(a.run.duration, Duration::from_millis(50));
+        assert_eq!(a.run.csv, Some(PathBuf::from("out.csv")));
+        assert_eq!(a.run.plot, Some(PathBuf::from("out.svg")));
+    }
+
+    #[test]
+    fn bad_arguments_are_rejected() {
+        for args in [
+            &[
+                "shmpipe-bench",
+                "transport",
+                "--transports",
+                "carrier-pigeon",
+            ][..],
+            &["shmpipe-bench", "transport", "--rounds", "0"],
+            &["shmpipe-bench", "transport", "--sizes", "0"],
+            &["shmpipe-bench", "demo", "--duration", "soon"],
+            &["shmpipe-bench"],
+        ] {
+            assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn demo_defaults_are_embedded() {
+        let cli = Cli::try_parse_from(["shmpipe-bench", "demo"]).unwrap();
+        let Command::Demo(a) = cli.command else {
+            panic!("not demo")
+        };
+        assert_eq!(a.elements, 1_000_000);
+    }
+
+    #[test]
+    fn worker_is_hidden_but_parses() {
+        use clap::CommandFactory;
+        let help = Cli::command().render_help().to_string();
+        assert!(!help.contains("\n  worker"), "{help}");
+        assert!(help.contains("\n  transport"), "{help}");
+        let cli = Cli::try_parse_from([
+            "shmpipe-bench",
+            "worker",
+            "--role",
+            "consumer",
+            "--transport",
+            "unix-socket",
+            "--elements",
+            "16",
+            "--duration-ms",
+            "10",
+            "--warmup-ms",
+            "1",
+            "--name",
+            "x",
+            "--core",
+            "1",
+            "--peer-core",
+            "0",
+        ])
+        .unwrap();
+        let Command::Worker(w) = cli.command else {
+            panic!("not worker")
+        };
+        assert_eq!(
+            (w.role, w.transport),
+            (Role::Consumer, Transport::UnixSocket)
+        );
+    }
+}

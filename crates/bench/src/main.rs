@@ -1,0 +1,24 @@
+//! `shmpipe-bench`: see `docs/bench.md`.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use shmpipe_bench::cli::{Cli, Command};
+use shmpipe_bench::{app, worker};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match &cli.command {
+        Command::Worker(a) => worker::run(a),
+        Command::Transport(a) => app::transport(a),
+        Command::Demo(a) => app::demo(a),
+        Command::Pipeline(a) => app::pipeline(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmpipe-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Throughput against size as an SVG: one line per transport, log scales; GB/s on the left,
+//! messages/s on the right.
+
+use std::path::Path;
+
+use plotters::prelude::*;
+
+use crate::BoxError;
+use crate::report::Row;
+
+/// Fixed colours, in order of first appearance of each transport.
+const COLOURS: [RGBColor; 10] = [
+    RGBColor(0, 0, 0),
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(23, 190, 207),
+];
+
+/// Points `(elements, value)` of each transport, in row order, keeping positive values only.
+pub fn series(rows: &[Row], value: impl Fn(&Row) -> f64) -> Vec<(String, Vec<(f64, f64)>)> {
+    let mut out: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for r in rows {
+        let y = value(r);
+        if !(y.is_finite() && y > 0.0) {
+            continue;
+        }
+        let p = (r.elements as f64, y);
+        match out.iter_mut().find(|(name, _)| *name == r.transport) {
+            Some((_, pts)) => pts.push(p),
+            None => out.push((r.transport.clone(), vec![p])),
+        }
+    }
+    for (_, pts) in &mut out {
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// A log axis range covering `values` with some margin.
+fn log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
+    let (lo, hi) = values.fold((f64::INFINITY, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    if lo.is_finite() && hi > 0.0 {
+        lo / 2.0..hi * 2.0
+    } else {
+        1.0..10.0
+    }
+}
+
+fn panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    caption: &str,
+    y_desc: &str,
+    data: &[(String, Vec<(f64, f64)>)],
+) -> Result<(), BoxError> {
+    let x = log_range(data.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)));
+    let y = log_range(data.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x.log_scale(), y.log_scale())?;
+    chart
+        .configure_mesh()
+        .x_desc("f32 elements per message")
+        .y_desc(y_desc)
+        .x_label_formatter(&|v| crate::stats::Si(*v).to_string())
+        .y_label_formatter(&|v| crate::stats::Si(*v).to_string())
+        .draw()?;
+    for (i, (name, pts)) in data.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(2)))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
+            });
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// Draws `rows` to an SVG file at `path`; `title` goes on top (e.g. the placement seen).
+///
+/// # Errors
+/// Drawing or file errors.
+pub fn write_svg(path: &Path, title: &str, rows: &[Row]) -> Result<(), BoxError> {
+    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let root = root.titled(title, ("sans-serif", 20))?;
+    let (left, right) = root.split_horizontally(640);
+    panel(
+        &left,
+        "Throughput (payload)",
+        "GB/s",
+        &series(rows, |r| r.gb_per_s),
+    )?;
+    panel(
+        &right,
+        "Messages per second",
+        "msgs/s",
+        &series(rows, |r| r.msgs.median),
+    )?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pingpong::Placement;
+    use crate::stats::Summary;
+
+    fn row(transport: &str, elements: usize, rate: f64) -> Row {
+        Row {
+            transport: transport.into(),
+            elements,
+            bytes: elements * 4,
+            msgs: Summary::of(&[rate]).unwrap(),
+            gb_per_s: rate * elements as f64 * 4.0 / 1e9,
+            ratio_to_memcpy: None,
+            ratio_to_unix_socket: None,
+            ratio_to_iceoryx2: None,
+            pingpong_ns: 50.0,
+            placement: Placement::Near,
+        }
+    }
+
+    #[test]
+    fn series_group_by_transport_sorted_by_size() {
+        let rows = [
+            row("pipe", 1000, 5.0),
+            row("memcpy", 16, 9.0),
+            row("pipe", 16, 7.0),
+            row("memcpy", 1000, 0.0),
+        ];
+        let s = series(&rows, |r| r.msgs.median);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0], ("pipe".to_string(), vec![(16.0, 7.0), (1000.0, 5.0)]));
+        assert_eq!(
+            s[1],
+            ("memcpy".to_string(), vec![(16.0, 9.0)]),
+            "zero dropped on a log axis"
+        );
+    }
+
+    #[test]
+    fn writes_an_svg_with_one_line_per_transport() {
+        let dir = std::env::temp_dir().join(format!("shmpipe-bench-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.svg");
+        let rows = [
+            row("memcpy", 16, 1e8),
+            row("memcpy", 1_000_000, 1e4),
+            row("shm-zero-copy", 16, 4e7),
+            row("shm-zero-copy", 1_000_000, 9e3),
+        ];
+        let result = write_svg(&path, "test run", &rows);
+        let text = std::fs::read_to_string(&path);
+        std::fs::remove_dir_all(&dir).unwrap();
+        result.unwrap();
+        let text = text.unwrap();
+        assert!(text.starts_with("<svg"), "{}", &text[..text.len().min(80)]);
+        assert!(text.contains("shm-zero-copy") && text.contains("memcpy"));
+        assert!(text.contains("<polyline"), "lines drawn");
+    }
+}

@@ -1,0 +1,393 @@
+//! Rows of results: ratios, CSV, the terminal table and the goals check.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use crate::pingpong::Placement;
+use crate::runner::RunResult;
+use crate::stats::{Si, Summary, paired_ratios};
+use crate::transport::Transport;
+
+/// CSV header; one row per (transport or config, size).
+pub const CSV_HEADER: &str = "transport,elements,bytes,rounds,msgs_per_s,msgs_per_s_min,\
+msgs_per_s_max,gb_per_s,ratio_to_memcpy,ratio_to_unix_socket,ratio_to_iceoryx2,pingpong_ns,placement";
+
+/// One result row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Transport (or pipeline configuration) name.
+    pub transport: String,
+    /// f32 elements per message (or per item for pipelines).
+    pub elements: usize,
+    /// Payload bytes per message.
+    pub bytes: usize,
+    /// Messages per second over the rounds.
+    pub msgs: Summary,
+    /// Median payload throughput in GB/s (10^9 bytes).
+    pub gb_per_s: f64,
+    /// Median over rounds of (rate / memcpy rate of the same size and round).
+    pub ratio_to_memcpy: Option<f64>,
+    /// Median over rounds of (rate / Unix socket rate of the same size and round).
+    pub ratio_to_unix_socket: Option<f64>,
+    /// Median over rounds of (rate / iceoryx2 rate of the same size and round).
+    pub ratio_to_iceoryx2: Option<f64>,
+    /// Median ping-pong round trip of the run, ns.
+    pub pingpong_ns: f64,
+    /// Placement of the two cores seen by the probes.
+    pub placement: Placement,
+}
+
+fn median_ratio(num: &[f64], den: Option<&[f64]>) -> Option<f64> {
+    Summary::of(&paired_ratios(num, den?)).map(|s| s.median)
+}
+
+/// Turns a run into rows (cells without any successful round are left out).
+pub fn rows(run: &RunResult) -> Vec<Row> {
+    let pingpong_ns = Summary::of(&run.probes_ns).map_or(f64::NAN, |s| s.median);
+    let placement = Placement::classify(&run.probes_ns);
+    let peer = |t: Transport, elements: usize| run.cell(t, elements).map(|c| c.rates.as_slice());
+    run.cells
+        .iter()
+        .filter_map(|c| {
+            let msgs = Summary::of(&c.rates)?;
+            let bytes = c.elements * 4;
+            Some(Row {
+                transport: c.transport.name().to_string(),
+                elements: c.elements,
+                bytes,
+                gb_per_s: msgs.median * bytes as f64 / 1e9,
+                msgs,
+                ratio_to_memcpy: median_ratio(&c.rates, peer(Transport::Memcpy, c.elements)),
+                ratio_to_unix_socket: median_ratio(
+                    &c.rates,
+                    peer(Transport::UnixSocket, c.elements),
+                ),
+                ratio_to_iceoryx2: median_ratio(&c.rates, peer(Transport::Iceoryx2, c.elements)),
+                pingpong_ns,
+                placement,
+            })
+        })
+        .collect()
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or_else(String::new, |v| format!("{v:.4}"))
+}
+
+/// Writes `rows` as CSV with [`CSV_HEADER`].
+///
+/// # Errors
+/// Write errors.
+pub fn write_csv<W: Write>(mut w: W, rows: &[Row]) -> io::Result<()> {
+    writeln!(w, "{CSV_HEADER}")?;
+    for r in rows {
+        writeln!(
+            w,
+            "{},{},{},{},{:.1},{:.1},{:.1},{:.4},{},{},{},{:.1},{}",
+            csv_field(&r.transport),
+            r.elements,
+            r.bytes,
+            r.msgs.n,
+            r.msgs.median,
+            r.msgs.min,
+            r.msgs.max,
+            r.gb_per_s,
+            opt(r.ratio_to_memcpy),
+            opt(r.ratio_to_unix_socket),
+            opt(r.ratio_to_iceoryx2),
+            r.pingpong_ns,
+            r.placement.label()
+        )?;
+    }
+    w.flush()
+}
+
+fn ratio_cell(x: Option<f64>) -> String {
+    match x {
+        Some(v) if v >= 100.0 => format!("{v:.0}x"),
+        Some(v) if v >= 10.0 => format!("{v:.1}x"),
+        Some(v) => format!("{v:.2}x"),
+        None => "-".into(),
+    }
+}
+
+/// Human-readable size of an array of `elements` floats.
+pub fn size_label(elements: usize) -> String {
+    let bytes = elements as f64 * 4.0;
+    let b = if bytes >= 1e6 {
+        format!("{:.0} MB", bytes / 1e6)
+    } else if bytes >= 1e3 {
+        format!("{:.0} kB", bytes / 1e3)
+    } else {
+        format!("{bytes:.0} B")
+    };
+    format!("{elements} f32 ({b})")
+}
+
+/// The terminal table: one block per size, one line per transport.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let mut sizes: Vec<usize> = rows.iter().map(|r| r.elements).collect();
+    sizes.dedup();
+    let with_iox = rows.iter().any(|r| r.ratio_to_iceoryx2.is_some());
+    for elements in sizes {
+        let _ = writeln!(out, "\n{}", size_label(elements));
+        let _ = write!(
+            out,
+            "  {:<16} {:>9} {:>21} {:>9} {:>9} {:>9}",
+            "transport", "msgs/s", "[min .. max]", "GB/s", "x memcpy", "x socket"
+        );
+        if with_iox {
+            let _ = write!(out, " {:>9}", "x iox2");
+        }
+        out.push('\n');
+        for r in rows.iter().filter(|r| r.elements == elements) {
+            let spread = format!("[{} .. {}]", Si(r.msgs.min), Si(r.msgs.max));
+            let _ = write!(
+                out,
+                "  {:<16} {:>9} {:>21} {:>9.3} {:>9} {:>9}",
+                r.transport,
+                Si(r.msgs.median).to_string(),
+                spread,
+                r.gb_per_s,
+                ratio_cell(r.ratio_to_memcpy),
+                ratio_cell(r.ratio_to_unix_socket),
+            );
+            if with_iox {
+                let _ = write!(out, " {:>9}", ratio_cell(r.ratio_to_iceoryx2));
+            }
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// One performance goal and whether the run met it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Goal {
+    /// What is asked.
+    pub text: String,
+    /// The measured ratio.
+    pub measured: f64,
+    /// The ratio asked for.
+    pub target: f64,
+}
+
+impl Goal {
+    /// Whether `measured >= target`.
+    pub fn met(&self) -> bool {
+        self.measured >= self.target
+    }
+}
+
+/// Median of paired ratios `a / b` at `elements` from the run, if both cells have samples.
+pub fn ratio(run: &RunResult, a: Transport, b: Transport, elements: usize) -> Option<f64> {
+    let num = &run.cell(a, elements)?.rates;
+    let den = &run.cell(b, elements)?.rates;
+    median_ratio(num, Some(den))
+}
+
+/// The issue's goals that this run has the data for.
+pub fn goals(run: &RunResult) -> Vec<Goal> {
+    use Transport::*;
+    let mut out = Vec::new();
+    let mut push = |text: String, measured: Option<f64>, target: f64| {
+        if let Some(measured) = measured {
+            out.push(Goal {
+                text,
+                measured,
+                target,
+            });
+        }
+    };
+    push(
+        "16 f32: shm-adaptive msgs/s >= 10x iceoryx2".into(),
+        ratio(run, ShmAdaptive, Iceoryx2, 16),
+        10.0,
+    );
+    push(
+        "16 f32: shm-adaptive msgs/s >= 20x unix-socket".into(),
+        ratio(run, ShmAdaptive, UnixSocket, 16),
+        20.0,
+    );
+    let m = 1_000_000;
+    push(
+        "1M f32: shm-zero-copy >= 0.9x memcpy".into(),
+        ratio(run, ShmZeroCopy, Memcpy, m),
+        0.9,
+    );
+    push(
+        "1M f32: shm-zero-copy >= 1x iceoryx2".into(),
+        ratio(run, ShmZeroCopy, Iceoryx2, m),
+        1.0,
+    );
+    push(
+        "1M f32: shm-zero-copy >= 10x unix-socket".into(),
+        ratio(run, ShmZeroCopy, UnixSocket, m),
+        10.0,
+    );
+    let mut sizes: Vec<usize> = run.cells.iter().map(|c| c.elements).collect();
+    sizes.dedup();
+    for elements in sizes {
+        let copy = ratio(run, ShmAdaptive, ShmCopy, elements);
+        let zero = ratio(run, ShmAdaptive, ShmZeroCopy, elements);
+        let worst = match (copy, zero) {
+            (Some(c), Some(z)) => Some(c.min(z)),
+            _ => None,
+        };
+        push(
+            format!(
+                "{elements} f32: shm-adaptive >= 0.9x the better of shm-copy and shm-zero-copy"
+            ),
+            worst,
+            0.9,
+        );
+    }
+    out
+}
+
+/// The goals as text, one per line with the measured ratio and "met" or "NOT met".
+pub fn goals_text(goals: &[Goal]) -> String {
+    let mut out = String::new();
+    for g in goals {
+        let _ = writeln!(
+            out,
+            "  {:<8} {:<72} measured {:.2}x (target {}x)",
+            if g.met() { "met" } else { "NOT met" },
+            g.text,
+            g.measured,
+            g.target
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runner::Cell;
+
+    fn cell(transport: Transport, elements: usize, rates: &[f64]) -> Cell {
+        Cell {
+            transport,
+            elements,
+            rates: rates.to_vec(),
+            error: None,
+        }
+    }
+
+    fn sample_run() -> RunResult {
+        RunResult {
+            cells: vec![
+                cell(Transport::Memcpy, 16, &[100.0, 200.0, 100.0]),
+                cell(Transport::UnixSocket, 16, &[10.0, 10.0, 10.0]),
+                cell(Transport::ShmCopy, 16, &[50.0, 100.0, 60.0]),
+                cell(Transport::ShmZeroCopy, 16, &[40.0, 80.0, 40.0]),
+                cell(Transport::ShmAdaptive, 16, &[45.0, 95.0, 70.0]),
+                cell(Transport::Pipe, 16, &[f64::NAN, f64::NAN, f64::NAN]),
+            ],
+            probes_ns: vec![50.0, 60.0, 455.0],
+            cores: (0, 1),
+        }
+    }
+
+    #[test]
+    fn rows_carry_paired_ratios() {
+        let rows = rows(&sample_run());
+        assert_eq!(rows.len(), 5, "the failed pipe cell has no row");
+        let copy = rows.iter().find(|r| r.transport == "shm-copy").unwrap();
+        assert_eq!(copy.msgs.median, 60.0);
+        assert_eq!(copy.bytes, 64);
+        assert!((copy.gb_per_s - 60.0 * 64.0 / 1e9).abs() < 1e-15);
+        // Per-round ratios to memcpy: 0.5, 0.5, 0.6 -> median 0.5.
+        assert_eq!(copy.ratio_to_memcpy, Some(0.5));
+        assert_eq!(copy.ratio_to_unix_socket, Some(6.0));
+        assert_eq!(copy.ratio_to_iceoryx2, None);
+        assert_eq!(copy.pingpong_ns, 60.0);
+        assert_eq!(copy.placement, Placement::Mixed);
+    }
+
+    #[test]
+    fn csv_has_the_required_columns_and_one_row_per_cell() {
+        let rows = rows(&sample_run());
+        let mut buf = Vec::new();
+        write_csv(&mut buf, &rows).unwrap();
+        let text = String::from_utf8(buf).unwrap();
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+        for col in [
+            "transport",
+            "elements",
+            "msgs_per_s",
+            "gb_per_s",
+            "ratio_to_memcpy",
+        ] {
+            assert!(header.contains(&col), "missing {col}");
+        }
+        let body: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+        assert_eq!(body.len(), 5);
+        assert!(body.iter().all(|r| r.len() == header.len()));
+        let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+        let memcpy = body
+            .iter()
+            .find(|r| r[col("transport")] == "memcpy")
+            .unwrap();
+        assert_eq!(memcpy[col("ratio_to_memcpy")], "1.0000");
+        assert_eq!(memcpy[col("msgs_per_s")], "100.0");
+        assert_eq!(memcpy[col("ratio_to_iceoryx2")], "");
+        assert_eq!(memcpy[col("placement")], "mixed");
+    }
+
+    #[test]
+    fn csv_quotes_awkward_names() {
+        assert_eq!(csv_field("a,b"), "\"a,b\"");
+        assert_eq!(csv_field("say \"hi\""), "\"say \"\"hi\"\"\"");
+        assert_eq!(csv_field("plain"), "plain");
+    }
+
+    #[test]
+    fn table_lists_every_row() {
+        let t = table(&rows(&sample_run()));
+        assert!(t.contains("16 f32 (64 B)"));
+        for name in [
+            "memcpy",
+            "unix-socket",
+            "shm-copy",
+            "shm-zero-copy",
+            "shm-adaptive",
+        ] {
+            assert!(t.contains(name), "{name} missing from\n{t}");
+        }
+        assert!(!t.contains("x iox2"));
+        assert!(t.contains("6.00x"), "copy vs socket\n{t}");
+    }
+
+    #[test]
+    fn goals_use_what_was_measured() {
+        let g = goals(&sample_run());
+        // 16 f32 vs socket: adaptive 70/10 = 7x median of (4.5, 9.5, 7.0) -> 7.0 < 20.
+        let socket = g
+            .iter()
+            .find(|g| g.text.contains("20x unix-socket"))
+            .unwrap();
+        assert_eq!(socket.measured, 7.0);
+        assert!(!socket.met());
+        assert!(
+            g.iter().all(|g| !g.text.contains("iceoryx2")),
+            "not measured"
+        );
+        // Adaptive vs copy: 0.9, 0.95, 1.1667 -> 0.95; vs zero-copy: >1 -> worst is 0.95.
+        let adaptive = g.iter().find(|g| g.text.contains("better of")).unwrap();
+        assert!((adaptive.measured - 0.95).abs() < 1e-12);
+        assert!(adaptive.met());
+        assert!(goals_text(&g).contains("NOT met"));
+    }
+}

@@ -1,0 +1,116 @@
+//! The transports the harness compares, and how each one is run.
+
+use std::fmt;
+
+/// One way of moving an `f32` array from a producer to a consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Transport {
+    /// Single-thread `memcpy` of the array in one process: the yardstick of every ratio.
+    Memcpy,
+    /// In-process bounded channel between two pinned threads, buffers recycled (nothing is
+    /// copied): the upper bound for any handoff.
+    Channel,
+    /// shm-ring, producer writes straight into a loaned block (`Transfer::ZeroCopy`).
+    ShmZeroCopy,
+    /// shm-ring, array copied from the producer's buffer (`Transfer::Copy`).
+    ShmCopy,
+    /// shm-ring with its default policy (`Transfer::Adaptive`): what a user gets.
+    ShmAdaptive,
+    /// Anonymous pipe between the two processes, length-prefixed frames.
+    Pipe,
+    /// Unix stream socket, length-prefixed frames.
+    UnixSocket,
+    /// iceoryx2 publish-subscribe with an `[f32]` slice payload (cargo feature `iceoryx2`).
+    Iceoryx2,
+}
+
+/// How a transport's measurement is laid out over processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One process (memcpy: one thread; channel: two pinned threads).
+    Solo,
+    /// A producer process and a consumer process pinned to different cores.
+    Pair,
+}
+
+impl Transport {
+    /// Every transport, in table order.
+    pub const ALL: [Transport; 8] = [
+        Transport::Memcpy,
+        Transport::Channel,
+        Transport::ShmZeroCopy,
+        Transport::ShmCopy,
+        Transport::ShmAdaptive,
+        Transport::Pipe,
+        Transport::UnixSocket,
+        Transport::Iceoryx2,
+    ];
+
+    /// The name used on the command line, in tables and in CSV files.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Memcpy => "memcpy",
+            Transport::Channel => "channel",
+            Transport::ShmZeroCopy => "shm-zero-copy",
+            Transport::ShmCopy => "shm-copy",
+            Transport::ShmAdaptive => "shm-adaptive",
+            Transport::Pipe => "pipe",
+            Transport::UnixSocket => "unix-socket",
+            Transport::Iceoryx2 => "iceoryx2",
+        }
+    }
+
+    /// Whether this binary can run the transport (iceoryx2 needs the cargo feature).
+    pub fn is_built(self) -> bool {
+        self != Transport::Iceoryx2 || cfg!(feature = "iceoryx2")
+    }
+
+    /// All transports this binary can run.
+    pub fn built() -> Vec<Transport> {
+        Transport::ALL
+            .into_iter()
+            .filter(|t| t.is_built())
+            .collect()
+    }
+
+    /// Process layout of the measurement.
+    pub fn layout(self) -> Layout {
+        match self {
+            Transport::Memcpy | Transport::Channel => Layout::Solo,
+            _ => Layout::Pair,
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn names_match_the_command_line() {
+        for t in Transport::ALL {
+            let pv = t.to_possible_value().unwrap();
+            assert_eq!(pv.get_name(), t.name());
+            assert_eq!(Transport::from_str(t.name(), false), Ok(t));
+        }
+    }
+
+    #[test]
+    fn iceoryx2_only_with_its_feature() {
+        assert_eq!(
+            Transport::built().contains(&Transport::Iceoryx2),
+            cfg!(feature = "iceoryx2")
+        );
+        assert_eq!(
+            Transport::built().len(),
+            7 + usize::from(cfg!(feature = "iceoryx2"))
+        );
+    }
+}
