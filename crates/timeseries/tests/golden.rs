@@ -1,0 +1,249 @@
+//! Golden tests: outputs of GluonTS 0.17 itself (written by
+//! `tools/gluonts_fixtures.py`) compared with ours to within 1e-5.
+
+use serde_json::Value;
+use shmpipe_timeseries::batch::stack;
+use shmpipe_timeseries::features::{fill_time_features, time_features_for};
+use shmpipe_timeseries::sampler::{InstanceSampler, PredictionSplitSampler};
+use shmpipe_timeseries::transform::{
+    AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
+    InstanceSplitter, VstackFeatures,
+};
+use shmpipe_timeseries::{Array, DataEntry, Freq, Period, field, jsonl};
+
+const TOL: f64 = 1e-5;
+
+fn load(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+fn floats(v: &Value) -> Vec<f64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+fn assert_close(what: &str, got: &[f32], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let g = f64::from(g);
+        assert!(
+            (g - w).abs() <= TOL * w.abs().max(1.0),
+            "{what}[{i}]: got {g}, GluonTS {w}"
+        );
+    }
+}
+
+fn assert_array(what: &str, got: &Array, want: &Value) {
+    let shape: Vec<usize> = want["shape"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(got.shape(), &shape[..], "{what}: shape");
+    assert_close(what, got.data(), &floats(&want["data"]));
+}
+
+fn assert_entry(what: &str, got: &DataEntry, want: &Value) {
+    let fields = want["fields"].as_object().unwrap();
+    let mut got_names: Vec<&str> = got.fields().map(|(n, _)| n).collect();
+    let mut want_names: Vec<&str> = fields.keys().map(String::as_str).collect();
+    got_names.sort_unstable();
+    want_names.sort_unstable();
+    assert_eq!(got_names, want_names, "{what}: field names");
+    for (name, w) in fields {
+        assert_array(&format!("{what}.{name}"), got.get(name).unwrap(), w);
+    }
+    assert_eq!(
+        got.start.map(|p| p.to_string()).as_deref(),
+        want["start"].as_str(),
+        "{what}: start"
+    );
+    assert_eq!(
+        got.forecast_start.map(|p| p.to_string()).as_deref(),
+        want["forecast_start"].as_str(),
+        "{what}: forecast_start"
+    );
+    assert_eq!(
+        got.item_id.as_deref(),
+        want["item_id"].as_str(),
+        "{what}: item_id"
+    );
+}
+
+/// Returns the given points that fit the series, like the fixture script's sampler.
+#[derive(Debug)]
+struct FixedSampler(Vec<usize>);
+
+impl InstanceSampler for FixedSampler {
+    fn sample(&mut self, len: usize, out: &mut Vec<usize>) -> bool {
+        out.extend(self.0.iter().copied().filter(|&p| p <= len));
+        true
+    }
+}
+
+fn map_chain(case: &Value, freq: Freq) -> Chain {
+    let pred = case["pred_length"].as_u64().unwrap() as usize;
+    let ndim = case["target_ndim"].as_u64().unwrap() as usize;
+    let inputs: Vec<&str> = case["vstack_inputs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    Chain::new()
+        .then(AsNumpyArray::new(field::TARGET, ndim))
+        .then(AddObservedValuesIndicator::new(
+            field::TARGET,
+            field::OBSERVED_VALUES,
+        ))
+        .then(AddTimeFeatures::new(
+            field::TARGET,
+            field::FEAT_TIME,
+            time_features_for(freq),
+            pred,
+        ))
+        .then(AddAgeFeature::new(
+            field::TARGET,
+            field::FEAT_AGE,
+            pred,
+            true,
+        ))
+        .then(VstackFeatures::new(field::FEAT_TIME, &inputs))
+}
+
+fn splitter(case: &Value) -> InstanceSplitter {
+    let s = &case["sampler"];
+    let sampler: Box<dyn InstanceSampler> = match s["kind"].as_str().unwrap() {
+        "validation" => Box::new(PredictionSplitSampler::validation(
+            s["min_past"].as_u64().unwrap() as usize,
+            s["min_future"].as_u64().unwrap() as usize,
+        )),
+        "test" => Box::new(PredictionSplitSampler::test(
+            s["min_past"].as_u64().unwrap() as usize,
+        )),
+        "fixed" => Box::new(FixedSampler(
+            s["points"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_u64().unwrap() as usize)
+                .collect(),
+        )),
+        k => panic!("unknown sampler {k}"),
+    };
+    InstanceSplitter::new(
+        field::TARGET,
+        field::IS_PAD,
+        sampler,
+        case["past_length"].as_u64().unwrap() as usize,
+        case["future_length"].as_u64().unwrap() as usize,
+        &[field::FEAT_TIME, field::OBSERVED_VALUES],
+    )
+}
+
+#[test]
+fn transforms_and_windows_match_gluonts() {
+    let fixtures = load("gluonts_transforms.json");
+    let cases = fixtures["cases"].as_array().unwrap();
+    assert!(cases.len() >= 8);
+    for case in cases {
+        let name = case["name"].as_str().unwrap();
+        let freq: Freq = case["freq"].as_str().unwrap().parse().unwrap();
+        let is_train = case["is_train"].as_bool().unwrap();
+        let names: Vec<&str> = time_features_for(freq).iter().map(|f| f.name()).collect();
+        let want_names: Vec<&str> = case["time_features"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(names, want_names, "{name}: time features");
+
+        let lines: String = case["lines"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| format!("{}\n", l.as_str().unwrap()))
+            .collect();
+        let entries = jsonl::parse_lines(lines.as_bytes(), freq).unwrap();
+
+        // The map steps.
+        let mut chain = map_chain(case, freq);
+        let mut transformed = Vec::new();
+        for e in entries.clone() {
+            chain.apply(e, is_train, &mut transformed).unwrap();
+        }
+        let want = case["transformed"].as_array().unwrap();
+        assert_eq!(transformed.len(), want.len(), "{name}");
+        for (i, (g, w)) in transformed.iter().zip(want).enumerate() {
+            assert_entry(&format!("{name}: transformed[{i}]"), g, w);
+        }
+
+        // Map steps + instance splitter.
+        let mut chain = map_chain(case, freq).then(splitter(case));
+        let mut windows = Vec::new();
+        for e in entries {
+            chain.apply(e, is_train, &mut windows).unwrap();
+        }
+        let want = case["windows"].as_array().unwrap();
+        assert_eq!(windows.len(), want.len(), "{name}: number of windows");
+        for (i, (g, w)) in windows.iter().zip(want).enumerate() {
+            assert_entry(&format!("{name}: window[{i}]"), g, w);
+        }
+
+        // Batching stacks every field.
+        if let Some(batch) = case["batch"].as_object() {
+            let b = stack(&windows).unwrap();
+            assert_eq!(b.len, windows.len());
+            for (field, w) in batch {
+                assert_array(&format!("{name}: batch.{field}"), b.get(field).unwrap(), w);
+            }
+            assert_eq!(b.fields().count(), batch.len(), "{name}: batch fields");
+        }
+    }
+}
+
+#[test]
+fn time_features_match_gluonts_for_every_frequency() {
+    let fixtures = load("gluonts_time_features.json");
+    for case in fixtures["cases"].as_array().unwrap() {
+        let fs = case["freq"].as_str().unwrap();
+        let freq: Freq = fs.parse().unwrap();
+        let n = case["periods"].as_u64().unwrap() as usize;
+        let start = Period::parse(case["start"].as_str().unwrap(), freq).unwrap();
+        assert_eq!(
+            start.to_string(),
+            case["start_time"].as_str().unwrap(),
+            "{fs}: start"
+        );
+        assert_eq!(
+            start.add(n as i64 - 1).to_string(),
+            case["last_start_time"].as_str().unwrap(),
+            "{fs}: last period"
+        );
+        let feats = time_features_for(freq);
+        let names: Vec<&str> = feats.iter().map(|f| f.name()).collect();
+        let want_names: Vec<&str> = case["names"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(names, want_names, "{fs}");
+        let mut out = vec![0.0; feats.len() * n];
+        fill_time_features(start, n, &feats, &mut out);
+        for (k, want) in case["values"].as_array().unwrap().iter().enumerate() {
+            assert_close(
+                &format!("{fs}: {}", names[k]),
+                &out[k * n..(k + 1) * n],
+                &floats(want),
+            );
+        }
+    }
+}
