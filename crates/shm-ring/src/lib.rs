@@ -1,1 +1,73 @@
-//! shm-ring
+//! # shm-ring: zero-copy numeric arrays between processes
+//!
+//! A [`Sender`] creates a channel in POSIX shared memory (`/dev/shm/shmpipe-<name>`); a
+//! [`Receiver`] in another process opens it by name. Messages are sets of named n-dimensional
+//! arrays (f32, f64, i8..i64, u8..u64, f16, bf16, bool) with small metadata. Small arrays are
+//! copied inline through a lock-free ring; large ones travel zero-copy: the producer fills a
+//! block of its pool in place ([`Sender::loan`]) and the consumer reads that very memory through
+//! an [`ndarray::ArrayView`], handing the block back when the [`Message`] is dropped.
+//!
+//! Everything read from shared memory is validated before use: a buggy or hostile peer yields
+//! [`Error::Corrupt`], never undefined behaviour or an out-of-bounds read. A peer that dies is
+//! reported as [`Error::PeerDied`] within [`WaitConfig::liveness_check`] of a blocked call, and
+//! a producer takes back every block a dead consumer held.
+//!
+//! ## Quick start
+//! ```
+//! use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+//!
+//! let name = format!("quickstart-{}", std::process::id());
+//! let mut tx = Sender::create(&name, &ChannelConfig::default())?;
+//! let mut rx = Receiver::open(&name)?; // normally in another process
+//!
+//! // Zero-copy: loan an array in shared memory, fill it in place, send it.
+//! let loan = tx.loan::<f32>(&[1000, 3])?.write_with(|i| i as f32);
+//! tx.send(MessageBuilder::new().meta_str("item_id", "A-17").array_loan("x", loan))?;
+//!
+//! let msg = rx.recv()?;
+//! let rec = msg.record(0)?;
+//! let x = rec.array::<f32>("x")?; // a view into shared memory, tied to `msg`
+//! assert_eq!(x.shape(), &[1000, 3]);
+//! assert_eq!(rec.meta_str("item_id"), Some("A-17"));
+//! # Ok::<(), shm_ring::Error>(())
+//! ```
+#![deny(unsafe_op_in_unsafe_fn, missing_docs, missing_debug_implementations)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+#[cfg(not(loom))]
+mod calibrate;
+#[cfg(not(loom))]
+mod channel;
+#[cfg(not(loom))]
+pub mod dtype;
+#[cfg(not(loom))]
+mod error;
+#[cfg(not(loom))]
+pub mod message;
+#[cfg(not(loom))]
+mod pool;
+pub mod ring;
+#[cfg(not(loom))]
+mod segment;
+mod sync;
+#[cfg(not(loom))]
+mod sys;
+#[cfg(not(loom))]
+pub mod transfer;
+
+#[cfg(not(loom))]
+pub use calibrate::{Calibration, calibrate};
+#[cfg(not(loom))]
+pub use channel::{ChannelConfig, Message, Receiver, Sender, SenderStats, WaitConfig};
+#[cfg(not(loom))]
+pub use dtype::{DType, Element};
+#[cfg(not(loom))]
+pub use error::Error;
+#[cfg(not(loom))]
+pub use message::{ArrayInfo, MessageBuilder, MessageView, MetaValue, RecordView};
+#[cfg(not(loom))]
+pub use pool::{ArrayLoan, ArrayLoanUninit};
+#[cfg(not(loom))]
+pub use segment::{NAME_PREFIX, Segment, reclaim_stale};
+#[cfg(not(loom))]
+pub use transfer::{DEFAULT_THRESHOLD, Transfer};

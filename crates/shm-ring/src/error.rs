@@ -1,0 +1,155 @@
+//! Error type of channel and segment operations.
+
+use std::fmt;
+use std::io;
+
+/// What went wrong in a segment or channel operation.
+///
+/// Errors that concern shared memory contents ([`Error::Corrupt`]) mean that a peer wrote
+/// something that failed validation; the reader never trusts such data.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A blocking call ran out of time.
+    Timeout,
+    /// The ring is full (non-blocking send) or the pool has no free block (non-blocking loan).
+    Full,
+    /// The peer closed its end cleanly, and everything it sent has been received.
+    Disconnected,
+    /// The peer process exited without closing its end (crashed or was killed).
+    PeerDied {
+        /// The pid of the process that died.
+        pid: u32,
+        /// Pool blocks the producer took back from the dead consumer (0 on the consumer side).
+        reclaimed: usize,
+    },
+    /// A value read from shared memory failed validation.
+    Corrupt(String),
+    /// A message, array or segment is larger than the configured limit.
+    TooLarge {
+        /// What was asked for.
+        what: &'static str,
+        /// Bytes needed.
+        needed: usize,
+        /// Bytes available under the configuration.
+        limit: usize,
+    },
+    /// `/dev/shm` (or the memfd's tmpfs) cannot hold a segment of this size.
+    NoSpace {
+        /// Segment name.
+        name: String,
+        /// Bytes the segment needs.
+        needed: u64,
+        /// Bytes free on the file system when creation failed.
+        available: u64,
+    },
+    /// A segment of that name exists already.
+    AlreadyExists(String),
+    /// No segment of that name exists.
+    NotFound(String),
+    /// The segment was made by an incompatible version of this crate.
+    VersionMismatch {
+        /// Layout version in the segment.
+        found: u32,
+        /// Layout version this crate understands.
+        expected: u32,
+    },
+    /// The segment is not one of ours (bad magic) or its header is inconsistent.
+    NotASegment(String),
+    /// Another live consumer is attached to this channel.
+    Busy(u32),
+    /// A name or configuration value is invalid.
+    InvalidArgument(String),
+    /// An array was looked up by name but the message has no such array (or metadata).
+    NoSuchField(String),
+    /// An array has another element type than the one asked for.
+    DTypeMismatch {
+        /// Array name.
+        name: String,
+        /// Its element type.
+        found: crate::DType,
+        /// The element type asked for.
+        expected: crate::DType,
+    },
+    /// An operating-system call failed.
+    Os(io::Error),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Timeout => f.write_str("timed out"),
+            Error::Full => f.write_str("channel full"),
+            Error::Disconnected => f.write_str("peer disconnected"),
+            Error::PeerDied { pid, reclaimed } => {
+                write!(f, "peer process {pid} died without closing the channel")?;
+                if *reclaimed > 0 {
+                    write!(f, " ({reclaimed} pool blocks reclaimed)")?;
+                }
+                Ok(())
+            }
+            Error::Corrupt(why) => write!(f, "corrupt shared memory: {why}"),
+            Error::TooLarge {
+                what,
+                needed,
+                limit,
+            } => write!(
+                f,
+                "{what} needs {needed} bytes but the limit is {limit} bytes"
+            ),
+            Error::NoSpace {
+                name,
+                needed,
+                available,
+            } => write!(
+                f,
+                "segment '{name}' needs {needed} bytes ({:.1} MiB) but /dev/shm has only {available} bytes \
+                 ({:.1} MiB) free; raise it (e.g. `docker run --shm-size=1g`, or \
+                 `mount -o remount,size=1G /dev/shm`) or configure a smaller pool",
+                *needed as f64 / 1048576.0,
+                *available as f64 / 1048576.0
+            ),
+            Error::AlreadyExists(n) => write!(f, "segment '{n}' already exists"),
+            Error::NotFound(n) => write!(f, "no segment named '{n}'"),
+            Error::VersionMismatch { found, expected } => write!(
+                f,
+                "segment layout version {found}, but this build understands version {expected}"
+            ),
+            Error::NotASegment(why) => write!(f, "not a shm-ring segment: {why}"),
+            Error::Busy(pid) => write!(f, "another consumer (pid {pid}) is attached"),
+            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::NoSuchField(n) => write!(f, "message has no field '{n}'"),
+            Error::DTypeMismatch {
+                name,
+                found,
+                expected,
+            } => write!(f, "array '{name}' holds {found}, not {expected}"),
+            Error::Os(e) => write!(f, "os error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Os(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for Error {
+    fn from(e: io::Error) -> Self {
+        Error::Os(e)
+    }
+}
+
+impl From<rustix::io::Errno> for Error {
+    fn from(e: rustix::io::Errno) -> Self {
+        Error::Os(e.into())
+    }
+}
+
+pub(crate) fn corrupt(why: impl Into<String>) -> Error {
+    Error::Corrupt(why.into())
+}

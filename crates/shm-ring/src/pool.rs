@@ -1,0 +1,214 @@
+//! Payload pool: fixed-size blocks in the producer's segment, and the staged loan types that
+//! let a producer fill an array in place.
+//!
+//! Only the producer allocates. Its free list is process-local; a block goes out with a message
+//! (it is then "in flight" until the consumer hands its index back through the completion
+//! ring), or out to the user as a loan (returned on drop if it is never sent).
+
+use std::marker::PhantomData;
+use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex};
+
+use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn};
+
+use crate::dtype::{DType, Element};
+use crate::segment::Segment;
+
+/// Geometry of a pool inside a mapped segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PoolGeom {
+    /// Offset of block 0 from the start of the segment (64-byte aligned).
+    pub off: usize,
+    /// Bytes per block (a multiple of 64).
+    pub block_size: usize,
+    /// Number of blocks.
+    pub blocks: u32,
+}
+
+/// Shared by a [`crate::Sender`] and every loan it handed out.
+#[derive(Debug)]
+pub(crate) struct PoolHome {
+    pub seg: Arc<Segment>,
+    pub geom: PoolGeom,
+    /// Blocks of loans dropped without being sent, waiting to go back on the free list.
+    pub orphans: Mutex<Vec<u32>>,
+}
+
+impl PoolHome {
+    /// Start of block `idx`.
+    pub fn block_ptr(&self, idx: u32) -> *mut u8 {
+        debug_assert!(idx < self.geom.blocks);
+        self.seg
+            .as_ptr()
+            .wrapping_add(self.geom.off + idx as usize * self.geom.block_size)
+    }
+}
+
+/// A type-erased loan: one block holding one array.
+#[derive(Debug)]
+pub(crate) struct LoanToken {
+    pub home: Arc<PoolHome>,
+    pub block: u32,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+    /// Number of elements.
+    pub len: usize,
+    /// Still ours to return on drop (false once the block went out with a message).
+    pub live: bool,
+}
+
+impl LoanToken {
+    pub fn bytes(&self) -> usize {
+        self.len * self.dtype.size()
+    }
+
+    /// Gives up ownership of the block (it travels with a message now).
+    pub fn take(mut self) -> u32 {
+        self.live = false;
+        self.block
+    }
+}
+
+impl Drop for LoanToken {
+    fn drop(&mut self) {
+        if self.live {
+            if let Ok(mut o) = self.home.orphans.lock() {
+                o.push(self.block);
+            }
+        }
+    }
+}
+
+/// An array loaned from the sender's pool, not yet initialised: fill it, then turn it into an
+/// [`ArrayLoan`] and send it with `MessageBuilder::array_loan`. Zero-copy: the consumer reads
+/// the very memory written here. Dropping it unsent returns the block to the pool.
+#[derive(Debug)]
+pub struct ArrayLoanUninit<T: Element> {
+    pub(crate) token: LoanToken,
+    _t: PhantomData<T>,
+}
+
+/// An initialised array in the sender's pool, ready to send (see [`ArrayLoanUninit`]).
+#[derive(Debug)]
+pub struct ArrayLoan<T: Element> {
+    pub(crate) token: LoanToken,
+    _t: PhantomData<T>,
+}
+
+impl<T: Element> ArrayLoanUninit<T> {
+    pub(crate) fn new(token: LoanToken) -> Self {
+        ArrayLoanUninit {
+            token,
+            _t: PhantomData,
+        }
+    }
+
+    /// The array's shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.token.shape
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.token.len
+    }
+
+    /// Whether the array has no element.
+    pub fn is_empty(&self) -> bool {
+        self.token.len == 0
+    }
+
+    /// The elements, in row-major order, to be written.
+    pub fn as_uninit_mut(&mut self) -> &mut [MaybeUninit<T>] {
+        let ptr = self
+            .token
+            .home
+            .block_ptr(self.token.block)
+            .cast::<MaybeUninit<T>>();
+        // SAFETY: the block is ours alone until sent (the consumer never sees an unsent block),
+        // at least `len * size_of::<T>()` bytes long (checked at loan time) and 64-byte aligned.
+        unsafe { std::slice::from_raw_parts_mut(ptr, self.token.len) }
+    }
+
+    /// Declares every element written.
+    ///
+    /// # Safety
+    /// Every element of [`ArrayLoanUninit::as_uninit_mut`] must have been written. (The bytes
+    /// are shared memory and never truly uninitialised, but they may hold a previous message.)
+    pub unsafe fn assume_init(self) -> ArrayLoan<T> {
+        ArrayLoan {
+            token: self.token,
+            _t: PhantomData,
+        }
+    }
+
+    /// Writes element `i` (row-major) as `f(i)` for every `i`.
+    pub fn write_with(mut self, mut f: impl FnMut(usize) -> T) -> ArrayLoan<T> {
+        for (i, x) in self.as_uninit_mut().iter_mut().enumerate() {
+            x.write(f(i));
+        }
+        // SAFETY: every element was written just above.
+        unsafe { self.assume_init() }
+    }
+
+    /// Copies `src` (row-major, same number of elements) into the loan.
+    ///
+    /// # Panics
+    /// If `src.len()` differs from the loan's length.
+    pub fn copy_from_slice(mut self, src: &[T]) -> ArrayLoan<T> {
+        let dst = self.as_uninit_mut();
+        assert_eq!(
+            dst.len(),
+            src.len(),
+            "loan has {} elements, source {}",
+            dst.len(),
+            src.len()
+        );
+        // SAFETY: MaybeUninit<T> has T's layout; the slices have equal length and cannot overlap
+        // (the loan's block is not memory the caller can otherwise reach).
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr().cast::<T>(), src.len())
+        };
+        // SAFETY: every element was written by the copy.
+        unsafe { self.assume_init() }
+    }
+
+    /// Sets every element to `value`.
+    pub fn fill(self, value: T) -> ArrayLoan<T> {
+        self.write_with(|_| value)
+    }
+}
+
+impl<T: Element> ArrayLoan<T> {
+    /// The array's shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.token.shape
+    }
+
+    /// The elements in row-major order.
+    pub fn as_slice(&self) -> &[T] {
+        let ptr = self.token.home.block_ptr(self.token.block).cast::<T>();
+        // SAFETY: as in `as_uninit_mut`; the elements are initialised (type-state).
+        unsafe { std::slice::from_raw_parts(ptr, self.token.len) }
+    }
+
+    /// The elements in row-major order, mutable.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        let ptr = self.token.home.block_ptr(self.token.block).cast::<T>();
+        // SAFETY: as in `as_uninit_mut`; the elements are initialised (type-state).
+        unsafe { std::slice::from_raw_parts_mut(ptr, self.token.len) }
+    }
+
+    /// An ndarray view.
+    pub fn view(&self) -> ArrayViewD<'_, T> {
+        ArrayViewD::from_shape(IxDyn(&self.token.shape), self.as_slice())
+            .expect("loan shape matches its length")
+    }
+
+    /// A mutable ndarray view.
+    pub fn view_mut(&mut self) -> ArrayViewMutD<'_, T> {
+        let shape = self.token.shape.clone();
+        ArrayViewMutD::from_shape(IxDyn(&shape), self.as_mut_slice())
+            .expect("loan shape matches its length")
+    }
+}
