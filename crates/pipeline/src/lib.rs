@@ -1,1 +1,70 @@
-//! Placeholder: see the issue for this crate.
+//! # shmpipe: data pipelines whose steps run in worker processes
+//!
+//! A pipeline reads records in *emitter* processes (a JSON-lines file split into line-aligned
+//! byte ranges, or any registered [`Source`]), runs *steps* (flat-maps: 0..n outputs per input)
+//! in *worker* processes, and delivers the outputs to the consumer, the process that started
+//! it. Items cross processes in byte-sized batches over `shm-ring` shared-memory rings; large
+//! arrays go zero-copy through the producer's payload pool.
+//!
+//! Children are the current executable re-executed with the role in an environment variable;
+//! [`init`] at the top of `main` diverts them into their role. Steps and sources are therefore
+//! registered by name in a [`Registry`] that the parent and the children build the same way.
+//!
+//! End of stream is exact: every connection is FIFO and carries one end marker; a node sends
+//! its end markers after it holds the markers of all its inputs and has sent its last output.
+//! A process that dies is an error at the consumer, never an end.
+//!
+//! ```no_run
+//! use shmpipe::{map, Item, JsonLines, Pipeline, Registry, ndarray::Array1};
+//!
+//! fn registry() -> Registry {
+//!     Registry::new().step("double", |_cx| Ok(map(|mut it: Item| {
+//!         if let Some(mut x) = it.array_mut::<f32>("target") { x *= 2.0; }
+//!         Ok(it)
+//!     })))
+//! }
+//!
+//! fn main() -> Result<(), shmpipe::Error> {
+//!     let reg = registry();
+//!     shmpipe::init(&reg); // children run their role here and exit
+//!     let p = Pipeline::builder(&reg)
+//!         .source(JsonLines::new("data.jsonl"))
+//!         .emitters(2)
+//!         .step("double")
+//!         .workers(2)
+//!         .start()?;
+//!     for item in p {
+//!         let item = item?;
+//!         println!("{:?}", item.array::<f32>("target"));
+//!     }
+//!     Ok(())
+//! }
+//! ```
+#![deny(missing_docs)]
+
+mod error;
+mod item;
+mod node;
+mod pipeline;
+mod process;
+mod shm;
+mod source;
+mod step;
+mod transport;
+mod wire;
+
+pub use error::Error;
+pub use item::{Array, Element, Item, Meta};
+pub use ndarray;
+pub use pipeline::{
+    DEFAULT_BATCH_BYTES, Epochs, Metrics, OnBadRecord, Pipeline, PipelineBuilder, Topology,
+    Transfer,
+};
+pub use process::{ROLE_ENV, init};
+pub use source::{
+    FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,
+    derive_seed, part_range, split_seeks,
+};
+pub use step::{
+    Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,
+};

@@ -1,0 +1,153 @@
+//! The pipeline's error type.
+
+use std::fmt;
+
+use crate::source::SourceError;
+use crate::wire::Report;
+
+/// What can go wrong in a pipeline. The consumer gets it from
+/// [`Pipeline::dequeue`](crate::Pipeline::dequeue) (or the iterator); the pipeline is then
+/// shut down.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// Invalid builder settings (e.g. an unknown step name).
+    Config(String),
+    /// A child process could not be started.
+    Spawn(std::io::Error),
+    /// A connection between processes failed.
+    Transport(String),
+    /// A malformed record in a source (policy [`OnBadRecord::Fail`](crate::OnBadRecord::Fail)).
+    BadRecord {
+        /// File (or source name).
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// The offending field, when one is to blame.
+        field: Option<String>,
+        /// What is wrong.
+        message: String,
+    },
+    /// A source failed (other than a malformed record).
+    Source {
+        /// The emitter.
+        emitter: usize,
+        /// The error.
+        error: SourceError,
+    },
+    /// A step returned an error or panicked.
+    Step {
+        /// Step name.
+        step: String,
+        /// Stage index (0 in the fused topology).
+        stage: usize,
+        /// Worker index within the stage.
+        worker: usize,
+        /// The input: `emitter e, record k` (plus its `item_id` when it has one).
+        input: String,
+        /// The error message (or panic message).
+        message: String,
+    },
+    /// A child process died (killed by a signal, or exited unexpectedly).
+    ProcessDied {
+        /// `emitter 1`, `worker 0 (stage 0)`, ...
+        role: String,
+        /// Its pid.
+        pid: u32,
+        /// How it ended, e.g. `killed by signal 9`.
+        status: String,
+    },
+    /// Ctrl-C (SIGINT) was received.
+    Interrupted,
+    /// The operation is not possible in this state (e.g. `enqueue` after `close_input`).
+    Closed(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Config(m) => write!(f, "pipeline configuration: {m}"),
+            Error::Spawn(e) => write!(f, "cannot start a pipeline process: {e}"),
+            Error::Transport(m) => write!(f, "pipeline transport: {m}"),
+            Error::BadRecord {
+                file,
+                line,
+                field: Some(field),
+                message,
+            } => {
+                write!(f, "bad record at {file}:{line}, field {field:?}: {message}")
+            }
+            Error::BadRecord {
+                file,
+                line,
+                field: None,
+                message,
+            } => {
+                write!(f, "bad record at {file}:{line}: {message}")
+            }
+            Error::Source { emitter, error } => write!(f, "source of emitter {emitter}: {error}"),
+            Error::Step {
+                step,
+                stage,
+                worker,
+                input,
+                message,
+            } => write!(
+                f,
+                "step {step:?} failed in worker {worker} (stage {stage}) on input {input}: {message}"
+            ),
+            Error::ProcessDied { role, pid, status } => {
+                write!(f, "pipeline {role} (pid {pid}) died: {status}")
+            }
+            Error::Interrupted => f.write_str("pipeline interrupted (Ctrl-C)"),
+            Error::Closed(m) => write!(f, "pipeline closed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Spawn(e) => Some(e),
+            Error::Source { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl From<Report> for Error {
+    fn from(r: Report) -> Error {
+        match r {
+            Report::Step {
+                step,
+                stage,
+                worker,
+                input,
+                message,
+            } => Error::Step {
+                step,
+                stage,
+                worker,
+                input,
+                message,
+            },
+            Report::Source {
+                error:
+                    SourceError::BadRecord {
+                        file,
+                        line,
+                        field,
+                        message,
+                    },
+                ..
+            } => Error::BadRecord {
+                file,
+                line,
+                field,
+                message,
+            },
+            Report::Source { emitter, error } => Error::Source { emitter, error },
+            Report::Other { role, message } => Error::Transport(format!("{role}: {message}")),
+        }
+    }
+}

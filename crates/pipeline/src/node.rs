@@ -1,0 +1,665 @@
+//! The plan every process of a pipeline shares, the wiring between processes, and the
+//! emitter and worker roles.
+//!
+//! Nodes: emitters `e0..e{E-1}` (in enqueue mode the parent plays `e0`), workers `s{s}w{w}`
+//! (stage `s`, worker `w`) and the consumer `c` (the parent). There is one connection per
+//! (producer, consumer) pair between consecutive layers, named `{id}-{from}-{to}`; the
+//! producer creates it. Per-connection FIFO order plus one end marker per connection makes
+//! the end of stream exact: a node sends its own end markers after it holds end markers from
+//! all its inputs and has sent its last output.
+
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::item::Item;
+use crate::source::{
+    JsonLines, ShuffleBuffer, Source, SourceContext, SourceError, derive_seed, epoch_order,
+};
+use crate::step::{Registry, Step, StepContext, WorkerInfo};
+use crate::transport::{SockRx, SockTx, TransportKind};
+use crate::wire::{Frame, Report, Rx, Stats, TransportError, Tx};
+use crate::{Epochs, OnBadRecord, Transfer};
+
+/// Exit code of a child that completed.
+pub(crate) const EXIT_OK: i32 = 0;
+/// Exit code of a child that reported a failure downstream (the consumer has the details).
+pub(crate) const EXIT_REPORTED: i32 = 2;
+/// Exit code of a child that could not set itself up (details on stderr).
+pub(crate) const EXIT_SETUP: i32 = 3;
+/// Exit code of a child that lost a peer (a consequence of another failure).
+pub(crate) const EXIT_PEER_LOST: i32 = 4;
+/// Exit code of a child whose parent died.
+pub(crate) const EXIT_ORPHAN: i32 = 5;
+
+/// How long a consumer waits for its producer to create a connection.
+const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where the records come from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) enum SourceSpec {
+    JsonLines(JsonLines),
+    Named {
+        name: String,
+        args: serde_json::Value,
+    },
+}
+
+/// One stage: the steps each of its workers runs, in order, and its worker count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StagePlan {
+    pub steps: Vec<(String, serde_json::Value)>,
+    pub workers: usize,
+}
+
+/// Shared-memory channel sizing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ChannelPlan {
+    pub slots: u32,
+    pub slot_size: u32,
+    pub blocks: u32,
+    pub block_size: usize,
+}
+
+/// Everything a process of the pipeline needs to know.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Plan {
+    pub id: String,
+    pub parent: u32,
+    pub emitters: usize,
+    /// `None`: enqueue mode, the parent is emitter 0.
+    pub source: Option<SourceSpec>,
+    pub stages: Vec<StagePlan>,
+    pub ordered: bool,
+    pub batch_bytes: usize,
+    pub transfer: Transfer,
+    pub transport: TransportKind,
+    pub channel: ChannelPlan,
+    pub seed: u64,
+    pub shuffle: bool,
+    pub shuffle_buffer: usize,
+    pub epochs: Epochs,
+    pub rank: usize,
+    pub world_size: usize,
+    pub on_bad_record: OnBadRecord,
+}
+
+/// What a child process is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum Role {
+    Emitter(usize),
+    Worker { stage: usize, worker: usize },
+}
+
+impl Role {
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Role::Emitter(e) => format!("emitter {e}"),
+            Role::Worker { stage, worker } => format!("worker {worker} (stage {stage})"),
+        }
+    }
+}
+
+/// The env var payload of a child.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ChildSpec {
+    pub plan: Plan,
+    pub role: Role,
+}
+
+pub(crate) fn emitter_node(e: usize) -> String {
+    format!("e{e}")
+}
+pub(crate) fn worker_node(stage: usize, w: usize) -> String {
+    format!("s{stage}w{w}")
+}
+pub(crate) const CONSUMER: &str = "c";
+
+impl Plan {
+    pub(crate) fn conn(&self, from: &str, to: &str) -> String {
+        format!("{}-{from}-{to}", self.id)
+    }
+    /// Nodes feeding stage `stage`.
+    pub(crate) fn upstream(&self, stage: usize) -> Vec<String> {
+        if stage == 0 {
+            (0..self.emitters).map(emitter_node).collect()
+        } else {
+            (0..self.stages[stage - 1].workers)
+                .map(|w| worker_node(stage - 1, w))
+                .collect()
+        }
+    }
+    /// Nodes fed by stage `stage`.
+    pub(crate) fn downstream(&self, stage: usize) -> Vec<String> {
+        if stage + 1 == self.stages.len() {
+            vec![CONSUMER.to_owned()]
+        } else {
+            (0..self.stages[stage + 1].workers)
+                .map(|w| worker_node(stage + 1, w))
+                .collect()
+        }
+    }
+    /// Every connection name of the pipeline.
+    pub(crate) fn all_connections(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        for s in 0..self.stages.len() {
+            for w in 0..self.stages[s].workers {
+                let me = worker_node(s, w);
+                for u in self.upstream(s) {
+                    v.push(self.conn(&u, &me));
+                }
+            }
+        }
+        for w in 0..self.stages.last().map_or(0, |s| s.workers) {
+            v.push(self.conn(&worker_node(self.stages.len() - 1, w), CONSUMER));
+        }
+        v
+    }
+    /// The connections a role creates (as the producer).
+    pub(crate) fn produced_by(&self, role: Role) -> Vec<String> {
+        match role {
+            Role::Emitter(e) => {
+                let me = emitter_node(e);
+                (0..self.stages[0].workers)
+                    .map(|w| self.conn(&me, &worker_node(0, w)))
+                    .collect()
+            }
+            Role::Worker { stage, worker } => {
+                let me = worker_node(stage, worker);
+                self.downstream(stage)
+                    .iter()
+                    .map(|d| self.conn(&me, d))
+                    .collect()
+            }
+        }
+    }
+    /// Which worker of stage `stage + 1` gets the outputs of record `(e, k)` after `stage`.
+    pub(crate) fn route(&self, stage: usize, e: u32, k: u64) -> usize {
+        if stage + 1 == self.stages.len() {
+            return 0;
+        }
+        let n = self.stages[stage + 1].workers as u64;
+        (derive_seed(&[stage as u64, u64::from(e), k]) % n) as usize
+    }
+}
+
+pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> {
+    match plan.transport {
+        TransportKind::Socket => SockTx::create(name)
+            .map(|t| Box::new(t) as Box<dyn Tx>)
+            .map_err(|e| format!("cannot create connection {name}: {e}")),
+        TransportKind::Shm => crate::shm::create_tx(plan, name),
+    }
+}
+
+pub(crate) fn open_rx(plan: &Plan, name: &str, deadline: Instant) -> Result<Box<dyn Rx>, String> {
+    match plan.transport {
+        TransportKind::Socket => SockRx::open(name, deadline)
+            .map(|t| Box::new(t) as Box<dyn Rx>)
+            .map_err(|e| format!("cannot open connection {name}: {e}")),
+        TransportKind::Shm => crate::shm::open_rx(name, deadline),
+    }
+}
+
+/// Rough encoded size of a frame, for byte-sized batches.
+fn frame_size(f: &Frame) -> usize {
+    match f {
+        Frame::Item { item, .. } => 16 + item.wire_size(),
+        _ => 32,
+    }
+}
+
+/// The outgoing connections of a node, each with a pending batch.
+pub(crate) struct Outputs {
+    pub txs: Vec<Box<dyn Tx>>,
+    pending: Vec<Vec<Frame>>,
+    bytes: Vec<usize>,
+    batch_bytes: usize,
+}
+
+impl Outputs {
+    pub(crate) fn new(txs: Vec<Box<dyn Tx>>, batch_bytes: usize) -> Outputs {
+        let n = txs.len();
+        Outputs {
+            txs,
+            pending: vec![Vec::new(); n],
+            bytes: vec![0; n],
+            batch_bytes: batch_bytes.max(1),
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.txs.len()
+    }
+    pub(crate) fn push(&mut self, i: usize, f: Frame) -> Result<(), TransportError> {
+        self.bytes[i] += frame_size(&f);
+        self.pending[i].push(f);
+        if self.bytes[i] >= self.batch_bytes {
+            self.flush(i)
+        } else {
+            Ok(())
+        }
+    }
+    pub(crate) fn flush(&mut self, i: usize) -> Result<(), TransportError> {
+        if !self.pending[i].is_empty() {
+            self.txs[i].send(&self.pending[i])?;
+            self.pending[i].clear();
+            self.bytes[i] = 0;
+        }
+        Ok(())
+    }
+    pub(crate) fn flush_all(&mut self) -> Result<(), TransportError> {
+        (0..self.txs.len()).try_for_each(|i| self.flush(i))
+    }
+    pub(crate) fn broadcast(&mut self, f: &Frame) -> Result<(), TransportError> {
+        (0..self.txs.len()).try_for_each(|i| self.push(i, f.clone()))
+    }
+    /// Sends an error report on output 0 after what is pending there.
+    pub(crate) fn report(&mut self, r: Report) {
+        if !self.txs.is_empty() {
+            let _ = self.push(0, Frame::Error(r)).and_then(|()| self.flush(0));
+        }
+    }
+    pub(crate) fn transfer_counts(&self) -> (u64, u64) {
+        self.txs
+            .iter()
+            .map(|t| t.transfer_counts())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    }
+}
+
+/// Why [`Inputs::next`] stopped.
+#[derive(Debug)]
+pub(crate) enum NextError<E> {
+    /// Input `i` failed.
+    Input(usize, TransportError),
+    /// The idle callback failed.
+    Idle(E),
+}
+
+/// The incoming connections of a node, polled in rotation.
+pub(crate) struct Inputs {
+    pub rxs: Vec<Box<dyn Rx>>,
+    /// Input `i` delivered its end marker.
+    pub done: Vec<bool>,
+    next: usize,
+    /// Calls of [`Inputs::next`] that found a batch without waiting.
+    pub ready_polls: u64,
+    /// Calls of [`Inputs::next`] that had to wait.
+    pub empty_polls: u64,
+}
+
+impl Inputs {
+    pub(crate) fn new(rxs: Vec<Box<dyn Rx>>) -> Inputs {
+        let n = rxs.len();
+        Inputs {
+            rxs,
+            done: vec![false; n],
+            next: 0,
+            ready_polls: 0,
+            empty_polls: 0,
+        }
+    }
+
+    pub(crate) fn all_done(&self) -> bool {
+        self.done.iter().all(|&d| d)
+    }
+
+    fn take(&mut self, i: usize, frames: Vec<Frame>) -> Option<(usize, Vec<Frame>)> {
+        if frames.iter().any(|f| matches!(f, Frame::Eos(_))) {
+            self.done[i] = true;
+        }
+        self.next = (i + 1) % self.rxs.len();
+        Some((i, frames))
+    }
+
+    /// The next batch from any input: spins briefly, then calls `idle` and sleeps on one
+    /// input at a time (1 ms each), calling `idle` after every sleep. `Ok(None)`: every input
+    /// has delivered its end marker.
+    pub(crate) fn next<E>(
+        &mut self,
+        idle: &mut dyn FnMut() -> Result<(), E>,
+    ) -> Result<Option<(usize, Vec<Frame>)>, NextError<E>> {
+        let n = self.rxs.len();
+        let mut round = 0u32;
+        loop {
+            if self.all_done() {
+                return Ok(None);
+            }
+            for j in 0..n {
+                let i = (self.next + j) % n;
+                if self.done[i] {
+                    continue;
+                }
+                match self.rxs[i].recv(None) {
+                    Ok(Some(frames)) => {
+                        if round == 0 {
+                            self.ready_polls += 1;
+                        } else {
+                            self.empty_polls += 1;
+                        }
+                        return Ok(self.take(i, frames));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(NextError::Input(i, e)),
+                }
+            }
+            round += 1;
+            if round < 64 {
+                std::hint::spin_loop();
+            } else if round < 96 {
+                std::thread::yield_now();
+            } else {
+                idle().map_err(NextError::Idle)?;
+                let i = (0..n)
+                    .map(|j| (self.next + j) % n)
+                    .find(|&i| !self.done[i])
+                    .unwrap_or(0);
+                self.next = (i + 1) % n;
+                match self.rxs[i].recv(Some(Duration::from_millis(1))) {
+                    Ok(Some(frames)) => {
+                        self.empty_polls += 1;
+                        return Ok(self.take(i, frames));
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(NextError::Input(i, e)),
+                }
+            }
+        }
+    }
+}
+
+/// Runs a child role and returns its exit code.
+pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec) -> i32 {
+    let plan = &spec.plan;
+    let me = spec.role.describe();
+    let outs: Result<Vec<_>, _> = plan
+        .produced_by(spec.role)
+        .iter()
+        .map(|n| create_tx(plan, n))
+        .collect();
+    let outs = match outs {
+        Ok(o) => Outputs::new(o, plan.batch_bytes),
+        Err(e) => {
+            eprintln!("shmpipe {me}: {e}");
+            return EXIT_SETUP;
+        }
+    };
+    match spec.role {
+        Role::Emitter(e) => run_emitter(reg, plan, e, outs),
+        Role::Worker { stage, worker } => {
+            let node = worker_node(stage, worker);
+            let deadline = Instant::now() + OPEN_TIMEOUT;
+            let ins: Result<Vec<_>, _> = plan
+                .upstream(stage)
+                .iter()
+                .map(|u| open_rx(plan, &plan.conn(u, &node), deadline))
+                .collect();
+            match ins {
+                Ok(ins) => run_worker(reg, plan, stage, worker, Inputs::new(ins), outs),
+                Err(e) => {
+                    eprintln!("shmpipe {me}: {e}");
+                    EXIT_SETUP
+                }
+            }
+        }
+    }
+}
+
+fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
+    let parts = plan.world_size * plan.emitters;
+    let part = plan.rank * plan.emitters + e;
+    let source: Result<Box<dyn Source>, SourceError> = match &plan.source {
+        Some(SourceSpec::JsonLines(j)) => {
+            j.open(part, parts).map(|p| Box::new(p) as Box<dyn Source>)
+        }
+        Some(SourceSpec::Named { name, args }) => {
+            reg.build_source(name, &SourceContext { args, part, parts })
+        }
+        None => Err(SourceError::Other(
+            "emitter started without a source".into(),
+        )),
+    };
+    let mut source = match source {
+        Ok(s) => s,
+        Err(error) => {
+            out.report(Report::Source { emitter: e, error });
+            return EXIT_REPORTED;
+        }
+    };
+    let workers = out.len() as u64;
+    let mut k = 0u64;
+    let mut stats = Stats::default();
+    let send = |out: &mut Outputs, item: Item, k: &mut u64| {
+        let r = out.push(
+            (*k % workers) as usize,
+            Frame::Item {
+                e: e as u32,
+                k: *k,
+                last: true,
+                item,
+            },
+        );
+        *k += 1;
+        r
+    };
+    let len = source.len();
+    let mut epoch = 0u64;
+    let result: Result<(), i32> = (|| {
+        loop {
+            match plan.epochs {
+                Epochs::Finite(n) if epoch >= n => return Ok(()),
+                Epochs::Cycle if len == 0 => return Ok(()),
+                _ => {}
+            }
+            let base = [plan.seed, epoch, plan.rank as u64, e as u64];
+            let order = epoch_order(len, plan.shuffle.then(|| derive_seed(&base)));
+            let mut buf = (plan.shuffle && plan.shuffle_buffer > 1).then(|| {
+                ShuffleBuffer::new(plan.shuffle_buffer, derive_seed(&[derive_seed(&base), 1]))
+            });
+            for idx in order {
+                let item = match source.read(idx) {
+                    Ok(item) => item,
+                    Err(SourceError::BadRecord { .. })
+                        if plan.on_bad_record == OnBadRecord::Skip =>
+                    {
+                        stats.skipped += 1;
+                        continue;
+                    }
+                    Err(error) => {
+                        out.report(Report::Source { emitter: e, error });
+                        return Err(EXIT_REPORTED);
+                    }
+                };
+                let item = match buf.as_mut() {
+                    Some(b) => b.push(item),
+                    None => Some(item),
+                };
+                if let Some(item) = item {
+                    send(&mut out, item, &mut k).map_err(|_| EXIT_PEER_LOST)?;
+                }
+            }
+            for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
+                send(&mut out, item, &mut k).map_err(|_| EXIT_PEER_LOST)?;
+            }
+            epoch += 1;
+        }
+    })();
+    if let Err(code) = result {
+        return code;
+    }
+    (stats.zero_copy, stats.copied) = out.transfer_counts();
+    let end = out
+        .broadcast(&Frame::EmitterDone { e: e as u32, n: k })
+        .and_then(|()| out.push(0, Frame::Eos(stats)))
+        .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
+        .and_then(|()| out.flush_all());
+    if end.is_err() {
+        EXIT_PEER_LOST
+    } else {
+        EXIT_OK
+    }
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_owned()
+    }
+}
+
+/// The step instances of one worker, run in sequence on every input.
+struct Chain {
+    steps: Vec<(String, Box<dyn Step>, u64, u64)>,
+    stage: usize,
+    worker: usize,
+}
+
+impl Chain {
+    /// Runs all steps on `item`; outputs go to `out`.
+    fn run(
+        &mut self,
+        item: Item,
+        input: &dyn Fn() -> String,
+        out: &mut Vec<Item>,
+    ) -> Result<(), Report> {
+        let mut cur = vec![item];
+        for (name, step, calls, ns) in &mut self.steps {
+            let mut next = Vec::new();
+            for it in cur.drain(..) {
+                let desc = it.describe();
+                let t0 = Instant::now();
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
+                *ns += t0.elapsed().as_nanos() as u64;
+                *calls += 1;
+                let message = match r {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => e.to_string(),
+                    Err(p) => panic_message(&*p),
+                };
+                let mut input = input();
+                if !desc.is_empty() {
+                    input = format!("{input} ({desc})");
+                }
+                return Err(Report::Step {
+                    step: name.clone(),
+                    stage: self.stage,
+                    worker: self.worker,
+                    input,
+                    message,
+                });
+            }
+            cur = next;
+        }
+        out.append(&mut cur);
+        Ok(())
+    }
+}
+
+fn run_worker(
+    reg: &Registry,
+    plan: &Plan,
+    stage: usize,
+    w: usize,
+    mut ins: Inputs,
+    mut out: Outputs,
+) -> i32 {
+    let info = WorkerInfo {
+        stage,
+        worker: w,
+        workers: plan.stages[stage].workers,
+        rank: plan.rank,
+        world_size: plan.world_size,
+        seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, w as u64]),
+    };
+    let mut chain = Chain {
+        steps: Vec::new(),
+        stage,
+        worker: w,
+    };
+    for (name, args) in &plan.stages[stage].steps {
+        match reg.build_step(name, &StepContext { args, worker: info }) {
+            Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
+            Err(e) => {
+                out.report(Report::Step {
+                    step: name.clone(),
+                    stage,
+                    worker: w,
+                    input: "(none: building the step)".into(),
+                    message: e.to_string(),
+                });
+                return EXIT_REPORTED;
+            }
+        }
+    }
+    let ordered = plan.ordered;
+    let mut stats = Stats::default();
+    let mut outputs = Vec::new();
+    loop {
+        let next = ins.next(&mut || out.flush_all());
+        let frames = match next {
+            Ok(Some((_, frames))) => frames,
+            Ok(None) => break,
+            Err(_) => return EXIT_PEER_LOST,
+        };
+        for f in frames {
+            let sent = match f {
+                Frame::Item { e, k, last, item } => {
+                    let input = || format!("emitter {e}, record {k}");
+                    if let Err(r) = chain.run(item, &input, &mut outputs) {
+                        out.report(r);
+                        return EXIT_REPORTED;
+                    }
+                    let dest = plan.route(stage, e, k);
+                    let n = outputs.len();
+                    let mut r = Ok(());
+                    for (i, item) in outputs.drain(..).enumerate() {
+                        let last = ordered && last && i + 1 == n;
+                        r = r.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+                    }
+                    if ordered && last && n == 0 {
+                        r = r.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
+                    }
+                    r
+                }
+                Frame::GroupEnd { e, k } => {
+                    out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k })
+                }
+                f @ Frame::EmitterDone { .. } => out.broadcast(&f),
+                Frame::Eos(s) => {
+                    stats.merge(&s);
+                    Ok(())
+                }
+                Frame::Error(r) => {
+                    out.report(r);
+                    return EXIT_REPORTED;
+                }
+            };
+            if sent.is_err() {
+                return EXIT_PEER_LOST;
+            }
+        }
+    }
+    let mut own = Stats {
+        steps: chain
+            .steps
+            .iter()
+            .map(|(n, _, c, ns)| (n.clone(), *c, *ns))
+            .collect(),
+        ..Stats::default()
+    };
+    (own.zero_copy, own.copied) = out.transfer_counts();
+    stats.merge(&own);
+    let end = out
+        .push(0, Frame::Eos(stats))
+        .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
+        .and_then(|()| out.flush_all());
+    if end.is_err() {
+        EXIT_PEER_LOST
+    } else {
+        EXIT_OK
+    }
+}

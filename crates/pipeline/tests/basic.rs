@@ -1,0 +1,78 @@
+//! End-to-end runs with real worker processes.
+
+mod common;
+
+use common::*;
+use shmpipe::{Item, Pipeline, Topology};
+
+fn sorted_ns(items: &[Item]) -> Vec<(i64, i64)> {
+    let mut v: Vec<_> = items
+        .iter()
+        .map(|i| (i.i64("n").unwrap(), i.i64("sub").unwrap_or(-1)))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn enqueue_dequeue_like_the_seed() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    for socket in [true, false] {
+        let mut p = Pipeline::builder(&reg)
+            .step("inc")
+            .step("inc")
+            .workers(2)
+            .socket_transport(socket)
+            .start()
+            .unwrap();
+        let _g = ShmGuard(p.id().to_owned());
+        p.enqueue(Item::new().with_i64("n", 3)).unwrap();
+        let out = p.dequeue().unwrap().unwrap();
+        assert_eq!(out.i64("n"), Some(5));
+        for n in 0..100 {
+            p.enqueue(Item::new().with_i64("n", n)).unwrap();
+        }
+        p.close_input();
+        let mut got: Vec<i64> = p.by_ref().map(|r| r.unwrap().i64("n").unwrap()).collect();
+        got.sort_unstable();
+        assert_eq!(got, (2..102).collect::<Vec<_>>());
+        assert!(p.is_finished());
+        let id = p.id().to_owned();
+        drop(p);
+        assert!(shm_entries(&id).is_empty());
+    }
+}
+
+#[test]
+fn source_fan_out_exact_end_of_stream() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let n = 500i64;
+    let mut expected = Vec::new();
+    for i in 0..n {
+        for j in 0..fan_count(i, 4) {
+            expected.push((i, j));
+        }
+    }
+    for topo in [
+        Topology::Fused,
+        Topology::Staged {
+            workers: vec![1, 3],
+        },
+    ] {
+        let p = Pipeline::builder(&reg)
+            .source_named("range", serde_json::json!({"n": n, "len": 8}))
+            .emitters(3)
+            .step_with("fan", serde_json::json!({"max": 4}))
+            .step("tag_worker")
+            .workers(2)
+            .topology(topo.clone())
+            .batch_bytes(1000)
+            .socket_transport(true)
+            .start()
+            .unwrap();
+        let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
+        assert_eq!(sorted_ns(&items), expected, "{topo:?}");
+    }
+}
