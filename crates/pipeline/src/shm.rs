@@ -1,14 +1,206 @@
-//! The shared-memory transport over `shm-ring`.
+//! The shared-memory transport: one `shm-ring` channel per connection, one message per batch,
+//! one record per frame. Item arrays become record arrays (copied or zero-copy according to
+//! the [`Transfer`](crate::Transfer) policy); control frames are records with reserved
+//! metadata (`__f` frame kind, `__e`, `__k`, `__l`, `__j` JSON payload).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use shm_ring::message::FieldRef;
+use shm_ring::{ChannelConfig, MessageBuilder, MessageView, MetaValue, Receiver, Sender};
+
+use crate::item::{Array, Item, Meta};
 use crate::node::Plan;
-use crate::wire::{Rx, Tx};
+use crate::wire::{Frame, Rx, TransportError, Tx};
 
-pub(crate) fn create_tx(_plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> {
-    Err(format!("shm transport not available yet ({name})"))
+const K_ITEM: i64 = 1;
+const K_GROUP_END: i64 = 2;
+const K_EMITTER_DONE: i64 = 3;
+const K_EOS: i64 = 4;
+const K_ERROR: i64 = 5;
+
+fn map_err(e: shm_ring::Error) -> TransportError {
+    match e {
+        shm_ring::Error::Disconnected => TransportError::Closed,
+        shm_ring::Error::PeerDied { .. } => TransportError::PeerDied(e.to_string()),
+        shm_ring::Error::TooLarge { .. } => TransportError::Other(format!(
+            "{e} (raise the pool block size with PipelineBuilder::channel, or lower batch_bytes)"
+        )),
+        other => TransportError::Other(other.to_string()),
+    }
 }
 
-pub(crate) fn open_rx(name: &str, _deadline: Instant) -> Result<Box<dyn Rx>, String> {
-    Err(format!("shm transport not available yet ({name})"))
+/// The channel configuration of a plan: a descriptor ring of about four batches.
+pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
+    let slot_size = plan.channel.slot_size.max(64);
+    let want = (4 * plan.batch_bytes / slot_size as usize).clamp(64, 1 << 16);
+    let slots = if plan.channel.slots > 0 {
+        plan.channel.slots
+    } else {
+        want.next_power_of_two() as u32
+    };
+    ChannelConfig {
+        slots,
+        slot_size,
+        blocks: plan.channel.blocks,
+        block_size: plan.channel.block_size,
+        transfer: match plan.transfer {
+            crate::Transfer::Copy => shm_ring::Transfer::Copy,
+            crate::Transfer::ZeroCopy => shm_ring::Transfer::ZeroCopy,
+            crate::Transfer::Adaptive { threshold } => shm_ring::Transfer::Adaptive { threshold },
+        },
+        ..ChannelConfig::default()
+    }
+}
+
+pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> {
+    Sender::create(name, &channel_config(plan))
+        .map(|tx| Box::new(ShmTx { tx }) as Box<dyn Tx>)
+        .map_err(|e| format!("cannot create channel {name}: {e}"))
+}
+
+pub(crate) fn open_rx(name: &str, deadline: Instant) -> Result<Box<dyn Rx>, String> {
+    loop {
+        match Receiver::open(name) {
+            Ok(rx) => return Ok(Box::new(ShmRx { rx })),
+            Err(shm_ring::Error::NotFound(_)) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(format!("cannot open channel {name}: {e}")),
+        }
+    }
+}
+
+struct ShmTx {
+    tx: Sender,
+}
+
+macro_rules! add_array {
+    ($b:expr, $name:expr, $a:expr, $($v:ident),*) => {
+        match $a {
+            $(Array::$v(x) => $b.array($name, x),)*
+        }
+    };
+}
+
+fn add_item<'a>(mut b: MessageBuilder<'a>, item: &'a Item) -> MessageBuilder<'a> {
+    for (name, a) in item.arrays() {
+        b = add_array!(b, name, a, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64);
+    }
+    for (name, m) in item.metas() {
+        b = match m {
+            Meta::I64(v) => b.meta_i64(name, *v),
+            Meta::F64(v) => b.meta_f64(name, *v),
+            Meta::Str(s) => b.meta_str(name, s.as_str()),
+        };
+    }
+    b
+}
+
+impl Tx for ShmTx {
+    fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError> {
+        let mut b = MessageBuilder::new();
+        for (i, f) in frames.iter().enumerate() {
+            if i > 0 {
+                b = b.next_record();
+            }
+            b = match f {
+                Frame::Item { e, k, last, item } => add_item(
+                    b.meta_i64("__f", K_ITEM)
+                        .meta_i64("__e", i64::from(*e))
+                        .meta_i64("__k", *k as i64)
+                        .meta_i64("__l", i64::from(*last)),
+                    item,
+                ),
+                Frame::GroupEnd { e, k } => b
+                    .meta_i64("__f", K_GROUP_END)
+                    .meta_i64("__e", i64::from(*e))
+                    .meta_i64("__k", *k as i64),
+                Frame::EmitterDone { e, n } => b
+                    .meta_i64("__f", K_EMITTER_DONE)
+                    .meta_i64("__e", i64::from(*e))
+                    .meta_i64("__k", *n as i64),
+                Frame::Eos(s) => b
+                    .meta_i64("__f", K_EOS)
+                    .meta_str("__j", serde_json::to_string(s).unwrap_or_default()),
+                Frame::Error(r) => b
+                    .meta_i64("__f", K_ERROR)
+                    .meta_str("__j", serde_json::to_string(r).unwrap_or_default()),
+            };
+        }
+        self.tx.send(b).map_err(map_err)
+    }
+
+    fn transfer_counts(&self) -> (u64, u64) {
+        let s = self.tx.stats();
+        (s.zero_copy_arrays, s.copied_arrays)
+    }
+}
+
+struct ShmRx {
+    rx: Receiver,
+}
+
+fn decode_view(m: MessageView<'_>, out: &mut Vec<Frame>) -> Result<(), String> {
+    for rec in m.records() {
+        let rec = rec.map_err(|e| e.to_string())?;
+        let (mut kind, mut e, mut k, mut last, mut json) = (0i64, 0i64, 0i64, 0i64, None);
+        let mut item = Item::new();
+        for f in rec.fields() {
+            match f.map_err(|e| e.to_string())? {
+                FieldRef::Meta(name, v) => match (name, v) {
+                    ("__f", MetaValue::I64(v)) => kind = v,
+                    ("__e", MetaValue::I64(v)) => e = v,
+                    ("__k", MetaValue::I64(v)) => k = v,
+                    ("__l", MetaValue::I64(v)) => last = v,
+                    ("__j", MetaValue::Str(s)) => json = Some(s.into_owned()),
+                    (name, MetaValue::I64(v)) => item.set_meta(name, Meta::I64(v)),
+                    (name, MetaValue::F64(v)) => item.set_meta(name, Meta::F64(v)),
+                    (name, MetaValue::Str(s)) => item.set_meta(name, Meta::Str(s.into_owned())),
+                },
+                FieldRef::Array(a) => {
+                    let arr = Array::from_bytes(a.dtype as u8, &a.shape, a.bytes)
+                        .map_err(|m| format!("array {:?}: {m}", a.name))?;
+                    item.insert(a.name, arr);
+                }
+            }
+        }
+        let e = u32::try_from(e).map_err(|_| format!("bad emitter index {e}"))?;
+        let k = k as u64;
+        let json = || {
+            json.clone()
+                .ok_or_else(|| "control record without payload".to_owned())
+        };
+        out.push(match kind {
+            K_ITEM => Frame::Item {
+                e,
+                k,
+                last: last != 0,
+                item,
+            },
+            K_GROUP_END => Frame::GroupEnd { e, k },
+            K_EMITTER_DONE => Frame::EmitterDone { e, n: k },
+            K_EOS => Frame::Eos(serde_json::from_str(&json()?).map_err(|e| e.to_string())?),
+            K_ERROR => Frame::Error(serde_json::from_str(&json()?).map_err(|e| e.to_string())?),
+            other => return Err(format!("unknown frame kind {other}")),
+        });
+    }
+    Ok(())
+}
+
+impl Rx for ShmRx {
+    fn recv(&mut self, timeout: Option<Duration>) -> Result<Option<Vec<Frame>>, TransportError> {
+        let mut frames = Vec::new();
+        let mut bad = Ok(());
+        match self
+            .rx
+            .recv_batch(8, Some(timeout.unwrap_or(Duration::ZERO)), |m| {
+                if bad.is_ok() {
+                    bad = decode_view(m, &mut frames);
+                }
+            }) {
+            Ok(_) => bad.map(|()| Some(frames)).map_err(TransportError::Other),
+            Err(shm_ring::Error::Timeout) => Ok(None),
+            Err(e) => Err(map_err(e)),
+        }
+    }
 }

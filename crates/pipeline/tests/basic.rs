@@ -69,10 +69,13 @@ fn source_fan_out_exact_end_of_stream() {
             .workers(2)
             .topology(topo.clone())
             .batch_bytes(1000)
-            .socket_transport(true)
+            .socket_transport(socket)
             .start()
             .unwrap();
+        let id = p.id().to_owned();
+        let _g = ShmGuard(id.clone());
         let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
         assert_eq!(sorted_ns(&items), expected, "{topo:?}");
+        assert!(shm_entries(&id).is_empty(), "leaked segments of {id}");
     }
 }
