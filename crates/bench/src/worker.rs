@@ -116,12 +116,30 @@ fn consume(a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
     }
 }
 
-fn produce_more(t: Transport, _a: &WorkerArgs, _run: Duration) -> Result<(), BoxError> {
-    Err(format!("{t} is not available in this build").into())
+fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxError> {
+    match t {
+        #[cfg(feature = "iceoryx2")]
+        Transport::Iceoryx2 => {
+            crate::transports::iox::produce(&a.name, a.elements, run, RENDEZVOUS)
+        }
+        _ => {
+            let _ = (a, run);
+            Err(format!("{t} is not available in this build").into())
+        }
+    }
 }
 
-fn consume_more(t: Transport, _a: &WorkerArgs, _warmup: Duration) -> Result<Outcome, BoxError> {
-    Err(format!("{t} is not available in this build").into())
+fn consume_more(t: Transport, a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
+    match t {
+        #[cfg(feature = "iceoryx2")]
+        Transport::Iceoryx2 => {
+            crate::transports::iox::consume(&a.name, a.elements, warmup, RENDEZVOUS)
+        }
+        _ => {
+            let _ = (a, warmup);
+            Err(format!("{t} is not available in this build").into())
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! Implementations of the transports, one module each.
 
 pub mod channel;
+#[cfg(feature = "iceoryx2")]
+pub mod iox;
 pub mod stream;
 
 use crate::transport::Transport;
