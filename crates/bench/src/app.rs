@@ -60,9 +60,36 @@ fn plan(transports: Vec<Transport>, sizes: Vec<usize>, run: &RunArgs) -> Plan {
     }
 }
 
-fn write_outputs(args: &RunArgs, title: &str, rows: &[Row]) -> Result<(), BoxError> {
-    if let Some(path) = &args.csv {
-        let f = File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+/// Creates the CSV file (if asked) before anything is measured, so that a bad path fails at
+/// once rather than after the run.
+///
+/// # Errors
+/// The file cannot be created, or the plot path is not an `.svg`.
+fn open_outputs(args: &RunArgs) -> Result<Option<File>, BoxError> {
+    if let Some(plot) = &args.plot
+        && !is_svg(plot)
+    {
+        return Err(format!(
+            "--plot {}: only SVG is supported (use a .svg name)",
+            plot.display()
+        )
+        .into());
+    }
+    args.csv
+        .as_ref()
+        .map(|path| {
+            File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()).into())
+        })
+        .transpose()
+}
+
+fn write_outputs(
+    args: &RunArgs,
+    csv: Option<File>,
+    title: &str,
+    rows: &[Row],
+) -> Result<(), BoxError> {
+    if let (Some(f), Some(path)) = (csv, &args.csv) {
         report::write_csv(BufWriter::new(f), rows)?;
         println!("wrote {}", path.display());
     }
@@ -112,6 +139,7 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
         a.transports.clone()
     };
     check_built(&transports)?;
+    let csv = open_outputs(&a.run)?;
     let plan = plan(transports, a.sizes.clone(), &a.run);
     eprintln!(
         "shmpipe-bench transport: {} sizes x {} transports x {} rounds of {:?} (about {:.0} s)",
@@ -135,7 +163,7 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
         rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
         Placement::classify(&run.probes_ns).label()
     );
-    write_outputs(&a.run, &title, &rows)?;
+    write_outputs(&a.run, csv, &title, &rows)?;
     failures(&run)
 }
 
@@ -144,6 +172,7 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
 /// # Errors
 /// As [`transport`].
 pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
+    let csv = open_outputs(&a.run)?;
     let plan = plan(DEMO_TRANSPORTS.to_vec(), vec![a.elements], &a.run);
     eprintln!(
         "shmpipe demo: {} between two processes on two cores; {} rounds of {:?} (about {:.0} s)",
@@ -178,7 +207,7 @@ pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
         "adaptive (the default policy) runs at {} of the better of copy and zero-copy",
         fmt(better)
     );
-    write_outputs(&a.run, "shmpipe demo", &rows)?;
+    write_outputs(&a.run, csv, "shmpipe demo", &rows)?;
     failures(&run)
 }
 

@@ -121,9 +121,17 @@ mod tests {
     }
 
     #[test]
-    fn check_is_exact_at_the_largest_size() {
-        let xs = vec![4f32; MAX_ELEMENTS];
-        assert_eq!(sum_f32(&xs), MAX_ELEMENTS as f64 * 4.0);
+    fn sum_stays_exact_past_the_f32_integer_limit() {
+        // 5M fours sum to 2e7 > 2^24: a single f32 accumulator would stall at 2^24.
+        let n = 5_000_000;
+        let xs = vec![4f32; n];
+        assert_eq!(sum_f32(&xs), n as f64 * 4.0);
+        let naive: f32 = xs.iter().sum();
+        assert_ne!(
+            f64::from(naive),
+            n as f64 * 4.0,
+            "the naive sum is inexact here"
+        );
     }
 
     #[test]

@@ -118,6 +118,9 @@ fn consume(a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
 
 fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxError> {
     match t {
+        Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
+            crate::transports::shm::produce(t, &a.name, a.elements, run)
+        }
         #[cfg(feature = "iceoryx2")]
         Transport::Iceoryx2 => {
             crate::transports::iox::produce(&a.name, a.elements, run, RENDEZVOUS)
@@ -131,6 +134,9 @@ fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxEr
 
 fn consume_more(t: Transport, a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
     match t {
+        Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
+            crate::transports::shm::consume(&a.name, a.elements, warmup, RENDEZVOUS)
+        }
         #[cfg(feature = "iceoryx2")]
         Transport::Iceoryx2 => {
             crate::transports::iox::consume(&a.name, a.elements, warmup, RENDEZVOUS)

@@ -3,6 +3,7 @@
 pub mod channel;
 #[cfg(feature = "iceoryx2")]
 pub mod iox;
+pub mod shm;
 pub mod stream;
 
 use crate::transport::Transport;
@@ -10,5 +11,10 @@ use crate::transport::Transport;
 /// Cleans up what a failed measurement of `transport` may have left behind (killed producers
 /// cannot unlink their shared-memory segments).
 pub fn cleanup_after_failure(transport: Transport) {
-    let _ = transport;
+    if matches!(
+        transport,
+        Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive
+    ) {
+        let _ = shm_ring::reclaim_stale();
+    }
 }

@@ -1,0 +1,236 @@
+//! Runs the real binary: `transport` with tiny sizes and a short duration, then checks the CSV
+//! and the plot it wrote, and that no worker process or shared-memory segment is left behind.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const EXE: &str = env!("CARGO_BIN_EXE_shmpipe-bench");
+
+/// A temporary directory removed on drop (also when the test fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("shmpipe-bench-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The harness process, killed on drop if still running.
+struct Harness(Child);
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs the harness with `args`, at most `limit`; returns (success, stdout, stderr, pid).
+fn run(args: &[&str], limit: Duration) -> (bool, String, String, u32) {
+    let child = Command::new(EXE)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut h = Harness(child);
+    let start = Instant::now();
+    while h.0.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < limit,
+            "harness still running after {limit:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let Harness(child) = &mut h;
+    let mut out = String::new();
+    let mut err = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    let ok = child.wait().unwrap().success();
+    (ok, out, err, pid)
+}
+
+/// Worker processes still alive whose rendezvous name belongs to harness `pid`.
+fn stray_workers(pid: u32) -> Vec<String> {
+    let needle = format!("bench-{pid}-");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains("worker") && cmd.contains(&needle) {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+/// Shared-memory entries left by harness `pid`.
+fn leaked_segments(pid: u32) -> Vec<String> {
+    let prefix = format!("shmpipe-bench-{pid}-");
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect()
+}
+
+fn column(header: &[&str], name: &str) -> usize {
+    header
+        .iter()
+        .position(|h| *h == name)
+        .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+}
+
+#[test]
+fn transport_smoke_writes_csv_and_plot() {
+    let dir = TempDir::new("smoke");
+    let csv = dir.0.join("t.csv");
+    let svg = dir.0.join("t.svg");
+    let (ok, out, err, pid) = run(
+        &[
+            "transport",
+            "--sizes",
+            "16,1000",
+            "--rounds",
+            "2",
+            "--duration",
+            "20ms",
+            "--no-progress",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(stray_workers(pid).is_empty(), "{:?}", stray_workers(pid));
+    assert!(
+        leaked_segments(pid).is_empty(),
+        "{:?}",
+        leaked_segments(pid)
+    );
+
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let transports = [
+        "memcpy",
+        "channel",
+        "shm-zero-copy",
+        "shm-copy",
+        "shm-adaptive",
+        "pipe",
+        "unix-socket",
+    ];
+    assert_eq!(
+        rows.len(),
+        2 * transports.len(),
+        "one row per (transport, size)\n{text}"
+    );
+    let (t, e, m, g, r) = (
+        column(&header, "transport"),
+        column(&header, "elements"),
+        column(&header, "msgs_per_s"),
+        column(&header, "gb_per_s"),
+        column(&header, "ratio_to_memcpy"),
+    );
+    for size in ["16", "1000"] {
+        for name in transports {
+            let row = rows
+                .iter()
+                .find(|row| row[t] == name && row[e] == size)
+                .unwrap_or_else(|| panic!("no row for {name} x {size}\n{text}"));
+            assert_eq!(row.len(), header.len());
+            let msgs: f64 = row[m].parse().unwrap();
+            let gb: f64 = row[g].parse().unwrap();
+            let ratio: f64 = row[r].parse().unwrap();
+            assert!(msgs > 0.0, "{name} x {size}: {msgs}");
+            let bytes: f64 = size.parse::<f64>().unwrap() * 4.0;
+            assert!(
+                (gb - msgs * bytes / 1e9).abs() <= 1e-4 + gb * 1e-3,
+                "{row:?}"
+            );
+            assert!(ratio > 0.0, "{row:?}");
+            if name == "memcpy" {
+                assert_eq!(row[r], "1.0000");
+            }
+        }
+    }
+    let placement = column(&header, "placement");
+    assert!(
+        rows.iter()
+            .all(|row| ["near", "far", "mixed"].contains(&row[placement]))
+    );
+    assert!(out.contains("ping-pong"), "{out}");
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("shm-zero-copy"));
+}
+
+#[test]
+fn bad_arguments_fail_with_a_message() {
+    let (ok, _, err, _) = run(&["transport", "--sizes", "0"], Duration::from_secs(20));
+    assert!(!ok);
+    assert!(err.contains("at least 1 element"), "{err}");
+}
+
+#[cfg(not(feature = "iceoryx2"))]
+#[test]
+fn iceoryx2_without_its_feature_is_refused() {
+    let (ok, _, err, _) = run(
+        &["transport", "--transports", "iceoryx2"],
+        Duration::from_secs(20),
+    );
+    assert!(!ok);
+    assert!(err.contains("--features iceoryx2"), "{err}");
+}
+
+#[test]
+fn unwritable_csv_is_an_error() {
+    let (ok, _, err, pid) = run(
+        &[
+            "transport",
+            "--sizes",
+            "16",
+            "--transports",
+            "pipe",
+            "--rounds",
+            "1",
+            "--duration",
+            "10ms",
+            "--no-progress",
+            "--csv",
+            "/nonexistent-dir/x.csv",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!ok);
+    assert!(err.contains("/nonexistent-dir/x.csv"), "{err}");
+    assert!(stray_workers(pid).is_empty());
+}
