@@ -122,16 +122,10 @@ mod tests {
 
     #[test]
     fn sum_stays_exact_past_the_f32_integer_limit() {
-        // 5M fours sum to 2e7 > 2^24: a single f32 accumulator would stall at 2^24.
-        let n = 5_000_000;
-        let xs = vec![4f32; n];
-        assert_eq!(sum_f32(&xs), n as f64 * 4.0);
-        let naive: f32 = xs.iter().sum();
-        assert_ne!(
-            f64::from(naive),
-            n as f64 * 4.0,
-            "the naive sum is inexact here"
-        );
+        // 20M ones sum past 2^24, the last integer up to which f32 counts exactly.
+        let n = 20_000_000;
+        let xs = vec![1f32; n];
+        assert_eq!(sum_f32(&xs), n as f64);
     }
 
     #[test]
