@@ -29,6 +29,7 @@ pub mod error;
 pub mod features;
 pub mod jsonl;
 pub mod period;
+pub mod pipeline;
 pub mod sampler;
 pub mod serde_reader;
 pub mod synth;

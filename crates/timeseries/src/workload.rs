@@ -1,8 +1,9 @@
 //! The benchmark workload: a DeepAR-style training chain over hourly data,
 //! windows of `context_length + prediction_length`, batches of `batch_size`.
 //!
-//! This module runs it in the current process. The multi-process version built
-//! on the pipeline crate lives in [`crate::pipeline`] when that feature is present.
+//! This module runs it in the current process ([`run_in_process`]); the
+//! multi-process version built on the pipeline crate is
+//! [`crate::pipeline::run_workload`].
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -92,7 +93,10 @@ pub fn deepar_chain(cfg: &ChainConfig, seed: u64) -> Chain {
 pub enum WorkloadSource {
     /// A JSON-lines file, parsed on every pass.
     JsonLines(PathBuf),
-    /// Entries already parsed, in memory.
+    /// A JSON-lines file parsed once at start; every pass reads the parsed
+    /// entries from memory.
+    ParsedOnce(PathBuf),
+    /// Entries already parsed, in memory (in-process runner only).
     Memory(Arc<Vec<DataEntry>>),
 }
 
@@ -219,6 +223,7 @@ pub fn run_in_process(
     let mut chain = deepar_chain(&cfg.chain, cfg.seed);
     let mut batcher = Batcher::new(cfg.batch_size);
     let mut windows = Vec::new();
+    let mut parsed: Option<Vec<DataEntry>> = None;
     let mut emit =
         |e: DataEntry, stats: &mut WorkloadStats, chain: &mut Chain| -> Result<(), WorkloadError> {
             stats.series += 1;
@@ -249,6 +254,18 @@ pub fn run_in_process(
                 stats.input_bytes += reader.bytes_read();
             }
             WorkloadSource::Memory(entries) => {
+                for e in entries.iter() {
+                    emit(e.clone(), &mut stats, &mut chain)?;
+                }
+            }
+            WorkloadSource::ParsedOnce(path) => {
+                let entries = match &parsed {
+                    Some(p) => p,
+                    None => parsed.insert(
+                        crate::jsonl::read_file(path, cfg.chain.freq)
+                            .map_err(WorkloadError::Read)?,
+                    ),
+                };
                 for e in entries.iter() {
                     emit(e.clone(), &mut stats, &mut chain)?;
                 }

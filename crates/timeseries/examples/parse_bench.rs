@@ -1,0 +1,83 @@
+//! JSON-lines parsing throughput: the hand-written parser against `serde_json`.
+//!
+//! `cargo run --release -p shmpipe-timeseries --example parse_bench -- [series]`
+
+use std::time::Instant;
+
+use shmpipe_timeseries::jsonl::parse_entry;
+use shmpipe_timeseries::serde_reader::parse_entry_serde;
+use shmpipe_timeseries::synth::{GenConfig, to_bytes};
+use shmpipe_timeseries::{DataEntry, Freq, ParseError};
+
+fn run(
+    lines: &[&[u8]],
+    freq: Freq,
+    f: fn(&[u8], Freq) -> Result<DataEntry, ParseError>,
+) -> (f64, usize) {
+    // Best of 5 passes, to be robust to other load on the machine.
+    let mut best = f64::MAX;
+    let mut points = 0;
+    for _ in 0..5 {
+        let t = Instant::now();
+        points = 0;
+        for l in lines {
+            points += f(l, freq)
+                .expect("valid line")
+                .get("target")
+                .unwrap()
+                .time_len();
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    (best, points)
+}
+
+fn main() {
+    let series = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let cfg = GenConfig {
+        num_series: series,
+        ..GenConfig::default()
+    };
+    let data = to_bytes(&cfg);
+    let lines: Vec<&[u8]> = data
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mb = data.len() as f64 / 1e6;
+    for (a, b) in lines.iter().take(200).map(|l| {
+        (
+            parse_entry(l, cfg.freq).unwrap(),
+            parse_entry_serde(l, cfg.freq).unwrap(),
+        )
+    }) {
+        let (ta, tb) = (
+            a.get("target").unwrap().data(),
+            b.get("target").unwrap().data(),
+        );
+        assert!(
+            ta.iter()
+                .zip(tb)
+                .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+        );
+    }
+    let (t_fast, points) = run(&lines, cfg.freq, parse_entry);
+    let (t_serde, _) = run(&lines, cfg.freq, parse_entry_serde);
+    println!(
+        "{} series, {points} points, {mb:.1} MB of JSON lines",
+        lines.len()
+    );
+    println!(
+        "hand-written: {:7.1} MB/s  {:6.1} M points/s",
+        mb / t_fast,
+        points as f64 / t_fast / 1e6
+    );
+    println!(
+        "serde_json:   {:7.1} MB/s  {:6.1} M points/s",
+        mb / t_serde,
+        points as f64 / t_serde / 1e6
+    );
+    println!("ratio hand-written / serde_json: {:.2}x", t_serde / t_fast);
+}

@@ -1,0 +1,404 @@
+//! The workload as a multi-process [`shmpipe`] pipeline.
+//!
+//! Emitters read line-aligned parts of the JSON-lines file; workers parse,
+//! transform, split and batch (one fused step, [`STEP_TRAIN`]); the consumer
+//! receives stacked batches. Register the steps and sources once with
+//! [`register`], call [`shmpipe::init`] first thing in `main`, then
+//! [`run_workload`]:
+//!
+//! ```no_run
+//! use shmpipe_timeseries::pipeline::{register, run_workload};
+//! use shmpipe_timeseries::workload::{ChainConfig, WorkloadConfig, WorkloadSource};
+//!
+//! let reg = register(shmpipe::Registry::new());
+//! shmpipe::init(&reg); // worker and emitter processes run their role here and exit
+//! let cfg = WorkloadConfig {
+//!     source: WorkloadSource::JsonLines("data.jsonl".into()),
+//!     chain: ChainConfig::default(),
+//!     batch_size: 32, epochs: 3, workers: 2, seed: 0,
+//! };
+//! let stats = run_workload(&reg, &cfg, |_| {}).unwrap();
+//! println!("{:.0} windows/s", stats.windows_per_sec());
+//! ```
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::json;
+use shmpipe::ndarray::Array1;
+use shmpipe::{
+    Epochs, Item, Meta, Pipeline, Registry, Source, SourceContext, SourceError, Step, StepContext,
+    StepError,
+};
+
+use crate::batch::{Batch, Batcher};
+use crate::entry::{Array, DataEntry};
+use crate::jsonl::parse_entry;
+use crate::period::{Freq, Period};
+use crate::transform::Chain;
+use crate::workload::{
+    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, deepar_chain,
+};
+
+/// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
+/// Args: `{"freq", "context_length", "prediction_length", "num_instances", "batch_size"}`.
+pub const STEP_TRAIN: &str = "gluonts_train";
+/// Source: the raw lines of a JSON-lines file (`{"path"}`), parsed by the workers on every pass.
+pub const SOURCE_LINES: &str = "gluonts_lines";
+/// Source: a JSON-lines file (`{"path", "freq"}`) parsed once by the emitter, then served
+/// from memory on every pass.
+pub const SOURCE_PARSED: &str = "gluonts_parsed";
+
+/// Name of the `u8` array holding a raw JSON line.
+pub const LINE_FIELD: &str = "json_line";
+/// Metadata: 1-based line number of a raw line.
+pub const LINE_NO_META: &str = "line";
+/// Metadata: `start` period ordinal.
+pub const START_META: &str = "start";
+/// Metadata: `item_id`.
+pub const ITEM_ID_META: &str = "item_id";
+/// Array of a batch item: `forecast_start` ordinals, `i64`, one per row.
+pub const FORECAST_START_FIELD: &str = "forecast_start";
+
+/// Adds [`STEP_TRAIN`], [`SOURCE_LINES`] and [`SOURCE_PARSED`] to a registry.
+pub fn register(reg: Registry) -> Registry {
+    reg.step(STEP_TRAIN, |cx: &StepContext<'_>| {
+        TrainStep::from_context(cx)
+    })
+    .source(SOURCE_LINES, |cx: &SourceContext<'_>| {
+        LinesSource::open(&path_arg(cx.args)?, cx.part, cx.parts)
+    })
+    .source(SOURCE_PARSED, |cx: &SourceContext<'_>| {
+        ParsedSource::open(&path_arg(cx.args)?, freq_arg(cx.args), cx.part, cx.parts)
+    })
+}
+
+fn path_arg(args: &serde_json::Value) -> Result<PathBuf, SourceError> {
+    args["path"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| SourceError::Other("source needs a \"path\" argument".into()))
+}
+
+fn freq_arg(args: &serde_json::Value) -> Result<Freq, String> {
+    args["freq"]
+        .as_str()
+        .unwrap_or("h")
+        .parse()
+        .map_err(|e| format!("{e}"))
+}
+
+/// Converts an entry into a pipeline item (arrays moved, not copied).
+pub fn entry_to_item(mut e: DataEntry) -> Item {
+    let mut item = Item::new();
+    for (name, a) in e.take_fields() {
+        item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
+    }
+    if let Some(id) = &e.item_id {
+        item.set_str(ITEM_ID_META, id);
+    }
+    if let Some(s) = e.start {
+        item.set_i64(START_META, s.ordinal);
+    }
+    item
+}
+
+/// Converts a pipeline item back into an entry of frequency `freq`.
+///
+/// # Errors
+/// If an array is not `f32` or has more than [`crate::entry::MAX_NDIM`] dimensions.
+pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError> {
+    let mut e = DataEntry::default();
+    let names: Vec<String> = item.arrays().map(|(n, _)| n.to_owned()).collect();
+    for n in names {
+        let a = item
+            .take_array::<f32>(&n)
+            .ok_or_else(|| StepError::new(format!("array {n:?} is not f32")))?;
+        if a.ndim() > crate::entry::MAX_NDIM {
+            return Err(StepError::new(format!(
+                "array {n:?} has too many dimensions"
+            )));
+        }
+        e.insert(n, Array::from_ndarray(a));
+    }
+    if let Some(Meta::Str(id)) = item.meta(ITEM_ID_META) {
+        e.item_id = Some(id.as_str().into());
+    }
+    if let Some(ordinal) = item.i64(START_META) {
+        e.start = Some(Period { freq, ordinal });
+    }
+    Ok(e)
+}
+
+/// Converts a batch into one item: every stacked array, plus `forecast_start` ordinals.
+pub fn batch_to_item(b: Batch) -> Item {
+    let starts: Vec<i64> = b
+        .forecast_starts
+        .iter()
+        .map(|p| p.map_or(i64::MIN, |p| p.ordinal))
+        .collect();
+    let mut item = Item::new().with_array(FORECAST_START_FIELD, Array1::from(starts));
+    for (name, a) in b.into_fields() {
+        item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
+    }
+    item
+}
+
+/// Rows in a batch item (length of its `forecast_start` array).
+pub fn batch_rows(item: &Item) -> usize {
+    item.get(FORECAST_START_FIELD)
+        .and_then(|a| a.shape().first().copied())
+        .unwrap_or(0)
+}
+
+/// The fused worker step: parse, transform, split, batch.
+///
+/// A partial batch left at the end of the stream is not emitted (the pipeline's
+/// steps have no end-of-stream hook); at most `batch_size - 1` windows per worker.
+struct TrainStep {
+    freq: Freq,
+    chain: Chain,
+    batcher: Batcher,
+    windows: Vec<DataEntry>,
+}
+
+impl TrainStep {
+    fn from_context(cx: &StepContext<'_>) -> Result<TrainStep, StepError> {
+        let a = cx.args;
+        let d = ChainConfig::default();
+        let cfg = ChainConfig {
+            freq: a["freq"]
+                .as_str()
+                .unwrap_or("h")
+                .parse()
+                .map_err(StepError::new)?,
+            context_length: a["context_length"]
+                .as_u64()
+                .map_or(d.context_length, |v| v as usize),
+            prediction_length: a["prediction_length"]
+                .as_u64()
+                .map_or(d.prediction_length, |v| v as usize),
+            num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
+        };
+        let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
+        Ok(TrainStep {
+            freq: cfg.freq,
+            chain: deepar_chain(&cfg, cx.worker.seed),
+            batcher: Batcher::new(batch_size),
+            windows: Vec::new(),
+        })
+    }
+}
+
+impl Step for TrainStep {
+    fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        let entry = match item.take_array::<u8>(LINE_FIELD) {
+            Some(line) => {
+                let bytes = line
+                    .as_slice()
+                    .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
+                parse_entry(bytes, self.freq).map_err(|e| {
+                    StepError::new(format!(
+                        "line {}: {e}",
+                        item.i64(LINE_NO_META).unwrap_or_default()
+                    ))
+                })?
+            }
+            None => item_to_entry(item, self.freq)?,
+        };
+        self.windows.clear();
+        self.chain
+            .apply(entry, true, &mut self.windows)
+            .map_err(StepError::new)?;
+        for w in self.windows.drain(..) {
+            if let Some(b) = self.batcher.push(w) {
+                out.push(batch_to_item(b.map_err(StepError::new)?));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// This part's lines of a file: `(whole file, byte ranges of lines, 1-based first line)`.
+fn read_part(
+    path: &Path,
+    part: usize,
+    parts: usize,
+) -> Result<(Vec<u8>, Vec<Range<usize>>, u64), SourceError> {
+    let io = |e: std::io::Error| SourceError::Io {
+        file: path.display().to_string(),
+        message: e.to_string(),
+    };
+    let ranges = shmpipe::split_seeks(path, parts).map_err(io)?;
+    let r = ranges
+        .get(part)
+        .cloned()
+        .ok_or_else(|| SourceError::Other(format!("part {part} of {parts}")))?;
+    let data = std::fs::read(path).map_err(io)?;
+    let (start, end) = (r.start as usize, (r.end as usize).min(data.len()));
+    let first_line = data[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let mut lines = Vec::new();
+    let mut s = start;
+    for (i, &b) in data[start..end].iter().enumerate() {
+        if b == b'\n' {
+            lines.push(s..start + i);
+            s = start + i + 1;
+        }
+    }
+    if s < end {
+        lines.push(s..end);
+    }
+    Ok((data, lines, first_line))
+}
+
+/// Raw lines: each record is the line's bytes, parsed by the workers.
+struct LinesSource {
+    data: Vec<u8>,
+    /// Non-blank lines: byte range and 1-based line number.
+    lines: Vec<(Range<usize>, u64)>,
+}
+
+impl LinesSource {
+    fn open(path: &Path, part: usize, parts: usize) -> Result<LinesSource, SourceError> {
+        let (data, ranges, first) = read_part(path, part, parts)?;
+        let lines = ranges
+            .into_iter()
+            .enumerate()
+            .filter(|(_, r)| !data[r.clone()].iter().all(u8::is_ascii_whitespace))
+            .map(|(i, r)| (r, first + i as u64))
+            .collect();
+        Ok(LinesSource { data, lines })
+    }
+}
+
+impl Source for LinesSource {
+    fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        let (r, line) = self
+            .lines
+            .get(index)
+            .cloned()
+            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
+        Ok(Item::new()
+            .with_array(LINE_FIELD, Array1::from(self.data[r].to_vec()))
+            .with_i64(LINE_NO_META, line as i64))
+    }
+}
+
+/// Entries parsed once at start, served from memory.
+struct ParsedSource {
+    items: Vec<Item>,
+}
+
+impl ParsedSource {
+    fn open(
+        path: &Path,
+        freq: Result<Freq, String>,
+        part: usize,
+        parts: usize,
+    ) -> Result<ParsedSource, SourceError> {
+        let freq = freq.map_err(SourceError::Other)?;
+        let (data, ranges, first) = read_part(path, part, parts)?;
+        let mut items = Vec::with_capacity(ranges.len());
+        for (i, r) in ranges.into_iter().enumerate() {
+            let line = &data[r];
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let e = parse_entry(line, freq).map_err(|e| SourceError::BadRecord {
+                file: path.display().to_string(),
+                line: first + i as u64,
+                field: e.field.clone(),
+                message: e.to_string(),
+            })?;
+            items.push(entry_to_item(e));
+        }
+        Ok(ParsedSource { items })
+    }
+}
+
+impl Source for ParsedSource {
+    fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        self.items
+            .get(index)
+            .cloned()
+            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))
+    }
+}
+
+/// Runs the workload with `cfg.workers` worker processes and one emitter,
+/// calling `progress` after every batch. `reg` must come from [`register`] and
+/// [`shmpipe::init`] must have been called with it at the top of `main`.
+///
+/// Rates are measured from the first batch received to the last, so process
+/// start-up (and, for [`WorkloadSource::ParsedOnce`], the one-time parse) is excluded;
+/// the first batch is not counted.
+///
+/// # Errors
+/// [`WorkloadError::Pipeline`] with the pipeline's error (which names the file,
+/// line and field of a malformed record), or for a [`WorkloadSource::Memory`] source.
+pub fn run_workload(
+    reg: &Registry,
+    cfg: &WorkloadConfig,
+    mut progress: impl FnMut(&WorkloadStats),
+) -> Result<WorkloadStats, WorkloadError> {
+    let perr = |e: shmpipe::Error| WorkloadError::Pipeline(e.to_string());
+    let (source, args, input_bytes) = match &cfg.source {
+        WorkloadSource::JsonLines(p) => (SOURCE_LINES, p, file_len(p)),
+        WorkloadSource::ParsedOnce(p) => (SOURCE_PARSED, p, 0),
+        WorkloadSource::Memory(_) => {
+            return Err(WorkloadError::Pipeline(
+                "WorkloadSource::Memory cannot cross processes; use ParsedOnce".into(),
+            ));
+        }
+    };
+    let c = &cfg.chain;
+    let step_args = json!({
+        "freq": c.freq.to_string(),
+        "context_length": c.context_length,
+        "prediction_length": c.prediction_length,
+        "num_instances": c.num_instances,
+        "batch_size": cfg.batch_size,
+    });
+    let p = Pipeline::builder(reg)
+        .source_named(
+            source,
+            json!({"path": args.display().to_string(), "freq": c.freq.to_string()}),
+        )
+        .emitters(1)
+        .step_with(STEP_TRAIN, step_args)
+        .workers(cfg.workers.max(1))
+        .epochs(Epochs::Finite(cfg.epochs as u64))
+        .seed(cfg.seed)
+        .start()
+        .map_err(perr)?;
+    let mut stats = WorkloadStats::default();
+    let mut t0: Option<Instant> = None;
+    for item in p {
+        let item = item.map_err(perr)?;
+        match t0 {
+            None => t0 = Some(Instant::now()),
+            Some(t) => {
+                stats.batches += 1;
+                stats.windows += batch_rows(&item) as u64;
+                stats.batch_bytes += item.nbytes() as u64;
+                stats.elapsed = t.elapsed();
+                progress(&stats);
+            }
+        }
+    }
+    stats.input_bytes = input_bytes * cfg.epochs as u64;
+    Ok(stats)
+}
+
+fn file_len(p: &Path) -> u64 {
+    std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
