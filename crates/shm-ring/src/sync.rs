@@ -11,6 +11,7 @@ pub(crate) use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Spin hint for busy waits (a no-op yield to the loom scheduler under loom).
 #[inline]
+#[cfg_attr(loom, allow(dead_code))]
 pub(crate) fn spin_hint() {
     #[cfg(loom)]
     loom::thread::yield_now();

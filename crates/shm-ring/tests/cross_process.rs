@@ -1,4 +1,5 @@
 //! Real cross-process tests: a peer process (`shm-ring-peer`) on the other end of a channel.
+#![cfg(not(loom))]
 
 mod common;
 

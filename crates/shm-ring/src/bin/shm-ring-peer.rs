@@ -8,116 +8,128 @@
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created"
 //! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
 //! ```
-use std::io::Write;
-use std::time::Duration;
+#[cfg(loom)]
+fn main() {}
 
-use shm_ring::{ChannelConfig, Error, Receiver, Sender};
-
-fn checksum(data: &[u8]) -> u64 {
-    // FNV-1a over the bytes.
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-fn say(s: &str) {
-    let mut o = std::io::stdout();
-    let _ = writeln!(o, "{s}");
-    let _ = o.flush();
-}
-
-fn sleep_forever() -> ! {
-    loop {
-        std::thread::sleep(Duration::from_secs(3600));
-    }
-}
-
-fn consume(name: &str, count: u64) -> Result<(), String> {
-    let mut rx = Receiver::open(name).map_err(|e| e.to_string())?;
-    let mut next = 0u64;
-    loop {
-        let m = match rx.recv() {
-            Ok(m) => m,
-            Err(Error::Disconnected) => break,
-            Err(e) => return Err(format!("after {next} messages: {e}")),
-        };
-        let r = m.record(0).map_err(|e| e.to_string())?;
-        let seq = r.meta_i64("seq").ok_or("no seq")? as u64;
-        if seq != next {
-            return Err(format!("expected seq {next}, got {seq}"));
-        }
-        let data = r.array_bytes("data").map_err(|e| e.to_string())?;
-        let want = r.meta_i64("sum").ok_or("no sum")? as u64;
-        if checksum(data) != want {
-            return Err(format!("checksum mismatch at seq {seq}"));
-        }
-        next += 1;
-    }
-    if next != count {
-        return Err(format!("received {next} messages, expected {count}"));
-    }
-    say(&format!("ok {next}"));
-    Ok(())
-}
-
+#[cfg(not(loom))]
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
-    let result: Result<(), String> = match arg(0).as_str() {
-        "consume" => consume(&arg(1), arg(2).parse().unwrap_or(0)),
-        "hold" => (|| {
-            let mut rx = Receiver::open(&arg(1)).map_err(|e| e.to_string())?;
-            let n: usize = arg(2).parse().unwrap_or(1);
-            let mut held = Vec::new();
-            for _ in 0..n {
-                held.push(rx.recv().map_err(|e| e.to_string())?);
-            }
-            let blocks: usize = held.iter().map(|m| m.leased_blocks()).sum();
-            say(&format!("held {blocks}"));
-            sleep_forever()
-        })(),
-        "produce-hang" => (|| {
-            let _tx =
-                Sender::create(&arg(1), &ChannelConfig::default()).map_err(|e| e.to_string())?;
-            say("ready");
-            sleep_forever()
-        })(),
-        "create-die" => (|| {
-            let seg = shm_ring::Segment::create(&arg(1), 4096).map_err(|e| e.to_string())?;
-            seg.publish(7);
-            say("ready");
-            sleep_forever()
-        })(),
-        "create" => (|| {
-            let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
-            let cfg = ChannelConfig {
-                blocks: 16,
-                block_size: bytes / 16,
-                ..ChannelConfig::default()
+    real::main()
+}
+
+#[cfg(not(loom))]
+mod real {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use shm_ring::{ChannelConfig, Error, Receiver, Sender};
+
+    fn checksum(data: &[u8]) -> u64 {
+        // FNV-1a over the bytes.
+        data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+        })
+    }
+
+    fn say(s: &str) {
+        let mut o = std::io::stdout();
+        let _ = writeln!(o, "{s}");
+        let _ = o.flush();
+    }
+
+    fn sleep_forever() -> ! {
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+
+    fn consume(name: &str, count: u64) -> Result<(), String> {
+        let mut rx = Receiver::open(name).map_err(|e| e.to_string())?;
+        let mut next = 0u64;
+        loop {
+            let m = match rx.recv() {
+                Ok(m) => m,
+                Err(Error::Disconnected) => break,
+                Err(e) => return Err(format!("after {next} messages: {e}")),
             };
-            let _tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
-            say("created");
-            Ok(())
-        })(),
-        "corrupt" => (|| {
-            let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
-            let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;
-            let hex = arg(3);
-            let bytes: Vec<u8> = (0..hex.len() / 2)
-                .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
-                .collect();
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(&path)
-                .map_err(|e| format!("{path}: {e}"))?;
-            std::os::unix::fs::FileExt::write_all_at(&f, &bytes, off).map_err(|e| e.to_string())?;
-            say("corrupted");
-            Ok(())
-        })(),
-        other => Err(format!("unknown command {other:?}")),
-    };
-    if let Err(e) = result {
-        eprintln!("shm-ring-peer: {e}");
-        std::process::exit(1);
+            let r = m.record(0).map_err(|e| e.to_string())?;
+            let seq = r.meta_i64("seq").ok_or("no seq")? as u64;
+            if seq != next {
+                return Err(format!("expected seq {next}, got {seq}"));
+            }
+            let data = r.array_bytes("data").map_err(|e| e.to_string())?;
+            let want = r.meta_i64("sum").ok_or("no sum")? as u64;
+            if checksum(data) != want {
+                return Err(format!("checksum mismatch at seq {seq}"));
+            }
+            next += 1;
+        }
+        if next != count {
+            return Err(format!("received {next} messages, expected {count}"));
+        }
+        say(&format!("ok {next}"));
+        Ok(())
+    }
+
+    pub fn main() {
+        let args: Vec<String> = std::env::args().skip(1).collect();
+        let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+        let result: Result<(), String> = match arg(0).as_str() {
+            "consume" => consume(&arg(1), arg(2).parse().unwrap_or(0)),
+            "hold" => (|| {
+                let mut rx = Receiver::open(&arg(1)).map_err(|e| e.to_string())?;
+                let n: usize = arg(2).parse().unwrap_or(1);
+                let mut held = Vec::new();
+                for _ in 0..n {
+                    held.push(rx.recv().map_err(|e| e.to_string())?);
+                }
+                let blocks: usize = held.iter().map(|m| m.leased_blocks()).sum();
+                say(&format!("held {blocks}"));
+                sleep_forever()
+            })(),
+            "produce-hang" => (|| {
+                let _tx = Sender::create(&arg(1), &ChannelConfig::default())
+                    .map_err(|e| e.to_string())?;
+                say("ready");
+                sleep_forever()
+            })(),
+            "create-die" => (|| {
+                let seg = shm_ring::Segment::create(&arg(1), 4096).map_err(|e| e.to_string())?;
+                seg.publish(7);
+                say("ready");
+                sleep_forever()
+            })(),
+            "create" => (|| {
+                let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
+                let cfg = ChannelConfig {
+                    blocks: 16,
+                    block_size: bytes / 16,
+                    ..ChannelConfig::default()
+                };
+                let _tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
+                say("created");
+                Ok(())
+            })(),
+            "corrupt" => (|| {
+                let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
+                let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;
+                let hex = arg(3);
+                let bytes: Vec<u8> = (0..hex.len() / 2)
+                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
+                    .collect();
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| format!("{path}: {e}"))?;
+                std::os::unix::fs::FileExt::write_all_at(&f, &bytes, off)
+                    .map_err(|e| e.to_string())?;
+                say("corrupted");
+                Ok(())
+            })(),
+            other => Err(format!("unknown command {other:?}")),
+        };
+        if let Err(e) = result {
+            eprintln!("shm-ring-peer: {e}");
+            std::process::exit(1);
+        }
     }
 }
