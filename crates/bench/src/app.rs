@@ -7,6 +7,7 @@ use std::path::Path;
 use crate::BoxError;
 use crate::cli::{DemoArgs, PipelineArgs, RunArgs, TransportArgs};
 use crate::pingpong::Placement;
+use crate::pipebench::PipeConfig;
 use crate::report::{self, Row};
 use crate::runner::{self, Plan, RunResult};
 use crate::stats::Summary;
@@ -107,7 +108,7 @@ fn failures(run: &RunResult) -> Result<(), BoxError> {
         .filter_map(|c| {
             c.error
                 .as_ref()
-                .map(|e| format!("  {} x {}: {e}", c.transport, c.elements))
+                .map(|e| format!("  {} x {}: {e}", c.name, c.elements))
         })
         .collect();
     if failed.is_empty() {
@@ -186,7 +187,7 @@ pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
     println!("{}", placement_line(&run));
     print!("{}", report::table(&rows));
     let n = a.elements;
-    let r = |x: Transport, y: Transport| report::ratio(&run, x, y, n);
+    let r = |x: Transport, y: Transport| report::ratio(&run, x.name(), y.name(), n);
     let fmt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}x"));
     println!();
     println!(
@@ -211,12 +212,71 @@ pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
     failures(&run)
 }
 
-/// `pipeline`: the pipeline crate's workloads.
+/// `pipeline`: the pipeline crate's array workload over the configuration grid, with memcpy
+/// of the same sizes as the yardstick.
 ///
 /// # Errors
-/// Until the pipeline crate exposes its API, always.
-pub fn pipeline(_a: &PipelineArgs) -> Result<(), BoxError> {
-    Err("the pipeline subcommand needs the shmpipe pipeline crate's API (not available yet)".into())
+/// As [`transport`].
+pub fn pipeline(a: &PipelineArgs) -> Result<(), BoxError> {
+    let csv = open_outputs(&a.run)?;
+    let reg = crate::pipebench::registry();
+    let exe = runner::worker_exe()?;
+    let cores = crate::sys::core_pair();
+    let mut jobs: Vec<(String, Option<PipeConfig>)> = vec![("memcpy".to_string(), None)];
+    for &workers in &a.workers {
+        for &topology in &a.topology {
+            for &batch_bytes in &a.batch_bytes {
+                for &transfer in &a.transfer {
+                    let cfg = PipeConfig {
+                        workers,
+                        topology,
+                        batch_bytes,
+                        transfer,
+                    };
+                    jobs.push((cfg.label(), Some(cfg)));
+                }
+            }
+        }
+    }
+    let warmup = runner::warmup_for(a.run.duration);
+    let per_cell = (a.run.duration + warmup).as_secs_f64() + 0.2;
+    eprintln!(
+        "shmpipe-bench pipeline: {} sizes x {} configurations x {} rounds of {:?} (about {:.0} s)",
+        a.sizes.len(),
+        jobs.len() - 1,
+        a.run.rounds,
+        a.run.duration,
+        per_cell * (a.sizes.len() * jobs.len()) as f64 * f64::from(a.run.rounds)
+    );
+    let run = runner::run_grid(
+        &jobs,
+        &a.sizes,
+        a.run.rounds,
+        !a.run.no_progress,
+        |job, elements| match job {
+            None => {
+                let spec = runner::Spec {
+                    transport: Transport::Memcpy,
+                    elements,
+                    duration: a.run.duration,
+                    warmup,
+                    cores,
+                };
+                runner::measure(&exe, &spec).map(|o| o.rate())
+            }
+            Some(cfg) => crate::pipebench::measure(&reg, cfg, elements, warmup, a.run.duration),
+        },
+    );
+    let rows = report::rows(&run);
+    println!("{}", placement_line(&run));
+    print!("{}", report::table(&rows));
+    let title = format!(
+        "shmpipe pipeline, f32 arrays through check + scale steps (ping-pong {:.0} ns, {})",
+        rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
+        Placement::classify(&run.probes_ns).label()
+    );
+    write_outputs(&a.run, csv, &title, &rows)?;
+    failures(&run)
 }
 
 /// Whether `path` looks like an SVG file name.

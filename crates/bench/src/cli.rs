@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+use crate::pipebench::{TopologyKind, TransferKind};
 use crate::transport::Transport;
 
 /// Default array sizes of `transport`, in f32 elements.
@@ -82,9 +83,26 @@ pub struct DemoArgs {
     pub run: RunArgs,
 }
 
-/// `pipeline` options.
+/// `pipeline` options: the grid is sizes x workers x topology x batch bytes x transfer.
 #[derive(Debug, Clone, Args)]
 pub struct PipelineArgs {
+    /// Array sizes in f32 elements per item.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size,
+          default_values_t = vec![1_000usize, 100_000, 1_000_000])]
+    pub sizes: Vec<usize>,
+    /// Worker processes per stage.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2])]
+    pub workers: Vec<usize>,
+    /// Step layouts.
+    #[arg(long, value_delimiter = ',', value_enum, default_values = ["fused", "staged"])]
+    pub topology: Vec<TopologyKind>,
+    /// Target batch sizes in bytes (`k`/`M` are KiB/MiB here).
+    #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_values = ["64k"])]
+    pub batch_bytes: Vec<usize>,
+    /// Transfer modes.
+    #[arg(long, value_delimiter = ',', value_enum,
+          default_values = ["copy", "zero-copy", "adaptive"])]
+    pub transfer: Vec<TransferKind>,
     /// Round and output options.
     #[command(flatten)]
     pub run: RunArgs,
@@ -157,6 +175,29 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
         ));
     }
     Ok(n)
+}
+
+/// Parses a byte count: `65536`, `64k` (KiB), `1M` (MiB).
+///
+/// # Errors
+/// A message naming the bad input (also for 0).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let (digits, mult) = match t.char_indices().last() {
+        Some((i, 'k' | 'K')) => (&t[..i], 1usize << 10),
+        Some((i, 'm' | 'M')) => (&t[..i], 1 << 20),
+        _ => (t.as_str(), 1),
+    };
+    match digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+    {
+        Some(n) if n > 0 => Ok(n),
+        _ => Err(format!(
+            "`{s}` is not a byte count (examples: 65536, 64k, 1M)"
+        )),
+    }
 }
 
 /// Parses `0.3` (seconds), `300ms`, `2s` into a duration.
@@ -269,6 +310,38 @@ mod tests {
         ] {
             assert!(Cli::try_parse_from(args).is_err(), "{args:?}");
         }
+    }
+
+    #[test]
+    fn pipeline_grid_options() {
+        let cli = Cli::try_parse_from(["shmpipe-bench", "pipeline"]).unwrap();
+        let Command::Pipeline(a) = cli.command else {
+            panic!("not pipeline")
+        };
+        assert_eq!(a.sizes, vec![1_000, 100_000, 1_000_000]);
+        assert_eq!(a.workers, vec![1, 2]);
+        assert_eq!(a.topology, vec![TopologyKind::Fused, TopologyKind::Staged]);
+        assert_eq!(a.batch_bytes, vec![64 << 10]);
+        assert_eq!(a.transfer.len(), 3);
+        let cli = Cli::try_parse_from([
+            "shmpipe-bench",
+            "pipeline",
+            "--workers",
+            "2",
+            "--topology",
+            "staged",
+            "--batch-bytes",
+            "1M,4096",
+            "--transfer",
+            "zero-copy",
+        ])
+        .unwrap();
+        let Command::Pipeline(a) = cli.command else {
+            panic!("not pipeline")
+        };
+        assert_eq!(a.batch_bytes, vec![1 << 20, 4096]);
+        assert_eq!(a.transfer, vec![TransferKind::ZeroCopy]);
+        assert!(parse_bytes("0").is_err() && parse_bytes("x").is_err());
     }
 
     #[test]

@@ -84,8 +84,17 @@ impl std::error::Error for DataError {}
 /// # Errors
 /// [`DataError`] when the sum is not the one the producer wrote.
 pub fn check(xs: &[f32], seq: u64) -> Result<f64, DataError> {
+    check_scaled(xs, seq, 1.0)
+}
+
+/// Like [`check`], for message `seq` after every element was multiplied by `factor` (a small
+/// power of two keeps the sum exact).
+///
+/// # Errors
+/// [`DataError`] when the sum is not the expected one.
+pub fn check_scaled(xs: &[f32], seq: u64, factor: f32) -> Result<f64, DataError> {
     let sum = sum_f32(xs);
-    let expected = xs.len() as f64 * f64::from(value_for(seq));
+    let expected = xs.len() as f64 * f64::from(value_for(seq)) * f64::from(factor);
     if sum == expected {
         Ok(sum)
     } else {
@@ -141,6 +150,15 @@ mod tests {
             check(&xs, 6).is_err(),
             "a message read under the wrong number"
         );
+    }
+
+    #[test]
+    fn scaled_check() {
+        let mut xs = vec![0f32; 100];
+        fill(&mut xs, 3);
+        xs.iter_mut().for_each(|x| *x *= 2.0);
+        assert_eq!(check_scaled(&xs, 3, 2.0), Ok(800.0));
+        assert!(check(&xs, 3).is_err());
     }
 
     #[test]

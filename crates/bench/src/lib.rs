@@ -18,6 +18,7 @@ pub mod cli;
 pub mod kernel;
 pub mod meter;
 pub mod pingpong;
+pub mod pipebench;
 pub mod plot;
 pub mod report;
 pub mod runner;

@@ -7,6 +7,9 @@ use shmpipe_bench::cli::{Cli, Command};
 use shmpipe_bench::{app, worker};
 
 fn main() -> ExitCode {
+    // Pipeline worker and emitter processes are this binary re-executed: there `init` runs the
+    // role and exits. In every other process it returns at once.
+    shmpipe::init(&shmpipe_bench::pipebench::registry());
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Worker(a) => worker::run(a),

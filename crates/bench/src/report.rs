@@ -45,14 +45,15 @@ fn median_ratio(num: &[f64], den: Option<&[f64]>) -> Option<f64> {
 pub fn rows(run: &RunResult) -> Vec<Row> {
     let pingpong_ns = Summary::of(&run.probes_ns).map_or(f64::NAN, |s| s.median);
     let placement = Placement::classify(&run.probes_ns);
-    let peer = |t: Transport, elements: usize| run.cell(t, elements).map(|c| c.rates.as_slice());
+    let peer =
+        |t: Transport, elements: usize| run.cell(t.name(), elements).map(|c| c.rates.as_slice());
     run.cells
         .iter()
         .filter_map(|c| {
             let msgs = Summary::of(&c.rates)?;
             let bytes = c.elements * 4;
             Some(Row {
-                transport: c.transport.name().to_string(),
+                transport: c.name.clone(),
                 elements: c.elements,
                 bytes,
                 gb_per_s: msgs.median * bytes as f64 / 1e9,
@@ -138,11 +139,17 @@ pub fn table(rows: &[Row]) -> String {
     let mut sizes: Vec<usize> = rows.iter().map(|r| r.elements).collect();
     sizes.dedup();
     let with_iox = rows.iter().any(|r| r.ratio_to_iceoryx2.is_some());
+    let w = rows
+        .iter()
+        .map(|r| r.transport.len())
+        .max()
+        .unwrap_or(0)
+        .max(16);
     for elements in sizes {
         let _ = writeln!(out, "\n{}", size_label(elements));
         let _ = write!(
             out,
-            "  {:<16} {:>9} {:>21} {:>9} {:>9} {:>9}",
+            "  {:<w$} {:>9} {:>21} {:>9} {:>9} {:>9}",
             "transport", "msgs/s", "[min .. max]", "GB/s", "x memcpy", "x socket"
         );
         if with_iox {
@@ -153,7 +160,7 @@ pub fn table(rows: &[Row]) -> String {
             let spread = format!("[{} .. {}]", Si(r.msgs.min), Si(r.msgs.max));
             let _ = write!(
                 out,
-                "  {:<16} {:>9} {:>21} {:>9.3} {:>9} {:>9}",
+                "  {:<w$} {:>9} {:>21} {:>9.3} {:>9} {:>9}",
                 r.transport,
                 Si(r.msgs.median).to_string(),
                 spread,
@@ -189,7 +196,7 @@ impl Goal {
 }
 
 /// Median of paired ratios `a / b` at `elements` from the run, if both cells have samples.
-pub fn ratio(run: &RunResult, a: Transport, b: Transport, elements: usize) -> Option<f64> {
+pub fn ratio(run: &RunResult, a: &str, b: &str, elements: usize) -> Option<f64> {
     let num = &run.cell(a, elements)?.rates;
     let den = &run.cell(b, elements)?.rates;
     median_ratio(num, Some(den))
@@ -198,6 +205,7 @@ pub fn ratio(run: &RunResult, a: Transport, b: Transport, elements: usize) -> Op
 /// The goals that this run has the data for.
 pub fn goals(run: &RunResult) -> Vec<Goal> {
     use Transport::*;
+    let ratio = |a: Transport, b: Transport, n: usize| ratio(run, a.name(), b.name(), n);
     let mut out = Vec::new();
     let mut push = |text: String, measured: Option<f64>, target: f64| {
         if let Some(measured) = measured {
@@ -210,35 +218,35 @@ pub fn goals(run: &RunResult) -> Vec<Goal> {
     };
     push(
         "16 f32: shm-adaptive msgs/s >= 10x iceoryx2".into(),
-        ratio(run, ShmAdaptive, Iceoryx2, 16),
+        ratio(ShmAdaptive, Iceoryx2, 16),
         10.0,
     );
     push(
         "16 f32: shm-adaptive msgs/s >= 20x unix-socket".into(),
-        ratio(run, ShmAdaptive, UnixSocket, 16),
+        ratio(ShmAdaptive, UnixSocket, 16),
         20.0,
     );
     let m = 1_000_000;
     push(
         "1M f32: shm-zero-copy >= 0.9x memcpy".into(),
-        ratio(run, ShmZeroCopy, Memcpy, m),
+        ratio(ShmZeroCopy, Memcpy, m),
         0.9,
     );
     push(
         "1M f32: shm-zero-copy >= 1x iceoryx2".into(),
-        ratio(run, ShmZeroCopy, Iceoryx2, m),
+        ratio(ShmZeroCopy, Iceoryx2, m),
         1.0,
     );
     push(
         "1M f32: shm-zero-copy >= 10x unix-socket".into(),
-        ratio(run, ShmZeroCopy, UnixSocket, m),
+        ratio(ShmZeroCopy, UnixSocket, m),
         10.0,
     );
     let mut sizes: Vec<usize> = run.cells.iter().map(|c| c.elements).collect();
     sizes.dedup();
     for elements in sizes {
-        let copy = ratio(run, ShmAdaptive, ShmCopy, elements);
-        let zero = ratio(run, ShmAdaptive, ShmZeroCopy, elements);
+        let copy = ratio(ShmAdaptive, ShmCopy, elements);
+        let zero = ratio(ShmAdaptive, ShmZeroCopy, elements);
         let worst = match (copy, zero) {
             (Some(c), Some(z)) => Some(c.min(z)),
             _ => None,
@@ -277,7 +285,7 @@ mod tests {
 
     fn cell(transport: Transport, elements: usize, rates: &[f64]) -> Cell {
         Cell {
-            transport,
+            name: transport.name().to_string(),
             elements,
             rates: rates.to_vec(),
             error: None,

@@ -205,11 +205,11 @@ pub struct Plan {
     pub progress: bool,
 }
 
-/// Rates of one (transport, size) cell over the rounds.
+/// Rates of one (transport or configuration, size) cell over the rounds.
 #[derive(Debug, Clone)]
 pub struct Cell {
-    /// Transport.
-    pub transport: Transport,
+    /// Transport or configuration name (as in tables and CSV).
+    pub name: String,
     /// f32 elements per message.
     pub elements: usize,
     /// Messages per second, indexed by round (NaN where the measurement failed).
@@ -230,11 +230,11 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    /// The cell of `transport` at `elements`, if it was planned.
-    pub fn cell(&self, transport: Transport, elements: usize) -> Option<&Cell> {
+    /// The cell named `name` at `elements`, if it was planned.
+    pub fn cell(&self, name: &str, elements: usize) -> Option<&Cell> {
         self.cells
             .iter()
-            .find(|c| c.transport == transport && c.elements == elements)
+            .find(|c| c.name == name && c.elements == elements)
     }
 }
 
@@ -261,20 +261,54 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
     if !transports.contains(&Transport::Memcpy) {
         transports.insert(0, Transport::Memcpy);
     }
-    let mut cells: Vec<Cell> = plan
-        .sizes
+    let jobs: Vec<(String, Transport)> = transports
+        .iter()
+        .map(|t| (t.name().to_string(), *t))
+        .collect();
+    let warmup = warmup_for(plan.duration);
+    Ok(run_grid(
+        &jobs,
+        &plan.sizes,
+        plan.rounds,
+        plan.progress,
+        |&transport, elements| {
+            let spec = Spec {
+                transport,
+                elements,
+                duration: plan.duration,
+                warmup,
+                cores,
+            };
+            measure(&exe, &spec).map(|o| o.rate())
+        },
+    ))
+}
+
+/// Runs every named job at every size for `rounds` interleaved rounds: a ping-pong probe at
+/// the start of each round, then sizes in order and the jobs rotated by one each round.
+/// `measure` returns messages (items) per second; a job that fails once is recorded with its
+/// error and skipped afterwards.
+pub fn run_grid<J>(
+    jobs: &[(String, J)],
+    sizes: &[usize],
+    rounds: u32,
+    progress: bool,
+    mut measure: impl FnMut(&J, usize) -> Result<f64, BoxError>,
+) -> RunResult {
+    let cores = crate::sys::core_pair();
+    let mut cells: Vec<Cell> = sizes
         .iter()
         .flat_map(|&elements| {
-            transports.iter().map(move |&transport| Cell {
-                transport,
+            jobs.iter().map(move |(name, _)| Cell {
+                name: name.clone(),
                 elements,
                 rates: Vec::new(),
                 error: None,
             })
         })
         .collect();
-    let total = plan.rounds as u64 * cells.len() as u64;
-    let bar = if plan.progress {
+    let total = u64::from(rounds) * cells.len() as u64;
+    let bar = if progress {
         ProgressBar::new(total)
     } else {
         ProgressBar::hidden()
@@ -284,37 +318,27 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
             .expect("valid template")
             .progress_chars("=> "),
     );
-    let warmup = warmup_for(plan.duration);
+    let order: Vec<usize> = (0..jobs.len()).collect();
     let mut probes_ns = Vec::new();
-    for round in 0..plan.rounds as usize {
+    for round in 0..rounds as usize {
         let probe = pingpong::probe(cores, 5, 20_000);
         probes_ns.push(probe.median);
-        for &elements in &plan.sizes {
-            for transport in rotated(&transports, round) {
+        for (s, &elements) in sizes.iter().enumerate() {
+            for j in rotated(&order, round) {
+                let (name, job) = &jobs[j];
                 bar.set_message(format!(
-                    "round {}/{} {transport} x {elements} (ping-pong {:.0} ns)",
+                    "round {}/{rounds} {name} x {elements} (ping-pong {:.0} ns)",
                     round + 1,
-                    plan.rounds,
                     probe.median
                 ));
-                let cell = cells
-                    .iter_mut()
-                    .find(|c| c.transport == transport && c.elements == elements)
-                    .expect("planned cell");
+                let cell = &mut cells[s * jobs.len() + j];
                 if cell.error.is_some() {
                     cell.rates.push(f64::NAN);
                 } else {
-                    let spec = Spec {
-                        transport,
-                        elements,
-                        duration: plan.duration,
-                        warmup,
-                        cores,
-                    };
-                    match measure(&exe, &spec) {
-                        Ok(o) => cell.rates.push(o.rate()),
+                    match measure(job, elements) {
+                        Ok(rate) => cell.rates.push(rate),
                         Err(e) => {
-                            bar.println(format!("{transport} x {elements} failed: {e}"));
+                            bar.println(format!("{name} x {elements} failed: {e}"));
                             cell.rates.push(f64::NAN);
                             cell.error = Some(e.to_string());
                         }
@@ -325,11 +349,11 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
         }
     }
     bar.finish_and_clear();
-    Ok(RunResult {
+    RunResult {
         cells,
         probes_ns,
         cores,
-    })
+    }
 }
 
 #[cfg(test)]
@@ -355,6 +379,45 @@ mod tests {
             warmup_for(Duration::from_millis(40)),
             Duration::from_millis(50)
         );
+    }
+
+    #[test]
+    fn grid_interleaves_rounds_and_skips_failed_jobs() {
+        let jobs = vec![
+            ("a".to_string(), 1),
+            ("b".to_string(), 2),
+            ("bad".to_string(), 3),
+        ];
+        let mut calls = Vec::new();
+        let run = run_grid(&jobs, &[10, 20], 2, false, |&j, n| {
+            calls.push((j, n));
+            if j == 3 {
+                Err("broken".into())
+            } else {
+                Ok((j * n) as f64)
+            }
+        });
+        // Round 0 in job order, round 1 rotated by one; "bad" is tried once only.
+        assert_eq!(
+            calls,
+            vec![
+                (1, 10),
+                (2, 10),
+                (3, 10),
+                (1, 20),
+                (2, 20),
+                (3, 20),
+                (2, 10),
+                (1, 10),
+                (2, 20),
+                (1, 20)
+            ]
+        );
+        assert_eq!(run.cell("b", 20).unwrap().rates, vec![40.0, 40.0]);
+        let bad = run.cell("bad", 10).unwrap();
+        assert_eq!(bad.error.as_deref(), Some("broken"));
+        assert!(bad.rates.iter().all(|r| r.is_nan()) && bad.rates.len() == 2);
+        assert_eq!(run.probes_ns.len(), 2);
     }
 
     #[test]

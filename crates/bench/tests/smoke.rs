@@ -234,3 +234,84 @@ fn unwritable_csv_is_an_error() {
     assert!(err.contains("/nonexistent-dir/x.csv"), "{err}");
     assert!(stray_workers(pid).is_empty());
 }
+
+/// Processes whose command line contains `needle` (pipeline children get the parent's args).
+fn processes_with(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if entry.file_name().to_string_lossy() == me {
+            continue;
+        }
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(cmd);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn pipeline_smoke_writes_csv() {
+    let dir = TempDir::new("pipeline");
+    let csv = dir.0.join("p.csv");
+    let csv_arg = csv.to_str().unwrap();
+    let (ok, out, err, pid) = run(
+        &[
+            "pipeline",
+            "--sizes",
+            "1000",
+            "--workers",
+            "1",
+            "--topology",
+            "fused,staged",
+            "--transfer",
+            "copy",
+            "--rounds",
+            "1",
+            "--duration",
+            "50ms",
+            "--no-progress",
+            "--csv",
+            csv_arg,
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        processes_with(csv_arg).is_empty(),
+        "{:?}",
+        processes_with(csv_arg)
+    );
+    let leaked: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| {
+            n.starts_with(&format!("shmpipe-{pid}x"))
+                || n.starts_with(&format!("shmpipe-bench-{pid}-"))
+        })
+        .collect();
+    assert!(leaked.is_empty(), "{leaked:?}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let (t, m, r) = (
+        column(&header, "transport"),
+        column(&header, "msgs_per_s"),
+        column(&header, "ratio_to_memcpy"),
+    );
+    let names: Vec<&str> = rows.iter().map(|row| row[t]).collect();
+    assert_eq!(
+        names,
+        vec!["memcpy", "fused w1 64KiB copy", "staged w1 64KiB copy"],
+        "{text}"
+    );
+    for row in &rows {
+        assert!(row[m].parse::<f64>().unwrap() > 0.0, "{row:?}");
+        assert!(row[r].parse::<f64>().unwrap() > 0.0, "{row:?}");
+    }
+}
