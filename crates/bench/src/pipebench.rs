@@ -103,9 +103,9 @@ impl PipeConfig {
 
 /// `65536` -> `64KiB`, `1048576` -> `1MiB`, `1000` -> `1000B`.
 pub fn bytes_label(b: usize) -> String {
-    if b >= 1 << 20 && b % (1 << 20) == 0 {
+    if b >= 1 << 20 && b.is_multiple_of(1 << 20) {
         format!("{}MiB", b >> 20)
-    } else if b >= 1 << 10 && b % (1 << 10) == 0 {
+    } else if b >= 1 << 10 && b.is_multiple_of(1 << 10) {
         format!("{}KiB", b >> 10)
     } else {
         format!("{b}B")
