@@ -140,7 +140,7 @@ impl Layout {
                 "slots = {slots}: use a power of two from 2 to 2^20"
             ));
         }
-        if slot_size % 64 != 0 || !(64..=65536).contains(&slot_size) {
+        if !slot_size.is_multiple_of(64) || !(64..=65536).contains(&slot_size) {
             return bad(format!(
                 "slot_size = {slot_size}: use a multiple of 64 from 64 to 65536"
             ));
@@ -148,7 +148,7 @@ impl Layout {
         if blocks > 1 << 20 {
             return bad(format!("blocks = {blocks}: at most 2^20"));
         }
-        if blocks > 0 && (block_size < 64 || block_size > 1 << 40) {
+        if blocks > 0 && !(64..=1 << 40).contains(&block_size) {
             return bad(format!("block_size = {block_size}: from 64 bytes to 1 TiB"));
         }
         let block_size = align_up(block_size.max(64), 64);
@@ -332,7 +332,7 @@ fn block_on<T>(
                 return Ok(v);
             }
             i += 1;
-            if i % 16 == 0 && Instant::now() > spin_until {
+            if i.is_multiple_of(16) && Instant::now() > spin_until {
                 break;
             }
         }
@@ -548,6 +548,31 @@ impl Sender {
         h.consumer_start.store(0, Ordering::Relaxed);
         h.consumer_pid.store(0, Ordering::SeqCst);
         Error::PeerDied { pid, reclaimed }
+    }
+
+    /// Pid of the attached consumer, if one is attached.
+    pub fn consumer_pid(&self) -> Option<u32> {
+        match self.header().consumer_pid.load(Ordering::Acquire) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// Waits until a consumer has attached (polling every millisecond) and returns its pid.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_for_consumer(&self, timeout: Duration) -> Result<u32, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pid) = self.consumer_pid() {
+                return Ok(pid);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// Checks the consumer: `Err(PeerDied)` (after reclaiming its blocks) if it died,

@@ -591,10 +591,10 @@ impl<'a> MessageView<'a> {
     pub(crate) fn for_each_block(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
         for r in self.records() {
             for field in r?.fields() {
-                if let FieldRef::Array(a) = field? {
-                    if let Some(b) = a.block {
-                        f(b);
-                    }
+                if let FieldRef::Array(a) = field?
+                    && let Some(b) = a.block
+                {
+                    f(b);
                 }
             }
         }
@@ -631,7 +631,7 @@ impl<'a> Iterator for Records<'a> {
         }
         let len = rd_u32(b, p) as usize;
         let n = rd_u32(b, p + 4);
-        if len < RECORD_HEADER || len % 8 != 0 || len > b.len() - p {
+        if len < RECORD_HEADER || !len.is_multiple_of(8) || len > b.len() - p {
             self.left = 0;
             return Some(Err(corrupt(format!("record of {len} bytes at {p}"))));
         }
@@ -774,7 +774,8 @@ impl<'a> Fields<'a> {
                 let (bytes, block) = match loc {
                     LOC_INLINE => {
                         let at = a as usize;
-                        if a != after as u64 || blen > (end - after) as u64 || a % 8 != 0 {
+                        if a != after as u64 || blen > (end - after) as u64 || !a.is_multiple_of(8)
+                        {
                             return Err(corrupt(format!(
                                 "array '{name}': inline data at {a} (+{blen}) outside its record"
                             )));

@@ -71,10 +71,10 @@ impl LoanToken {
 
 impl Drop for LoanToken {
     fn drop(&mut self) {
-        if self.live {
-            if let Ok(mut o) = self.home.orphans.lock() {
-                o.push(self.block);
-            }
+        if self.live
+            && let Ok(mut o) = self.home.orphans.lock()
+        {
+            o.push(self.block);
         }
     }
 }

@@ -114,7 +114,7 @@ impl RingShape {
         self.capacity.is_power_of_two()
             && self.capacity <= 1 << 30
             && self.slot_size >= 8
-            && self.slot_size % 8 == 0
+            && self.slot_size.is_multiple_of(8)
     }
 
     /// Bytes of slot memory.

@@ -316,10 +316,10 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if self.owner {
-            if let Some(name) = &self.name {
-                let _ = sys::shm_unlink(&os_name(name));
-            }
+        if self.owner
+            && let Some(name) = &self.name
+        {
+            let _ = sys::shm_unlink(&os_name(name));
         }
     }
 }

@@ -119,6 +119,10 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
     assert_eq!(tx.free_blocks().unwrap(), 8);
     // A new consumer can attach and the channel works again.
     let fresh = Peer::spawn(&["consume", &name, "1"]);
+    assert_eq!(
+        tx.wait_for_consumer(Duration::from_secs(10)).unwrap(),
+        fresh.pid()
+    );
     send_seq(&mut tx, 0, &[1.0; 100]);
     drop(tx);
     let (ok, out, err) = fresh.finish(Duration::from_secs(20));

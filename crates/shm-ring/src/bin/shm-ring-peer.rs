@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! shm-ring-peer consume NAME COUNT        receive COUNT messages, verify seq + checksum, print "ok COUNT"
+//! shm-ring-peer sink NAME [CORE]        receive and sum array "x" of every message until closed
 //! shm-ring-peer hold NAME N               receive N messages, keep them (and their blocks), print "held", sleep
 //! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
@@ -75,6 +76,33 @@ mod real {
         let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
         let result: Result<(), String> = match arg(0).as_str() {
             "consume" => consume(&arg(1), arg(2).parse().unwrap_or(0)),
+            "sink" => (|| {
+                if let Ok(core) = arg(2).parse::<usize>() {
+                    let mut set = rustix::thread::CpuSet::new();
+                    set.set(core);
+                    let _ = rustix::thread::sched_setaffinity(None, &set);
+                }
+                let mut rx = Receiver::open(&arg(1)).map_err(|e| e.to_string())?;
+                let mut sum = 0f64;
+                let mut n = 0u64;
+                loop {
+                    let r = rx.recv_batch(256, None, |m| {
+                        if let Ok(rec) = m.record(0)
+                            && let Ok(x) = rec.array::<f32>("x")
+                        {
+                            sum += x.sum() as f64;
+                        }
+                        n += 1;
+                    });
+                    match r {
+                        Ok(_) => {}
+                        Err(Error::Disconnected) => break,
+                        Err(e) => return Err(e.to_string()),
+                    }
+                }
+                say(&format!("sink {n} {sum}"));
+                Ok(())
+            })(),
             "hold" => (|| {
                 let mut rx = Receiver::open(&arg(1)).map_err(|e| e.to_string())?;
                 let n: usize = arg(2).parse().unwrap_or(1);
