@@ -24,6 +24,9 @@ struct Args {
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
     workers: usize,
+    /// Emitter processes.
+    #[arg(long, default_value_t = 1)]
+    emitters: usize,
     /// Series in the generated dataset.
     #[arg(long, default_value_t = 4000)]
     series: usize,
@@ -42,6 +45,9 @@ struct Args {
     /// Future window.
     #[arg(long, default_value_t = 24)]
     prediction: usize,
+    /// Use the step-by-step chain instead of the fused one (same outputs).
+    #[arg(long)]
+    unfused: bool,
     /// Run the chain in this process instead of a pipeline.
     #[arg(long)]
     in_process: bool,
@@ -123,6 +129,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let chain = ChainConfig {
         context_length: a.context,
         prediction_length: a.prediction,
+        fused: !a.unfused,
         ..ChainConfig::default()
     };
     println!(
@@ -154,6 +161,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             batch_size: a.batch,
             epochs,
             workers: a.workers,
+            emitters: a.emitters,
             seed: a.seed,
         };
         let pb = bar((a.series * epochs) as u64, label);

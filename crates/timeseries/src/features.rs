@@ -1,10 +1,13 @@
 //! Time features (`gluonts.time_feature`): calendar fields scaled to `[-0.5, 0.5]`.
 
+use std::sync::OnceLock;
+
 use crate::period::{DayFields, Freq, FreqUnit, Period};
 
 /// One calendar feature, scaled as GluonTS scales it: `x / (num - 1) - 0.5`
 /// with `x` zero-based (computed in `f64`, then rounded to `f32`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum TimeFeature {
     /// `second / 59 - 0.5`.
     SecondOfMinute,
@@ -82,17 +85,67 @@ pub fn time_features_for(freq: Freq) -> Vec<TimeFeature> {
     }
 }
 
+/// `x / (num - 1) - 0.5` for every `x` in `0..num`, per feature, computed once.
+fn tables() -> &'static [Vec<f32>; 8] {
+    static TABLES: OnceLock<[Vec<f32>; 8]> = OnceLock::new();
+    TABLES.get_or_init(|| {
+        let t = |num: u32| -> Vec<f32> {
+            (0..num)
+                .map(|x| (f64::from(x) / f64::from(num - 1) - 0.5) as f32)
+                .collect()
+        };
+        [t(60), t(60), t(24), t(7), t(31), t(366), t(12), t(53)]
+    })
+}
+
+impl TimeFeature {
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// Writes features `feats` of the `len` periods starting at `start` into `out`,
 /// row-major `(feats.len(), len)`.
 ///
-/// Calendar fields are recomputed only when the day changes, so hourly and
-/// finer series cost a few operations per point.
+/// Values come from tables of `x / (num - 1) - 0.5` computed in `f64` (exactly
+/// GluonTS's arithmetic); calendar fields are recomputed only when the day
+/// changes, so a point costs a few integer operations.
 ///
 /// # Panics
 /// If `out.len() != feats.len() * len`.
 pub fn fill_time_features(start: Period, len: usize, feats: &[TimeFeature], out: &mut [f32]) {
     assert_eq!(out.len(), feats.len() * len);
     if feats.is_empty() || len == 0 {
+        return;
+    }
+    let tables = tables();
+    let value = |f: TimeFeature, secs: u32, day: &DayFields| -> f32 {
+        tables[f.index()][f.raw(secs, day).0 as usize]
+    };
+    let unit_secs = match start.freq.unit {
+        FreqUnit::Second => Some(1),
+        FreqUnit::Minute => Some(60),
+        FreqUnit::Hour => Some(3_600),
+        FreqUnit::Day => Some(86_400),
+        _ => None,
+    };
+    if let Some(unit) = unit_secs {
+        // Fixed-length periods: walk the clock.
+        let step = unit * i64::from(start.freq.multiple);
+        let st = start.field_time();
+        let (mut days, mut secs) = (st.days, i64::from(st.secs));
+        let mut day = DayFields::of(days);
+        for t in 0..len {
+            for (k, &f) in feats.iter().enumerate() {
+                out[k * len + t] = value(f, secs as u32, &day);
+            }
+            secs += step;
+            if secs >= 86_400 {
+                days += secs / 86_400;
+                secs %= 86_400;
+                day = DayFields::of(days);
+            }
+        }
         return;
     }
     let mut cached_day = i64::MIN;
@@ -104,8 +157,7 @@ pub fn fill_time_features(start: Period, len: usize, feats: &[TimeFeature], out:
             day = DayFields::of(ft.days);
         }
         for (k, &f) in feats.iter().enumerate() {
-            let (x, num) = f.raw(ft.secs, &day);
-            out[k * len + t] = (f64::from(x) / f64::from(num - 1) - 0.5) as f32;
+            out[k * len + t] = value(f, ft.secs, &day);
         }
     }
 }

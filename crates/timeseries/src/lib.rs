@@ -27,6 +27,7 @@ pub mod batch;
 pub mod entry;
 pub mod error;
 pub mod features;
+pub mod fused;
 pub mod jsonl;
 pub mod period;
 pub mod pipeline;

@@ -15,7 +15,7 @@
 //! let cfg = WorkloadConfig {
 //!     source: WorkloadSource::JsonLines("data.jsonl".into()),
 //!     chain: ChainConfig::default(),
-//!     batch_size: 32, epochs: 3, workers: 2, seed: 0,
+//!     batch_size: 32, epochs: 3, workers: 2, emitters: 1, seed: 0,
 //! };
 //! let stats = run_workload(&reg, &cfg, |_| {}).unwrap();
 //! println!("{:.0} windows/s", stats.windows_per_sec());
@@ -38,11 +38,11 @@ use crate::jsonl::parse_entry;
 use crate::period::{Freq, Period};
 use crate::transform::Chain;
 use crate::workload::{
-    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, deepar_chain,
+    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, training_chain,
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
-/// Args: `{"freq", "context_length", "prediction_length", "num_instances", "batch_size"}`.
+/// Args: `{"freq", "context_length", "prediction_length", "num_instances", "fused", "batch_size"}`.
 pub const STEP_TRAIN: &str = "gluonts_train";
 /// Source: the raw lines of a JSON-lines file (`{"path"}`), parsed by the workers on every pass.
 pub const SOURCE_LINES: &str = "gluonts_lines";
@@ -180,11 +180,12 @@ impl TrainStep {
                 .as_u64()
                 .map_or(d.prediction_length, |v| v as usize),
             num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
+            fused: a["fused"].as_bool().unwrap_or(d.fused),
         };
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
         Ok(TrainStep {
             freq: cfg.freq,
-            chain: deepar_chain(&cfg, cx.worker.seed),
+            chain: training_chain(&cfg, cx.worker.seed),
             batcher: Batcher::new(batch_size),
             windows: Vec::new(),
         })
@@ -334,7 +335,7 @@ impl Source for ParsedSource {
     }
 }
 
-/// Runs the workload with `cfg.workers` worker processes and one emitter,
+/// Runs the workload with `cfg.workers` worker processes and `cfg.emitters` emitters,
 /// calling `progress` after every batch. `reg` must come from [`register`] and
 /// [`shmpipe::init`] must have been called with it at the top of `main`.
 ///
@@ -366,14 +367,15 @@ pub fn run_workload(
         "context_length": c.context_length,
         "prediction_length": c.prediction_length,
         "num_instances": c.num_instances,
+        "fused": c.fused,
         "batch_size": cfg.batch_size,
     });
-    let p = Pipeline::builder(reg)
+    let mut p = Pipeline::builder(reg)
         .source_named(
             source,
             json!({"path": args.display().to_string(), "freq": c.freq.to_string()}),
         )
-        .emitters(1)
+        .emitters(cfg.emitters.max(1))
         .step_with(STEP_TRAIN, step_args)
         .workers(cfg.workers.max(1))
         .epochs(Epochs::Finite(cfg.epochs as u64))
@@ -382,8 +384,7 @@ pub fn run_workload(
         .map_err(perr)?;
     let mut stats = WorkloadStats::default();
     let mut t0: Option<Instant> = None;
-    for item in p {
-        let item = item.map_err(perr)?;
+    while let Some(item) = p.dequeue().map_err(perr)? {
         match t0 {
             None => t0 = Some(Instant::now()),
             Some(t) => {
@@ -396,6 +397,11 @@ pub fn run_workload(
         }
     }
     stats.input_bytes = input_bytes * cfg.epochs as u64;
+    let m = p.metrics();
+    stats.step_time = m.steps.iter().map(|s| s.2).sum();
+    if std::env::var_os("SHMPIPE_TS_METRICS").is_some() {
+        eprintln!("{m:?}");
+    }
     Ok(stats)
 }
 

@@ -13,6 +13,7 @@ use crate::batch::Batcher;
 use crate::entry::{DataEntry, field};
 use crate::error::{BatchError, ReadError, TransformError};
 use crate::features::time_features_for;
+use crate::fused::FusedDeepAr;
 use crate::jsonl::JsonLinesReader;
 use crate::period::{Freq, FreqUnit};
 use crate::sampler::ExpectedNumInstanceSampler;
@@ -32,6 +33,9 @@ pub struct ChainConfig {
     pub prediction_length: usize,
     /// Average windows per series (`ExpectedNumInstanceSampler.num_instances`).
     pub num_instances: f64,
+    /// Use [`FusedDeepAr`] (same outputs, computed for the windows only)
+    /// instead of the step-by-step chain.
+    pub fused: bool,
 }
 
 impl Default for ChainConfig {
@@ -45,6 +49,7 @@ impl Default for ChainConfig {
             context_length: 168,
             prediction_length: 24,
             num_instances: 1.0,
+            fused: true,
         }
     }
 }
@@ -88,6 +93,31 @@ pub fn deepar_chain(cfg: &ChainConfig, seed: u64) -> Chain {
         ))
 }
 
+/// The same chain as [`deepar_chain`] as one [`FusedDeepAr`] step.
+pub fn deepar_chain_fused(cfg: &ChainConfig, seed: u64) -> Chain {
+    let p = cfg.prediction_length;
+    Chain::new().then(FusedDeepAr::new(
+        time_features_for(cfg.freq),
+        Box::new(ExpectedNumInstanceSampler::new(
+            cfg.num_instances,
+            0,
+            p,
+            seed,
+        )),
+        cfg.context_length,
+        p,
+    ))
+}
+
+/// [`deepar_chain_fused`] or [`deepar_chain`], as `cfg.fused` says.
+pub fn training_chain(cfg: &ChainConfig, seed: u64) -> Chain {
+    if cfg.fused {
+        deepar_chain_fused(cfg, seed)
+    } else {
+        deepar_chain(cfg, seed)
+    }
+}
+
 /// Where the workload reads series from.
 #[derive(Clone, Debug)]
 pub enum WorkloadSource {
@@ -111,8 +141,10 @@ pub struct WorkloadConfig {
     pub batch_size: usize,
     /// Passes over the data.
     pub epochs: usize,
-    /// Worker processes (used by the pipeline runner; the in-process runner ignores it).
+    /// Worker processes (pipeline runner only).
     pub workers: usize,
+    /// Emitter processes reading the input (pipeline runner only).
+    pub emitters: usize,
     /// Seed of the samplers.
     pub seed: u64,
 }
@@ -132,6 +164,8 @@ pub struct WorkloadStats {
     pub input_bytes: u64,
     /// Wall time.
     pub elapsed: Duration,
+    /// Time spent inside the pipeline step, summed over workers (zero in process).
+    pub step_time: Duration,
 }
 
 impl WorkloadStats {
@@ -208,7 +242,7 @@ impl std::error::Error for WorkloadError {
 /// let entries = jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap();
 /// let cfg = WorkloadConfig {
 ///     source: WorkloadSource::Memory(Arc::new(entries)),
-///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, seed: 0,
+///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, seed: 0,
 /// };
 /// let stats = run_in_process(&cfg, |_| {}).unwrap();
 /// assert_eq!(stats.series, 100);
@@ -220,7 +254,7 @@ pub fn run_in_process(
 ) -> Result<WorkloadStats, WorkloadError> {
     let t0 = Instant::now();
     let mut stats = WorkloadStats::default();
-    let mut chain = deepar_chain(&cfg.chain, cfg.seed);
+    let mut chain = training_chain(&cfg.chain, cfg.seed);
     let mut batcher = Batcher::new(cfg.batch_size);
     let mut windows = Vec::new();
     let mut parsed: Option<Vec<DataEntry>> = None;

@@ -1,0 +1,65 @@
+//! The fused chain gives exactly the step-by-step chain's windows and batches.
+
+use proptest::prelude::*;
+use shmpipe_timeseries::batch::stack;
+use shmpipe_timeseries::workload::{ChainConfig, deepar_chain, deepar_chain_fused};
+use shmpipe_timeseries::{Array, DataEntry, Period};
+
+fn entry(values: &[Option<f32>], start: i64, freq: &str, with_static: bool) -> DataEntry {
+    let mut e = DataEntry::default();
+    e.insert(
+        "target",
+        Array::from_vec(values.iter().map(|v| v.unwrap_or(f32::NAN)).collect()),
+    );
+    if with_static {
+        e.insert("feat_static_cat", Array::from_vec(vec![3.0]));
+    }
+    e.item_id = Some("s".into());
+    e.start = Some(Period {
+        freq: freq.parse().unwrap(),
+        ordinal: start,
+    });
+    e
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    #[test]
+    fn fused_equals_chain(
+        series in prop::collection::vec(
+            (prop::collection::vec(prop::option::weighted(0.9, -1e3f32..1e3), 0..120), 0i64..500_000, any::<bool>()),
+            1..12),
+        freq in prop::sample::select(vec!["h", "D", "W", "M", "15min", "2h"]),
+        context in 1usize..40,
+        prediction in 1usize..12,
+        num_instances in 0.5f64..4.0,
+        is_train in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        let cfg = ChainConfig {
+            freq: freq.parse().unwrap(),
+            context_length: context,
+            prediction_length: prediction,
+            num_instances,
+            fused: false,
+        };
+        let mut a = deepar_chain(&cfg, seed);
+        let mut b = deepar_chain_fused(&cfg, seed);
+        let (mut wa, mut wb) = (Vec::new(), Vec::new());
+        for (values, start, st) in &series {
+            let e = entry(values, *start, freq, *st);
+            a.apply(e.clone(), is_train, &mut wa).unwrap();
+            b.apply(e, is_train, &mut wb).unwrap();
+        }
+        prop_assert_eq!(wa.len(), wb.len());
+        for (x, y) in wa.iter().zip(&wb) {
+            prop_assert_eq!(x, y);
+        }
+        // Stack runs of windows with the same fields, as a batcher would.
+        let same: Vec<DataEntry> = wa.iter().filter(|w| !w.contains("feat_static_cat")).cloned().collect();
+        let same_b: Vec<DataEntry> = wb.iter().filter(|w| !w.contains("feat_static_cat")).cloned().collect();
+        if !same.is_empty() && is_train {
+            prop_assert_eq!(stack(&same).unwrap(), stack(&same_b).unwrap());
+        }
+    }
+}
