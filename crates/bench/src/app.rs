@@ -43,11 +43,13 @@ pub fn placement_line(run: &RunResult) -> String {
     let median = Summary::of(&run.probes_ns).map_or(f64::NAN, |s| s.median);
     format!(
         "producer on CPU {}, consumer on CPU {}; cache-line ping-pong {median:.0} ns per round trip \
-         (rounds: {} ns) -> placement {}",
+         (rounds: {} ns) -> placement {}; load average {:.2} at start, {:.2} at end",
         run.cores.0,
         run.cores.1,
         probes.join(", "),
-        Placement::classify(&run.probes_ns).label()
+        Placement::classify(&run.probes_ns).label(),
+        run.load.0,
+        run.load.1
     )
 }
 

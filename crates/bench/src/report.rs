@@ -304,6 +304,7 @@ mod tests {
             ],
             probes_ns: vec![50.0, 60.0, 455.0],
             cores: (0, 1),
+            load: (0.5, 0.7),
         }
     }
 

@@ -227,6 +227,8 @@ pub struct RunResult {
     pub probes_ns: Vec<f64>,
     /// (producer, consumer) CPUs.
     pub cores: (usize, usize),
+    /// 1-minute load average at the start and at the end of the run.
+    pub load: (f64, f64),
 }
 
 impl RunResult {
@@ -319,6 +321,7 @@ pub fn run_grid<J>(
             .progress_chars("=> "),
     );
     let order: Vec<usize> = (0..jobs.len()).collect();
+    let load_start = crate::sys::load_average();
     let mut probes_ns = Vec::new();
     for round in 0..rounds as usize {
         let probe = pingpong::probe(cores, 5, 20_000);
@@ -353,6 +356,7 @@ pub fn run_grid<J>(
         cells,
         probes_ns,
         cores,
+        load: (load_start, crate::sys::load_average()),
     }
 }
 

@@ -32,6 +32,15 @@ pub fn core_pair() -> (usize, usize) {
     (cores[0], cores[1 % cores.len()])
 }
 
+/// The 1-minute load average from `/proc/loadavg` (NaN if unreadable): other work on the
+/// machine shows up here and in the ping-pong probe.
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
 /// CPU the calling thread runs on now.
 pub fn current_core() -> usize {
     rustix::thread::sched_getcpu()
@@ -62,6 +71,12 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn load_average_is_read() {
+        let l = load_average();
+        assert!(l.is_finite() && l >= 0.0, "{l}");
     }
 
     #[test]
