@@ -933,7 +933,7 @@ impl Sender {
             if let FieldSrc::Array { data, .. } = &mut f.src {
                 self.stats.array_bytes += data.len() as u64;
                 if let ArraySrc::Loan(t) = std::mem::replace(data, ArraySrc::Borrowed(&[])) {
-                    let b = t.take();
+                    let b = (*t).take();
                     self.in_flight[b as usize] = true;
                 }
                 match p {

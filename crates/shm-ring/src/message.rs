@@ -59,7 +59,7 @@ pub enum MetaValue<'a> {
 pub(crate) enum ArraySrc<'a> {
     Borrowed(&'a [u8]),
     Owned(Vec<u8>),
-    Loan(LoanToken),
+    Loan(Box<LoanToken>),
 }
 
 #[derive(Debug)]
@@ -100,7 +100,7 @@ pub(crate) struct FieldB<'a> {
 #[derive(Debug, Default)]
 pub struct MessageBuilder<'a> {
     pub(crate) tag: u32,
-    pub(crate) fields: SmallVec<[FieldB<'a>; 4]>,
+    pub(crate) fields: SmallVec<[FieldB<'a>; 2]>,
     /// Index in `fields` where each record after the first starts.
     pub(crate) record_starts: SmallVec<[u32; 2]>,
 }
@@ -266,7 +266,7 @@ impl<'a> MessageBuilder<'a> {
             FieldSrc::Array {
                 dtype: T::DTYPE,
                 shape,
-                data: ArraySrc::Loan(token),
+                data: ArraySrc::Loan(Box::new(token)),
             },
         )
     }
