@@ -290,9 +290,10 @@ impl Source for LinesSource {
     }
 }
 
-/// Entries parsed once at start, served from memory.
+/// Entries parsed once at start, served from memory. A malformed line is
+/// reported when its record is read, so the pipeline's bad-record policy applies.
 struct ParsedSource {
-    items: Vec<Item>,
+    items: Vec<Result<Item, SourceError>>,
 }
 
 impl ParsedSource {
@@ -310,13 +311,14 @@ impl ParsedSource {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let e = parse_entry(line, freq).map_err(|e| SourceError::BadRecord {
-                file: path.display().to_string(),
-                line: first + i as u64,
-                field: e.field.clone(),
-                message: e.to_string(),
-            })?;
-            items.push(entry_to_item(e));
+            items.push(parse_entry(line, freq).map(entry_to_item).map_err(|e| {
+                SourceError::BadRecord {
+                    file: path.display().to_string(),
+                    line: first + i as u64,
+                    field: e.field.clone(),
+                    message: e.to_string(),
+                }
+            }));
         }
         Ok(ParsedSource { items })
     }
@@ -331,7 +333,7 @@ impl Source for ParsedSource {
         self.items
             .get(index)
             .cloned()
-            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))
+            .unwrap_or_else(|| Err(SourceError::Other(format!("index {index} out of range"))))
     }
 }
 

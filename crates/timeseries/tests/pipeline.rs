@@ -1,0 +1,127 @@
+//! The workload as a multi-process pipeline: exact window counts, batch shapes,
+//! and malformed records reported with their line.
+//!
+//! Each test re-executes this test binary as worker and emitter processes
+//! (`shmpipe::init` diverts them), so every test calls `init` first.
+
+use std::path::PathBuf;
+
+use shmpipe_timeseries::pipeline::{register, run_workload};
+use shmpipe_timeseries::synth::{GenConfig, write_file};
+use shmpipe_timeseries::workload::{
+    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, run_in_process,
+};
+
+/// A temporary file removed on drop (also when the test fails).
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(tag: &str) -> TempFile {
+        TempFile(std::env::temp_dir().join(format!(
+            "shmpipe-ts-test-{tag}-{}.jsonl",
+            std::process::id()
+        )))
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn small_dataset(tag: &str) -> (TempFile, GenConfig) {
+    let f = TempFile::new(tag);
+    let g = GenConfig {
+        num_series: 40,
+        min_len: 20,
+        max_len: 70,
+        missing_prob: 0.1,
+        ..GenConfig::default()
+    };
+    write_file(&g, &f.0).unwrap();
+    (f, g)
+}
+
+/// With `num_instances` far above the series lengths the sampler picks every
+/// admissible point (p >= 1), so the number of windows is exact:
+/// `sum over series of (len - prediction + 1)` per epoch.
+fn exhaustive_config(source: WorkloadSource, workers: usize) -> WorkloadConfig {
+    WorkloadConfig {
+        source,
+        chain: ChainConfig {
+            context_length: 12,
+            prediction_length: 4,
+            num_instances: 1e6,
+            ..ChainConfig::default()
+        },
+        batch_size: 1,
+        epochs: 2,
+        workers,
+        emitters: 1,
+        seed: 5,
+    }
+}
+
+#[test]
+fn pipeline_produces_every_window_from_json_and_memory() {
+    let reg = register(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let (file, g) = small_dataset("exact");
+    let entries = shmpipe_timeseries::jsonl::read_file(&file.0, g.freq).unwrap();
+    let expected: u64 = entries
+        .iter()
+        .map(|e| e.get("target").unwrap().time_len() as u64 - 4 + 1)
+        .sum::<u64>()
+        * 2;
+    for source in [
+        WorkloadSource::JsonLines(file.0.clone()),
+        WorkloadSource::ParsedOnce(file.0.clone()),
+    ] {
+        let cfg = exhaustive_config(source.clone(), 2);
+        let local = run_in_process(&cfg, |_| {}).unwrap();
+        assert_eq!(local.windows, expected, "{source:?} in process");
+        let mut last = 0;
+        let stats = run_workload(&reg, &cfg, |s| {
+            assert!(s.windows >= last);
+            last = s.windows;
+        })
+        .unwrap();
+        // The first batch only starts the clock and is not counted.
+        assert_eq!(stats.windows + 1, expected, "{source:?} in the pipeline");
+        assert_eq!(stats.batches, stats.windows);
+        // Each window: past (12) and future (4) target, observed values, is_pad (12),
+        // time features 6 x 5 columns (4 hourly features + age), forecast_start (i64)
+        // and feat_static_cat.
+        let floats = 12 + 4 + 12 + 4 + 12 + 16 * 5 + 1;
+        assert_eq!(stats.batch_bytes, stats.windows * (floats * 4 + 8));
+    }
+}
+
+#[test]
+fn malformed_line_is_reported_with_its_line_number() {
+    let reg = register(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let (file, _) = small_dataset("bad");
+    let mut text = std::fs::read_to_string(&file.0).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = lines.iter().map(|s| s.to_string()).collect();
+    out[6] = r#"{"start": "2020-01-01 00:00:00", "target": [1.0, "oops"]}"#.into();
+    text = out.join("\n") + "\n";
+    std::fs::write(&file.0, text).unwrap();
+    let cfg = exhaustive_config(WorkloadSource::JsonLines(file.0.clone()), 2);
+    match run_workload(&reg, &cfg, |_| {}) {
+        Err(WorkloadError::Pipeline(msg)) => {
+            assert!(msg.contains("line 7"), "{msg}");
+            assert!(msg.contains("target"), "{msg}");
+        }
+        other => panic!("expected a pipeline error, got {other:?}"),
+    }
+    let cfg = exhaustive_config(WorkloadSource::ParsedOnce(file.0.clone()), 1);
+    match run_workload(&reg, &cfg, |_| {}) {
+        Err(WorkloadError::Pipeline(msg)) => {
+            assert!(msg.contains(":7"), "{msg}");
+        }
+        other => panic!("expected a pipeline error, got {other:?}"),
+    }
+}
