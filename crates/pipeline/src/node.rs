@@ -215,17 +215,26 @@ pub(crate) struct Outputs {
     pub txs: Vec<Box<dyn Tx>>,
     pending: Vec<Vec<Frame>>,
     bytes: Vec<usize>,
+    /// Arrays in each pending batch that will travel zero-copy (one pool block each).
+    zero_copy: Vec<usize>,
     batch_bytes: usize,
+    transfer: Transfer,
+    /// A batch is sent once it holds this many zero-copy arrays, so that one message never
+    /// needs more pool blocks than the channel has.
+    zero_copy_limit: usize,
 }
 
 impl Outputs {
-    pub(crate) fn new(txs: Vec<Box<dyn Tx>>, batch_bytes: usize) -> Outputs {
+    pub(crate) fn new(txs: Vec<Box<dyn Tx>>, plan: &Plan) -> Outputs {
         let n = txs.len();
         Outputs {
             txs,
             pending: vec![Vec::new(); n],
             bytes: vec![0; n],
-            batch_bytes: batch_bytes.max(1),
+            zero_copy: vec![0; n],
+            batch_bytes: plan.batch_bytes.max(1),
+            transfer: plan.transfer,
+            zero_copy_limit: (plan.channel.blocks as usize / 2).max(1),
         }
     }
     pub(crate) fn len(&self) -> usize {
@@ -233,8 +242,14 @@ impl Outputs {
     }
     pub(crate) fn push(&mut self, i: usize, f: Frame) -> Result<(), TransportError> {
         self.bytes[i] += frame_size(&f);
+        if let Frame::Item { item, .. } = &f {
+            self.zero_copy[i] += item
+                .arrays()
+                .filter(|(_, a)| self.transfer.zero_copy(a.nbytes()))
+                .count();
+        }
         self.pending[i].push(f);
-        if self.bytes[i] >= self.batch_bytes {
+        if self.bytes[i] >= self.batch_bytes || self.zero_copy[i] >= self.zero_copy_limit {
             self.flush(i)
         } else {
             Ok(())
@@ -245,11 +260,20 @@ impl Outputs {
             self.txs[i].send(&self.pending[i])?;
             self.pending[i].clear();
             self.bytes[i] = 0;
+            self.zero_copy[i] = 0;
         }
         Ok(())
     }
     pub(crate) fn flush_all(&mut self) -> Result<(), TransportError> {
         (0..self.txs.len()).try_for_each(|i| self.flush(i))
+    }
+    /// Flushes everything and waits until every consumer has attached (see
+    /// [`Tx::wait_attached`]); then the outputs may be closed.
+    pub(crate) fn finish(&mut self) -> Result<(), TransportError> {
+        self.flush_all()?;
+        self.txs
+            .iter()
+            .try_for_each(|t| t.wait_attached(OPEN_TIMEOUT))
     }
     pub(crate) fn broadcast(&mut self, f: &Frame) -> Result<(), TransportError> {
         (0..self.txs.len()).try_for_each(|i| self.push(i, f.clone()))
@@ -258,6 +282,7 @@ impl Outputs {
     pub(crate) fn report(&mut self, r: Report) {
         if !self.txs.is_empty() {
             let _ = self.push(0, Frame::Error(r)).and_then(|()| self.flush(0));
+            let _ = self.txs[0].wait_attached(OPEN_TIMEOUT);
         }
     }
     pub(crate) fn transfer_counts(&self) -> (u64, u64) {
@@ -379,7 +404,7 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec) -> i32 {
         .map(|n| create_tx(plan, n))
         .collect();
     let outs = match outs {
-        Ok(o) => Outputs::new(o, plan.batch_bytes),
+        Ok(o) => Outputs::new(o, plan),
         Err(e) => {
             eprintln!("shmpipe {me}: {e}");
             return EXIT_SETUP;
@@ -476,11 +501,11 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
                     None => Some(item),
                 };
                 if let Some(item) = item {
-                    send(&mut out, item, &mut k).map_err(|_| EXIT_PEER_LOST)?;
+                    send(&mut out, item, &mut k).map_err(|e| lost("emitter", &e))?;
                 }
             }
             for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
-                send(&mut out, item, &mut k).map_err(|_| EXIT_PEER_LOST)?;
+                send(&mut out, item, &mut k).map_err(|e| lost("emitter", &e))?;
             }
             epoch += 1;
         }
@@ -493,12 +518,17 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
         .broadcast(&Frame::EmitterDone { e: e as u32, n: k })
         .and_then(|()| out.push(0, Frame::Eos(stats)))
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
-        .and_then(|()| out.flush_all());
-    if end.is_err() {
-        EXIT_PEER_LOST
-    } else {
-        EXIT_OK
+        .and_then(|()| out.finish());
+    match end {
+        Err(e) => lost("ending", &e),
+        Ok(()) => EXIT_OK,
     }
+}
+
+/// Logs why a child lost a peer and returns the exit code for it.
+fn lost(what: &str, e: &TransportError) -> i32 {
+    eprintln!("shmpipe {what}: {e}");
+    EXIT_PEER_LOST
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
@@ -603,7 +633,8 @@ fn run_worker(
         let frames = match next {
             Ok(Some((_, frames))) => frames,
             Ok(None) => break,
-            Err(_) => return EXIT_PEER_LOST,
+            Err(NextError::Input(i, e)) => return lost(&format!("worker input {i}"), &e),
+            Err(NextError::Idle(e)) => return lost("worker output", &e),
         };
         for f in frames {
             let sent = match f {
@@ -638,8 +669,8 @@ fn run_worker(
                     return EXIT_REPORTED;
                 }
             };
-            if sent.is_err() {
-                return EXIT_PEER_LOST;
+            if let Err(e) = sent {
+                return lost("worker output", &e);
             }
         }
     }
@@ -656,10 +687,9 @@ fn run_worker(
     let end = out
         .push(0, Frame::Eos(stats))
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
-        .and_then(|()| out.flush_all());
-    if end.is_err() {
-        EXIT_PEER_LOST
-    } else {
-        EXIT_OK
+        .and_then(|()| out.finish());
+    match end {
+        Err(e) => lost("ending", &e),
+        Ok(()) => EXIT_OK,
     }
 }

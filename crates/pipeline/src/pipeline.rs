@@ -35,6 +35,17 @@ pub enum Transfer {
     },
 }
 
+impl Transfer {
+    /// Whether an array of `bytes` bytes goes zero-copy under this policy.
+    pub fn zero_copy(&self, bytes: usize) -> bool {
+        match *self {
+            Transfer::Copy => false,
+            Transfer::ZeroCopy => bytes > 0,
+            Transfer::Adaptive { threshold } => bytes >= threshold && bytes > 0,
+        }
+    }
+}
+
 /// How the steps are laid out over worker processes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Topology {
@@ -338,7 +349,7 @@ impl PipelineBuilder {
             let txs: Result<Vec<_>, _> = (0..plan.stages[0].workers)
                 .map(|w| node::create_tx(plan, &plan.conn(&me, &node::worker_node(0, w))))
                 .collect();
-            let outs = Outputs::new(txs.map_err(Error::Transport)?, plan.batch_bytes);
+            let outs = Outputs::new(txs.map_err(Error::Transport)?, plan);
             p.feeder = Some(Feeder::start(
                 outs,
                 plan.stages[0].workers,

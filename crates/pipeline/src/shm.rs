@@ -130,6 +130,13 @@ impl Tx for ShmTx {
         self.tx.send(b).map_err(map_err)
     }
 
+    fn wait_attached(&self, timeout: Duration) -> Result<(), TransportError> {
+        self.tx
+            .wait_for_consumer(timeout)
+            .map(drop)
+            .map_err(map_err)
+    }
+
     fn transfer_counts(&self) -> (u64, u64) {
         let s = self.tx.stats();
         (s.zero_copy_arrays, s.copied_arrays)

@@ -55,11 +55,15 @@ fn source_fan_out_exact_end_of_stream() {
             expected.push((i, j));
         }
     }
-    for topo in [
-        Topology::Fused,
-        Topology::Staged {
-            workers: vec![1, 3],
-        },
+    for (topo, socket) in [
+        (Topology::Fused, false),
+        (
+            Topology::Staged {
+                workers: vec![1, 3],
+            },
+            false,
+        ),
+        (Topology::Fused, true),
     ] {
         let p = Pipeline::builder(&reg)
             .source_named("range", serde_json::json!({"n": n, "len": 8}))
@@ -78,4 +82,20 @@ fn source_fan_out_exact_end_of_stream() {
         assert_eq!(sorted_ns(&items), expected, "{topo:?}");
         assert!(shm_entries(&id).is_empty(), "leaked segments of {id}");
     }
+}
+
+#[test]
+fn empty_source_ends_cleanly() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let p = Pipeline::builder(&reg)
+        .source_named("range", serde_json::json!({"n": 0, "len": 3}))
+        .emitters(1)
+        .workers(1)
+        .step_with("fan", serde_json::json!({"max": 3}))
+        .step("inc")
+        .start()
+        .unwrap();
+    let got: Vec<Item> = p.map(|r| r.unwrap()).collect();
+    assert!(got.is_empty());
 }
