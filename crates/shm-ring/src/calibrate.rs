@@ -22,7 +22,7 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
         slots: 1024,
         slot_size: 64,
         blocks: 16,
-        block_size: bytes.max(64),
+        block_size: bytes + 4096,
         transfer,
         ..ChannelConfig::default()
     };

@@ -258,3 +258,15 @@ fn too_small_dev_shm_gives_a_clear_error_not_sigbus() {
     // Nothing leaked into the real /dev/shm.
     assert!(!std::path::Path::new(&common::shm_path(&format!("{name}-big"))).exists());
 }
+
+#[test]
+fn calibrate_measures_both_modes_at_every_size() {
+    let cal = shm_ring::calibrate(Duration::from_millis(5)).unwrap();
+    let sizes: Vec<usize> = cal.points.iter().map(|p| p.0).collect();
+    assert_eq!(
+        sizes,
+        vec![1024, 4096, 16384, 65536, 262144, 1048576, 4194304]
+    );
+    assert!(cal.points.iter().all(|&(_, c, z)| c > 0.0 && z > 0.0));
+    assert!(sizes.contains(&cal.threshold));
+}
