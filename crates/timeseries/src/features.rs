@@ -151,7 +151,7 @@ pub fn fill_time_features(start: Period, len: usize, feats: &[TimeFeature], out:
     let mut cached_day = i64::MIN;
     let mut day = DayFields::of(0);
     for t in 0..len {
-        let ft = start.add(t as i64).field_time();
+        let ft = start.shifted(t as i64).field_time();
         if ft.days != cached_day {
             cached_day = ft.days;
             day = DayFields::of(ft.days);

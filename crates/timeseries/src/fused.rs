@@ -96,7 +96,7 @@ impl FusedDeepAr {
         self.feat_buf.clear();
         self.feat_buf.resize(nf * n, 0.0);
         fill_time_features(
-            start.add(lo as i64),
+            start.shifted(lo as i64),
             n,
             &self.time_features,
             &mut self.feat_buf,
@@ -195,7 +195,7 @@ impl Transform for FusedDeepAr {
             w.insert(n4.clone(), past_t);
             w.insert(n5.clone(), fut_t);
             w.insert(n6.clone(), Array::from_vec(is_pad));
-            w.forecast_start = Some(start.add(idx as i64));
+            w.forecast_start = Some(start.shifted(idx as i64));
             out.push(w);
         }
         self.points = points;

@@ -233,7 +233,7 @@ impl fmt::Display for DateTime {
 /// use shmpipe_timeseries::Period;
 /// let p = Period::parse("2020-01-15 05:30:12", "h".parse().unwrap()).unwrap();
 /// assert_eq!(p.ordinal, 438_629); // hours since the epoch, as in pandas
-/// assert_eq!(p.add(3).start_time().to_string(), "2020-01-15 08:00:00");
+/// assert_eq!(p.shifted(3).start_time().to_string(), "2020-01-15 08:00:00");
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Period {
@@ -278,8 +278,8 @@ impl Period {
     }
 
     /// This period moved by `k` steps of the frequency (`k * multiple` base units),
-    /// like `period + k` in pandas.
-    pub fn add(self, k: i64) -> Period {
+    /// like `period + k` in pandas (also available as `period + k`).
+    pub fn shifted(self, k: i64) -> Period {
         Period {
             freq: self.freq,
             ordinal: self.ordinal + k * i64::from(self.freq.multiple),
@@ -341,6 +341,15 @@ impl Period {
             },
             _ => self.start_time(),
         }
+    }
+}
+
+impl std::ops::Add<i64> for Period {
+    type Output = Period;
+
+    /// [`Period::shifted`].
+    fn add(self, k: i64) -> Period {
+        self.shifted(k)
     }
 }
 

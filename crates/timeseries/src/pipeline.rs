@@ -221,12 +221,18 @@ impl Step for TrainStep {
     }
 }
 
-/// This part's lines of a file: `(whole file, byte ranges of lines, 1-based first line)`.
-fn read_part(
-    path: &Path,
-    part: usize,
-    parts: usize,
-) -> Result<(Vec<u8>, Vec<Range<usize>>, u64), SourceError> {
+/// One emitter's part of a JSON-lines file.
+struct Part {
+    /// The whole file.
+    data: Vec<u8>,
+    /// Byte ranges of the part's lines (blank ones included).
+    lines: Vec<Range<usize>>,
+    /// 1-based number of the part's first line.
+    first_line: u64,
+}
+
+/// Reads part `part` of `parts` (line-aligned byte ranges, as the pipeline splits files).
+fn read_part(path: &Path, part: usize, parts: usize) -> Result<Part, SourceError> {
     let io = |e: std::io::Error| SourceError::Io {
         file: path.display().to_string(),
         message: e.to_string(),
@@ -250,7 +256,11 @@ fn read_part(
     if s < end {
         lines.push(s..end);
     }
-    Ok((data, lines, first_line))
+    Ok(Part {
+        data,
+        lines,
+        first_line,
+    })
 }
 
 /// Raw lines: each record is the line's bytes, parsed by the workers.
@@ -262,7 +272,11 @@ struct LinesSource {
 
 impl LinesSource {
     fn open(path: &Path, part: usize, parts: usize) -> Result<LinesSource, SourceError> {
-        let (data, ranges, first) = read_part(path, part, parts)?;
+        let Part {
+            data,
+            lines: ranges,
+            first_line: first,
+        } = read_part(path, part, parts)?;
         let lines = ranges
             .into_iter()
             .enumerate()
@@ -304,7 +318,11 @@ impl ParsedSource {
         parts: usize,
     ) -> Result<ParsedSource, SourceError> {
         let freq = freq.map_err(SourceError::Other)?;
-        let (data, ranges, first) = read_part(path, part, parts)?;
+        let Part {
+            data,
+            lines: ranges,
+            first_line: first,
+        } = read_part(path, part, parts)?;
         let mut items = Vec::with_capacity(ranges.len());
         for (i, r) in ranges.into_iter().enumerate() {
             let line = &data[r];

@@ -49,7 +49,7 @@ pub fn write_series(cfg: &GenConfig, i: usize, buf: &mut Vec<u8>) {
     let mut rng = Rng::new(cfg.seed ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
     let len = rng.range_inclusive(cfg.min_len, cfg.max_len.max(cfg.min_len));
     let base = DateTime::parse("2020-01-01 00:00:00").expect("constant timestamp");
-    let start = Period::containing(base, cfg.freq).add(rng.range_inclusive(0, 2000) as i64);
+    let start = Period::containing(base, cfg.freq).shifted(rng.range_inclusive(0, 2000) as i64);
     let level = 10.0 + 990.0 * rng.next_f64();
     let amp = 0.5 * rng.next_f64();
     let period = 24.0;

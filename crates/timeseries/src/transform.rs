@@ -570,7 +570,7 @@ impl Transform for InstanceSplitter {
             let pad_len = self.past_length.saturating_sub(idx);
             pad[..pad_len].fill(1.0);
             w.insert(self.is_pad_name.clone(), Array::from_vec(pad));
-            w.forecast_start = start.map(|s| s.add((idx + self.lead_time) as i64));
+            w.forecast_start = start.map(|s| s.shifted((idx + self.lead_time) as i64));
             out.push(w);
         }
         self.points = points;

@@ -306,7 +306,6 @@ pub fn run_in_process(
             }
         }
     }
-    drop(emit);
     if let Some(b) = batcher.finish() {
         let b = b.map_err(WorkloadError::Batch)?;
         stats.batches += 1;

@@ -223,7 +223,7 @@ fn time_features_match_gluonts_for_every_frequency() {
             "{fs}: start"
         );
         assert_eq!(
-            start.add(n as i64 - 1).to_string(),
+            start.shifted(n as i64 - 1).to_string(),
             case["last_start_time"].as_str().unwrap(),
             "{fs}: last period"
         );
