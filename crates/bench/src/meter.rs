@@ -33,13 +33,23 @@ impl Outcome {
     }
 }
 
-/// Producer side: tells when the sending time is over.
+/// Fewest messages a producer sends, however long they take: enough for the consumer to
+/// measure slow transports of huge arrays (a 40 MB pipe message takes ~0.1 s).
+pub const MIN_MESSAGES: u64 = 12;
+
+/// Fewest messages in a consumer's measured window; below it the window is widened to start at
+/// the first message.
+pub const MIN_WINDOW: u64 = 4;
+
+/// Producer side: tells when the sending time is over (and at least [`MIN_MESSAGES`] were sent).
 #[derive(Debug)]
 pub struct Deadline {
     end: Instant,
     stride: u32,
     /// Messages left before the next clock read, in `1 ..= stride`.
     left: u32,
+    /// Messages still owed to reach [`MIN_MESSAGES`].
+    owed: u64,
 }
 
 impl Deadline {
@@ -49,12 +59,17 @@ impl Deadline {
             end: Instant::now() + run,
             stride: stride.max(1),
             left: 1,
+            owed: MIN_MESSAGES,
         }
     }
 
     /// Whether to send one more message.
     #[inline]
     pub fn keep_going(&mut self) -> bool {
+        if self.owed > 0 {
+            self.owed -= 1;
+            return true;
+        }
         self.left -= 1;
         if self.left > 0 {
             return true;
@@ -120,14 +135,14 @@ impl Meter {
         self.count
     }
 
-    /// Closes the window now. Without a warm-up window (too few messages) the window starts at
-    /// the first message.
+    /// Closes the window now. When the warm-up left fewer than [`MIN_WINDOW`] messages in the
+    /// window (huge arrays over slow transports), the window starts at the first message.
     pub fn finish(&self) -> Outcome {
         let now = Instant::now();
         let (start, at) = match (self.window, self.first) {
-            (Some(w), _) => w,
-            (None, Some(first)) => (first, 1),
-            (None, None) => (now, 0),
+            (Some((t, at)), _) if self.count - at >= MIN_WINDOW => (t, at),
+            (_, Some(first)) => (first, 1),
+            (_, None) => (now, 0),
         };
         Outcome {
             messages: self.count - at,
@@ -161,6 +176,9 @@ mod tests {
         assert!(took >= Duration::from_millis(30), "{took:?}");
         assert!(n > 7);
         let mut expired = Deadline::new(Duration::ZERO, 1);
+        for _ in 0..MIN_MESSAGES {
+            assert!(expired.keep_going(), "the minimum is always sent");
+        }
         assert!(!expired.keep_going());
     }
 
@@ -181,6 +199,20 @@ mod tests {
         assert!(o.seconds >= 0.005, "{o:?}");
         assert_eq!(o.checksum, 23.0);
         assert!((o.rate() - 10.0 / o.seconds).abs() < 1e-9);
+    }
+
+    #[test]
+    fn meter_widens_a_window_with_too_few_messages() {
+        let mut m = Meter::new(Duration::from_millis(5), 1);
+        m.record(1.0);
+        std::thread::sleep(Duration::from_millis(6));
+        m.record(1.0); // opens the window
+        m.record(1.0);
+        let o = m.finish();
+        assert_eq!(
+            o.messages, 2,
+            "window widened to start at the first message"
+        );
     }
 
     #[test]
