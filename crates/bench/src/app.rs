@@ -162,9 +162,11 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
         print!("{}", report::goals_text(&goals));
     }
     let title = format!(
-        "shmpipe transports, f32 arrays between two processes on 2 cores (ping-pong {:.0} ns, {})",
+        "shmpipe transports: f32 arrays between two processes on 2 pinned cores \
+         (ping-pong {:.0} ns, {}; load {:.1})",
         rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
-        Placement::classify(&run.probes_ns).label()
+        Placement::classify(&run.probes_ns).label(),
+        run.load.0.max(run.load.1)
     );
     write_outputs(&a.run, csv, &title, &rows)?;
     failures(&run)

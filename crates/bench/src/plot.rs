@@ -52,11 +52,28 @@ fn log_range(values: impl Iterator<Item = f64>) -> std::ops::Range<f64> {
     }
 }
 
+/// Axis tick label: SI suffix, no trailing zeros (`10`, `1.5 k`, `100 M`).
+pub fn tick(v: f64) -> String {
+    let s = crate::stats::Si(v).to_string();
+    let (num, unit) = s.split_once(' ').map_or((s.as_str(), ""), |(n, u)| (n, u));
+    let num = if num.contains('.') {
+        num.trim_end_matches('0').trim_end_matches('.')
+    } else {
+        num
+    };
+    if unit.is_empty() {
+        num.to_string()
+    } else {
+        format!("{num} {unit}")
+    }
+}
+
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     caption: &str,
     y_desc: &str,
     data: &[(String, Vec<(f64, f64)>)],
+    legend: SeriesLabelPosition,
 ) -> Result<(), BoxError> {
     let x = log_range(data.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)));
     let y = log_range(data.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
@@ -70,8 +87,8 @@ fn panel(
         .configure_mesh()
         .x_desc("f32 elements per message")
         .y_desc(y_desc)
-        .x_label_formatter(&|v| crate::stats::Si(*v).to_string())
-        .y_label_formatter(&|v| crate::stats::Si(*v).to_string())
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
         .draw()?;
     for (i, (name, pts)) in data.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
@@ -85,7 +102,7 @@ fn panel(
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(legend)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .draw()?;
@@ -154,6 +171,14 @@ mod tests {
             ("memcpy".to_string(), vec![(16.0, 9.0)]),
             "zero dropped on a log axis"
         );
+    }
+
+    #[test]
+    fn ticks_drop_trailing_zeros() {
+        assert_eq!(tick(10.0), "10");
+        assert_eq!(tick(1500.0), "1.5 k");
+        assert_eq!(tick(100e6), "100 M");
+        assert_eq!(tick(0.25), "0.25");
     }
 
     #[test]
