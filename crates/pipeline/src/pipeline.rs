@@ -244,12 +244,12 @@ impl PipelineBuilder {
                 )));
             }
         }
-        if let Some(SourceSpec::Named { name, .. }) = &self.source {
-            if !self.reg.has_source(name) {
-                return Err(Error::Config(format!(
-                    "no source named {name:?} is registered"
-                )));
-            }
+        if let Some(SourceSpec::Named { name, .. }) = &self.source
+            && !self.reg.has_source(name)
+        {
+            return Err(Error::Config(format!(
+                "no source named {name:?} is registered"
+            )));
         }
         let stages = match &self.topology {
             Topology::Staged { workers } if !self.steps.is_empty() => {
@@ -714,12 +714,12 @@ impl Pipeline {
     /// Enqueue mode: marks the end of the input. The consumer's stream ends after the outputs
     /// of every enqueued item.
     pub fn close_input(&mut self) {
-        if let Some(f) = self.feeder.as_mut() {
-            if !f.closed {
-                f.closed = true;
-                if let Some(tx) = &f.tx {
-                    let _ = tx.send(Feed::Close);
-                }
+        if let Some(f) = self.feeder.as_mut()
+            && !f.closed
+        {
+            f.closed = true;
+            if let Some(tx) = &f.tx {
+                let _ = tx.send(Feed::Close);
             }
         }
     }

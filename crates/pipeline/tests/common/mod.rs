@@ -117,10 +117,10 @@ pub struct KillOnDrop(pub Vec<u32>);
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
         for &p in &self.0 {
-            if let Some(pid) = rustix::process::Pid::from_raw(p as i32) {
-                if !gone(p) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
+            if let Some(pid) = rustix::process::Pid::from_raw(p as i32)
+                && !gone(p)
+            {
+                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
         }
     }
