@@ -118,18 +118,12 @@ pub fn write_svg(path: &Path, title: &str, rows: &[Row]) -> Result<(), BoxError>
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 20))?;
     let (left, right) = root.split_horizontally(640);
-    panel(
-        &left,
-        "Throughput (payload)",
-        "GB/s",
-        &series(rows, |r| r.gb_per_s),
-    )?;
-    panel(
-        &right,
-        "Messages per second",
-        "msgs/s",
-        &series(rows, |r| r.msgs.median),
-    )?;
+    let gb = series(rows, |r| r.gb_per_s);
+    let msgs = series(rows, |r| r.msgs.median);
+    let lower = SeriesLabelPosition::LowerRight;
+    let upper = SeriesLabelPosition::UpperRight;
+    panel(&left, "Throughput (payload)", "GB/s", &gb, lower)?;
+    panel(&right, "Messages per second", "msgs/s", &msgs, upper)?;
     root.present()?;
     Ok(())
 }
