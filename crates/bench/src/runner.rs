@@ -30,6 +30,11 @@ pub struct Spec {
     pub cores: (usize, usize),
 }
 
+/// Batches of the ping-pong probe at the start of each round (the median is kept).
+pub const PROBE_BATCHES: usize = 7;
+/// Round trips per probe batch: 0.35 ms at 50 ns, 2.3 ms at 450 ns.
+pub const PROBE_TRIPS: u64 = 5_000;
+
 /// Warm-up used for a measured `duration`: a quarter of it, at least 50 ms (enough to touch
 /// every pool block of a 10M-float run).
 pub fn warmup_for(duration: Duration) -> Duration {
@@ -324,7 +329,7 @@ pub fn run_grid<J>(
     let load_start = crate::sys::load_average();
     let mut probes_ns = Vec::new();
     for round in 0..rounds as usize {
-        let probe = pingpong::probe(cores, 5, 20_000);
+        let probe = pingpong::probe(cores, PROBE_BATCHES, PROBE_TRIPS);
         probes_ns.push(probe.median);
         for (s, &elements) in sizes.iter().enumerate() {
             for j in rotated(&order, round) {
