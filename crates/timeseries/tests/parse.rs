@@ -1,0 +1,87 @@
+//! The hand-written parser against the standard library and `serde_json`.
+
+use proptest::prelude::*;
+use shmpipe_timeseries::jsonl::{parse_entry, parse_lines};
+use shmpipe_timeseries::serde_reader::parse_entry_serde;
+use shmpipe_timeseries::synth::{GenConfig, to_bytes};
+use shmpipe_timeseries::{Freq, ReadError};
+
+fn hourly() -> Freq {
+    "h".parse().unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// Every number rounds exactly as `str::parse::<f64>()` followed by `as f32`
+    /// (numpy's `asarray(json_floats, dtype=float32)`).
+    #[test]
+    fn numbers_round_like_the_standard_library(
+        v in prop::collection::vec((any::<f64>(), 0usize..20, any::<bool>()), 1..40),
+    ) {
+        let texts: Vec<String> = v
+            .iter()
+            .filter(|(x, _, _)| x.is_finite())
+            .map(|(x, prec, sci)| if *sci { format!("{x:.prec$e}") } else { format!("{x:.prec$}") })
+            .collect();
+        let line = format!(r#"{{"start":"2020-01-01","target":[{}]}}"#, texts.join(","));
+        let e = parse_entry(line.as_bytes(), hourly()).unwrap();
+        let got = e.get("target").unwrap().data();
+        prop_assert_eq!(got.len(), texts.len());
+        for (g, t) in got.iter().zip(&texts) {
+            let want = t.parse::<f64>().unwrap() as f32;
+            prop_assert_eq!(g.to_bits(), want.to_bits(), "{}", t);
+        }
+    }
+
+    /// Arbitrary bytes never panic: they parse or give an error.
+    #[test]
+    fn garbage_is_an_error_not_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
+        let _ = parse_entry(&bytes, hourly());
+        let mut line = br#"{"start":"2020-01-01","target":["#.to_vec();
+        line.extend_from_slice(&bytes);
+        let _ = parse_entry(&line, hourly());
+    }
+}
+
+#[test]
+fn hand_written_and_serde_readers_agree_on_generated_data() {
+    let g = GenConfig {
+        num_series: 60,
+        min_len: 0,
+        max_len: 300,
+        missing_prob: 0.2,
+        ..GenConfig::default()
+    };
+    let data = to_bytes(&g);
+    for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let a = parse_entry(line, g.freq).unwrap();
+        let b = parse_entry_serde(line, g.freq).unwrap();
+        assert_eq!(a.item_id, b.item_id);
+        assert_eq!(a.start, b.start);
+        let names: Vec<&str> = a.fields().map(|(n, _)| n).collect();
+        assert_eq!(names, b.fields().map(|(n, _)| n).collect::<Vec<_>>());
+        for (n, x) in a.fields() {
+            let y = b.get(n).unwrap();
+            assert_eq!(x.shape(), y.shape());
+            for (p, q) in x.data().iter().zip(y.data()) {
+                assert!(
+                    p.to_bits() == q.to_bits() || (p.is_nan() && q.is_nan()),
+                    "{n}: {p} {q}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn read_errors_name_the_line() {
+    let text = b"{\"start\":\"2020-01-01\",\"target\":[1]}\n{\"start\":\"2020-01-01\",\"target\":[1, 2,, 3]}\n";
+    match parse_lines(text, hourly()) {
+        Err(ReadError::Parse { line, source, .. }) => {
+            assert_eq!(line, 2);
+            assert_eq!(source.field.as_deref(), Some("target"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
