@@ -1,0 +1,201 @@
+//! Pipeline measurements that set the defaults (figures in docs/pipeline.md):
+//! worker scaling on CPU-bound steps, fused vs staged, batch size sweep, and copy vs
+//! zero-copy vs adaptive by array size. Prints ratios measured side by side in one run.
+//!
+//! `cargo run --release -p shmpipe --example pipeline_bench [quick]`
+
+use std::time::Instant;
+
+use shmpipe::{
+    Item, Pipeline, PipelineBuilder, Registry, Source, SourceError, StepError, Topology, Transfer,
+    map, ndarray::Array1, part_range,
+};
+
+/// Generates items on demand: `x` = `len` floats.
+struct Gen {
+    range: std::ops::Range<usize>,
+    len: usize,
+}
+
+impl Source for Gen {
+    fn len(&self) -> usize {
+        self.range.len()
+    }
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        let i = self.range.start + index;
+        Ok(Item::new().with_i64("i", i as i64).with_array(
+            "x",
+            Array1::from_shape_fn(self.len, |j| (i + j) as f32 * 1e-3),
+        ))
+    }
+}
+
+fn registry() -> Registry {
+    Registry::new()
+        .source("gen", |cx| {
+            let n = cx.args["n"].as_u64().unwrap_or(1000) as usize;
+            let len = cx.args["len"].as_u64().unwrap_or(64) as usize;
+            Ok(Gen {
+                range: part_range(n, cx.part, cx.parts),
+                len,
+            })
+        })
+        // CPU-bound: `iters` rounds of a cheap transcendental map over the array.
+        .step("burn", |cx| {
+            let iters = cx.args["iters"].as_u64().unwrap_or(0);
+            Ok(map(move |mut it: Item| {
+                let mut x = it
+                    .array_mut::<f32>("x")
+                    .ok_or_else(|| StepError::new("no x"))?;
+                for _ in 0..iters {
+                    x.mapv_inplace(|v| (v * 0.999 + 0.001).sin());
+                }
+                Ok(it)
+            }))
+        })
+}
+
+/// Steady-state items/s: from the first output to the last (process start-up excluded).
+fn measure(b: PipelineBuilder, n: usize) -> f64 {
+    let p = b.start().expect("start");
+    let mut t0 = None;
+    let mut got = 0usize;
+    for it in p {
+        it.expect("pipeline error");
+        t0.get_or_insert_with(Instant::now);
+        got += 1;
+    }
+    assert_eq!(got, n);
+    (n - 1) as f64 / t0.map_or(1e-9, |t| t.elapsed().as_secs_f64())
+}
+
+/// Best of `reps` runs (the VM is noisy; the best run is the least disturbed).
+fn best(reps: usize, f: impl Fn() -> f64) -> f64 {
+    (0..reps).map(|_| f()).fold(0.0, f64::max)
+}
+
+fn main() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let quick = std::env::args().any(|a| a == "quick");
+    let reps = if quick { 1 } else { 3 };
+    let base = |n: usize, len: usize| {
+        Pipeline::builder(&reg)
+            .source_named("gen", serde_json::json!({"n": n, "len": len}))
+            .child_args(Vec::<String>::new())
+    };
+
+    // 1. Worker scaling, CPU-bound steps (~0.3 ms per item).
+    let n = if quick { 1000 } else { 4000 };
+    let cpu = |w: usize| {
+        best(reps, || {
+            measure(
+                base(n, 256)
+                    .step_with("burn", serde_json::json!({"iters": 200}))
+                    .workers(w),
+                n,
+            )
+        })
+    };
+    let (w1, w2) = (cpu(1), cpu(2));
+    println!("## worker scaling (CPU-bound step, {n} items)");
+    println!("| workers | items/s | vs 1 worker |\n|---|---|---|");
+    println!("| 1 | {w1:.0} | 1.00x |\n| 2 | {w2:.0} | {:.2}x |", w2 / w1);
+
+    // 2. Fused vs staged: two steps of equal cost, two worker processes either way.
+    let two = |topo: Topology| {
+        best(reps, || {
+            measure(
+                base(n, 256)
+                    .step_with("burn", serde_json::json!({"iters": 100}))
+                    .step_with("burn", serde_json::json!({"iters": 100}))
+                    .workers(2)
+                    .topology(topo.clone()),
+                n,
+            )
+        })
+    };
+    let fused = two(Topology::Fused);
+    let staged = two(Topology::Staged {
+        workers: vec![1, 1],
+    });
+    let light = if quick { 20_000 } else { 100_000 };
+    let cheap = |topo: Topology| {
+        best(reps, || {
+            measure(
+                base(light, 16)
+                    .step("burn")
+                    .step("burn")
+                    .workers(2)
+                    .topology(topo.clone()),
+                light,
+            )
+        })
+    };
+    let fused_l = cheap(Topology::Fused);
+    let staged_l = cheap(Topology::Staged {
+        workers: vec![1, 1],
+    });
+    println!("\n## fused vs staged (2 steps, 2 worker processes)");
+    println!("| workload | fused items/s | staged items/s | staged / fused |\n|---|---|---|---|");
+    println!(
+        "| CPU-bound ({n} items) | {fused:.0} | {staged:.0} | {:.2}x |",
+        staged / fused
+    );
+    println!(
+        "| trivial steps, 16 floats ({light} items) | {fused_l:.0} | {staged_l:.0} | {:.2}x |",
+        staged_l / fused_l
+    );
+
+    // 3. Batch size sweep: trivial step, small items (overhead-bound).
+    println!("\n## batch size (trivial step, 16-float items, {light} items, 2 workers)");
+    println!("| batch bytes | items/s | vs best |\n|---|---|---|");
+    let sizes = [256usize, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10];
+    let rates: Vec<f64> = sizes
+        .iter()
+        .map(|&bb| {
+            best(reps, || {
+                measure(
+                    base(light, 16).step("burn").workers(2).batch_bytes(bb),
+                    light,
+                )
+            })
+        })
+        .collect();
+    let top = rates.iter().copied().fold(0.0, f64::max);
+    for (bb, r) in sizes.iter().zip(&rates) {
+        println!("| {bb} | {r:.0} | {:.2}x |", r / top);
+    }
+
+    // 4. Transfer mode by array size (trivial step).
+    println!("\n## transfer mode by array size (trivial step, 2 workers)");
+    println!(
+        "| floats per array | copy items/s | zero-copy | adaptive (64 KiB) | zero-copy / copy | adaptive / best |"
+    );
+    println!("|---|---|---|---|---|---|");
+    for len in [256usize, 4096, 65_536, 262_144] {
+        let m = (if quick { 4_000_000 } else { 16_000_000 } / len).clamp(200, 20_000);
+        let run = |t: Transfer| {
+            best(reps, || {
+                measure(
+                    base(m, len).step("burn").workers(2).transfer(t).channel(
+                        0,
+                        8,
+                        (len * 4 + 4096).max(1 << 20),
+                    ),
+                    m,
+                )
+            })
+        };
+        let c = run(Transfer::Copy);
+        let z = run(Transfer::ZeroCopy);
+        let a = run(Transfer::Adaptive {
+            threshold: 64 << 10,
+        });
+        println!(
+            "| {len} | {c:.0} | {z:.0} | {a:.0} | {:.2}x | {:.2}x |",
+            z / c,
+            a / c.max(z)
+        );
+    }
+}
