@@ -322,6 +322,9 @@ impl PipelineBuilder {
             ));
         }
         let plan = self.plan()?;
+        if plan.transport == TransportKind::Shm {
+            crate::shm::check_space(&plan).map_err(Error::Config)?;
+        }
         if self.ctrl_c {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }

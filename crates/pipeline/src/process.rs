@@ -125,6 +125,15 @@ pub(crate) struct Shared {
 pub(crate) fn describe_status(st: &ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (st.code(), st.signal()) {
+        (Some(node::EXIT_SETUP), _) => {
+            format!(
+                "exited with code {} (could not set up its connections; see its stderr)",
+                node::EXIT_SETUP
+            )
+        }
+        (Some(node::EXIT_PEER_LOST), _) => {
+            format!("exited with code {} (lost a peer)", node::EXIT_PEER_LOST)
+        }
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(s)) => format!("killed by signal {s}"),
         _ => st.to_string(),

@@ -211,3 +211,31 @@ impl Rx for ShmRx {
         }
     }
 }
+
+/// Checks that `/dev/shm` can hold every channel of the plan, before any process starts.
+///
+/// # Errors
+/// A message naming the size needed, the size free, and how to raise it.
+pub(crate) fn check_space(plan: &Plan) -> Result<(), String> {
+    let cfg = channel_config(plan);
+    let per = cfg.slots as u64 * u64::from(cfg.slot_size)
+        + u64::from(cfg.blocks) * cfg.block_size as u64
+        + (64 << 10);
+    let n = plan.all_connections().len() as u64;
+    let needed = per * n;
+    let Ok(st) = rustix::fs::statvfs("/dev/shm") else {
+        return Ok(());
+    };
+    let free = st.f_bavail.saturating_mul(st.f_frsize);
+    if free < needed {
+        return Err(format!(
+            "/dev/shm has {:.1} MiB free but this pipeline needs about {:.1} MiB ({n} channels of \
+             {:.1} MiB); raise it (e.g. `docker run --shm-size=1g`, or `mount -o remount,size=1G \
+             /dev/shm`) or shrink the channels with PipelineBuilder::channel / batch_bytes",
+            free as f64 / 1048576.0,
+            needed as f64 / 1048576.0,
+            per as f64 / 1048576.0
+        ));
+    }
+    Ok(())
+}

@@ -99,3 +99,23 @@ fn empty_source_ends_cleanly() {
     let got: Vec<Item> = p.map(|r| r.unwrap()).collect();
     assert!(got.is_empty());
 }
+
+#[test]
+fn too_small_dev_shm_is_a_clear_error_at_start() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    // Far more than any /dev/shm holds: 64 channels' pools of 4096 blocks of 1 GiB.
+    let err = Pipeline::builder(&reg)
+        .source_named("range", serde_json::json!({"n": 10}))
+        .emitters(8)
+        .workers(8)
+        .step("inc")
+        .channel(0, 4096, 1 << 30)
+        .start()
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains("/dev/shm has") && msg.contains("--shm-size"),
+        "{msg}"
+    );
+}
