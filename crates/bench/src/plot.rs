@@ -142,6 +142,7 @@ mod tests {
             msgs: Summary::of(&[rate]).unwrap(),
             gb_per_s: rate * elements as f64 * 4.0 / 1e9,
             ratio_to_memcpy: None,
+            ratio_to_channel: None,
             ratio_to_unix_socket: None,
             ratio_to_iceoryx2: None,
             pingpong_ns: 50.0,

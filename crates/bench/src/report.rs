@@ -10,7 +10,8 @@ use crate::transport::Transport;
 
 /// CSV header; one row per (transport or config, size).
 pub const CSV_HEADER: &str = "transport,elements,bytes,rounds,msgs_per_s,msgs_per_s_min,\
-msgs_per_s_max,gb_per_s,ratio_to_memcpy,ratio_to_unix_socket,ratio_to_iceoryx2,pingpong_ns,placement";
+msgs_per_s_max,gb_per_s,ratio_to_memcpy,ratio_to_channel,ratio_to_unix_socket,ratio_to_iceoryx2,\
+pingpong_ns,placement";
 
 /// One result row.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +28,8 @@ pub struct Row {
     pub gb_per_s: f64,
     /// Median over rounds of (rate / memcpy rate of the same size and round).
     pub ratio_to_memcpy: Option<f64>,
+    /// Median over rounds of (rate / in-process channel rate of the same size and round).
+    pub ratio_to_channel: Option<f64>,
     /// Median over rounds of (rate / Unix socket rate of the same size and round).
     pub ratio_to_unix_socket: Option<f64>,
     /// Median over rounds of (rate / iceoryx2 rate of the same size and round).
@@ -59,6 +62,7 @@ pub fn rows(run: &RunResult) -> Vec<Row> {
                 gb_per_s: msgs.median * bytes as f64 / 1e9,
                 msgs,
                 ratio_to_memcpy: median_ratio(&c.rates, peer(Transport::Memcpy, c.elements)),
+                ratio_to_channel: median_ratio(&c.rates, peer(Transport::Channel, c.elements)),
                 ratio_to_unix_socket: median_ratio(
                     &c.rates,
                     peer(Transport::UnixSocket, c.elements),
@@ -92,7 +96,7 @@ pub fn write_csv<W: Write>(mut w: W, rows: &[Row]) -> io::Result<()> {
     for r in rows {
         writeln!(
             w,
-            "{},{},{},{},{:.1},{:.1},{:.1},{:.4},{},{},{},{:.1},{}",
+            "{},{},{},{},{:.1},{:.1},{:.1},{:.4},{},{},{},{},{:.1},{}",
             csv_field(&r.transport),
             r.elements,
             r.bytes,
@@ -102,6 +106,7 @@ pub fn write_csv<W: Write>(mut w: W, rows: &[Row]) -> io::Result<()> {
             r.msgs.max,
             r.gb_per_s,
             opt(r.ratio_to_memcpy),
+            opt(r.ratio_to_channel),
             opt(r.ratio_to_unix_socket),
             opt(r.ratio_to_iceoryx2),
             r.pingpong_ns,
@@ -139,6 +144,7 @@ pub fn table(rows: &[Row]) -> String {
     let mut sizes: Vec<usize> = rows.iter().map(|r| r.elements).collect();
     sizes.dedup();
     let with_iox = rows.iter().any(|r| r.ratio_to_iceoryx2.is_some());
+    let with_channel = rows.iter().any(|r| r.ratio_to_channel.is_some());
     let w = rows
         .iter()
         .map(|r| r.transport.len())
@@ -152,6 +158,9 @@ pub fn table(rows: &[Row]) -> String {
             "  {:<w$} {:>9} {:>21} {:>9} {:>9} {:>9}",
             "transport", "msgs/s", "[min .. max]", "GB/s", "x memcpy", "x socket"
         );
+        if with_channel {
+            let _ = write!(out, " {:>9}", "x channel");
+        }
         if with_iox {
             let _ = write!(out, " {:>9}", "x iox2");
         }
@@ -168,6 +177,9 @@ pub fn table(rows: &[Row]) -> String {
                 ratio_cell(r.ratio_to_memcpy),
                 ratio_cell(r.ratio_to_unix_socket),
             );
+            if with_channel {
+                let _ = write!(out, " {:>9}", ratio_cell(r.ratio_to_channel));
+            }
             if with_iox {
                 let _ = write!(out, " {:>9}", ratio_cell(r.ratio_to_iceoryx2));
             }
@@ -268,7 +280,7 @@ pub fn goals_text(goals: &[Goal]) -> String {
     for g in goals {
         let _ = writeln!(
             out,
-            "  {:<8} {:<72} measured {:.2}x (target {}x)",
+            "  {:<8} {:<72} measured {:.3}x (target {}x)",
             if g.met() { "met" } else { "NOT met" },
             g.text,
             g.measured,
