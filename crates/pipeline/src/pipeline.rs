@@ -81,7 +81,7 @@ pub enum OnBadRecord {
 }
 
 /// The default batch size in bytes (see `docs/pipeline.md` for the measurement behind it).
-pub const DEFAULT_BATCH_BYTES: usize = 64 << 10;
+pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
 
 /// Builds a [`Pipeline`]. Created by [`Pipeline::builder`].
 #[derive(Debug, Clone)]
@@ -647,7 +647,7 @@ impl Pipeline {
             topology: Topology::Fused,
             batch_bytes: DEFAULT_BATCH_BYTES,
             transfer: Transfer::Adaptive {
-                threshold: 64 << 10,
+                threshold: shm_ring::DEFAULT_THRESHOLD,
             },
             ordered: false,
             seed: 0,
