@@ -99,9 +99,9 @@ pub struct PipelineArgs {
     /// Target batch sizes in bytes (`k`/`M` are KiB/MiB here).
     #[arg(long, value_delimiter = ',', value_parser = parse_bytes, default_values = ["64k"])]
     pub batch_bytes: Vec<usize>,
-    /// Transfer modes.
+    /// Transfer modes (`socket`: the pipeline's Unix-socket reference transport).
     #[arg(long, value_delimiter = ',', value_enum,
-          default_values = ["copy", "zero-copy", "adaptive"])]
+          default_values = ["copy", "zero-copy", "adaptive", "socket"])]
     pub transfer: Vec<TransferKind>,
     /// Round and output options.
     #[command(flatten)]
@@ -322,7 +322,7 @@ mod tests {
         assert_eq!(a.workers, vec![1, 2]);
         assert_eq!(a.topology, vec![TopologyKind::Fused, TopologyKind::Staged]);
         assert_eq!(a.batch_bytes, vec![64 << 10]);
-        assert_eq!(a.transfer.len(), 3);
+        assert_eq!(a.transfer.len(), 4);
         let cli = Cli::try_parse_from([
             "shmpipe-bench",
             "pipeline",

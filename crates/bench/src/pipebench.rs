@@ -49,6 +49,8 @@ pub enum TransferKind {
     ZeroCopy,
     /// The pipeline's default adaptive policy (threshold 64 KiB).
     Adaptive,
+    /// The pipeline's Unix-socket reference transport instead of shared memory.
+    Socket,
 }
 
 /// One pipeline configuration.
@@ -75,6 +77,7 @@ impl PipeConfig {
             TransferKind::Copy => "copy",
             TransferKind::ZeroCopy => "zero-copy",
             TransferKind::Adaptive => "adaptive",
+            TransferKind::Socket => "socket",
         };
         format!(
             "{topo} w{} {} {transfer}",
@@ -94,10 +97,20 @@ impl PipeConfig {
         match self.transfer {
             TransferKind::Copy => Transfer::Copy,
             TransferKind::ZeroCopy => Transfer::ZeroCopy,
-            TransferKind::Adaptive => Transfer::Adaptive {
+            TransferKind::Adaptive | TransferKind::Socket => Transfer::Adaptive {
                 threshold: shm_ring::DEFAULT_THRESHOLD,
             },
         }
+    }
+
+    /// Pool geometry for items of `elements` floats: blocks that hold a whole batch plus one
+    /// item (at least 1 MiB), about 64 MiB per channel, 4 to 16 blocks.
+    pub fn channel(&self, elements: usize) -> (u32, u32, usize) {
+        let block = (self.batch_bytes + elements * 4 + (64 << 10))
+            .next_multiple_of(4096)
+            .max(1 << 20);
+        let blocks = ((64 << 20) / block).clamp(4, 16) as u32;
+        (1024, blocks, block)
     }
 }
 
@@ -187,6 +200,7 @@ pub fn measure(
     warmup: Duration,
     duration: Duration,
 ) -> Result<f64, BoxError> {
+    let (slots, blocks, block_size) = cfg.channel(elements);
     let mut p = Pipeline::builder(reg)
         .source_named(SOURCE, json!({ "elements": elements }))
         .epochs(Epochs::Cycle)
@@ -196,6 +210,8 @@ pub fn measure(
         .topology(cfg.topology())
         .batch_bytes(cfg.batch_bytes)
         .transfer(cfg.transfer())
+        .channel(slots, blocks, block_size)
+        .socket_transport(cfg.transfer == TransferKind::Socket)
         .start()?;
     let mut meter = Meter::new(warmup, stride_for(elements));
     let mut end: Option<Instant> = None;
@@ -238,6 +254,10 @@ mod tests {
         assert_eq!(bytes_label(1 << 20), "1MiB");
         assert_eq!(bytes_label(1000), "1000B");
         assert_eq!(cfg.transfer(), Transfer::ZeroCopy);
+        let (_, blocks, block) = cfg.channel(1_000_000);
+        assert!(block >= 4_000_000 + (64 << 10) && block.is_multiple_of(4096));
+        assert!((4..=16).contains(&blocks));
+        assert_eq!(cfg.channel(10).2, 1 << 20);
     }
 
     #[test]
