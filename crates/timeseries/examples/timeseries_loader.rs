@@ -27,6 +27,9 @@ struct Args {
     /// Emitter processes.
     #[arg(long, default_value_t = 1)]
     emitters: usize,
+    /// Series (or JSON lines) per record from emitter to worker.
+    #[arg(long, default_value_t = shmpipe_timeseries::pipeline::DEFAULT_GROUP)]
+    group: usize,
     /// Series in the generated dataset.
     #[arg(long, default_value_t = 4000)]
     series: usize,
@@ -162,6 +165,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             epochs,
             workers: a.workers,
             emitters: a.emitters,
+            group: a.group,
             seed: a.seed,
         };
         let pb = bar((a.series * epochs) as u64, label);

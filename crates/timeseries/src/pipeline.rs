@@ -15,7 +15,7 @@
 //! let cfg = WorkloadConfig {
 //!     source: WorkloadSource::JsonLines("data.jsonl".into()),
 //!     chain: ChainConfig::default(),
-//!     batch_size: 32, epochs: 3, workers: 2, emitters: 1, seed: 0,
+//!     batch_size: 32, epochs: 3, workers: 2, emitters: 1, group: 16, seed: 0,
 //! };
 //! let stats = run_workload(&reg, &cfg, |_| {}).unwrap();
 //! println!("{:.0} windows/s", stats.windows_per_sec());
@@ -44,10 +44,11 @@ use crate::workload::{
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
 /// Args: `{"freq", "context_length", "prediction_length", "num_instances", "fused", "batch_size"}`.
 pub const STEP_TRAIN: &str = "gluonts_train";
-/// Source: the raw lines of a JSON-lines file (`{"path"}`), parsed by the workers on every pass.
+/// Source: the raw lines of a JSON-lines file (`{"path", "group"}`), parsed by the workers
+/// on every pass; one record holds `group` consecutive lines (default [`DEFAULT_GROUP`]).
 pub const SOURCE_LINES: &str = "gluonts_lines";
-/// Source: a JSON-lines file (`{"path", "freq"}`) parsed once by the emitter, then served
-/// from memory on every pass.
+/// Source: a JSON-lines file (`{"path", "freq", "group"}`) parsed once by the emitter, then
+/// served from memory on every pass; one record holds `group` series.
 pub const SOURCE_PARSED: &str = "gluonts_parsed";
 
 /// Name of the `u8` array holding a raw JSON line.
@@ -58,6 +59,11 @@ pub const LINE_NO_META: &str = "line";
 pub const START_META: &str = "start";
 /// Metadata: `item_id`.
 pub const ITEM_ID_META: &str = "item_id";
+/// Metadata of a grouped in-memory record: number of series in it. Series `j`'s
+/// arrays and metadata are named `"{j}/{name}"`.
+pub const GROUP_META: &str = "group";
+/// Default number of series (or lines) per record crossing from emitter to worker.
+pub const DEFAULT_GROUP: usize = 1;
 /// Array of a batch item: `forecast_start` ordinals, `i64`, one per row.
 pub const FORECAST_START_FIELD: &str = "forecast_start";
 
@@ -67,10 +73,16 @@ pub fn register(reg: Registry) -> Registry {
         TrainStep::from_context(cx)
     })
     .source(SOURCE_LINES, |cx: &SourceContext<'_>| {
-        LinesSource::open(&path_arg(cx.args)?, cx.part, cx.parts)
+        LinesSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
     })
     .source(SOURCE_PARSED, |cx: &SourceContext<'_>| {
-        ParsedSource::open(&path_arg(cx.args)?, freq_arg(cx.args), cx.part, cx.parts)
+        ParsedSource::open(
+            &path_arg(cx.args)?,
+            freq_arg(cx.args),
+            group_arg(cx.args),
+            cx.part,
+            cx.parts,
+        )
     })
 }
 
@@ -79,6 +91,12 @@ fn path_arg(args: &serde_json::Value) -> Result<PathBuf, SourceError> {
         .as_str()
         .map(PathBuf::from)
         .ok_or_else(|| SourceError::Other("source needs a \"path\" argument".into()))
+}
+
+fn group_arg(args: &serde_json::Value) -> usize {
+    args["group"]
+        .as_u64()
+        .map_or(DEFAULT_GROUP, |g| g.max(1) as usize)
 }
 
 fn freq_arg(args: &serde_json::Value) -> Result<Freq, String> {
@@ -194,20 +212,33 @@ impl TrainStep {
 
 impl Step for TrainStep {
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
-        let entry = match item.take_array::<u8>(LINE_FIELD) {
-            Some(line) => {
-                let bytes = line
-                    .as_slice()
-                    .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
-                parse_entry(bytes, self.freq).map_err(|e| {
-                    StepError::new(format!(
-                        "line {}: {e}",
-                        item.i64(LINE_NO_META).unwrap_or_default()
-                    ))
-                })?
+        if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
+            let bytes = lines
+                .as_slice()
+                .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
+            let first = item.i64(LINE_NO_META).unwrap_or(1);
+            for (line_no, line) in (first..).zip(bytes.split(|&b| b == b'\n')) {
+                if !line.iter().all(u8::is_ascii_whitespace) {
+                    let e = parse_entry(line, self.freq)
+                        .map_err(|e| StepError::new(format!("line {line_no}: {e}")))?;
+                    self.run(e, out)?;
+                }
             }
-            None => item_to_entry(item, self.freq)?,
-        };
+        } else if let Some(n) = item.i64(GROUP_META) {
+            for e in split_group(item, n as usize, self.freq)? {
+                self.run(e, out)?;
+            }
+        } else {
+            let e = item_to_entry(item, self.freq)?;
+            self.run(e, out)?;
+        }
+        Ok(())
+    }
+}
+
+impl TrainStep {
+    /// Chain and batch one entry.
+    fn run(&mut self, entry: DataEntry, out: &mut Vec<Item>) -> Result<(), StepError> {
         self.windows.clear();
         self.chain
             .apply(entry, true, &mut self.windows)
@@ -219,6 +250,57 @@ impl Step for TrainStep {
         }
         Ok(())
     }
+}
+
+/// Packs entries into one record: series `j`'s fields and metadata named `"{j}/{name}"`.
+pub fn group_items(entries: Vec<Item>) -> Item {
+    let mut g = Item::new().with_i64(GROUP_META, entries.len() as i64);
+    for (j, mut it) in entries.into_iter().enumerate() {
+        let names: Vec<String> = it.arrays().map(|(n, _)| n.to_owned()).collect();
+        for n in names {
+            if let Some(a) = it.remove(&n) {
+                g.insert(&format!("{j}/{n}"), a);
+            }
+        }
+        for (n, m) in it.metas() {
+            g.set_meta(&format!("{j}/{n}"), m.clone());
+        }
+    }
+    g
+}
+
+/// Unpacks a record made by [`group_items`] into `n` entries.
+///
+/// # Errors
+/// A malformed name or a non-`f32` array.
+pub fn split_group(mut item: Item, n: usize, freq: Freq) -> Result<Vec<DataEntry>, StepError> {
+    let mut parts: Vec<Item> = (0..n).map(|_| Item::new()).collect();
+    let index = |name: &str| -> Result<(usize, String), StepError> {
+        let (j, rest) = name
+            .split_once('/')
+            .ok_or_else(|| StepError::new(format!("ungrouped field {name:?}")))?;
+        let j: usize = j
+            .parse()
+            .ok()
+            .filter(|&j| j < n)
+            .ok_or_else(|| StepError::new(format!("bad group index in {name:?}")))?;
+        Ok((j, rest.to_owned()))
+    };
+    let names: Vec<String> = item.arrays().map(|(n, _)| n.to_owned()).collect();
+    for name in names {
+        let (j, field) = index(&name)?;
+        if let Some(a) = item.remove(&name) {
+            parts[j].insert(&field, a);
+        }
+    }
+    for (name, m) in item.metas() {
+        if name == GROUP_META {
+            continue;
+        }
+        let (j, field) = index(name)?;
+        parts[j].set_meta(&field, m.clone());
+    }
+    parts.into_iter().map(|p| item_to_entry(p, freq)).collect()
 }
 
 /// One emitter's part of a JSON-lines file.
@@ -263,38 +345,47 @@ fn read_part(path: &Path, part: usize, parts: usize) -> Result<Part, SourceError
     })
 }
 
-/// Raw lines: each record is the line's bytes, parsed by the workers.
+/// Raw lines: each record is the bytes of `group` consecutive lines, parsed by the workers.
 struct LinesSource {
     data: Vec<u8>,
-    /// Non-blank lines: byte range and 1-based line number.
-    lines: Vec<(Range<usize>, u64)>,
+    /// Per record: byte range (whole lines) and 1-based number of its first line.
+    records: Vec<(Range<usize>, u64)>,
 }
 
 impl LinesSource {
-    fn open(path: &Path, part: usize, parts: usize) -> Result<LinesSource, SourceError> {
+    fn open(
+        path: &Path,
+        group: usize,
+        part: usize,
+        parts: usize,
+    ) -> Result<LinesSource, SourceError> {
         let Part {
             data,
-            lines: ranges,
-            first_line: first,
+            lines,
+            first_line,
         } = read_part(path, part, parts)?;
-        let lines = ranges
-            .into_iter()
+        let records = lines
+            .chunks(group)
             .enumerate()
-            .filter(|(_, r)| !data[r.clone()].iter().all(u8::is_ascii_whitespace))
-            .map(|(i, r)| (r, first + i as u64))
+            .map(|(k, c)| {
+                (
+                    c[0].start..c[c.len() - 1].end,
+                    first_line + (k * group) as u64,
+                )
+            })
             .collect();
-        Ok(LinesSource { data, lines })
+        Ok(LinesSource { data, records })
     }
 }
 
 impl Source for LinesSource {
     fn len(&self) -> usize {
-        self.lines.len()
+        self.records.len()
     }
 
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         let (r, line) = self
-            .lines
+            .records
             .get(index)
             .cloned()
             .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
@@ -304,8 +395,9 @@ impl Source for LinesSource {
     }
 }
 
-/// Entries parsed once at start, served from memory. A malformed line is
-/// reported when its record is read, so the pipeline's bad-record policy applies.
+/// Entries parsed once at start, served from memory in groups. A malformed line is
+/// reported when its group is read, so the pipeline's bad-record policy applies
+/// (skipping drops the whole group).
 struct ParsedSource {
     items: Vec<Result<Item, SourceError>>,
 }
@@ -314,6 +406,7 @@ impl ParsedSource {
     fn open(
         path: &Path,
         freq: Result<Freq, String>,
+        group: usize,
         part: usize,
         parts: usize,
     ) -> Result<ParsedSource, SourceError> {
@@ -338,7 +431,14 @@ impl ParsedSource {
                 }
             }));
         }
-        Ok(ParsedSource { items })
+        // Group `group` series per record; a group with a bad line is that line's error.
+        let mut grouped = Vec::with_capacity(items.len().div_ceil(group));
+        let mut it = items.into_iter().peekable();
+        while it.peek().is_some() {
+            let chunk: Result<Vec<Item>, SourceError> = it.by_ref().take(group).collect();
+            grouped.push(chunk.map(group_items));
+        }
+        Ok(ParsedSource { items: grouped })
     }
 }
 
@@ -393,7 +493,11 @@ pub fn run_workload(
     let mut p = Pipeline::builder(reg)
         .source_named(
             source,
-            json!({"path": args.display().to_string(), "freq": c.freq.to_string()}),
+            json!({
+                "path": args.display().to_string(),
+                "freq": c.freq.to_string(),
+                "group": cfg.group,
+            }),
         )
         .emitters(cfg.emitters.max(1))
         .step_with(STEP_TRAIN, step_args)

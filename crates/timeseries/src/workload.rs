@@ -145,6 +145,9 @@ pub struct WorkloadConfig {
     pub workers: usize,
     /// Emitter processes reading the input (pipeline runner only).
     pub emitters: usize,
+    /// Series (or JSON lines) per record sent from an emitter to a worker
+    /// (pipeline runner only; see [`crate::pipeline::DEFAULT_GROUP`]).
+    pub group: usize,
     /// Seed of the samplers.
     pub seed: u64,
 }
@@ -242,7 +245,7 @@ impl std::error::Error for WorkloadError {
 /// let entries = jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap();
 /// let cfg = WorkloadConfig {
 ///     source: WorkloadSource::Memory(Arc::new(entries)),
-///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, seed: 0,
+///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, group: 16, seed: 0,
 /// };
 /// let stats = run_in_process(&cfg, |_| {}).unwrap();
 /// assert_eq!(stats.series, 100);

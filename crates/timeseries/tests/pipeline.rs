@@ -59,6 +59,7 @@ fn exhaustive_config(source: WorkloadSource, workers: usize) -> WorkloadConfig {
         epochs: 2,
         workers,
         emitters: 1,
+        group: 3,
         seed: 5,
     }
 }
