@@ -120,7 +120,8 @@ fn ratio_cell(x: Option<f64>) -> String {
     match x {
         Some(v) if v >= 100.0 => format!("{v:.0}x"),
         Some(v) if v >= 10.0 => format!("{v:.1}x"),
-        Some(v) => format!("{v:.2}x"),
+        Some(v) if v >= 0.1 => format!("{v:.2}x"),
+        Some(v) => format!("{v:.3}x"),
         None => "-".into(),
     }
 }
