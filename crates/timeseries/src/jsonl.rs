@@ -335,6 +335,14 @@ impl<'a> Parser<'a> {
     /// A JSON number, as `f64`.
     #[inline]
     fn number(&mut self) -> Result<f64, ParseError> {
+        self.number_raw()
+            .ok_or_else(|| self.err(ParseErrorKind::BadNumber))
+    }
+
+    /// A JSON number, as `f64`; `None` (with `self.i` at the problem) if malformed.
+    /// Kept free of the large error type so the hot loop stays small.
+    #[inline(always)]
+    fn number_raw(&mut self) -> Option<f64> {
         let b = self.b;
         let start = self.i;
         let mut i = start;
@@ -346,7 +354,7 @@ impl<'a> Parser<'a> {
         let (next, ndig_int) = digits(b, i, &mut mant);
         if ndig_int == 0 {
             self.i = next;
-            return Err(self.err(ParseErrorKind::BadNumber));
+            return None;
         }
         i = next;
         let mut ndig = ndig_int;
@@ -355,7 +363,7 @@ impl<'a> Parser<'a> {
             let (next, nfrac) = digits(b, i + 1, &mut mant);
             if nfrac == 0 {
                 self.i = next;
-                return Err(self.err(ParseErrorKind::BadNumber));
+                return None;
             }
             i = next;
             ndig += nfrac;
@@ -386,7 +394,7 @@ impl<'a> Parser<'a> {
             }
             if i == es {
                 self.i = i;
-                return Err(self.err(ParseErrorKind::BadNumber));
+                return None;
             }
             exp += if eneg { -e } else { e };
         }
@@ -400,13 +408,11 @@ impl<'a> Parser<'a> {
             } else {
                 m * POW10[exp as usize]
             };
-            return Ok(if neg { -v } else { v });
+            return Some(if neg { -v } else { v });
         }
         // Slow path: more digits or a larger exponent; the standard parser rounds exactly.
-        let text =
-            std::str::from_utf8(&b[start..i]).map_err(|_| self.err(ParseErrorKind::BadNumber))?;
-        text.parse::<f64>()
-            .map_err(|_| self.err(ParseErrorKind::BadNumber))
+        let text = std::str::from_utf8(&b[start..i]).ok()?;
+        text.parse::<f64>().ok()
     }
 
     /// One array element: a number, `null` (NaN) or a numeric string (`"NaN"`).
@@ -438,35 +444,30 @@ impl<'a> Parser<'a> {
     #[inline]
     fn row(&mut self, out: &mut Vec<f32>) -> Result<usize, ParseError> {
         let before = out.len();
-        let mut c = self.peek()?;
-        if c == b']' {
+        if self.peek()? == b']' {
             self.i += 1;
             return Ok(0);
         }
         loop {
-            out.push(self.scalar(c)?);
-            // Fast path for the common compact `1.5,2.5` layout.
-            match self.b.get(self.i) {
-                Some(b',') => {
-                    self.i += 1;
+            // Hot path: a number, then `,` or `]` after optional spaces.
+            let c = self.peek()?;
+            let v = if c == b'-' || c.is_ascii_digit() {
+                match self.number_raw() {
+                    Some(v) => v as f32,
+                    None => return Err(self.err(ParseErrorKind::BadNumber)),
                 }
-                Some(b']') => {
+            } else {
+                self.scalar(c)?
+            };
+            out.push(v);
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
                     self.i += 1;
                     return Ok(out.len() - before);
                 }
-                _ => match self.peek()? {
-                    b',' => self.i += 1,
-                    b']' => {
-                        self.i += 1;
-                        return Ok(out.len() - before);
-                    }
-                    c => return Err(self.err(ParseErrorKind::UnexpectedByte(c))),
-                },
+                c => return Err(self.err(ParseErrorKind::UnexpectedByte(c))),
             }
-            c = match self.b.get(self.i) {
-                Some(&c) if c != b' ' && c != b'\n' && c != b'\t' && c != b'\r' => c,
-                _ => self.peek()?,
-            };
         }
     }
 
