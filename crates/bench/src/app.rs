@@ -222,6 +222,9 @@ pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
 /// # Errors
 /// As [`transport`].
 pub fn pipeline(a: &PipelineArgs) -> Result<(), BoxError> {
+    if a.workload == crate::cli::Workload::Timeseries {
+        return timeseries(a);
+    }
     let csv = open_outputs(&a.run)?;
     let reg = crate::pipebench::registry();
     let exe = runner::worker_exe()?;
@@ -276,6 +279,73 @@ pub fn pipeline(a: &PipelineArgs) -> Result<(), BoxError> {
     print!("{}", report::table(&rows));
     let title = format!(
         "shmpipe pipeline, f32 arrays through check + scale steps (ping-pong {:.0} ns, {})",
+        rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
+        Placement::classify(&run.probes_ns).label()
+    );
+    write_outputs(&a.run, csv, &title, &rows)?;
+    failures(&run)
+}
+
+/// `pipeline --workload timeseries`: the GluonTS-style loader in one process and through the
+/// pipeline with each `--workers` count, from JSON lines and from memory, interleaved rounds.
+///
+/// # Errors
+/// As [`transport`].
+pub fn timeseries(a: &PipelineArgs) -> Result<(), BoxError> {
+    use crate::tsbench::{self, Input, TsJob};
+    let csv = open_outputs(&a.run)?;
+    let reg = crate::pipebench::registry();
+    let data = tsbench::Dataset::generate(a.series)?;
+    eprintln!(
+        "shmpipe-bench pipeline --workload timeseries: {} hourly series ({:.1} MB of JSON), \
+         {} passes per measurement, {} rounds",
+        a.series,
+        data.bytes as f64 / 1e6,
+        a.epochs,
+        a.run.rounds
+    );
+    // One short run to learn the batch geometry (floats per window) for the size column.
+    let probe = TsJob {
+        workers: None,
+        input: Input::Memory,
+    };
+    let floats = tsbench::floats_per_window(&tsbench::run(&reg, &data.path, &probe, 1)?);
+    let mut jobs = Vec::new();
+    for input in [Input::JsonLines, Input::Memory] {
+        let mut workers: Vec<Option<usize>> = vec![None];
+        workers.extend(a.workers.iter().map(|&w| Some(w)));
+        for w in workers {
+            let job = TsJob { workers: w, input };
+            jobs.push((job.label(), job));
+        }
+    }
+    let run = runner::run_grid(
+        &jobs,
+        &[floats],
+        a.run.rounds,
+        !a.run.no_progress,
+        |job, _| tsbench::run(&reg, &data.path, job, a.epochs).map(|s| s.windows_per_sec()),
+    );
+    let rows = report::rows(&run);
+    println!("{}", placement_line(&run));
+    println!("(size = f32 elements per window of the batches; msgs/s = windows/s)");
+    print!("{}", report::table(&rows));
+    println!();
+    for input in ["json", "memory"] {
+        for &w in &a.workers {
+            let r = report::ratio(
+                &run,
+                &format!("timeseries {input} w{w}"),
+                &format!("timeseries {input} in-process"),
+                floats,
+            );
+            if let Some(r) = r {
+                println!("pipeline with {w} workers vs one process, {input}: {r:.2}x");
+            }
+        }
+    }
+    let title = format!(
+        "shmpipe-timeseries loader: windows/s (ping-pong {:.0} ns, {})",
         rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
         Placement::classify(&run.probes_ns).label()
     );

@@ -83,9 +83,28 @@ pub struct DemoArgs {
     pub run: RunArgs,
 }
 
+/// Workload of the `pipeline` subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// f32 arrays through a check and a scale step, over the configuration grid.
+    Arrays,
+    /// The GluonTS-style training loader (shmpipe-timeseries): in one process and with each
+    /// `--workers` count, from JSON lines and from memory.
+    Timeseries,
+}
+
 /// `pipeline` options: the grid is sizes x workers x topology x batch bytes x transfer.
 #[derive(Debug, Clone, Args)]
 pub struct PipelineArgs {
+    /// Workload to run.
+    #[arg(long, value_enum, default_value = "arrays")]
+    pub workload: Workload,
+    /// Series in the generated dataset (`timeseries` workload).
+    #[arg(long, default_value_t = 1000)]
+    pub series: usize,
+    /// Passes over the dataset per measurement (`timeseries` workload).
+    #[arg(long, default_value_t = 2)]
+    pub epochs: usize,
     /// Array sizes in f32 elements per item.
     #[arg(long, value_delimiter = ',', value_parser = parse_size,
           default_values_t = vec![1_000usize, 100_000, 1_000_000])]

@@ -26,6 +26,7 @@ pub mod stats;
 pub mod sys;
 pub mod transport;
 pub mod transports;
+pub mod tsbench;
 pub mod worker;
 
 /// Error type of the harness: any error, with a message for the user.

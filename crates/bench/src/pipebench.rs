@@ -150,9 +150,10 @@ fn seq_of(item: &Item) -> Result<u64, StepError> {
         .ok_or_else(|| StepError::new("item without seq"))
 }
 
-/// The harness's steps and source. Every process of the binary passes it to `shmpipe::init`.
+/// The harness's steps and sources, and those of the timeseries workload. Every process of the
+/// binary passes it to `shmpipe::init`.
 pub fn registry() -> Registry {
-    Registry::new()
+    shmpipe_timeseries::pipeline::register(Registry::new())
         .source(SOURCE, |cx: &SourceContext<'_>| {
             let elements = cx.args["elements"].as_u64().unwrap_or(1000) as usize;
             let items = cx.args["items"]
