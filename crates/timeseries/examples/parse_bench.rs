@@ -2,18 +2,11 @@
 //!
 //! `cargo run --release -p shmpipe-timeseries --example parse_bench -- [series]`
 
-use std::time::Duration;
-
 use shmpipe_timeseries::jsonl::parse_entry;
 use shmpipe_timeseries::serde_reader::parse_entry_serde;
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
+use shmpipe_timeseries::workload::thread_cpu_time;
 use shmpipe_timeseries::{DataEntry, Freq, ParseError};
-
-/// CPU time of this thread: robust to other processes on a shared machine.
-fn cpu_now() -> Duration {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
-    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
 
 /// One pass: (thread CPU seconds, points).
 fn pass(
@@ -21,7 +14,7 @@ fn pass(
     freq: Freq,
     f: fn(&[u8], Freq) -> Result<DataEntry, ParseError>,
 ) -> (f64, usize) {
-    let t = cpu_now();
+    let t = thread_cpu_time();
     let mut points = 0;
     for l in lines {
         points += f(l, freq)
@@ -30,7 +23,7 @@ fn pass(
             .unwrap()
             .time_len();
     }
-    ((cpu_now() - t).as_secs_f64(), points)
+    ((thread_cpu_time() - t).as_secs_f64(), points)
 }
 
 fn main() {

@@ -86,8 +86,13 @@ fn bar(expected: u64, label: &str) -> ProgressBar {
 }
 
 fn report(label: &str, s: &WorkloadStats) {
+    let cpu = if s.cpu_time.is_zero() {
+        String::new()
+    } else {
+        format!(" ({:.0} per CPU-s)", s.windows_per_cpu_sec())
+    };
     println!(
-        "{label:>14}: {:>9.0} windows/s  {:>8.1} batches/s  {:>7.1} MB/s of batches{}",
+        "{label:>14}: {:>9.0} windows/s{cpu}  {:>8.1} batches/s  {:>7.1} MB/s of batches{}",
         s.windows_per_sec(),
         s.batches_per_sec(),
         s.batch_mb_per_sec(),

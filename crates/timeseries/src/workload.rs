@@ -169,6 +169,9 @@ pub struct WorkloadStats {
     pub elapsed: Duration,
     /// Time spent inside the pipeline step, summed over workers (zero in process).
     pub step_time: Duration,
+    /// CPU time of the calling thread (in process: the whole workload; robust to
+    /// other load on a shared machine).
+    pub cpu_time: Duration,
 }
 
 impl WorkloadStats {
@@ -179,6 +182,11 @@ impl WorkloadStats {
     /// Windows per second.
     pub fn windows_per_sec(&self) -> f64 {
         self.rate(self.windows as f64)
+    }
+
+    /// Windows per second of [`WorkloadStats::cpu_time`].
+    pub fn windows_per_cpu_sec(&self) -> f64 {
+        self.windows as f64 / self.cpu_time.as_secs_f64().max(1e-9)
     }
 
     /// Batches per second.
@@ -256,6 +264,7 @@ pub fn run_in_process(
     mut progress: impl FnMut(&WorkloadStats),
 ) -> Result<WorkloadStats, WorkloadError> {
     let t0 = Instant::now();
+    let c0 = thread_cpu_time();
     let mut stats = WorkloadStats::default();
     let mut chain = training_chain(&cfg.chain, cfg.seed);
     let mut batcher = Batcher::new(cfg.batch_size);
@@ -315,5 +324,12 @@ pub fn run_in_process(
         stats.batch_bytes += b.nbytes() as u64;
     }
     stats.elapsed = t0.elapsed();
+    stats.cpu_time = thread_cpu_time().saturating_sub(c0);
     Ok(stats)
+}
+
+/// CPU time consumed by the calling thread.
+pub fn thread_cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
