@@ -312,7 +312,13 @@ pub(crate) struct Inputs {
     pub ready_polls: u64,
     /// Calls of [`Inputs::next`] that had to wait.
     pub empty_polls: u64,
+    /// The first input that failed, and when. The others are still drained for a while: an
+    /// error report explaining the failure may be on its way through them.
+    lost: Option<(usize, TransportError, Instant)>,
 }
+
+/// How long a node keeps draining its other inputs after one failed.
+const LOST_GRACE: Duration = Duration::from_millis(500);
 
 impl Inputs {
     pub(crate) fn new(rxs: Vec<Box<dyn Rx>>) -> Inputs {
@@ -323,7 +329,14 @@ impl Inputs {
             next: 0,
             ready_polls: 0,
             empty_polls: 0,
+            lost: None,
         }
+    }
+
+    /// Records that input `i` failed; it is not polled again.
+    fn lose(&mut self, i: usize, e: TransportError) {
+        self.done[i] = true;
+        self.lost.get_or_insert((i, e, Instant::now()));
     }
 
     pub(crate) fn all_done(&self) -> bool {
@@ -348,6 +361,12 @@ impl Inputs {
         let n = self.rxs.len();
         let mut round = 0u32;
         loop {
+            if let Some((_, _, at)) = &self.lost
+                && (self.all_done() || at.elapsed() > LOST_GRACE)
+            {
+                let (i, e, _) = self.lost.take().expect("checked");
+                return Err(NextError::Input(i, e));
+            }
             if self.all_done() {
                 return Ok(None);
             }
@@ -366,7 +385,7 @@ impl Inputs {
                         return Ok(self.take(i, frames));
                     }
                     Ok(None) => {}
-                    Err(e) => return Err(NextError::Input(i, e)),
+                    Err(e) => self.lose(i, e),
                 }
             }
             round += 1;
@@ -376,10 +395,8 @@ impl Inputs {
                 std::thread::yield_now();
             } else {
                 idle().map_err(NextError::Idle)?;
-                let i = (0..n)
-                    .map(|j| (self.next + j) % n)
-                    .find(|&i| !self.done[i])
-                    .unwrap_or(0);
+                let i = (0..n).map(|j| (self.next + j) % n).find(|&i| !self.done[i]);
+                let Some(i) = i else { continue };
                 self.next = (i + 1) % n;
                 match self.rxs[i].recv(Some(Duration::from_millis(1))) {
                     Ok(Some(frames)) => {
@@ -387,7 +404,7 @@ impl Inputs {
                         return Ok(self.take(i, frames));
                     }
                     Ok(None) => {}
-                    Err(e) => return Err(NextError::Input(i, e)),
+                    Err(e) => self.lose(i, e),
                 }
             }
         }

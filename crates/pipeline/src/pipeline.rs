@@ -342,6 +342,7 @@ impl PipelineBuilder {
             items: 0,
             bytes: 0,
             started: Instant::now(),
+            last_check: Instant::now(),
             ctrl_c: self.ctrl_c,
             plan,
         };
@@ -622,6 +623,8 @@ pub struct Pipeline {
     items: u64,
     bytes: u64,
     started: Instant,
+    /// When the consumer last looked for a dead child.
+    last_check: Instant,
     ctrl_c: bool,
 }
 
@@ -742,6 +745,13 @@ impl Pipeline {
             if self.finished || self.failed {
                 return Ok(None);
             }
+            // A busy consumer rarely waits (where `idle` checks): look at the supervisor here too.
+            if self.last_check.elapsed() > Duration::from_millis(20) {
+                self.last_check = Instant::now();
+                if let Some(e) = self.shared.take_primary() {
+                    return Err(self.fail(e));
+                }
+            }
             let Some(inputs) = self.inputs.as_mut() else {
                 return Ok(None);
             };
@@ -751,7 +761,9 @@ impl Pipeline {
                 if ctrl_c && interrupt_flag(false).load(Ordering::Relaxed) {
                     return Err(Error::Interrupted);
                 }
-                match shared.take_primary().or_else(|| shared.take_secondary()) {
+                // Only primary failures here: a secondary one (a child that lost a peer) may
+                // race with the error report that explains it, which is still in a ring.
+                match shared.take_primary() {
                     Some(e) => Err(e),
                     None => Ok(()),
                 }

@@ -71,6 +71,12 @@ fn start_watchdog(spec: &ChildSpec) {
         loop {
             std::thread::sleep(Duration::from_millis(50));
             if !parent_alive() {
+                if std::env::var_os("SHMPIPE_DEBUG").is_some() {
+                    eprintln!(
+                        "shmpipe watchdog {}: parent gone, unlinking {names:?}",
+                        std::process::id()
+                    );
+                }
                 if transport == TransportKind::Shm {
                     unlink_segments(&names);
                 }

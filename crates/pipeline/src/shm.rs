@@ -6,7 +6,9 @@
 use std::time::{Duration, Instant};
 
 use shm_ring::message::FieldRef;
-use shm_ring::{ChannelConfig, MessageBuilder, MessageView, MetaValue, Receiver, Sender};
+use shm_ring::{
+    ChannelConfig, MessageBuilder, MessageView, MetaValue, Receiver, Sender, WaitConfig,
+};
 
 use crate::item::{Array, Item, Meta};
 use crate::node::Plan;
@@ -61,7 +63,15 @@ pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> 
 pub(crate) fn open_rx(name: &str, deadline: Instant) -> Result<Box<dyn Rx>, String> {
     loop {
         match Receiver::open(name) {
-            Ok(rx) => return Ok(Box::new(ShmRx { rx })),
+            Ok(mut rx) => {
+                // The pipeline's input loop spins itself and polls several rings: a poll must
+                // not spin inside one of them.
+                rx.set_wait(WaitConfig {
+                    spin: Duration::ZERO,
+                    ..WaitConfig::default()
+                });
+                return Ok(Box::new(ShmRx { rx }));
+            }
             Err(shm_ring::Error::NotFound(_)) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(1));
             }

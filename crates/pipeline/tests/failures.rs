@@ -317,7 +317,13 @@ fn sigkilled_parent_takes_its_workers_down() {
         return helper_parent();
     }
     let mut h = Helper::start("sigkilled_parent_takes_its_workers_down");
-    assert!(shm_entries(&h.id).len() >= 6, "{:?}", shm_entries(&h.id));
+    // Every channel exists once all children are connected (the emitters may still be
+    // starting when the parent prints READY).
+    let t0 = Instant::now();
+    while shm_entries(&h.id).len() < 6 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(shm_entries(&h.id).len(), 6, "{:?}", shm_entries(&h.id));
     kill(h.child.id(), Signal::KILL);
     let _ = h.child.wait();
     let took = wait_gone(&h.pids, Duration::from_secs(2));
