@@ -99,8 +99,8 @@ pub struct PipelineArgs {
     /// Workload to run.
     #[arg(long, value_enum, default_value = "arrays")]
     pub workload: Workload,
-    /// Series in the generated dataset (`timeseries` workload).
-    #[arg(long, default_value_t = 1000)]
+    /// Series in the generated dataset (`timeseries` workload; 4000 are ~36 MB of JSON).
+    #[arg(long, default_value_t = 4000)]
     pub series: usize,
     /// Passes over the dataset per measurement (`timeseries` workload).
     #[arg(long, default_value_t = 2)]
