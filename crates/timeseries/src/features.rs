@@ -115,13 +115,27 @@ impl TimeFeature {
 /// If `out.len() != feats.len() * len`.
 pub fn fill_time_features(start: Period, len: usize, feats: &[TimeFeature], out: &mut [f32]) {
     assert_eq!(out.len(), feats.len() * len);
+    fill_time_features_strided(start, len, feats, out, len, 1);
+}
+
+/// Like [`fill_time_features`], writing feature `k` of period `t` to
+/// `out[k * k_stride + t * t_stride]` (so `k_stride = 1`, `t_stride = cols`
+/// writes a transposed `(len, cols)` block).
+///
+/// # Panics
+/// If an index falls outside `out`.
+pub fn fill_time_features_strided(
+    start: Period,
+    len: usize,
+    feats: &[TimeFeature],
+    out: &mut [f32],
+    k_stride: usize,
+    t_stride: usize,
+) {
     if feats.is_empty() || len == 0 {
         return;
     }
     let tables = tables();
-    let value = |f: TimeFeature, secs: u32, day: &DayFields| -> f32 {
-        tables[f.index()][f.raw(secs, day).0 as usize]
-    };
     let unit_secs = match start.freq.unit {
         FreqUnit::Second => Some(1),
         FreqUnit::Minute => Some(60),
@@ -129,35 +143,58 @@ pub fn fill_time_features(start: Period, len: usize, feats: &[TimeFeature], out:
         FreqUnit::Day => Some(86_400),
         _ => None,
     };
-    if let Some(unit) = unit_secs {
-        // Fixed-length periods: walk the clock.
-        let step = unit * i64::from(start.freq.multiple);
-        let st = start.field_time();
-        let (mut days, mut secs) = (st.days, i64::from(st.secs));
-        let mut day = DayFields::of(days);
+    let Some(unit) = unit_secs else {
+        // Calendar units: one period at a time.
+        let mut cached_day = i64::MIN;
+        let mut day = DayFields::of(0);
         for t in 0..len {
-            for (k, &f) in feats.iter().enumerate() {
-                out[k * len + t] = value(f, secs as u32, &day);
+            let ft = start.shifted(t as i64).field_time();
+            if ft.days != cached_day {
+                cached_day = ft.days;
+                day = DayFields::of(ft.days);
             }
-            secs += step;
-            if secs >= 86_400 {
-                days += secs / 86_400;
-                secs %= 86_400;
-                day = DayFields::of(days);
+            for (k, &f) in feats.iter().enumerate() {
+                out[k * k_stride + t * t_stride] =
+                    tables[f.index()][f.raw(ft.secs, &day).0 as usize];
             }
         }
         return;
-    }
-    let mut cached_day = i64::MIN;
-    let mut day = DayFields::of(0);
-    for t in 0..len {
-        let ft = start.shifted(t as i64).field_time();
-        if ft.days != cached_day {
-            cached_day = ft.days;
-            day = DayFields::of(ft.days);
-        }
+    };
+    // Fixed-length periods: walk the clock one day segment at a time; day-level
+    // features are constant over a segment.
+    let step = unit * i64::from(start.freq.multiple);
+    let st = start.field_time();
+    let (mut days, mut secs) = (st.days, i64::from(st.secs));
+    let mut t = 0;
+    while t < len {
+        let day = DayFields::of(days);
+        // Points left in this day: secs, secs + step, ... < 86400.
+        let n = (((86_400 - secs) + step - 1) / step).max(1) as usize;
+        let n = n.min(len - t);
         for (k, &f) in feats.iter().enumerate() {
-            out[k * len + t] = value(f, ft.secs, &day);
+            let table = &tables[f.index()];
+            let base = k * k_stride;
+            match f {
+                TimeFeature::SecondOfMinute
+                | TimeFeature::MinuteOfHour
+                | TimeFeature::HourOfDay => {
+                    let mut s = secs;
+                    for j in 0..n {
+                        out[base + (t + j) * t_stride] = table[f.raw(s as u32, &day).0 as usize];
+                        s += step;
+                    }
+                }
+                _ => {
+                    let v = table[f.raw(0, &day).0 as usize];
+                    for j in 0..n {
+                        out[base + (t + j) * t_stride] = v;
+                    }
+                }
+            }
         }
+        t += n;
+        secs += n as i64 * step;
+        days += secs / 86_400;
+        secs %= 86_400;
     }
 }

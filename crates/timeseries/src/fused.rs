@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::entry::{Array, DataEntry, field};
 use crate::error::TransformError;
-use crate::features::{TimeFeature, fill_time_features};
+use crate::features::{TimeFeature, fill_time_features_strided};
 use crate::sampler::InstanceSampler;
 use crate::transform::Transform;
 
@@ -32,8 +32,6 @@ pub struct FusedDeepAr {
     /// `log10(2 + t)` for `t` in `0..age.len()`, grown on demand.
     age: Vec<f32>,
     points: Vec<usize>,
-    /// Scratch for `(features, n)` time features.
-    feat_buf: Vec<f32>,
     names: [Arc<str>; 7],
 }
 
@@ -55,7 +53,6 @@ impl FusedDeepAr {
             pred_length,
             age: Vec::new(),
             points: Vec::new(),
-            feat_buf: Vec::new(),
             names: [
                 n("past_time_feat"),
                 n("future_time_feat"),
@@ -88,25 +85,22 @@ impl FusedDeepAr {
     }
 
     /// `(n, F + 1)` stacked time and age features of periods `lo..hi`, after `pad` zero rows.
-    fn features(&mut self, start: crate::Period, pad: usize, lo: usize, hi: usize) -> Array {
+    fn features(&self, start: crate::Period, pad: usize, lo: usize, hi: usize) -> Array {
         let nf = self.time_features.len();
         let cols = nf + 1;
         let n = hi - lo;
         let mut out = vec![0.0f32; (pad + n) * cols];
-        self.feat_buf.clear();
-        self.feat_buf.resize(nf * n, 0.0);
-        fill_time_features(
+        let body = &mut out[pad * cols..];
+        fill_time_features_strided(
             start.shifted(lo as i64),
             n,
             &self.time_features,
-            &mut self.feat_buf,
+            body,
+            1,
+            cols,
         );
-        for t in 0..n {
-            let row = &mut out[(pad + t) * cols..(pad + t + 1) * cols];
-            for (k, v) in row[..nf].iter_mut().enumerate() {
-                *v = self.feat_buf[k * n + t];
-            }
-            row[nf] = self.age[lo + t];
+        for (t, &age) in self.age[lo..hi].iter().enumerate() {
+            body[t * cols + nf] = age;
         }
         Array::new(&[pad + n, cols], out)
     }
