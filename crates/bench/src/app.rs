@@ -353,6 +353,22 @@ pub fn timeseries(a: &PipelineArgs) -> Result<(), BoxError> {
     failures(&run)
 }
 
+/// `plot`: redraws an SVG from a CSV file.
+///
+/// # Errors
+/// File errors, a CSV that does not parse, a non-SVG output name.
+pub fn plot(a: &crate::cli::PlotArgs) -> Result<(), BoxError> {
+    if !is_svg(&a.out) {
+        return Err(format!("--out {}: only SVG is supported", a.out.display()).into());
+    }
+    let text = std::fs::read_to_string(&a.csv)
+        .map_err(|e| format!("cannot read {}: {e}", a.csv.display()))?;
+    let rows = report::read_csv(&text).map_err(|e| format!("{}: {e}", a.csv.display()))?;
+    crate::plot::write_svg(&a.out, &a.title, &rows)?;
+    println!("wrote {}", a.out.display());
+    Ok(())
+}
+
 /// Whether `path` looks like an SVG file name.
 pub fn is_svg(path: &Path) -> bool {
     path.extension()

@@ -30,6 +30,8 @@ pub enum Command {
     Transport(TransportArgs),
     /// The pipeline crate's workloads x workers x topology x batch bytes x transfer mode.
     Pipeline(PipelineArgs),
+    /// Redraws a plot from a CSV file written by `transport`, `demo` or `pipeline`.
+    Plot(PlotArgs),
     /// Internal: one side of a measurement (run by the harness itself).
     #[command(hide = true)]
     Worker(WorkerArgs),
@@ -125,6 +127,20 @@ pub struct PipelineArgs {
     /// Round and output options.
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// `plot` options.
+#[derive(Debug, Clone, Args)]
+pub struct PlotArgs {
+    /// CSV file to read.
+    #[arg(long, value_name = "FILE")]
+    pub csv: PathBuf,
+    /// SVG file to write.
+    #[arg(long, value_name = "FILE.svg")]
+    pub out: PathBuf,
+    /// Title on top of the plot.
+    #[arg(long, default_value = "shmpipe-bench")]
+    pub title: String,
 }
 
 /// Role of a worker process.

@@ -16,6 +16,7 @@ fn main() -> ExitCode {
         Command::Transport(a) => app::transport(a),
         Command::Demo(a) => app::demo(a),
         Command::Pipeline(a) => app::pipeline(a),
+        Command::Plot(a) => app::plot(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

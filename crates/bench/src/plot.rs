@@ -68,12 +68,23 @@ pub fn tick(v: f64) -> String {
     }
 }
 
+/// Colour of the `i`-th name: ten fixed colours, then evenly spread hues.
+pub fn colour(i: usize) -> RGBColor {
+    if let Some(c) = COLOURS.get(i) {
+        return *c;
+    }
+    let k = i - COLOURS.len();
+    let hue = (k as f64 * 0.381_966).fract(); // golden-ratio steps around the wheel
+    let (r, g, b) = HSLColor(hue, 0.65, 0.42).rgb();
+    RGBColor(r, g, b)
+}
+
 fn panel(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
     caption: &str,
     y_desc: &str,
     data: &[(String, Vec<(f64, f64)>)],
-    legend: SeriesLabelPosition,
+    names: &[String],
 ) -> Result<(), BoxError> {
     let x = log_range(data.iter().flat_map(|(_, p)| p.iter().map(|q| q.0)));
     let y = log_range(data.iter().flat_map(|(_, p)| p.iter().map(|q| q.1)));
@@ -90,22 +101,27 @@ fn panel(
         .x_label_formatter(&|v| tick(*v))
         .y_label_formatter(&|v| tick(*v))
         .draw()?;
-    for (i, (name, pts)) in data.iter().enumerate() {
-        let colour = COLOURS[i % COLOURS.len()];
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), colour.stroke_width(2)))?
-            .label(name.as_str())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], colour.stroke_width(2))
-            });
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, colour.filled())))?;
+    for (name, pts) in data {
+        let i = names.iter().position(|n| n == name).unwrap_or(0);
+        let c = colour(i);
+        chart.draw_series(LineSeries::new(pts.iter().copied(), c.stroke_width(2)))?;
+        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(legend)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()?;
+    Ok(())
+}
+
+/// The legend strip: one coloured line and name per series.
+fn legend(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    names: &[String],
+) -> Result<(), BoxError> {
+    let style = ("sans-serif", 14).into_font().color(&BLACK);
+    for (i, name) in names.iter().enumerate() {
+        let y = 60 + 22 * i as i32;
+        let c = colour(i);
+        area.draw(&PathElement::new(vec![(8, y), (36, y)], c.stroke_width(3)))?;
+        area.draw(&Text::new(name.as_str(), (44, y - 8), style.clone()))?;
+    }
     Ok(())
 }
 
@@ -114,16 +130,23 @@ fn panel(
 /// # Errors
 /// Drawing or file errors.
 pub fn write_svg(path: &Path, title: &str, rows: &[Row]) -> Result<(), BoxError> {
-    let root = SVGBackend::new(path, (1280, 560)).into_drawing_area();
+    let mut names: Vec<String> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.transport) {
+            names.push(r.transport.clone());
+        }
+    }
+    let legend_width = 60 + 8 * names.iter().map(String::len).max().unwrap_or(8) as u32;
+    let root = SVGBackend::new(path, (1200 + legend_width, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 20))?;
-    let (left, right) = root.split_horizontally(640);
+    let (charts, strip) = root.split_horizontally(1200);
+    let (left, right) = charts.split_horizontally(600);
     let gb = series(rows, |r| r.gb_per_s);
     let msgs = series(rows, |r| r.msgs.median);
-    let lower = SeriesLabelPosition::LowerRight;
-    let upper = SeriesLabelPosition::UpperRight;
-    panel(&left, "Throughput (payload)", "GB/s", &gb, lower)?;
-    panel(&right, "Messages per second", "msgs/s", &msgs, upper)?;
+    panel(&left, "Throughput (payload)", "GB/s", &gb, &names)?;
+    panel(&right, "Messages per second", "msgs/s", &msgs, &names)?;
+    legend(&strip, &names)?;
     root.present()?;
     Ok(())
 }
@@ -166,6 +189,16 @@ mod tests {
             ("memcpy".to_string(), vec![(16.0, 9.0)]),
             "zero dropped on a log axis"
         );
+    }
+
+    #[test]
+    fn colours_stay_distinct_past_the_fixed_ten() {
+        let cs: Vec<RGBColor> = (0..20).map(colour).collect();
+        for i in 0..cs.len() {
+            for j in 0..i {
+                assert_ne!(cs[i], cs[j], "colours {i} and {j}");
+            }
+        }
     }
 
     #[test]

@@ -116,6 +116,83 @@ pub fn write_csv<W: Write>(mut w: W, rows: &[Row]) -> io::Result<()> {
     w.flush()
 }
 
+/// Reads rows back from a CSV file written by [`write_csv`] (e.g. to redraw a plot).
+///
+/// # Errors
+/// A missing column or a field that does not parse, naming the line.
+pub fn read_csv(text: &str) -> Result<Vec<Row>, String> {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().ok_or("empty CSV")?.split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| format!("CSV has no column {name}"))
+    };
+    let idx = [
+        "transport",
+        "elements",
+        "bytes",
+        "rounds",
+        "msgs_per_s",
+        "msgs_per_s_min",
+        "msgs_per_s_max",
+        "gb_per_s",
+        "ratio_to_memcpy",
+        "ratio_to_channel",
+        "ratio_to_unix_socket",
+        "ratio_to_iceoryx2",
+        "pingpong_ns",
+        "placement",
+    ]
+    .map(col);
+    let mut idx_ok = [0usize; 14];
+    for (o, i) in idx_ok.iter_mut().zip(idx) {
+        *o = i?;
+    }
+    let mut rows = Vec::new();
+    for (n, line) in lines.enumerate() {
+        let f: Vec<&str> = line.split(',').collect();
+        let get = |k: usize| f.get(idx_ok[k]).copied().unwrap_or("");
+        let num = |k: usize| -> Result<f64, String> {
+            get(k)
+                .parse::<f64>()
+                .map_err(|_| format!("line {}: bad {}", n + 2, header[idx_ok[k]]))
+        };
+        let opt = |k: usize| -> Result<Option<f64>, String> {
+            if get(k).is_empty() {
+                Ok(None)
+            } else {
+                num(k).map(Some)
+            }
+        };
+        let placement = match get(13) {
+            "near" => Placement::Near,
+            "far" => Placement::Far,
+            _ => Placement::Mixed,
+        };
+        rows.push(Row {
+            transport: get(0).trim_matches('"').to_string(),
+            elements: num(1)? as usize,
+            bytes: num(2)? as usize,
+            msgs: Summary {
+                median: num(4)?,
+                min: num(5)?,
+                max: num(6)?,
+                n: num(3)? as usize,
+            },
+            gb_per_s: num(7)?,
+            ratio_to_memcpy: opt(8)?,
+            ratio_to_channel: opt(9)?,
+            ratio_to_unix_socket: opt(10)?,
+            ratio_to_iceoryx2: opt(11)?,
+            pingpong_ns: num(12)?,
+            placement,
+        });
+    }
+    Ok(rows)
+}
+
 fn ratio_cell(x: Option<f64>) -> String {
     match x {
         Some(v) if v >= 100.0 => format!("{v:.0}x"),
@@ -366,6 +443,29 @@ mod tests {
         assert_eq!(memcpy[col("msgs_per_s")], "100.0");
         assert_eq!(memcpy[col("ratio_to_iceoryx2")], "");
         assert_eq!(memcpy[col("placement")], "mixed");
+    }
+
+    #[test]
+    fn csv_reads_back() {
+        let rows = rows(&sample_run());
+        let mut buf = Vec::new();
+        write_csv(&mut buf, &rows).unwrap();
+        let back = read_csv(&String::from_utf8(buf).unwrap()).unwrap();
+        assert_eq!(back.len(), rows.len());
+        for (a, b) in rows.iter().zip(&back) {
+            assert_eq!(
+                (&a.transport, a.elements, a.msgs.n),
+                (&b.transport, b.elements, b.msgs.n)
+            );
+            assert!((a.msgs.median - b.msgs.median).abs() < 0.1);
+            assert_eq!(a.ratio_to_iceoryx2, b.ratio_to_iceoryx2);
+            assert_eq!(a.placement, b.placement);
+        }
+        assert!(
+            read_csv("transport,elements\nx,1")
+                .unwrap_err()
+                .contains("no column")
+        );
     }
 
     #[test]
