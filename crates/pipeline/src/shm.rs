@@ -70,7 +70,7 @@ pub(crate) fn open_rx(name: &str, deadline: Instant) -> Result<Box<dyn Rx>, Stri
                     spin: Duration::ZERO,
                     ..WaitConfig::default()
                 });
-                return Ok(Box::new(ShmRx { rx }));
+                return Ok(Box::new(ShmRx { rx, recheck: false }));
             }
             Err(shm_ring::Error::NotFound(_)) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(1));
@@ -155,6 +155,8 @@ impl Tx for ShmTx {
 
 struct ShmRx {
     rx: Receiver,
+    /// Set while re-checking a reported peer death.
+    recheck: bool,
 }
 
 fn decode_view(m: MessageView<'_>, out: &mut Vec<Frame>) -> Result<(), String> {
@@ -206,22 +208,49 @@ fn decode_view(m: MessageView<'_>, out: &mut Vec<Frame>) -> Result<(), String> {
 
 impl Rx for ShmRx {
     fn recv(&mut self, timeout: Option<Duration>) -> Result<Option<Vec<Frame>>, TransportError> {
+        match self.recv_once(timeout.unwrap_or(Duration::ZERO)) {
+            // A producer that sends its last batch, closes and exits between two checks of a
+            // waiting consumer is reported dead although its data and its close are in the
+            // ring: look once more before believing it.
+            Err(shm_ring::Error::PeerDied { .. }) if !self.recheck => {
+                self.recheck = true;
+                let r = self.recv_once(Duration::ZERO);
+                self.recheck = false;
+                match r {
+                    Err(shm_ring::Error::Timeout) => Err(TransportError::PeerDied(
+                        "producer died without closing the channel".into(),
+                    )),
+                    other => self.finish(other),
+                }
+            }
+            other => self.finish(other),
+        }
+    }
+}
+
+impl ShmRx {
+    fn recv_once(&mut self, timeout: Duration) -> Result<Vec<Frame>, shm_ring::Error> {
         let mut frames = Vec::new();
         let mut bad = Ok(());
-        match self
-            .rx
-            .recv_batch(8, Some(timeout.unwrap_or(Duration::ZERO)), |m| {
-                if bad.is_ok() {
-                    bad = decode_view(m, &mut frames);
-                }
-            }) {
-            Ok(_) => bad.map(|()| Some(frames)).map_err(TransportError::Other),
+        self.rx.recv_batch(8, Some(timeout), |m| {
+            if bad.is_ok() {
+                bad = decode_view(m, &mut frames);
+            }
+        })?;
+        bad.map(|()| frames).map_err(shm_ring::Error::Corrupt)
+    }
+
+    fn finish(
+        &mut self,
+        r: Result<Vec<Frame>, shm_ring::Error>,
+    ) -> Result<Option<Vec<Frame>>, TransportError> {
+        match r {
+            Ok(frames) => Ok(Some(frames)),
             Err(shm_ring::Error::Timeout) => Ok(None),
             Err(e) => Err(map_err(e)),
         }
     }
 }
-
 /// Checks that `/dev/shm` can hold every channel of the plan, before any process starts.
 ///
 /// # Errors
