@@ -1241,7 +1241,8 @@ impl Receiver {
         let parsed = {
             let bytes = &bytemuck::cast_slice::<u64, u8>(&body)[..body_len];
             MessageView::parse(bytes, self.shared.pool()).and_then(|v| {
-                v.for_each_block(|b| {
+                // An owned message is validated whole, once, on private bytes.
+                v.validate_all(|b| {
                     if !blocks.contains(&b) {
                         blocks.push(b)
                     }

@@ -3,7 +3,8 @@
 //! # Encoding
 //! A message body is a little-endian byte string, 8-byte aligned throughout:
 //! ```text
-//! body     := BodyHeader record*            BodyHeader = magic u32, tag u32, n_records u32, body_len u32
+//! body     := BodyHeader record*            BodyHeader = magic u32, tag u32, n_records u32, body_len u32,
+//!                                                        block_refs u32 (arrays in pool blocks), reserved u32
 //! record   := RecordHeader field*           RecordHeader = record_len u32, n_fields u32
 //! field    := FieldHeader shape name str data
 //!   FieldHeader (24 bytes) = kind u8, name_len u8, ndim u8, dtype u8, loc u8, pad[3], a u64, b u64
@@ -27,7 +28,7 @@ use crate::error::{Error, corrupt};
 use crate::pool::{ArrayLoan, LoanToken};
 
 pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB1");
-pub(crate) const BODY_HEADER: usize = 16;
+pub(crate) const BODY_HEADER: usize = 24;
 const RECORD_HEADER: usize = 8;
 const FIELD_HEADER: usize = 24;
 const MAX_NDIM: usize = 16;
@@ -379,6 +380,13 @@ pub(crate) fn encode(m: &MessageBuilder<'_>, places: &[Place], dst: &mut [u8]) {
     w.u32(m.tag);
     w.u32(m.records() as u32);
     w.u32(total as u32);
+    w.u32(
+        places
+            .iter()
+            .filter(|p| matches!(p, Place::Block(_)))
+            .count() as u32,
+    );
+    w.u32(0);
     for r in 0..m.records() {
         let range = m.record_range(r);
         let len = RECORD_HEADER
@@ -524,6 +532,8 @@ pub struct MessageView<'a> {
     pool: PoolRef<'a>,
     tag: u32,
     records: u32,
+    /// Arrays in pool blocks, as the sender counted them (0: no block to find or release).
+    block_refs: u32,
 }
 
 impl<'a> MessageView<'a> {
@@ -548,6 +558,7 @@ impl<'a> MessageView<'a> {
             pool,
             tag: rd_u32(body, 4),
             records: rd_u32(body, 8),
+            block_refs: rd_u32(body, 16),
         })
     }
 
@@ -587,8 +598,18 @@ impl<'a> MessageView<'a> {
     }
 
     /// Calls `f` with the index of every pool block the message references (all records),
-    /// validating the whole encoding on the way.
-    pub(crate) fn for_each_block(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
+    /// validating the whole encoding on the way. A message whose header counts no block
+    /// reference is not scanned: if the sender lied, it only withholds its own blocks, and
+    /// every access to an array is validated anyway.
+    pub(crate) fn for_each_block(&self, f: impl FnMut(u32)) -> Result<(), Error> {
+        if self.block_refs == 0 {
+            return Ok(());
+        }
+        self.validate_all(f)
+    }
+
+    /// Parses and validates every record and field, calling `f` for every block reference.
+    pub(crate) fn validate_all(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
         for r in self.records() {
             for field in r?.fields() {
                 if let FieldRef::Array(a) = field?
@@ -985,6 +1006,6 @@ pub fn encode_inline(m: &MessageBuilder<'_>) -> Result<(Vec<u64>, usize), Error>
 /// [`Error::Corrupt`] on any invalid encoding.
 pub fn decode(body: &[u8]) -> Result<MessageView<'_>, Error> {
     let v = MessageView::parse(body, PoolRef::empty())?;
-    v.for_each_block(|_| {})?;
+    v.validate_all(|_| {})?;
     Ok(v)
 }

@@ -3,8 +3,8 @@
 //!
 //! Offsets follow the layout in ARCHITECTURE.md for the default configuration:
 //! descriptor ring header at 256 (tail at 256), first record at 768 (record header: n_slots,
-//! kind, body_len, block as u32), its body at 784, the first field header at 808 (kind, name_len,
-//! ndim, dtype, loc bytes; a u64 at 816; b u64 at 824; shape at 832); completion ring header at
+//! kind, body_len, block as u32), its body at 784, the first field header at 816 (kind, name_len,
+//! ndim, dtype, loc bytes; a u64 at 824; b u64 at 832; shape at 840); completion ring header at
 //! 66304 and its slots at 66816.
 #![cfg(not(loom))]
 
@@ -97,7 +97,7 @@ fn body_length_beyond_record() {
 
 #[test]
 fn unknown_dtype_code() {
-    check(811, "c8", true);
+    check(819, "c8", true);
 }
 
 #[test]
@@ -112,23 +112,23 @@ fn array_in_block_outside_pool() {
 
 #[test]
 fn inline_offset_out_of_range() {
-    check(816, &le64(u64::MAX - 7), true);
+    check(824, &le64(u64::MAX - 7), true);
 }
 
 #[test]
 fn shape_does_not_match_length() {
-    check(832, &le64(1 << 40), true);
+    check(840, &le64(1 << 40), true);
 }
 
 #[test]
 fn absurd_number_of_dimensions() {
-    check(810, "ff", true);
+    check(818, "ff", true);
 }
 
 #[test]
 fn field_name_not_utf8() {
     // The name "x" follows the 8-byte shape at 840.
-    check(840, "ff", true);
+    check(848, "ff", true);
 }
 
 #[test]
@@ -174,5 +174,26 @@ fn bogus_block_returned_by_consumer() {
     corrupt(&name, 66304, &le32(1));
     assert!(matches!(tx.free_blocks(), Err(Error::Corrupt(_))));
     drop(tx);
+    guard.assert_gone();
+}
+
+#[test]
+fn in_place_reads_validate_every_access() {
+    let name = unique("inplace");
+    let guard = ShmGuard::new(&[&name]);
+    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    send_one(&mut tx, 1.0);
+    corrupt(&name, 832, &le64(1 << 20)); // byte length of "x" far beyond its record
+    let mut seen = None;
+    rx.recv_batch(8, Some(std::time::Duration::from_secs(2)), |m| {
+        seen = Some(
+            m.record(0)
+                .and_then(|r| r.array::<f32>("x").map(|a| a.len())),
+        );
+    })
+    .ok();
+    assert!(matches!(seen, Some(Err(Error::Corrupt(_)))), "got {seen:?}");
+    drop((tx, rx));
     guard.assert_gone();
 }
