@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
-use shmpipe_timeseries::pipeline::{register, run_workload};
+use shmpipe_timeseries::pipeline::{Layout, register, run_workload_with};
 use shmpipe_timeseries::synth::{GenConfig, write_file};
 use shmpipe_timeseries::workload::{
     ChainConfig, WorkloadConfig, WorkloadSource, WorkloadStats, run_in_process,
@@ -51,6 +51,10 @@ struct Args {
     /// Use the step-by-step chain instead of the fused one (same outputs).
     #[arg(long)]
     unfused: bool,
+    /// Staged layout: workers for the parse, transform and batch stages, e.g. `1,1,1`
+    /// (default: one fused step in `--workers` workers).
+    #[arg(long, value_delimiter = ',')]
+    staged: Option<Vec<usize>>,
     /// Run the chain in this process instead of a pipeline.
     #[arg(long)]
     in_process: bool,
@@ -145,10 +149,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         a.context,
         a.prediction,
         a.batch,
-        if a.in_process {
-            "in this process".to_owned()
-        } else {
-            format!("{} worker processes", a.workers)
+        match (&a.staged, a.in_process) {
+            (_, true) => "in this process".to_owned(),
+            (Some(w), false) => format!("staged: {w:?} workers for parse, transform, batch"),
+            (None, false) => format!("{} worker processes", a.workers),
         }
     );
     for (label, source, epochs) in [
@@ -178,7 +182,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let stats = if a.in_process {
             run_in_process(&cfg, update)?
         } else {
-            run_workload(&reg, &cfg, update)?
+            let layout = match a.staged.as_deref() {
+                Some(&[p, t, b]) => Layout::Staged { workers: [p, t, b] },
+                Some(_) => return Err("--staged takes three numbers, e.g. 1,1,1".into()),
+                None => Layout::Fused,
+            };
+            run_workload_with(&reg, &cfg, layout, update)?
         };
         pb.finish_and_clear();
         report(label, &stats);

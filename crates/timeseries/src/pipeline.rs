@@ -29,7 +29,7 @@ use serde_json::json;
 use shmpipe::ndarray::Array1;
 use shmpipe::{
     Epochs, Item, Meta, Pipeline, Registry, Source, SourceContext, SourceError, Step, StepContext,
-    StepError,
+    StepError, Topology,
 };
 
 use crate::batch::{Batch, Batcher};
@@ -44,6 +44,12 @@ use crate::workload::{
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
 /// Args: `{"freq", "context_length", "prediction_length", "num_instances", "fused", "batch_size"}`.
 pub const STEP_TRAIN: &str = "gluonts_train";
+/// Step: parse raw lines into entries only (for the staged layout).
+pub const STEP_PARSE: &str = "gluonts_parse";
+/// Step: run the chain only, one item per window (args as [`STEP_TRAIN`]).
+pub const STEP_TRANSFORM: &str = "gluonts_transform";
+/// Step: stack windows into batches only (`{"batch_size"}`).
+pub const STEP_BATCH: &str = "gluonts_batch";
 /// Source: the raw lines of a JSON-lines file (`{"path", "group"}`), parsed by the workers
 /// on every pass; one record holds `group` consecutive lines (default [`DEFAULT_GROUP`]).
 pub const SOURCE_LINES: &str = "gluonts_lines";
@@ -57,6 +63,8 @@ pub const LINE_FIELD: &str = "json_line";
 pub const LINE_NO_META: &str = "line";
 /// Metadata: `start` period ordinal.
 pub const START_META: &str = "start";
+/// Metadata: `forecast_start` period ordinal (windows between stages).
+pub const FORECAST_START_META: &str = "forecast_start";
 /// Metadata: `item_id`.
 pub const ITEM_ID_META: &str = "item_id";
 /// Metadata of a grouped in-memory record: number of series in it. Series `j`'s
@@ -67,10 +75,20 @@ pub const DEFAULT_GROUP: usize = 1;
 /// Array of a batch item: `forecast_start` ordinals, `i64`, one per row.
 pub const FORECAST_START_FIELD: &str = "forecast_start";
 
-/// Adds [`STEP_TRAIN`], [`SOURCE_LINES`] and [`SOURCE_PARSED`] to a registry.
+/// Adds [`STEP_TRAIN`], [`STEP_PARSE`], [`STEP_TRANSFORM`], [`STEP_BATCH`],
+/// [`SOURCE_LINES`] and [`SOURCE_PARSED`] to a registry.
 pub fn register(reg: Registry) -> Registry {
     reg.step(STEP_TRAIN, |cx: &StepContext<'_>| {
-        TrainStep::from_context(cx)
+        TrainStep::from_context(cx, true, true)
+    })
+    .step(STEP_PARSE, |cx: &StepContext<'_>| {
+        TrainStep::from_context(cx, false, false)
+    })
+    .step(STEP_TRANSFORM, |cx: &StepContext<'_>| {
+        TrainStep::from_context(cx, true, false)
+    })
+    .step(STEP_BATCH, |cx: &StepContext<'_>| {
+        TrainStep::from_context(cx, false, true)
     })
     .source(SOURCE_LINES, |cx: &SourceContext<'_>| {
         LinesSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
@@ -119,6 +137,9 @@ pub fn entry_to_item(mut e: DataEntry) -> Item {
     if let Some(s) = e.start {
         item.set_i64(START_META, s.ordinal);
     }
+    if let Some(s) = e.forecast_start {
+        item.set_i64(FORECAST_START_META, s.ordinal);
+    }
     item
 }
 
@@ -146,6 +167,9 @@ pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError>
     if let Some(ordinal) = item.i64(START_META) {
         e.start = Some(Period { freq, ordinal });
     }
+    if let Some(ordinal) = item.i64(FORECAST_START_META) {
+        e.forecast_start = Some(Period { freq, ordinal });
+    }
     Ok(e)
 }
 
@@ -170,19 +194,24 @@ pub fn batch_rows(item: &Item) -> usize {
         .unwrap_or(0)
 }
 
-/// The fused worker step: parse, transform, split, batch.
+/// The worker step: parse (raw lines), then optionally the chain, then
+/// optionally batching. Entries and windows travel as items between stages.
 ///
 /// A partial batch left at the end of the stream is not emitted (the pipeline's
 /// steps have no end-of-stream hook); at most `batch_size - 1` windows per worker.
 struct TrainStep {
     freq: Freq,
-    chain: Chain,
-    batcher: Batcher,
+    chain: Option<Chain>,
+    batcher: Option<Batcher>,
     windows: Vec<DataEntry>,
 }
 
 impl TrainStep {
-    fn from_context(cx: &StepContext<'_>) -> Result<TrainStep, StepError> {
+    fn from_context(
+        cx: &StepContext<'_>,
+        transform: bool,
+        batch: bool,
+    ) -> Result<TrainStep, StepError> {
         let a = cx.args;
         let d = ChainConfig::default();
         let cfg = ChainConfig {
@@ -203,8 +232,8 @@ impl TrainStep {
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
         Ok(TrainStep {
             freq: cfg.freq,
-            chain: training_chain(&cfg, cx.worker.seed),
-            batcher: Batcher::new(batch_size),
+            chain: transform.then(|| training_chain(&cfg, cx.worker.seed)),
+            batcher: batch.then(|| Batcher::new(batch_size)),
             windows: Vec::new(),
         })
     }
@@ -237,15 +266,23 @@ impl Step for TrainStep {
 }
 
 impl TrainStep {
-    /// Chain and batch one entry.
+    /// Chain and batch one entry (each when configured).
     fn run(&mut self, entry: DataEntry, out: &mut Vec<Item>) -> Result<(), StepError> {
         self.windows.clear();
-        self.chain
-            .apply(entry, true, &mut self.windows)
-            .map_err(StepError::new)?;
+        match &mut self.chain {
+            Some(chain) => chain
+                .apply(entry, true, &mut self.windows)
+                .map_err(StepError::new)?,
+            None => self.windows.push(entry),
+        }
         for w in self.windows.drain(..) {
-            if let Some(b) = self.batcher.push(w) {
-                out.push(batch_to_item(b.map_err(StepError::new)?));
+            match &mut self.batcher {
+                Some(batcher) => {
+                    if let Some(b) = batcher.push(w) {
+                        out.push(batch_to_item(b.map_err(StepError::new)?));
+                    }
+                }
+                None => out.push(entry_to_item(w)),
             }
         }
         Ok(())
@@ -469,6 +506,32 @@ impl Source for ParsedSource {
 pub fn run_workload(
     reg: &Registry,
     cfg: &WorkloadConfig,
+    progress: impl FnMut(&WorkloadStats),
+) -> Result<WorkloadStats, WorkloadError> {
+    run_workload_with(reg, cfg, Layout::Fused, progress)
+}
+
+/// How the work is laid out over worker processes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// One step ([`STEP_TRAIN`]) in `cfg.workers` workers (the default).
+    Fused,
+    /// Three stages ([`STEP_PARSE`], [`STEP_TRANSFORM`], [`STEP_BATCH`]) with the given
+    /// numbers of workers, connected by the pipeline's staged topology.
+    Staged {
+        /// Workers per stage.
+        workers: [usize; 3],
+    },
+}
+
+/// [`run_workload`] with an explicit [`Layout`].
+///
+/// # Errors
+/// As [`run_workload`].
+pub fn run_workload_with(
+    reg: &Registry,
+    cfg: &WorkloadConfig,
+    layout: Layout,
     mut progress: impl FnMut(&WorkloadStats),
 ) -> Result<WorkloadStats, WorkloadError> {
     let perr = |e: shmpipe::Error| WorkloadError::Pipeline(e.to_string());
@@ -490,7 +553,7 @@ pub fn run_workload(
         "fused": c.fused,
         "batch_size": cfg.batch_size,
     });
-    let mut p = Pipeline::builder(reg)
+    let b = Pipeline::builder(reg)
         .source_named(
             source,
             json!({
@@ -500,12 +563,21 @@ pub fn run_workload(
             }),
         )
         .emitters(cfg.emitters.max(1))
-        .step_with(STEP_TRAIN, step_args)
-        .workers(cfg.workers.max(1))
         .epochs(Epochs::Finite(cfg.epochs as u64))
-        .seed(cfg.seed)
-        .start()
-        .map_err(perr)?;
+        .seed(cfg.seed);
+    let b = match layout {
+        Layout::Fused => b
+            .step_with(STEP_TRAIN, step_args)
+            .workers(cfg.workers.max(1)),
+        Layout::Staged { workers } => b
+            .step_with(STEP_PARSE, step_args.clone())
+            .step_with(STEP_TRANSFORM, step_args.clone())
+            .step_with(STEP_BATCH, step_args)
+            .topology(Topology::Staged {
+                workers: workers.iter().map(|&w| w.max(1)).collect(),
+            }),
+    };
+    let mut p = b.start().map_err(perr)?;
     let mut stats = WorkloadStats::default();
     let mut t0: Option<Instant> = None;
     while let Some(item) = p.dequeue().map_err(perr)? {

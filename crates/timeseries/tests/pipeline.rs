@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use shmpipe_timeseries::pipeline::{register, run_workload};
+use shmpipe_timeseries::pipeline::{Layout, register, run_workload, run_workload_with};
 use shmpipe_timeseries::synth::{GenConfig, write_file};
 use shmpipe_timeseries::workload::{
     ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, run_in_process,
@@ -97,6 +97,19 @@ fn pipeline_produces_every_window_from_json_and_memory() {
         let floats = 12 + 4 + 12 + 4 + 12 + 16 * 5 + 1;
         assert_eq!(stats.batch_bytes, stats.windows * (floats * 4 + 8));
     }
+}
+
+#[test]
+fn staged_layout_produces_the_same_windows() {
+    let reg = register(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let (file, _) = small_dataset("staged");
+    let cfg = exhaustive_config(WorkloadSource::JsonLines(file.0.clone()), 1);
+    let fused = run_workload(&reg, &cfg, |_| {}).unwrap();
+    let staged =
+        run_workload_with(&reg, &cfg, Layout::Staged { workers: [1, 2, 1] }, |_| {}).unwrap();
+    assert_eq!(staged.windows, fused.windows);
+    assert_eq!(staged.batch_bytes, fused.batch_bytes);
 }
 
 #[test]
