@@ -107,23 +107,38 @@ fn main() -> Result<(), shmpipe::Error> {
         bar.finish_and_clear();
         let m = p.metrics();
         assert_eq!(checked, n);
+        let per_item = |step: &str| {
+            m.steps
+                .iter()
+                .find(|s| s.0 == step)
+                .map_or(0.0, |s| s.2.as_secs_f64() * 1e3 / s.1.max(1) as f64)
+        };
         rows.push((
             name,
             n as f64 / secs,
             n as f64 * (LEN * 4) as f64 / secs / 1e9,
             m.arrays_zero_copy,
             m.arrays_copied,
+            per_item("scale"),
+            per_item("offset"),
         ));
     }
     println!("{n} items of {LEN} f32 through 2 steps, 2 workers");
     println!(
-        "{:<18} {:>10} {:>10} {:>12} {:>10} {:>9}",
-        "mode", "items/s", "GB/s", "zero-copied", "copied", "vs copy"
+        "{:<18} {:>9} {:>7} {:>12} {:>7} {:>12} {:>13} {:>8}",
+        "mode",
+        "items/s",
+        "GB/s",
+        "zero-copied",
+        "copied",
+        "scale ms/it",
+        "offset ms/it",
+        "vs copy"
     );
     let base = rows[0].1;
-    for (name, ips, gbs, zc, cp) in &rows {
+    for (name, ips, gbs, zc, cp, sc, off) in &rows {
         println!(
-            "{name:<18} {ips:>10.1} {gbs:>10.2} {zc:>12} {cp:>10} {:>8.2}x",
+            "{name:<18} {ips:>9.1} {gbs:>7.2} {zc:>12} {cp:>7} {sc:>12.2} {off:>13.2} {:>7.2}x",
             ips / base
         );
     }
