@@ -233,14 +233,22 @@ const HELPER: &str = "SHMPIPE_TEST_HELPER";
 /// and pids, and consumes until an error, which it prints.
 fn helper_parent() {
     let reg = registry();
-    let mut p = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": 50, "len": 4}))
-        .epochs(Epochs::Cycle)
-        .emitters(2)
+    let enqueue = std::env::var(HELPER).is_ok_and(|v| v == "enqueue");
+    let mut b = Pipeline::builder(&reg)
         .step_with("sleep_ms", serde_json::json!({"ms": 2}))
-        .workers(2)
-        .start()
-        .unwrap();
+        .workers(2);
+    if !enqueue {
+        b = b
+            .source_named("range", serde_json::json!({"n": 50, "len": 4}))
+            .epochs(Epochs::Cycle)
+            .emitters(2);
+    }
+    let mut p = b.start().unwrap();
+    if enqueue {
+        for n in 0..100_000 {
+            p.enqueue(shmpipe::Item::new().with_i64("n", n)).unwrap();
+        }
+    }
     let pids: Vec<String> = p.pids().iter().map(u32::to_string).collect();
     println!("READY {} {}", p.id(), pids.join(","));
     std::io::stdout().flush().unwrap();
@@ -268,9 +276,13 @@ struct Helper {
 
 impl Helper {
     fn start(test: &str) -> Helper {
+        Helper::start_with(test, "source")
+    }
+
+    fn start_with(test: &str, mode: &str) -> Helper {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args(["--exact", test, "--nocapture"])
-            .env(HELPER, "1")
+            .env(HELPER, mode)
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
@@ -362,4 +374,46 @@ fn ctrl_c_shuts_down_cleanly() {
     assert!(status.success(), "{status}");
     let id = h.id.clone();
     assert_clean(&id, &h.pids);
+}
+
+#[test]
+fn segments_of_a_sigkilled_parent_are_reclaimed_at_the_next_start() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    if std::env::var_os(HELPER).is_some() {
+        return helper_parent();
+    }
+    // Enqueue mode: the parent itself owns the channels to the workers.
+    let mut h = Helper::start_with(
+        "segments_of_a_sigkilled_parent_are_reclaimed_at_the_next_start",
+        "enqueue",
+    );
+    let parent_owned = format!("{}-e0-", h.id);
+    assert_eq!(shm_entries(&parent_owned).len(), 2);
+    kill(h.child.id(), Signal::KILL);
+    let _ = h.child.wait();
+    assert!(
+        wait_gone(&h.pids, Duration::from_secs(2)).is_some(),
+        "workers outlived their parent"
+    );
+    // The workers removed their own channels; the dead parent's remain until the next start.
+    let t0 = Instant::now();
+    while shm_entries(&h.id).len() > 2 && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(shm_entries(&h.id), shm_entries(&parent_owned));
+    let mut p = Pipeline::builder(&reg)
+        .step("inc")
+        .workers(1)
+        .start()
+        .unwrap();
+    let _g = ShmGuard(p.id().to_owned());
+    assert!(
+        shm_entries(&h.id).is_empty(),
+        "not reclaimed: {:?}",
+        shm_entries(&h.id)
+    );
+    p.enqueue(shmpipe::Item::new().with_i64("n", 1)).unwrap();
+    p.close_input();
+    assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(2));
 }
