@@ -316,6 +316,11 @@ pub fn goals(run: &RunResult) -> Vec<Goal> {
         ratio(ShmAdaptive, UnixSocket, 16),
         20.0,
     );
+    push(
+        "16 f32: shm-adaptive msgs/s >= 0.5x ring-min (minimal hand-written ring)".into(),
+        ratio(ShmAdaptive, RingMin, 16),
+        0.5,
+    );
     let m = 1_000_000;
     push(
         "1M f32: shm-zero-copy >= 0.9x memcpy".into(),

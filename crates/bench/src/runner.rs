@@ -142,24 +142,24 @@ pub fn worker_exe() -> Result<PathBuf, BoxError> {
 /// A worker that could not start, failed, or printed no outcome. Its processes are killed and
 /// reaped; shared-memory segments of dead producers are reclaimed.
 pub fn measure(exe: &Path, spec: &Spec) -> Result<Outcome, BoxError> {
-    let result = measure_inner(exe, spec);
+    let name = unique_name();
+    let result = measure_inner(exe, spec, &name);
     if result.is_err() {
-        crate::transports::cleanup_after_failure(spec.transport);
+        crate::transports::cleanup_after_failure(spec.transport, &name);
     }
     result
 }
 
-fn measure_inner(exe: &Path, spec: &Spec) -> Result<Outcome, BoxError> {
-    let name = unique_name();
+fn measure_inner(exe: &Path, spec: &Spec, name: &str) -> Result<Outcome, BoxError> {
     let out = match spec.transport.layout() {
         Layout::Solo => {
-            let mut cmd = worker(exe, spec, Role::Solo, &name);
+            let mut cmd = worker(exe, spec, Role::Solo, name);
             cmd.stdout(Stdio::piped());
             Proc::spawn(&mut cmd, "worker")?.finish()?
         }
         Layout::Pair => {
-            let mut pcmd = worker(exe, spec, Role::Producer, &name);
-            let mut ccmd = worker(exe, spec, Role::Consumer, &name);
+            let mut pcmd = worker(exe, spec, Role::Producer, name);
+            let mut ccmd = worker(exe, spec, Role::Consumer, name);
             ccmd.stdout(Stdio::piped());
             if spec.transport == Transport::Pipe {
                 pcmd.stdout(Stdio::piped());

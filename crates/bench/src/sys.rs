@@ -1,6 +1,11 @@
 //! Every OS call of the harness that `std` does not wrap: CPU pinning and parent-death signals.
 
 use std::io;
+use std::ptr::NonNull;
+
+use rustix::fs::Mode;
+use rustix::mm::{MapFlags, ProtFlags};
+use rustix::shm;
 
 /// Pins the calling thread to CPU `core`.
 ///
@@ -56,6 +61,99 @@ pub fn die_with_parent() -> io::Result<()> {
         .map_err(io::Error::from)
 }
 
+/// A shared, read-write mapping of a whole POSIX shared-memory object, unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    /// Start of the mapping (page-aligned, non-null); valid for `len` bytes until drop.
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; sending it moves that ownership.
+unsafe impl Send for Mapping {}
+
+impl Mapping {
+    /// Creates the shared-memory object `/name` (mode 0600, must not exist), sized `len`
+    /// bytes, and maps it.
+    ///
+    /// # Errors
+    /// The OS error (e.g. the name exists).
+    pub fn create(name: &str, len: usize) -> io::Result<Mapping> {
+        let fd = shm::open(
+            format!("/{name}").as_str(),
+            shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
+            Mode::from_raw_mode(0o600),
+        )?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        Self::map(&fd, len)
+    }
+
+    /// Opens the shared-memory object `/name` and maps it, once it has `len` bytes.
+    ///
+    /// # Errors
+    /// The OS error; `WouldBlock` while the object is still smaller than `len`.
+    pub fn open(name: &str, len: usize) -> io::Result<Mapping> {
+        let fd = shm::open(
+            format!("/{name}").as_str(),
+            shm::OFlags::RDWR,
+            Mode::empty(),
+        )?;
+        let size = rustix::fs::fstat(&fd)?.st_size;
+        if (size as u64) < len as u64 {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Self::map(&fd, len)
+    }
+
+    fn map(fd: &std::os::fd::OwnedFd, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a fresh shared mapping chosen by the kernel (null hint) aliases no Rust
+        // object; `len` bytes of the object exist (ftruncate above, or checked by `open`).
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(io::ErrorKind::Other)?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// Start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned, and no reference into the
+        // mapping outlives `self` (they all borrow it).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Removes the shared-memory object `/name`.
+///
+/// # Errors
+/// The OS error (e.g. no such object).
+pub fn shm_unlink(name: &str) -> io::Result<()> {
+    shm::unlink(format!("/{name}").as_str()).map_err(io::Error::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +169,27 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    #[test]
+    fn mapping_is_shared_between_two_maps() {
+        let name = format!("shmpipe_bench_test-{}", std::process::id());
+        let a = Mapping::create(&name, 4096).unwrap();
+        let b = Mapping::open(&name, 4096).unwrap();
+        let err = Mapping::open(&name, 8192).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock,
+            "object too small yet"
+        );
+        shm_unlink(&name).unwrap();
+        assert!(Mapping::open(&name, 4096).is_err(), "unlinked");
+        // SAFETY: both mappings are 4096 bytes long and alive; byte 100 is in range.
+        unsafe {
+            a.as_ptr().add(100).write_volatile(42);
+            assert_eq!(b.as_ptr().add(100).read_volatile(), 42);
+        }
+        assert_eq!((a.len(), a.is_empty()), (4096, false));
     }
 
     #[test]

@@ -10,6 +10,9 @@ pub enum Transport {
     /// In-process bounded channel between two pinned threads, buffers recycled (nothing is
     /// copied): the upper bound for any handoff.
     Channel,
+    /// Hand-written minimal shared-memory SPSC ring (fixed slots, spinning): the brief's
+    /// "minimal hand-written shm ring" anchor.
+    RingMin,
     /// shm-ring, producer writes straight into a loaned block (`Transfer::ZeroCopy`).
     ShmZeroCopy,
     /// shm-ring, array copied from the producer's buffer (`Transfer::Copy`).
@@ -35,9 +38,10 @@ pub enum Layout {
 
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 8] = [
+    pub const ALL: [Transport; 9] = [
         Transport::Memcpy,
         Transport::Channel,
+        Transport::RingMin,
         Transport::ShmZeroCopy,
         Transport::ShmCopy,
         Transport::ShmAdaptive,
@@ -51,6 +55,7 @@ impl Transport {
         match self {
             Transport::Memcpy => "memcpy",
             Transport::Channel => "channel",
+            Transport::RingMin => "ring-min",
             Transport::ShmZeroCopy => "shm-zero-copy",
             Transport::ShmCopy => "shm-copy",
             Transport::ShmAdaptive => "shm-adaptive",
@@ -110,7 +115,7 @@ mod tests {
         );
         assert_eq!(
             Transport::built().len(),
-            7 + usize::from(cfg!(feature = "iceoryx2"))
+            8 + usize::from(cfg!(feature = "iceoryx2"))
         );
     }
 }

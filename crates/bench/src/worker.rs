@@ -118,6 +118,9 @@ fn consume(a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
 
 fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxError> {
     match t {
+        Transport::RingMin => {
+            crate::transports::ring::produce(&a.name, a.elements, run, RENDEZVOUS)
+        }
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
             crate::transports::shm::produce(t, &a.name, a.elements, run)
         }
@@ -134,6 +137,9 @@ fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxEr
 
 fn consume_more(t: Transport, a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
     match t {
+        Transport::RingMin => {
+            crate::transports::ring::consume(&a.name, a.elements, warmup, RENDEZVOUS)
+        }
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
             crate::transports::shm::consume(&a.name, a.elements, warmup, RENDEZVOUS)
         }

@@ -91,11 +91,12 @@ fn stray_workers(pid: u32) -> Vec<String> {
 /// Shared-memory entries left by harness `pid`.
 fn leaked_segments(pid: u32) -> Vec<String> {
     let prefix = format!("shmpipe-bench-{pid}-");
+    let ring = format!("shmpipe_ring-bench-{pid}-");
     std::fs::read_dir("/dev/shm")
         .unwrap()
         .flatten()
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
+        .filter(|n| n.starts_with(&prefix) || n.starts_with(&ring))
         .collect()
 }
 
@@ -143,6 +144,7 @@ fn transport_smoke_writes_csv_and_plot() {
     let transports = [
         "memcpy",
         "channel",
+        "ring-min",
         "shm-zero-copy",
         "shm-copy",
         "shm-adaptive",

@@ -3,14 +3,18 @@
 pub mod channel;
 #[cfg(feature = "iceoryx2")]
 pub mod iox;
+pub mod ring;
 pub mod shm;
 pub mod stream;
 
 use crate::transport::Transport;
 
-/// Cleans up what a failed measurement of `transport` may have left behind (killed producers
-/// cannot unlink their shared-memory segments).
-pub fn cleanup_after_failure(transport: Transport) {
+/// Cleans up what a failed measurement of `transport` with rendezvous `name` may have left
+/// behind (killed producers cannot unlink their shared-memory objects).
+pub fn cleanup_after_failure(transport: Transport, name: &str) {
+    if transport == Transport::RingMin {
+        let _ = crate::sys::shm_unlink(&ring::object_name(name));
+    }
     if matches!(
         transport,
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive
