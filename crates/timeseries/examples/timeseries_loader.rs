@@ -166,6 +166,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             WorkloadSource::ParsedOnce(path.clone()),
             a.memory_epochs,
         ),
+        (
+            "in workers",
+            WorkloadSource::InWorkers(path.clone()),
+            a.memory_epochs,
+        ),
     ] {
         let cfg = WorkloadConfig {
             source,

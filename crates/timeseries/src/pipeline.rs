@@ -57,6 +57,12 @@ pub const SOURCE_LINES: &str = "gluonts_lines";
 /// served from memory on every pass; one record holds `group` series.
 pub const SOURCE_PARSED: &str = "gluonts_parsed";
 
+/// Source: the line numbers of a JSON-lines file (`{"path", "group"}`), `group` per
+/// record; the workers hold the parsed file (step arg `"cache_path"`) and look the
+/// series up, like a map-style dataset with an index sampler (PyTorch's `DataLoader`).
+pub const SOURCE_INDICES: &str = "gluonts_indices";
+/// Name of the `i64` array of 1-based line numbers sent by [`SOURCE_INDICES`].
+pub const LINES_FIELD: &str = "series_lines";
 /// Name of the `u8` array holding a raw JSON line.
 pub const LINE_FIELD: &str = "json_line";
 /// Metadata: 1-based line number of a raw line.
@@ -92,6 +98,9 @@ pub fn register(reg: Registry) -> Registry {
     })
     .source(SOURCE_LINES, |cx: &SourceContext<'_>| {
         LinesSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+    })
+    .source(SOURCE_INDICES, |cx: &SourceContext<'_>| {
+        IndexSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
     })
     .source(SOURCE_PARSED, |cx: &SourceContext<'_>| {
         ParsedSource::open(
@@ -201,6 +210,8 @@ pub fn batch_rows(item: &Item) -> usize {
 /// steps have no end-of-stream hook); at most `batch_size - 1` windows per worker.
 struct TrainStep {
     freq: Freq,
+    /// The parsed file by line (index `line - 1`), when the step holds the data.
+    cache: Option<Vec<Option<Result<DataEntry, String>>>>,
     chain: Option<Chain>,
     batcher: Option<Batcher>,
     windows: Vec<DataEntry>,
@@ -230,8 +241,13 @@ impl TrainStep {
             fused: a["fused"].as_bool().unwrap_or(d.fused),
         };
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
+        let cache = match a["cache_path"].as_str() {
+            Some(path) => Some(load_cache(Path::new(path), cfg.freq)?),
+            None => None,
+        };
         Ok(TrainStep {
             freq: cfg.freq,
+            cache,
             chain: transform.then(|| training_chain(&cfg, cx.worker.seed)),
             batcher: batch.then(|| Batcher::new(batch_size)),
             windows: Vec::new(),
@@ -241,7 +257,23 @@ impl TrainStep {
 
 impl Step for TrainStep {
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
-        if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
+        if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
+            let cache = self
+                .cache
+                .as_ref()
+                .ok_or_else(|| StepError::new("series_lines needs the step arg cache_path"))?;
+            let mut entries = Vec::with_capacity(numbers.len());
+            for &n in numbers.iter() {
+                match cache.get((n as usize).wrapping_sub(1)) {
+                    Some(Some(Ok(e))) => entries.push(e.clone()),
+                    Some(Some(Err(msg))) => return Err(StepError::new(format!("line {n}: {msg}"))),
+                    _ => return Err(StepError::new(format!("no series on line {n}"))),
+                }
+            }
+            for e in entries {
+                self.run(e, out)?;
+            }
+        } else if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
             let bytes = lines
                 .as_slice()
                 .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
@@ -338,6 +370,65 @@ pub fn split_group(mut item: Item, n: usize, freq: Freq) -> Result<Vec<DataEntry
         parts[j].set_meta(&field, m.clone());
     }
     parts.into_iter().map(|p| item_to_entry(p, freq)).collect()
+}
+
+/// Parses a whole file once, by line number (blank lines are `None`).
+fn load_cache(
+    path: &Path,
+    freq: Freq,
+) -> Result<Vec<Option<Result<DataEntry, String>>>, StepError> {
+    let data =
+        std::fs::read(path).map_err(|e| StepError::new(format!("{}: {e}", path.display())))?;
+    Ok(data
+        .split(|&b| b == b'\n')
+        .map(|line| {
+            (!line.iter().all(u8::is_ascii_whitespace))
+                .then(|| parse_entry(line, freq).map_err(|e| e.to_string()))
+        })
+        .collect())
+}
+
+/// Line numbers: each record is `group` line numbers of non-blank lines.
+struct IndexSource {
+    records: Vec<Vec<i64>>,
+}
+
+impl IndexSource {
+    fn open(
+        path: &Path,
+        group: usize,
+        part: usize,
+        parts: usize,
+    ) -> Result<IndexSource, SourceError> {
+        let Part {
+            data,
+            lines,
+            first_line,
+        } = read_part(path, part, parts)?;
+        let numbers: Vec<i64> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !data[(*r).clone()].iter().all(u8::is_ascii_whitespace))
+            .map(|(i, _)| (first_line + i as u64) as i64)
+            .collect();
+        Ok(IndexSource {
+            records: numbers.chunks(group).map(<[i64]>::to_vec).collect(),
+        })
+    }
+}
+
+impl Source for IndexSource {
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        let r = self
+            .records
+            .get(index)
+            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
+        Ok(Item::new().with_array(LINES_FIELD, Array1::from(r.clone())))
+    }
 }
 
 /// One emitter's part of a JSON-lines file.
@@ -538,6 +629,7 @@ pub fn run_workload_with(
     let (source, args, input_bytes) = match &cfg.source {
         WorkloadSource::JsonLines(p) => (SOURCE_LINES, p, file_len(p)),
         WorkloadSource::ParsedOnce(p) => (SOURCE_PARSED, p, 0),
+        WorkloadSource::InWorkers(p) => (SOURCE_INDICES, p, 0),
         WorkloadSource::Memory(_) => {
             return Err(WorkloadError::Pipeline(
                 "WorkloadSource::Memory cannot cross processes; use ParsedOnce".into(),
@@ -545,7 +637,7 @@ pub fn run_workload_with(
         }
     };
     let c = &cfg.chain;
-    let step_args = json!({
+    let mut step_args = json!({
         "freq": c.freq.to_string(),
         "context_length": c.context_length,
         "prediction_length": c.prediction_length,
@@ -553,6 +645,9 @@ pub fn run_workload_with(
         "fused": c.fused,
         "batch_size": cfg.batch_size,
     });
+    if let WorkloadSource::InWorkers(p) = &cfg.source {
+        step_args["cache_path"] = json!(p.display().to_string());
+    }
     let b = Pipeline::builder(reg)
         .source_named(
             source,

@@ -128,6 +128,10 @@ pub enum WorkloadSource {
     ParsedOnce(PathBuf),
     /// Entries already parsed, in memory (in-process runner only).
     Memory(Arc<Vec<DataEntry>>),
+    /// A JSON-lines file parsed once by every worker at start (pipeline runner); the
+    /// emitters send only line numbers, like an index sampler over a map-style dataset.
+    /// The in-process runner treats it as [`WorkloadSource::ParsedOnce`].
+    InWorkers(PathBuf),
 }
 
 /// What to run.
@@ -304,7 +308,7 @@ pub fn run_in_process(
                     emit(e.clone(), &mut stats, &mut chain)?;
                 }
             }
-            WorkloadSource::ParsedOnce(path) => {
+            WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
                 let entries = match &parsed {
                     Some(p) => p,
                     None => parsed.insert(
