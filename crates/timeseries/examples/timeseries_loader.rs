@@ -79,7 +79,7 @@ fn bar(expected: u64, label: &str) -> ProgressBar {
     let pb = ProgressBar::new(expected);
     pb.set_style(
         ProgressStyle::with_template(
-            "{prefix:>14} [{bar:30}] {pos}/{len} windows ({per_sec}, eta {eta})",
+            "{prefix:>16} [{bar:30}] {pos}/{len} windows ({per_sec}, eta {eta})",
         )
         .expect("valid template")
         .progress_chars("=> "),
@@ -96,7 +96,7 @@ fn report(label: &str, s: &WorkloadStats) {
         format!(" ({:.0} per CPU-s)", s.windows_per_cpu_sec())
     };
     println!(
-        "{label:>14}: {:>9.0} windows/s{cpu}  {:>8.1} batches/s  {:>7.1} MB/s of batches{}",
+        "{label:>16}: {:>9.0} windows/s{cpu}  {:>8.1} batches/s  {:>7.1} MB/s of batches{}",
         s.windows_per_sec(),
         s.batches_per_sec(),
         s.batch_mb_per_sec(),
@@ -159,6 +159,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "json lines",
             WorkloadSource::JsonLines(path.clone()),
+            a.json_epochs,
+        ),
+        (
+            "json in workers",
+            WorkloadSource::JsonLinesInWorkers(path.clone()),
             a.json_epochs,
         ),
         (

@@ -61,6 +61,11 @@ pub const SOURCE_PARSED: &str = "gluonts_parsed";
 /// record; the workers hold the parsed file (step arg `"cache_path"`) and look the
 /// series up, like a map-style dataset with an index sampler (PyTorch's `DataLoader`).
 pub const SOURCE_INDICES: &str = "gluonts_indices";
+/// Source: byte ranges of the lines of a JSON-lines file (`{"path", "group"}`); the
+/// workers read (`pread`) and parse those bytes on every pass (step arg `"read_path"`).
+pub const SOURCE_RANGES: &str = "gluonts_ranges";
+/// Name of the `i64` array of `(offset, length, line)` triples sent by [`SOURCE_RANGES`].
+pub const RANGES_FIELD: &str = "line_ranges";
 /// Name of the `i64` array of 1-based line numbers sent by [`SOURCE_INDICES`].
 pub const LINES_FIELD: &str = "series_lines";
 /// Name of the `u8` array holding a raw JSON line.
@@ -98,6 +103,9 @@ pub fn register(reg: Registry) -> Registry {
     })
     .source(SOURCE_LINES, |cx: &SourceContext<'_>| {
         LinesSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+    })
+    .source(SOURCE_RANGES, |cx: &SourceContext<'_>| {
+        RangeSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
     })
     .source(SOURCE_INDICES, |cx: &SourceContext<'_>| {
         IndexSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
@@ -212,6 +220,8 @@ struct TrainStep {
     freq: Freq,
     /// The parsed file by line (index `line - 1`), when the step holds the data.
     cache: Option<Vec<Option<Result<DataEntry, String>>>>,
+    /// The file whose byte ranges the step reads itself, and a reusable buffer.
+    file: Option<(std::fs::File, PathBuf, Vec<u8>)>,
     chain: Option<Chain>,
     batcher: Option<Batcher>,
     windows: Vec<DataEntry>,
@@ -245,9 +255,18 @@ impl TrainStep {
             Some(path) => Some(load_cache(Path::new(path), cfg.freq)?),
             None => None,
         };
+        let file = match a["read_path"].as_str() {
+            Some(path) => {
+                let f = std::fs::File::open(path)
+                    .map_err(|e| StepError::new(format!("{path}: {e}")))?;
+                Some((f, PathBuf::from(path), Vec::new()))
+            }
+            None => None,
+        };
         Ok(TrainStep {
             freq: cfg.freq,
             cache,
+            file,
             chain: transform.then(|| training_chain(&cfg, cx.worker.seed)),
             batcher: batch.then(|| Batcher::new(batch_size)),
             windows: Vec::new(),
@@ -257,7 +276,33 @@ impl TrainStep {
 
 impl Step for TrainStep {
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
-        if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
+        if let Some(ranges) = item.take_array::<i64>(RANGES_FIELD) {
+            use std::os::unix::fs::FileExt;
+            let (file, path, mut buf) = self
+                .file
+                .take()
+                .ok_or_else(|| StepError::new("line_ranges needs the step arg read_path"))?;
+            let ranges: Vec<i64> = ranges.iter().copied().collect();
+            let mut result = Ok(());
+            for r in ranges.chunks_exact(3) {
+                let (offset, len, line) = (r[0] as u64, r[1] as usize, r[2]);
+                buf.resize(len, 0);
+                let parsed = file
+                    .read_exact_at(&mut buf, offset)
+                    .map_err(|e| StepError::new(format!("{}: {e}", path.display())))
+                    .and_then(|()| {
+                        parse_entry(&buf, self.freq).map_err(|e| {
+                            StepError::new(format!("{}: line {line}: {e}", path.display()))
+                        })
+                    });
+                result = parsed.and_then(|e| self.run(e, out));
+                if result.is_err() {
+                    break;
+                }
+            }
+            self.file = Some((file, path, buf));
+            result?;
+        } else if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
             let cache = self
                 .cache
                 .as_ref()
@@ -386,6 +431,55 @@ fn load_cache(
                 .then(|| parse_entry(line, freq).map_err(|e| e.to_string()))
         })
         .collect())
+}
+
+/// Byte ranges: each record is `group` `(offset, length, line)` triples of non-blank lines.
+struct RangeSource {
+    records: Vec<Vec<i64>>,
+}
+
+impl RangeSource {
+    fn open(
+        path: &Path,
+        group: usize,
+        part: usize,
+        parts: usize,
+    ) -> Result<RangeSource, SourceError> {
+        let Part {
+            data,
+            lines,
+            first_line,
+        } = read_part(path, part, parts)?;
+        let triples: Vec<[i64; 3]> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| !data[(*r).clone()].iter().all(u8::is_ascii_whitespace))
+            .map(|(i, r)| {
+                [
+                    r.start as i64,
+                    r.len() as i64,
+                    (first_line + i as u64) as i64,
+                ]
+            })
+            .collect();
+        Ok(RangeSource {
+            records: triples.chunks(group).map(|c| c.concat()).collect(),
+        })
+    }
+}
+
+impl Source for RangeSource {
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        let r = self
+            .records
+            .get(index)
+            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
+        Ok(Item::new().with_array(RANGES_FIELD, Array1::from(r.clone())))
+    }
 }
 
 /// Line numbers: each record is `group` line numbers of non-blank lines.
@@ -630,6 +724,7 @@ pub fn run_workload_with(
         WorkloadSource::JsonLines(p) => (SOURCE_LINES, p, file_len(p)),
         WorkloadSource::ParsedOnce(p) => (SOURCE_PARSED, p, 0),
         WorkloadSource::InWorkers(p) => (SOURCE_INDICES, p, 0),
+        WorkloadSource::JsonLinesInWorkers(p) => (SOURCE_RANGES, p, file_len(p)),
         WorkloadSource::Memory(_) => {
             return Err(WorkloadError::Pipeline(
                 "WorkloadSource::Memory cannot cross processes; use ParsedOnce".into(),
@@ -645,8 +740,12 @@ pub fn run_workload_with(
         "fused": c.fused,
         "batch_size": cfg.batch_size,
     });
-    if let WorkloadSource::InWorkers(p) = &cfg.source {
-        step_args["cache_path"] = json!(p.display().to_string());
+    match &cfg.source {
+        WorkloadSource::InWorkers(p) => step_args["cache_path"] = json!(p.display().to_string()),
+        WorkloadSource::JsonLinesInWorkers(p) => {
+            step_args["read_path"] = json!(p.display().to_string())
+        }
+        _ => {}
     }
     let b = Pipeline::builder(reg)
         .source_named(

@@ -121,8 +121,13 @@ pub fn training_chain(cfg: &ChainConfig, seed: u64) -> Chain {
 /// Where the workload reads series from.
 #[derive(Clone, Debug)]
 pub enum WorkloadSource {
-    /// A JSON-lines file, parsed on every pass.
+    /// A JSON-lines file, parsed on every pass (in the pipeline: emitters read the
+    /// lines and send their bytes to the workers, which parse them).
     JsonLines(PathBuf),
+    /// A JSON-lines file, read and parsed on every pass by the workers themselves
+    /// (pipeline runner: emitters send only byte ranges). The in-process runner treats
+    /// it as [`WorkloadSource::JsonLines`].
+    JsonLinesInWorkers(PathBuf),
     /// A JSON-lines file parsed once at start; every pass reads the parsed
     /// entries from memory.
     ParsedOnce(PathBuf),
@@ -295,7 +300,7 @@ pub fn run_in_process(
         };
     for _ in 0..cfg.epochs {
         match &cfg.source {
-            WorkloadSource::JsonLines(path) => {
+            WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
                 let mut reader =
                     JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
                 for e in reader.by_ref() {

@@ -79,6 +79,7 @@ fn pipeline_produces_every_window_from_json_and_memory() {
         WorkloadSource::JsonLines(file.0.clone()),
         WorkloadSource::ParsedOnce(file.0.clone()),
         WorkloadSource::InWorkers(file.0.clone()),
+        WorkloadSource::JsonLinesInWorkers(file.0.clone()),
     ] {
         let cfg = exhaustive_config(source.clone(), 2);
         let local = run_in_process(&cfg, |_| {}).unwrap();
@@ -136,6 +137,13 @@ fn malformed_line_is_reported_with_its_line_number() {
     match run_workload(&reg, &cfg, |_| {}) {
         Err(WorkloadError::Pipeline(msg)) => {
             assert!(msg.contains(":7"), "{msg}");
+        }
+        other => panic!("expected a pipeline error, got {other:?}"),
+    }
+    let cfg = exhaustive_config(WorkloadSource::JsonLinesInWorkers(file.0.clone()), 2);
+    match run_workload(&reg, &cfg, |_| {}) {
+        Err(WorkloadError::Pipeline(msg)) => {
+            assert!(msg.contains("line 7"), "{msg}");
         }
         other => panic!("expected a pipeline error, got {other:?}"),
     }
