@@ -56,6 +56,15 @@ impl Placement {
 /// If a probe thread panics (pinning failures are ignored: the probe then measures wherever
 /// the scheduler put the threads).
 pub fn probe(cores: (usize, usize), batches: usize, trips: u64) -> Summary {
+    // On a single CPU the peer only runs when we give the CPU up: yield instead of spinning.
+    let same = cores.0 == cores.1;
+    let pause = move || {
+        if same {
+            std::thread::yield_now();
+        } else {
+            spin_loop();
+        }
+    };
     let line = Arc::new(CachePadded::new(AtomicU64::new(0)));
     let echo = {
         let line = Arc::clone(&line);
@@ -65,7 +74,7 @@ pub fn probe(cores: (usize, usize), batches: usize, trips: u64) -> Summary {
             for i in 0..total {
                 // Wait for the odd value 2i+1 from the prober, answer with 2i+2.
                 while line.load(Ordering::Acquire) != 2 * i + 1 {
-                    spin_loop();
+                    pause();
                 }
                 line.store(2 * i + 2, Ordering::Release);
             }
@@ -82,7 +91,7 @@ pub fn probe(cores: (usize, usize), batches: usize, trips: u64) -> Summary {
                 for _ in 0..trips {
                     line.store(2 * i + 1, Ordering::Release);
                     while line.load(Ordering::Acquire) != 2 * i + 2 {
-                        spin_loop();
+                        pause();
                     }
                     i += 1;
                 }
@@ -106,6 +115,14 @@ mod tests {
         assert_eq!(Placement::classify(&[450.0, 400.0]), Placement::Far);
         assert_eq!(Placement::classify(&[50.0, 450.0]), Placement::Mixed);
         assert_eq!(Placement::Mixed.label(), "mixed");
+    }
+
+    #[test]
+    fn probe_on_a_single_core_finishes() {
+        let (a, _) = sys::core_pair();
+        let s = probe((a, a), 2, 200);
+        assert_eq!(s.n, 2);
+        assert!(s.min > 1.0, "{s:?}");
     }
 
     #[test]
