@@ -108,32 +108,38 @@ pub struct MessageBuilder<'a> {
 
 impl<'a> MessageBuilder<'a> {
     /// An empty message (one empty record, tag 0).
+    #[inline]
     pub fn new() -> Self {
         Self::default()
     }
 
     /// Sets the tag (free for the application: message kinds, sequence numbers, ...).
+    #[inline]
     pub fn tag(mut self, tag: u32) -> Self {
         self.tag = tag;
         self
     }
 
     /// Number of records so far.
+    #[inline]
     pub fn records(&self) -> usize {
         self.record_starts.len() + 1
     }
 
     /// Number of fields (arrays and metadata) over all records.
+    #[inline]
     pub fn fields(&self) -> usize {
         self.fields.len()
     }
 
     /// Ends the current record and starts the next one.
+    #[inline]
     pub fn next_record(mut self) -> Self {
         self.record_starts.push(self.fields.len() as u32);
         self
     }
 
+    #[inline]
     fn push(mut self, name: impl Into<Cow<'a, str>>, src: FieldSrc<'a>) -> Self {
         self.fields.push(FieldB {
             name: name.into(),
@@ -143,27 +149,32 @@ impl<'a> MessageBuilder<'a> {
     }
 
     /// Adds an integer.
+    #[inline]
     pub fn meta_i64(self, name: impl Into<Cow<'a, str>>, v: i64) -> Self {
         self.push(name, FieldSrc::Meta(MetaValue::I64(v)))
     }
 
     /// Adds a float.
+    #[inline]
     pub fn meta_f64(self, name: impl Into<Cow<'a, str>>, v: f64) -> Self {
         self.push(name, FieldSrc::Meta(MetaValue::F64(v)))
     }
 
     /// Adds a short string (at most 65,535 bytes; checked when sent).
+    #[inline]
     pub fn meta_str(self, name: impl Into<Cow<'a, str>>, v: impl Into<Cow<'a, str>>) -> Self {
         self.push(name, FieldSrc::Meta(MetaValue::Str(v.into())))
     }
 
     /// Adds a metadata value.
+    #[inline]
     pub fn meta(self, name: impl Into<Cow<'a, str>>, v: MetaValue<'a>) -> Self {
         self.push(name, FieldSrc::Meta(v))
     }
 
     /// Adds an array of any dimension. A standard-layout view is borrowed as it is; any other
     /// layout is first gathered into row-major order.
+    #[inline]
     pub fn array<T, S, D>(
         self,
         name: impl Into<Cow<'a, str>>,
@@ -197,6 +208,7 @@ impl<'a> MessageBuilder<'a> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the shape does not match the slice length.
+    #[inline]
     pub fn array_slice<T: Element>(
         self,
         name: impl Into<Cow<'a, str>>,
@@ -210,6 +222,7 @@ impl<'a> MessageBuilder<'a> {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] if the byte length does not match shape and dtype.
+    #[inline]
     pub fn array_raw(
         self,
         name: impl Into<Cow<'a, str>>,
@@ -237,6 +250,7 @@ impl<'a> MessageBuilder<'a> {
     }
 
     /// Adds a boolean array (travels as one byte per element).
+    #[inline]
     pub fn array_bool<S, D>(
         self,
         name: impl Into<Cow<'a, str>>,
@@ -259,6 +273,7 @@ impl<'a> MessageBuilder<'a> {
     }
 
     /// Adds a loaned array (zero-copy: the consumer reads the block it was written in).
+    #[inline]
     pub fn array_loan<T: Element>(self, name: impl Into<Cow<'a, str>>, loan: ArrayLoan<T>) -> Self {
         let token = loan.token;
         let shape = token.shape.iter().map(|&d| d as u64).collect();
@@ -736,6 +751,44 @@ impl<'a> Iterator for Fields<'a> {
 }
 
 impl<'a> Fields<'a> {
+    /// Skips to the field called `name` reading only the headers of the fields before it
+    /// (every skip is bounds-checked; anything odd falls back to the full parse, which reports
+    /// it), then parses that field.
+    fn find(&mut self, name: &str) -> Option<Result<FieldRef<'a>, Error>> {
+        let b = self.rec.body;
+        let end = self.rec.end;
+        while self.left > 0 {
+            let p = self.pos;
+            if p + FIELD_HEADER > end {
+                return self.next();
+            }
+            let (kind, name_len, ndim, loc) =
+                (b[p], b[p + 1] as usize, b[p + 2] as usize, b[p + 4]);
+            let blen = rd_u64(b, p + 16);
+            let name_at = p + FIELD_HEADER + if kind == KIND_ARRAY { 8 * ndim } else { 0 };
+            let str_len = if kind == KIND_STR {
+                blen.min(65536) as usize
+            } else {
+                0
+            };
+            let after = name_at + pad8(name_len + str_len);
+            let data = if kind == KIND_ARRAY && loc == LOC_INLINE {
+                pad8(blen.min(end as u64) as usize)
+            } else {
+                0
+            };
+            if after + data > end || !(KIND_I64..=KIND_ARRAY).contains(&kind) {
+                return self.next();
+            }
+            if &b[name_at..name_at + name_len] == name.as_bytes() {
+                return self.next();
+            }
+            self.pos = after + data;
+            self.left -= 1;
+        }
+        None
+    }
+
     fn parse(&mut self) -> Result<FieldRef<'a>, Error> {
         let b = self.rec.body;
         let p = self.pos;
@@ -845,13 +898,31 @@ impl<'a> RecordView<'a> {
     }
 
     fn find(&self, name: &str) -> Result<FieldRef<'a>, Error> {
-        for f in self.fields() {
+        let mut fields = self.fields();
+        while let Some(f) = fields.find(name) {
             let f = f?;
             if f.name() == name {
                 return Ok(f);
             }
         }
         Err(Error::NoSuchField(name.to_string()))
+    }
+
+    /// The elements of array `name` in row-major order, without building an ndarray view
+    /// (the fastest access; the shape is in [`RecordView::array_info`]).
+    ///
+    /// # Errors
+    /// As [`RecordView::array`].
+    pub fn slice<T: Element>(&self, name: &str) -> Result<&'a [T], Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: T::DTYPE,
+            });
+        }
+        bytemuck::try_cast_slice(a.bytes).map_err(|e| corrupt(format!("array '{name}': {e:?}")))
     }
 
     /// Every array of the record.
