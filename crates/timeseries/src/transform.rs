@@ -45,6 +45,14 @@ fn feature_len(target: &Array, pred_length: usize, is_train: bool) -> usize {
 }
 
 /// Checks the number of dimensions of a field (`AsNumpyArray`; values are always `f32`).
+///
+/// # Examples
+/// ```
+/// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::AsNumpyArray};
+/// let mut e = DataEntry::default();
+/// e.insert("target", Array::from_vec(vec![1.0]));
+/// assert!(AsNumpyArray::new("target", 2).apply(e, true, &mut vec![]).is_err());
+/// ```
 #[derive(Clone, Debug)]
 pub struct AsNumpyArray {
     /// The field.
@@ -146,6 +154,22 @@ impl Transform for AddObservedValuesIndicator {
 ///
 /// With no features (yearly data) GluonTS stores `None`; this stores a
 /// `(0, T)` array, which stacks to the same result in [`VstackFeatures`].
+///
+/// # Examples
+/// ```
+/// use shmpipe_timeseries::{Array, DataEntry, Period, Transform};
+/// use shmpipe_timeseries::{features::time_features_for, transform::AddTimeFeatures};
+/// let freq = "h".parse().unwrap();
+/// let mut e = DataEntry::default();
+/// e.insert("target", Array::from_vec(vec![0.0; 3]));
+/// e.start = Some(Period::parse("2021-01-01 22:00", freq).unwrap());
+/// let mut step = AddTimeFeatures::new("target", "time_feat", time_features_for(freq), 2);
+/// let mut out = vec![];
+/// step.apply(e, false, &mut out).unwrap(); // inference: 3 + 2 periods
+/// let f = out[0].get("time_feat").unwrap();
+/// assert_eq!(f.shape(), &[4, 5]);
+/// assert_eq!(&f.data()[..3], &[22.0 / 23.0 - 0.5, 0.5, -0.5]); // hour_of_day: 22, 23, 0
+/// ```
 #[derive(Clone, Debug)]
 pub struct AddTimeFeatures {
     /// Field whose length is used.
@@ -203,6 +227,17 @@ impl Transform for AddTimeFeatures {
 }
 
 /// Adds a `(1, T)` age feature: `log10(2 + t)`, or `t` without log scale (`AddAgeFeature`).
+///
+/// # Examples
+/// ```
+/// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::AddAgeFeature};
+/// let mut e = DataEntry::default();
+/// e.insert("target", Array::from_vec(vec![0.0; 2]));
+/// let mut out = vec![];
+/// AddAgeFeature::new("target", "age", 0, true).apply(e, true, &mut out).unwrap();
+/// let age = out[0].get("age").unwrap().data();
+/// assert!((age[0] - 2f32.log10()).abs() < 1e-7 && (age[1] - 3f32.log10()).abs() < 1e-7);
+/// ```
 #[derive(Clone, Debug)]
 pub struct AddAgeFeature {
     /// Field whose length is used.
@@ -269,6 +304,19 @@ impl Transform for AddAgeFeature {
 
 /// Stacks fields into one `(rows, T)` array (`VstackFeatures`, `np.vstack`):
 /// 1-D inputs become one row, 2-D inputs contribute their rows.
+///
+/// # Examples
+/// ```
+/// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::VstackFeatures};
+/// let mut e = DataEntry::default();
+/// e.insert("a", Array::new(&[2, 2], vec![1., 2., 3., 4.]));
+/// e.insert("b", Array::from_vec(vec![5., 6.]));
+/// let mut out = vec![];
+/// VstackFeatures::new("a", &["a", "b"]).apply(e, true, &mut out).unwrap();
+/// let a = out[0].get("a").unwrap();
+/// assert_eq!((a.shape(), a.data()), (&[3, 2][..], &[1., 2., 3., 4., 5., 6.][..]));
+/// assert!(!out[0].contains("b"));
+/// ```
 #[derive(Clone, Debug)]
 pub struct VstackFeatures {
     /// Output field.
@@ -381,6 +429,24 @@ impl Transform for RemoveFields {
 /// transposed to `(time, dim)` when `output_ntc`. `past_<is_pad_field>` (length
 /// `past_length`, `1.0` on padded points) and `forecast_start = start + i +
 /// lead_time` are added; other fields are copied into every window.
+///
+/// # Examples
+/// ```
+/// use shmpipe_timeseries::{Array, DataEntry, Period, Transform};
+/// use shmpipe_timeseries::{sampler::PredictionSplitSampler, transform::InstanceSplitter};
+/// let mut e = DataEntry::default();
+/// e.insert("target", Array::from_vec(vec![1., 2., 3., 4., 5.]));
+/// e.start = Some(Period::parse("2021-01-01", "D".parse().unwrap()).unwrap());
+/// let sampler = Box::new(PredictionSplitSampler::validation(0, 2)); // split at 5 - 2 = 3
+/// let mut s = InstanceSplitter::new("target", "is_pad", sampler, 4, 2, &[]);
+/// let mut out = vec![];
+/// s.apply(e, true, &mut out).unwrap();
+/// let w = &out[0];
+/// assert_eq!(w.get("past_target").unwrap().data(), &[0., 1., 2., 3.]);
+/// assert_eq!(w.get("past_is_pad").unwrap().data(), &[1., 0., 0., 0.]);
+/// assert_eq!(w.get("future_target").unwrap().data(), &[4., 5.]);
+/// assert_eq!(w.forecast_start.unwrap().to_string(), "2021-01-04 00:00:00");
+/// ```
 #[derive(Debug)]
 pub struct InstanceSplitter {
     /// Target field.
