@@ -2,9 +2,11 @@
 
 /// Arrays of at least this many bytes go zero-copy under [`Transfer::Adaptive`] by default.
 ///
-/// Measured on the 2-core development VM with `shmpipe-bench` and [`crate::calibrate`]; see
-/// ARCHITECTURE.md ("Adaptive threshold") for the figures.
-pub const DEFAULT_THRESHOLD: usize = 64 * 1024;
+/// Measured on the 2-core development VM (`shmpipe-bench transport --sizes 1k,4k,16k,64k,256k
+/// --transports shm-copy,shm-zero-copy`, `docs/perf/threshold.csv`): zero-copy is at par with
+/// copy at 1k floats (4 kB) and 1.7x faster at 4k floats (16 kB); with the earlier 64 KiB
+/// threshold, adaptive ran at 0.57x of zero-copy at 16 kB. See ARCHITECTURE.md.
+pub const DEFAULT_THRESHOLD: usize = 4 * 1024;
 
 /// Per-array transfer policy of a [`crate::Sender`]. Loaned arrays ([`crate::ArrayLoan`]) are
 /// always zero-copy, whatever the policy.
