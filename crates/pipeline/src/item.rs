@@ -1,6 +1,8 @@
 //! The unit that flows through a pipeline: named arrays plus small metadata.
 
-use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Dimension};
+use std::sync::{Arc, OnceLock};
+
+use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Dimension, IxDyn};
 
 mod sealed {
     pub trait Sealed {}
@@ -161,10 +163,125 @@ pub enum Meta {
 /// assert!(it.array::<f64>("x").is_none());
 /// assert_eq!(it.i64("id"), Some(7));
 /// ```
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Item {
-    arrays: Vec<(String, Array)>,
+    arrays: Vec<(String, Slot)>,
     metas: Vec<(String, Meta)>,
+}
+
+impl PartialEq for Item {
+    fn eq(&self, other: &Item) -> bool {
+        self.metas == other.metas
+            && self.arrays.len() == other.arrays.len()
+            && self
+                .arrays
+                .iter()
+                .zip(&other.arrays)
+                .all(|((n, a), (m, b))| n == m && a.get() == b.get())
+    }
+}
+
+/// Where an item's array lives.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// On the heap.
+    Owned(Array),
+    /// In a shared-memory pool block of a received message (zero-copy), read in place.
+    Leased(Arc<Leased>),
+}
+
+impl Slot {
+    fn get(&self) -> &Array {
+        match self {
+            Slot::Owned(a) => a,
+            Slot::Leased(l) => l.materialized(),
+        }
+    }
+    fn into_owned(self) -> Array {
+        match self {
+            Slot::Owned(a) => a,
+            Slot::Leased(l) => l.materialized().clone(),
+        }
+    }
+    fn shape(&self) -> &[usize] {
+        match self {
+            Slot::Owned(a) => a.shape(),
+            Slot::Leased(l) => &l.shape,
+        }
+    }
+    fn nbytes(&self) -> usize {
+        match self {
+            Slot::Owned(a) => a.nbytes(),
+            Slot::Leased(l) => l.bytes().len(),
+        }
+    }
+}
+
+/// An array read in place from a received shared-memory message. The message (and with it
+/// the producer's pool block) is held until every item referring to it is dropped.
+pub(crate) struct Leased {
+    pub(crate) msg: Arc<shm_ring::Message>,
+    pub(crate) record: usize,
+    pub(crate) name: String,
+    pub(crate) code: u8,
+    pub(crate) shape: Vec<usize>,
+    /// A heap copy, made on first dtype-dynamic access (`Item::get`).
+    cache: OnceLock<Array>,
+}
+
+impl std::fmt::Debug for Leased {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leased")
+            .field("name", &self.name)
+            .field("code", &self.code)
+            .field("shape", &self.shape)
+            .finish()
+    }
+}
+
+impl Leased {
+    pub(crate) fn new(
+        msg: Arc<shm_ring::Message>,
+        record: usize,
+        name: &str,
+        code: u8,
+        shape: Vec<usize>,
+    ) -> Leased {
+        Leased {
+            msg,
+            record,
+            name: name.to_owned(),
+            code,
+            shape,
+            cache: OnceLock::new(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // Validated when the message was received and decoded; never fails afterwards.
+        self.msg
+            .record(self.record)
+            .and_then(|r| r.array_bytes(&self.name))
+            .unwrap_or(&[])
+    }
+
+    fn view<T: Element>(&self) -> Option<ArrayViewD<'_, T>> {
+        if T::CODE != self.code {
+            return None;
+        }
+        match bytemuck::try_cast_slice::<u8, T>(self.bytes()) {
+            Ok(data) => ArrayViewD::from_shape(IxDyn(&self.shape), data).ok(),
+            // Misaligned for T (never for pool blocks): read the heap copy.
+            Err(_) => T::peek(self.materialized()).map(|a| a.view()),
+        }
+    }
+
+    fn materialized(&self) -> &Array {
+        self.cache.get_or_init(|| {
+            Array::from_bytes(self.code, &self.shape, self.bytes())
+                .unwrap_or_else(|_| Array::U8(ArrayD::zeros(IxDyn(&[0]))))
+        })
+    }
 }
 
 impl Item {
@@ -190,24 +307,54 @@ impl Item {
 
     /// Adds or replaces a dtype-dynamic array.
     pub fn insert(&mut self, name: &str, a: Array) {
+        self.insert_slot(name, Slot::Owned(a));
+    }
+
+    fn insert_slot(&mut self, name: &str, a: Slot) {
         match self.arrays.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = a,
             None => self.arrays.push((name.to_owned(), a)),
         }
     }
 
-    /// A view of array `name`; `None` when absent or of another dtype.
-    pub fn array<T: Element>(&self, name: &str) -> Option<ArrayViewD<'_, T>> {
-        self.get(name).and_then(T::peek).map(|a| a.view())
+    /// Adds an array read in place from shared memory.
+    pub(crate) fn insert_leased(&mut self, name: &str, l: Leased) {
+        self.insert_slot(name, Slot::Leased(Arc::new(l)));
     }
 
-    /// A mutable view of array `name`; `None` when absent or of another dtype.
+    /// A view of array `name`; `None` when absent or of another dtype.
+    ///
+    /// An array that crossed from a worker to the consumer zero-copy is viewed in place in
+    /// shared memory (no copy); its pool block is held until the item is dropped.
+    pub fn array<T: Element>(&self, name: &str) -> Option<ArrayViewD<'_, T>> {
+        match &self.arrays.iter().find(|(n, _)| n == name)?.1 {
+            Slot::Owned(a) => T::peek(a).map(|a| a.view()),
+            Slot::Leased(l) => l.view::<T>(),
+        }
+    }
+
+    /// Whether array `name` is read in place from shared memory (zero-copy).
+    pub fn is_shared(&self, name: &str) -> bool {
+        matches!(
+            self.arrays.iter().find(|(n, _)| n == name),
+            Some((_, Slot::Leased(_)))
+        )
+    }
+
+    /// A mutable view of array `name`; `None` when absent or of another dtype. An array in
+    /// shared memory is first copied to the heap (copy on write).
     pub fn array_mut<T: Element>(&mut self, name: &str) -> Option<ArrayViewMutD<'_, T>> {
-        self.arrays
-            .iter_mut()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, a)| T::peek_mut(a))
-            .map(|a| a.view_mut())
+        let slot = &mut self.arrays.iter_mut().find(|(n, _)| n == name)?.1;
+        if let Slot::Leased(l) = slot {
+            if l.code != T::CODE {
+                return None;
+            }
+            *slot = Slot::Owned(l.materialized().clone());
+        }
+        match slot {
+            Slot::Owned(a) => T::peek_mut(a).map(|a| a.view_mut()),
+            Slot::Leased(_) => None,
+        }
     }
 
     /// Removes and returns array `name` if it has dtype `T` (otherwise leaves it in place).
@@ -215,24 +362,33 @@ impl Item {
         let pos = self
             .arrays
             .iter()
-            .position(|(n, a)| n == name && T::peek(a).is_some())?;
-        T::unwrap(self.arrays.remove(pos).1).ok()
+            .position(|(n, a)| n == name && a.get().code() == T::CODE)?;
+        T::unwrap(self.arrays.remove(pos).1.into_owned()).ok()
     }
 
-    /// The dtype-dynamic array `name`.
+    /// The dtype-dynamic array `name` (an array in shared memory is copied to the heap on the
+    /// first call; prefer [`Item::array`] to read it in place).
     pub fn get(&self, name: &str) -> Option<&Array> {
-        self.arrays.iter().find(|(n, _)| n == name).map(|(_, a)| a)
+        self.arrays
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.get())
     }
 
     /// Removes and returns array `name` of any dtype.
     pub fn remove(&mut self, name: &str) -> Option<Array> {
         let pos = self.arrays.iter().position(|(n, _)| n == name)?;
-        Some(self.arrays.remove(pos).1)
+        Some(self.arrays.remove(pos).1.into_owned())
     }
 
-    /// All arrays in insertion order.
+    /// All arrays in insertion order (dtype-dynamic, see [`Item::get`]).
     pub fn arrays(&self) -> impl Iterator<Item = (&str, &Array)> {
-        self.arrays.iter().map(|(n, a)| (n.as_str(), a))
+        self.arrays.iter().map(|(n, a)| (n.as_str(), a.get()))
+    }
+
+    /// Names of the arrays in insertion order.
+    pub fn array_names(&self) -> impl Iterator<Item = &str> {
+        self.arrays.iter().map(|(n, _)| n.as_str())
     }
 
     /// Sets metadata `name`, replacing any previous value.

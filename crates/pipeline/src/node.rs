@@ -83,6 +83,8 @@ pub(crate) struct Plan {
     pub rank: usize,
     pub world_size: usize,
     pub on_bad_record: OnBadRecord,
+    /// The consumer keeps zero-copy arrays in shared memory.
+    pub lease: bool,
 }
 
 /// What a child process is.
@@ -193,13 +195,36 @@ pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> 
     }
 }
 
-pub(crate) fn open_rx(plan: &Plan, name: &str, deadline: Instant) -> Result<Box<dyn Rx>, String> {
+/// Opens the consumer end of connection `name`. `lease`: keep zero-copy arrays of the received
+/// items in shared memory (the pipeline's consumer does; workers copy them out).
+pub(crate) fn open_rx(
+    plan: &Plan,
+    name: &str,
+    deadline: Instant,
+    lease: bool,
+) -> Result<Box<dyn Rx>, String> {
     match plan.transport {
         TransportKind::Socket => SockRx::open(name, deadline)
             .map(|t| Box::new(t) as Box<dyn Rx>)
             .map_err(|e| format!("cannot open connection {name}: {e}")),
-        TransportKind::Shm => crate::shm::open_rx(name, deadline),
+        TransportKind::Shm => {
+            let cap = (lease && plan.transfer != Transfer::Copy)
+                .then_some(lease_cap(plan.channel.blocks));
+            crate::shm::open_rx(name, deadline, cap)
+        }
     }
+}
+
+/// Pool blocks per channel: a message takes at most `zero_copy_limit` blocks for its arrays
+/// plus one for a large body; the consumer's items pin at most `lease_cap`. Together they stay
+/// below `blocks`, so a producer never waits for blocks that only its consumer's user can free.
+fn zero_copy_limit(blocks: u32) -> usize {
+    (blocks as usize / 2).saturating_sub(1).max(1)
+}
+
+/// See [`zero_copy_limit`].
+fn lease_cap(blocks: u32) -> usize {
+    (blocks as usize).saturating_sub(2) / 2
 }
 
 /// Rough encoded size of a frame, for byte-sized batches.
@@ -234,7 +259,7 @@ impl Outputs {
             zero_copy: vec![0; n],
             batch_bytes: plan.batch_bytes.max(1),
             transfer: plan.transfer,
-            zero_copy_limit: (plan.channel.blocks as usize / 2).max(1),
+            zero_copy_limit: zero_copy_limit(plan.channel.blocks),
         }
     }
     pub(crate) fn len(&self) -> usize {
@@ -435,7 +460,7 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec) -> i32 {
             let ins: Result<Vec<_>, _> = plan
                 .upstream(stage)
                 .iter()
-                .map(|u| open_rx(plan, &plan.conn(u, &node), deadline))
+                .map(|u| open_rx(plan, &plan.conn(u, &node), deadline, false))
                 .collect();
             match ins {
                 Ok(ins) => run_worker(reg, plan, stage, worker, Inputs::new(ins), outs),

@@ -106,9 +106,19 @@ pub struct PipelineBuilder {
     transport: TransportKind,
     channel: ChannelPlan,
     ctrl_c: bool,
+    lease: bool,
 }
 
 impl PipelineBuilder {
+    /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
+    /// ([`Item::array`], [`Item::is_shared`]) instead of being copied out (default on; at most
+    /// half of each worker's pool blocks are held by the consumer's items at a time, further
+    /// arrays are copied). Off: every received array is copied to the heap.
+    pub fn consumer_zero_copy(mut self, on: bool) -> Self {
+        self.lease = on;
+        self
+    }
+
     /// Reads a JSON-lines file, split over the emitters by line-aligned byte ranges.
     pub fn source(mut self, src: JsonLines) -> Self {
         self.source = Some(SourceSpec::JsonLines(src));
@@ -304,6 +314,7 @@ impl PipelineBuilder {
             rank: self.rank,
             world_size: self.world_size,
             on_bad_record: self.on_bad_record,
+            lease: self.lease,
         })
     }
 
@@ -400,7 +411,12 @@ impl PipelineBuilder {
         for w in 0..plan.stages[last].workers {
             let name = plan.conn(&node::worker_node(last, w), CONSUMER);
             loop {
-                match node::open_rx(plan, &name, Instant::now() + Duration::from_millis(50)) {
+                match node::open_rx(
+                    plan,
+                    &name,
+                    Instant::now() + Duration::from_millis(50),
+                    plan.lease,
+                ) {
                     Ok(rx) => {
                         rxs.push(rx);
                         break;
@@ -672,6 +688,7 @@ impl Pipeline {
                 block_size: 1 << 20,
             },
             ctrl_c: true,
+            lease: true,
         }
     }
 

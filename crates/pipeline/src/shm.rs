@@ -3,14 +3,15 @@
 //! the [`Transfer`](crate::Transfer) policy); control frames are records with reserved
 //! metadata (`__f` frame kind, `__e`, `__k`, `__l`, `__j` JSON payload).
 
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use shm_ring::message::FieldRef;
 use shm_ring::{
-    ChannelConfig, MessageBuilder, MessageView, MetaValue, Receiver, Sender, WaitConfig,
+    ChannelConfig, Message, MessageBuilder, MessageView, MetaValue, Receiver, Sender, WaitConfig,
 };
 
-use crate::item::{Array, Item, Meta};
+use crate::item::{Array, Item, Leased, Meta};
 use crate::node::Plan;
 use crate::wire::{Frame, Rx, TransportError, Tx};
 
@@ -60,7 +61,13 @@ pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> 
         .map_err(|e| format!("cannot create channel {name}: {e}"))
 }
 
-pub(crate) fn open_rx(name: &str, deadline: Instant) -> Result<Box<dyn Rx>, String> {
+/// Opens the consumer end of `name`; with `lease_cap`, zero-copy arrays of received items stay
+/// in shared memory (pinning at most `lease_cap` pool blocks at a time).
+pub(crate) fn open_rx(
+    name: &str,
+    deadline: Instant,
+    lease_cap: Option<usize>,
+) -> Result<Box<dyn Rx>, String> {
     loop {
         match Receiver::open(name) {
             Ok(mut rx) => {
@@ -70,7 +77,11 @@ pub(crate) fn open_rx(name: &str, deadline: Instant) -> Result<Box<dyn Rx>, Stri
                     spin: Duration::ZERO,
                     ..WaitConfig::default()
                 });
-                return Ok(Box::new(ShmRx { rx, recheck: false }));
+                return Ok(Box::new(ShmRx {
+                    rx,
+                    recheck: false,
+                    lease: lease_cap.map(|m| (Vec::new(), m)),
+                }));
             }
             Err(shm_ring::Error::NotFound(_)) if Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(1));
@@ -157,10 +168,22 @@ struct ShmRx {
     rx: Receiver,
     /// Set while re-checking a reported peer death.
     recheck: bool,
+    /// Consumer only: keep zero-copy arrays in place: the messages with live leases, and the
+    /// most pool blocks they may pin.
+    lease: Option<(Vec<Weak<Message>>, usize)>,
 }
 
-fn decode_view(m: MessageView<'_>, out: &mut Vec<Frame>) -> Result<(), String> {
-    for rec in m.records() {
+/// Lets the consumer keep the zero-copy arrays of a received message in place.
+struct LeaseCx<'a> {
+    msg: &'a Arc<Message>,
+}
+
+fn decode_view(
+    m: MessageView<'_>,
+    out: &mut Vec<Frame>,
+    lease: Option<LeaseCx<'_>>,
+) -> Result<(), String> {
+    for (r, rec) in m.records().enumerate() {
         let rec = rec.map_err(|e| e.to_string())?;
         let (mut kind, mut e, mut k, mut last, mut json) = (0i64, 0i64, 0i64, 0i64, None);
         let mut item = Item::new();
@@ -177,9 +200,25 @@ fn decode_view(m: MessageView<'_>, out: &mut Vec<Frame>) -> Result<(), String> {
                     (name, MetaValue::Str(s)) => item.set_meta(name, Meta::Str(s.into_owned())),
                 },
                 FieldRef::Array(a) => {
-                    let arr = Array::from_bytes(a.dtype as u8, &a.shape, a.bytes)
-                        .map_err(|m| format!("array {:?}: {m}", a.name))?;
-                    item.insert(a.name, arr);
+                    let code = a.dtype as u8;
+                    let lease = lease.as_ref().filter(|_| a.zero_copy);
+                    match lease {
+                        Some(l)
+                            if (1..=10).contains(&code)
+                                && a.shape.iter().product::<usize>() * a.dtype.size()
+                                    == a.bytes.len() =>
+                        {
+                            item.insert_leased(
+                                a.name,
+                                Leased::new(Arc::clone(l.msg), r, a.name, code, a.shape.to_vec()),
+                            );
+                        }
+                        _ => {
+                            let arr = Array::from_bytes(code, &a.shape, a.bytes)
+                                .map_err(|m| format!("array {:?}: {m}", a.name))?;
+                            item.insert(a.name, arr);
+                        }
+                    }
                 }
             }
         }
@@ -231,10 +270,30 @@ impl Rx for ShmRx {
 impl ShmRx {
     fn recv_once(&mut self, timeout: Duration) -> Result<Vec<Frame>, shm_ring::Error> {
         let mut frames = Vec::new();
+        if let Some((live, cap)) = &mut self.lease {
+            let msg = Arc::new(self.rx.recv_timeout(timeout)?);
+            // A leased array pins every pool block of its message until the last item
+            // referring to it is dropped. Keep at most `cap` (half of the producer's pool)
+            // pinned, so the producer can always go on (one message never needs more than half
+            // of its blocks); beyond that, copy.
+            live.retain(|w| w.strong_count() > 0);
+            let pinned: usize = live
+                .iter()
+                .filter_map(Weak::upgrade)
+                .map(|m| m.leased_blocks())
+                .sum();
+            let lease = msg.leased_blocks() > 0 && pinned + msg.leased_blocks() <= *cap;
+            let cx = lease.then_some(LeaseCx { msg: &msg });
+            decode_view(msg.view(), &mut frames, cx).map_err(shm_ring::Error::Corrupt)?;
+            if lease && Arc::strong_count(&msg) > 1 {
+                live.push(Arc::downgrade(&msg));
+            }
+            return Ok(frames);
+        }
         let mut bad = Ok(());
         self.rx.recv_batch(8, Some(timeout), |m| {
             if bad.is_ok() {
-                bad = decode_view(m, &mut frames);
+                bad = decode_view(m, &mut frames, None);
             }
         })?;
         bad.map(|()| frames).map_err(shm_ring::Error::Corrupt)

@@ -119,3 +119,43 @@ fn too_small_dev_shm_is_a_clear_error_at_start() {
         "{msg}"
     );
 }
+
+#[test]
+fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let p = Pipeline::builder(&reg)
+        .source_named("range", serde_json::json!({"n": 120, "len": 50_000}))
+        .step("inc")
+        .workers(2)
+        .transfer(shmpipe::Transfer::ZeroCopy)
+        .start()
+        .unwrap();
+    let id = p.id().to_owned();
+    let _g = ShmGuard(id.clone());
+    // Holding every item: leases are capped (half of each worker's pool blocks), the rest is
+    // copied, so the pipeline cannot stall on its own outputs.
+    let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
+    assert_eq!(items.len(), 120);
+    let shared = items.iter().filter(|i| i.is_shared("x")).count();
+    assert!(shared >= 1, "no array was read in place");
+    assert!(
+        shared <= 6,
+        "{shared} leases exceed the cap (3 blocks per worker)"
+    );
+    // Readable after the pipeline is gone (the mapping lives as long as the items).
+    assert!(shm_entries(&id).is_empty());
+    for it in &items {
+        let n = it.i64("n").unwrap() - 1;
+        let x = it.array::<f32>("x").unwrap();
+        assert_eq!(x.len(), 50_000);
+        assert!(x.iter().all(|&v| v == n as f32));
+        assert_eq!(it.get("x").unwrap().nbytes(), 200_000);
+    }
+    let mut one = items[0].clone();
+    if one.is_shared("x") {
+        one.array_mut::<f32>("x").unwrap()[0] = -1.0;
+        assert!(!one.is_shared("x"));
+        assert_ne!(one, items[0]);
+    }
+}
