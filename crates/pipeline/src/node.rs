@@ -573,6 +573,20 @@ fn lost(what: &str, e: &TransportError) -> i32 {
     EXIT_PEER_LOST
 }
 
+/// Keeps error messages well under the transport's metadata limit (64 KiB).
+fn clip(mut s: String) -> String {
+    const MAX: usize = 8192;
+    if s.len() > MAX {
+        let mut cut = MAX;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
 fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panicked: {s}")
@@ -609,8 +623,8 @@ impl Chain {
                 *calls += 1;
                 let message = match r {
                     Ok(Ok(())) => continue,
-                    Ok(Err(e)) => e.to_string(),
-                    Err(p) => panic_message(&*p),
+                    Ok(Err(e)) => clip(e.to_string()),
+                    Err(p) => clip(panic_message(&*p)),
                 };
                 let mut input = input();
                 if !desc.is_empty() {
@@ -733,5 +747,31 @@ fn run_worker(
     match end {
         Err(e) => lost("ending", &e),
         Ok(()) => EXIT_OK,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_clipped_on_a_char_boundary() {
+        let long = "é".repeat(10_000);
+        let c = clip(long.clone());
+        assert!(c.len() <= 8192 + 3 && c.ends_with("..."));
+        assert!(long.starts_with(c.trim_end_matches("...")));
+        assert_eq!(clip("short".into()), "short");
+    }
+
+    #[test]
+    fn block_budget_leaves_room_for_one_message() {
+        for blocks in 2..64u32 {
+            // Pinned by the consumer + one message (arrays + a body block) fits the pool.
+            assert!(
+                lease_cap(blocks) + zero_copy_limit(blocks) < blocks as usize,
+                "{blocks}"
+            );
+            assert!(zero_copy_limit(blocks) >= 1);
+        }
     }
 }

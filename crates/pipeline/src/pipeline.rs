@@ -926,3 +926,45 @@ impl Drop for Pipeline {
         self.teardown();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn item(n: i64) -> Item {
+        Item::new().with_i64("n", n)
+    }
+
+    #[test]
+    fn reorder_releases_groups_in_k_then_e_order_and_skips_ended_emitters() {
+        let mut r = Reorder::new(2);
+        let mut ready = VecDeque::new();
+        // Emitter 1 has one record, emitter 0 has three; groups arrive out of order.
+        r.add(0, 1, Some(item(10)), false);
+        r.add(0, 1, Some(item(11)), true);
+        r.add(1, 0, None, true); // record (e=1, k=0) had no outputs
+        r.release(&mut ready);
+        assert!(ready.is_empty(), "(k=0, e=0) is still missing");
+        r.add(0, 0, Some(item(0)), true);
+        r.release(&mut ready);
+        // (0,0), then the empty group (0,1), then (1,0); (1,1) is unknown yet.
+        let ns = |ready: &VecDeque<Item>| {
+            ready
+                .iter()
+                .map(|i| i.i64("n").unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ns(&ready), vec![0, 10, 11]);
+        r.add(0, 2, Some(item(20)), true);
+        r.release(&mut ready);
+        assert_eq!(ready.len(), 3, "(k=1, e=1) may still come");
+        // Emitter 1 ended after one record: (k=1, e=1) is skipped.
+        r.counts[1] = Some(1);
+        r.release(&mut ready);
+        assert_eq!(ns(&ready), vec![0, 10, 11, 20]);
+        r.counts[0] = Some(3);
+        r.release(&mut ready);
+        assert_eq!(ready.len(), 4);
+        assert!(r.groups.is_empty());
+    }
+}
