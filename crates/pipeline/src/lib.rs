@@ -68,3 +68,11 @@ pub use source::{
 pub use step::{
     Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,
 };
+
+// A pipeline can be moved to another thread, and items shared between threads.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Item>();
+    send::<Pipeline>();
+};
