@@ -181,6 +181,18 @@ impl PartialEq for Item {
     }
 }
 
+/// An array as stored in an item (see [`Item::raw_arrays`]).
+pub(crate) enum RawArray<'a> {
+    /// On the heap.
+    Owned(&'a Array),
+    /// In shared memory: dtype code, shape and row-major bytes.
+    InPlace {
+        code: u8,
+        shape: &'a [usize],
+        bytes: &'a [u8],
+    },
+}
+
 /// Where an item's array lives.
 #[derive(Debug, Clone)]
 enum Slot {
@@ -200,7 +212,7 @@ impl Slot {
     fn into_owned(self) -> Array {
         match self {
             Slot::Owned(a) => a,
-            Slot::Leased(l) => l.materialized().clone(),
+            Slot::Leased(l) => l.to_heap(),
         }
     }
     fn shape(&self) -> &[usize] {
@@ -273,6 +285,15 @@ impl Leased {
             Ok(data) => ArrayViewD::from_shape(IxDyn(&self.shape), data).ok(),
             // Misaligned for T (never for pool blocks): read the heap copy.
             Err(_) => T::peek(self.materialized()).map(|a| a.view()),
+        }
+    }
+
+    /// A heap copy (one copy: from the cache if there is one, else from shared memory).
+    fn to_heap(&self) -> Array {
+        match self.cache.get() {
+            Some(a) => a.clone(),
+            None => Array::from_bytes(self.code, &self.shape, self.bytes())
+                .unwrap_or_else(|_| Array::U8(ArrayD::zeros(IxDyn(&[0])))),
         }
     }
 
@@ -349,7 +370,7 @@ impl Item {
             if l.code != T::CODE {
                 return None;
             }
-            *slot = Slot::Owned(l.materialized().clone());
+            *slot = Slot::Owned(l.to_heap());
         }
         match slot {
             Slot::Owned(a) => T::peek_mut(a).map(|a| a.view_mut()),
@@ -384,6 +405,21 @@ impl Item {
     /// All arrays in insertion order (dtype-dynamic, see [`Item::get`]).
     pub fn arrays(&self) -> impl Iterator<Item = (&str, &Array)> {
         self.arrays.iter().map(|(n, a)| (n.as_str(), a.get()))
+    }
+
+    /// Arrays as they are stored: leased ones as raw bytes in place (no heap copy).
+    pub(crate) fn raw_arrays(&self) -> impl Iterator<Item = (&str, RawArray<'_>)> {
+        self.arrays.iter().map(|(n, a)| {
+            let raw = match a {
+                Slot::Owned(a) => RawArray::Owned(a),
+                Slot::Leased(l) => RawArray::InPlace {
+                    code: l.code,
+                    shape: &l.shape,
+                    bytes: l.bytes(),
+                },
+            };
+            (n.as_str(), raw)
+        })
     }
 
     /// Names of the arrays in insertion order.

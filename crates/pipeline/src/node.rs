@@ -460,7 +460,7 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec) -> i32 {
             let ins: Result<Vec<_>, _> = plan
                 .upstream(stage)
                 .iter()
-                .map(|u| open_rx(plan, &plan.conn(u, &node), deadline, false))
+                .map(|u| open_rx(plan, &plan.conn(u, &node), deadline, true))
                 .collect();
             match ins {
                 Ok(ins) => run_worker(reg, plan, stage, worker, Inputs::new(ins), outs),

@@ -11,7 +11,7 @@ use shm_ring::{
     ChannelConfig, Message, MessageBuilder, MessageView, MetaValue, Receiver, Sender, WaitConfig,
 };
 
-use crate::item::{Array, Item, Leased, Meta};
+use crate::item::{Array, Item, Leased, Meta, RawArray};
 use crate::node::Plan;
 use crate::wire::{Frame, Rx, TransportError, Tx};
 
@@ -103,9 +103,22 @@ macro_rules! add_array {
     };
 }
 
-fn add_item<'a>(mut b: MessageBuilder<'a>, item: &'a Item) -> MessageBuilder<'a> {
-    for (name, a) in item.arrays() {
-        b = add_array!(b, name, a, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64);
+fn add_item<'a>(
+    mut b: MessageBuilder<'a>,
+    item: &'a Item,
+) -> Result<MessageBuilder<'a>, TransportError> {
+    for (name, a) in item.raw_arrays() {
+        b = match a {
+            RawArray::Owned(a) => {
+                add_array!(b, name, a, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64)
+            }
+            // An array still in the upstream pool block: one copy, straight into ours.
+            RawArray::InPlace { code, shape, bytes } => {
+                let dtype = shm_ring::DType::from_code(code)
+                    .ok_or_else(|| TransportError::Other(format!("dtype code {code}")))?;
+                b.array_raw(name, dtype, shape, bytes).map_err(map_err)?
+            }
+        };
     }
     for (name, m) in item.metas() {
         b = match m {
@@ -114,7 +127,7 @@ fn add_item<'a>(mut b: MessageBuilder<'a>, item: &'a Item) -> MessageBuilder<'a>
             Meta::Str(s) => b.meta_str(name, s.as_str()),
         };
     }
-    b
+    Ok(b)
 }
 
 impl Tx for ShmTx {
@@ -131,7 +144,7 @@ impl Tx for ShmTx {
                         .meta_i64("__k", *k as i64)
                         .meta_i64("__l", i64::from(*last)),
                     item,
-                ),
+                )?,
                 Frame::GroupEnd { e, k } => b
                     .meta_i64("__f", K_GROUP_END)
                     .meta_i64("__e", i64::from(*e))
