@@ -309,8 +309,11 @@ impl RxShared {
 }
 
 /// Waits for `attempt` to return `Some`, spinning first, then sleeping on a futex word in
-/// slices of at most `wait.liveness_check`, checking `alive` after every slice.
+/// slices of at most `wait.liveness_check`, checking `alive` after every slice. With
+/// `recheck_on_death` (the consumer side), a dead peer's last messages and clean close are
+/// still delivered: `attempt` runs once more after `alive` fails.
 fn block_on<T>(
+    recheck_on_death: bool,
     wait: &WaitConfig,
     deadline: Option<Instant>,
     mut attempt: impl FnMut() -> Result<Option<T>, Error>,
@@ -321,8 +324,15 @@ fn block_on<T>(
     if let Some(v) = attempt()? {
         return Ok(v);
     }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        // A non-blocking call (or an expired deadline): no spinning, no sleeping.
+        return Err(Error::Timeout);
+    }
     if !wait.spin.is_zero() {
-        let spin_until = Instant::now() + wait.spin;
+        let mut spin_until = Instant::now() + wait.spin;
+        if let Some(d) = deadline {
+            spin_until = spin_until.min(d);
+        }
         let mut i = 0u32;
         loop {
             for _ in 0..64 {
@@ -359,7 +369,17 @@ fn block_on<T>(
         if let Some(v) = attempt()? {
             return Ok(v);
         }
-        alive()?;
+        if let Err(dead) = alive() {
+            if !recheck_on_death {
+                return Err(dead);
+            }
+            // The peer may have finished its work (last commit, clean close) and exited
+            // between our attempt and the liveness check: look once more before blaming it.
+            return match attempt()? {
+                Some(v) => Ok(v),
+                None => Err(dead),
+            };
+        }
     }
 }
 
@@ -600,6 +620,7 @@ impl Sender {
         let wait = self.cfg.wait;
         let this = std::cell::RefCell::new(self);
         block_on(
+            false,
             &wait,
             deadline,
             || {
@@ -764,6 +785,7 @@ impl Sender {
         let wait = self.cfg.wait;
         let this = std::cell::RefCell::new(self);
         block_on(
+            false,
             &wait,
             deadline,
             || {
@@ -1141,6 +1163,7 @@ impl Receiver {
         let wait = self.wait;
         let this = std::cell::RefCell::new(self);
         block_on(
+            true,
             &wait,
             deadline,
             || {

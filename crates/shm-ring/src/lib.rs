@@ -64,7 +64,7 @@ pub use dtype::{DType, Element};
 #[cfg(not(loom))]
 pub use error::Error;
 #[cfg(not(loom))]
-pub use message::{ArrayInfo, MessageBuilder, MessageView, MetaValue, RecordView};
+pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit};
 #[cfg(not(loom))]

@@ -270,3 +270,25 @@ fn calibrate_measures_both_modes_at_every_size() {
     assert!(cal.points.iter().all(|&(_, c, z)| c > 0.0 && z > 0.0));
     assert!(sizes.contains(&cal.threshold));
 }
+
+#[test]
+fn non_blocking_calls_do_not_wait() {
+    let name = unique("nonblock");
+    let guard = ShmGuard::new(&[&name]);
+    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    let t0 = Instant::now();
+    for _ in 0..1000 {
+        assert!(rx.try_recv().unwrap().is_none());
+    }
+    // 1000 empty polls must not spin 50 us each (that alone would be 50 ms).
+    assert!(
+        t0.elapsed() < Duration::from_millis(40),
+        "{:?}",
+        t0.elapsed()
+    );
+    tx.send(MessageBuilder::new().meta_i64("i", 1)).unwrap();
+    assert!(rx.try_recv().unwrap().is_some());
+    drop((tx, rx));
+    guard.assert_gone();
+}
