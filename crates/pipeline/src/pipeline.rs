@@ -335,8 +335,8 @@ impl PipelineBuilder {
         let plan = self.plan()?;
         if plan.transport == TransportKind::Shm {
             // Segments of processes that died without cleaning up (a SIGKILLed parent's own
-            // channels in enqueue mode) do not survive the next start.
-            let _ = shm_ring::reclaim_stale();
+            // channels in enqueue mode) do not survive the next start: `Sender::create` (in
+            // this process or in the children) runs `shm_ring::reclaim_stale`.
             crate::shm::check_space(&plan).map_err(Error::Config)?;
         }
         if self.ctrl_c {
