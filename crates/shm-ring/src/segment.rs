@@ -171,7 +171,7 @@ impl Segment {
     fn write_header(&self, size: usize) {
         let pid = sys::pid();
         let header = SegmentHeader {
-            magic: MAGIC,
+            magic: 0,
             version: LAYOUT_VERSION,
             kind: 0,
             creator_pid: pid,
@@ -184,6 +184,11 @@ impl Segment {
         // SAFETY: the mapping is at least HEADER_SIZE bytes, page aligned, and nobody else can
         // see it before `publish` (openers wait for the ready flag).
         unsafe { self.map.as_mut_ptr().cast::<SegmentHeader>().write(header) };
+        // SAFETY: offset 0 is 8-aligned and inside the mapping; AtomicU64 has u64's layout.
+        let magic = unsafe { &*self.map.as_mut_ptr().cast::<std::sync::atomic::AtomicU64>() };
+        // SYNC POINT (Release): the magic goes in last, so `reclaim_stale` in another process
+        // never sees our magic with a creator pid not yet written (and mistakes us for dead).
+        magic.store(MAGIC, Ordering::Release);
     }
 
     /// Marks the segment initialised, with the `kind` of what its user area holds.
@@ -364,6 +369,9 @@ pub fn reclaim_stale() -> Result<usize, Error> {
         }
         let pid = field(16, 4) as u32;
         let start = field(24, 8);
+        if pid == 0 {
+            continue; // never a creator: a header being written or not ours
+        }
         if !sys::process_alive(pid, start) && sys::shm_unlink(&os).is_ok() {
             removed += 1;
         }
