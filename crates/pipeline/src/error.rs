@@ -43,7 +43,9 @@ pub enum Error {
         stage: usize,
         /// Worker index within the stage.
         worker: usize,
-        /// The input: `emitter e, record k` (plus its `item_id` when it has one).
+        /// The input: `emitter e, record k` (plus its `item_id` when it has one), or
+        /// `end of stream` for [`Step::finish`](crate::Step::finish) and what later steps make
+        /// of its outputs.
         input: String,
         /// The error message (or panic message).
         message: String,

@@ -19,7 +19,7 @@ use crate::source::{
 };
 use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::transport::{SockRx, SockTx, TransportKind};
-use crate::wire::{Frame, Report, Rx, Stats, TransportError, Tx};
+use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError, Tx};
 use crate::{Epochs, OnBadRecord, Transfer};
 
 /// Exit code of a child that completed.
@@ -612,8 +612,19 @@ impl Chain {
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
-        let mut cur = vec![item];
-        for (name, step, calls, ns) in &mut self.steps {
+        self.run_from(0, vec![item], input, out)
+    }
+
+    /// Runs steps `start..` on the items `cur`; outputs go to `out`.
+    fn run_from(
+        &mut self,
+        start: usize,
+        mut cur: Vec<Item>,
+        input: &dyn Fn() -> String,
+        out: &mut Vec<Item>,
+    ) -> Result<(), Report> {
+        let (stage, worker) = (self.stage, self.worker);
+        for (name, step, calls, ns) in self.steps.iter_mut().skip(start) {
             let mut next = Vec::new();
             for it in cur.drain(..) {
                 let desc = it.describe();
@@ -632,8 +643,8 @@ impl Chain {
                 }
                 return Err(Report::Step {
                     step: name.clone(),
-                    stage: self.stage,
-                    worker: self.worker,
+                    stage,
+                    worker,
                     input,
                     message,
                 });
@@ -641,6 +652,35 @@ impl Chain {
             cur = next;
         }
         out.append(&mut cur);
+        Ok(())
+    }
+
+    /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
+    /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
+        let input = || "end of stream".to_owned();
+        for i in 0..self.steps.len() {
+            let (name, step, _, ns) = &mut self.steps[i];
+            let mut made = Vec::new();
+            let t0 = Instant::now();
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
+            *ns += t0.elapsed().as_nanos() as u64;
+            let message = match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(clip(e.to_string())),
+                Err(p) => Some(clip(panic_message(&*p))),
+            };
+            if let Some(message) = message {
+                return Err(Report::Step {
+                    step: name.clone(),
+                    stage: self.stage,
+                    worker: self.worker,
+                    input: input(),
+                    message,
+                });
+            }
+            self.run_from(i + 1, made, &input, out)?;
+        }
         Ok(())
     }
 }
@@ -695,7 +735,16 @@ fn run_worker(
         for f in frames {
             let sent = match f {
                 Frame::Item { e, k, last, item } => {
-                    let input = || format!("emitter {e}, record {k}");
+                    let input = || {
+                        if (e, k) == (FINISH_E, FINISH_K) {
+                            format!(
+                                "end of stream (finish output of stage {})",
+                                stage.saturating_sub(1)
+                            )
+                        } else {
+                            format!("emitter {e}, record {k}")
+                        }
+                    };
                     if let Err(r) = chain.run(item, &input, &mut outputs) {
                         out.report(r);
                         return EXIT_REPORTED;
@@ -729,6 +778,26 @@ fn run_worker(
                 return lost("worker output", &e);
             }
         }
+    }
+    if let Err(r) = chain.finish(&mut outputs) {
+        out.report(r);
+        return EXIT_REPORTED;
+    }
+    let dest = plan.route(stage, FINISH_E, FINISH_K);
+    let (e, k) = (FINISH_E, FINISH_K);
+    let sent = outputs.drain(..).try_for_each(|item| {
+        out.push(
+            dest,
+            Frame::Item {
+                e,
+                k,
+                last: false,
+                item,
+            },
+        )
+    });
+    if let Err(e) = sent {
+        return lost("worker output", &e);
     }
     let mut own = Stats {
         steps: chain

@@ -33,11 +33,65 @@ pub trait Step: Send + 'static {
     /// A [`StepError`] stops the pipeline; the consumer gets
     /// [`Error::Step`](crate::Error::Step) naming the step, the worker and the input.
     fn process(&mut self, item: Item, out: &mut Vec<Item>) -> Result<(), StepError>;
+
+    /// End of stream: pushes whatever the step still holds (e.g. a last partial batch) to
+    /// `out`. The default does nothing.
+    ///
+    /// Called once per worker, after the worker has received end of stream from all its
+    /// inputs and processed everything, and before it sends its own end of stream. The
+    /// outputs go downstream like any other: in the fused topology they pass through the
+    /// later steps of the worker (each step is finished after the outputs of the earlier
+    /// steps' `finish` went through it). Never called in an endless run
+    /// ([`Epochs::Cycle`](crate::Epochs::Cycle)) or after a failure.
+    ///
+    /// Outputs of `finish` belong to no input: in the ordered mode they are delivered after
+    /// every group of outputs of the inputs; in the staged topology they all go to one worker
+    /// of the next stage.
+    ///
+    /// # Errors
+    /// Like [`process`](Step::process): the consumer gets [`Error::Step`](crate::Error::Step)
+    /// naming the step and the worker, with input `"end of stream"`.
+    ///
+    /// # Examples
+    /// ```
+    /// use shmpipe::{Item, Step, StepError};
+    /// /// Emits items in pairs; a last odd item is flushed at the end.
+    /// struct Pairs(Vec<Item>);
+    /// impl Step for Pairs {
+    ///     fn process(&mut self, item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+    ///         self.0.push(item);
+    ///         if self.0.len() == 2 {
+    ///             out.append(&mut self.0);
+    ///         }
+    ///         Ok(())
+    ///     }
+    ///     fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
+    ///         out.append(&mut self.0);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// let mut s = Pairs(Vec::new());
+    /// let mut out = Vec::new();
+    /// for _ in 0..3 {
+    ///     s.process(Item::new(), &mut out).unwrap();
+    /// }
+    /// assert_eq!(out.len(), 2);
+    /// s.finish(&mut out).unwrap();
+    /// assert_eq!(out.len(), 3);
+    /// ```
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
+        let _ = out;
+        Ok(())
+    }
 }
 
 impl Step for Box<dyn Step> {
     fn process(&mut self, item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
         (**self).process(item, out)
+    }
+
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
+        (**self).finish(out)
     }
 }
 

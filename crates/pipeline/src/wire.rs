@@ -8,6 +8,13 @@ use serde::{Deserialize, Serialize};
 use crate::item::{Array, Item, Meta};
 use crate::source::SourceError;
 
+/// The `(e, k)` of the items made by [`Step::finish`](crate::Step::finish) (and of what later
+/// steps make from them): they belong to no input. In the ordered mode their group sorts
+/// after every real group and is never released before the end of stream.
+pub(crate) const FINISH_E: u32 = u32::MAX;
+/// See [`FINISH_E`].
+pub(crate) const FINISH_K: u64 = u64::MAX;
+
 /// One entry of a batch.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Frame {
