@@ -214,8 +214,8 @@ pub fn batch_rows(item: &Item) -> usize {
 /// The worker step: parse (raw lines), then optionally the chain, then
 /// optionally batching. Entries and windows travel as items between stages.
 ///
-/// A partial batch left at the end of the stream is not emitted (the pipeline's
-/// steps have no end-of-stream hook); at most `batch_size - 1` windows per worker.
+/// A partial batch left at the end of the stream is emitted by [`Step::finish`]
+/// (one per worker, with fewer than `batch_size` rows), so no window is lost.
 struct TrainStep {
     freq: Freq,
     /// The parsed file by line (index `line - 1`), when the step holds the data.
@@ -337,6 +337,13 @@ impl Step for TrainStep {
         } else {
             let e = item_to_entry(item, self.freq)?;
             self.run(e, out)?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
+        if let Some(b) = self.batcher.as_mut().and_then(Batcher::finish) {
+            out.push(batch_to_item(b.map_err(StepError::new)?));
         }
         Ok(())
     }

@@ -6,7 +6,11 @@
 
 use std::path::PathBuf;
 
-use shmpipe_timeseries::pipeline::{Layout, register, run_workload, run_workload_with};
+use shmpipe::{Epochs, Pipeline, Topology};
+use shmpipe_timeseries::pipeline::{
+    Layout, SOURCE_LINES, STEP_BATCH, STEP_PARSE, STEP_TRAIN, STEP_TRANSFORM, batch_rows, register,
+    run_workload, run_workload_with,
+};
 use shmpipe_timeseries::synth::{GenConfig, write_file};
 use shmpipe_timeseries::workload::{
     ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, run_in_process,
@@ -112,6 +116,84 @@ fn staged_layout_produces_the_same_windows() {
         run_workload_with(&reg, &cfg, Layout::Staged { workers: [1, 2, 1] }, |_| {}).unwrap();
     assert_eq!(staged.windows, fused.windows);
     assert_eq!(staged.batch_bytes, fused.batch_bytes);
+}
+
+/// Removes the `/dev/shm` entries of a pipeline on drop (also when the test fails).
+struct ShmGuard(String);
+
+impl Drop for ShmGuard {
+    fn drop(&mut self) {
+        if let Ok(d) = std::fs::read_dir("/dev/shm") {
+            for e in d.flatten() {
+                if e.file_name().to_string_lossy().contains(&self.0) {
+                    let _ = std::fs::remove_file(e.path());
+                }
+            }
+        }
+    }
+}
+
+/// Every window arrives with batches of 32: each worker that batches flushes its last,
+/// partial batch at the end of the stream (`Step::finish`), so the count equals the
+/// single-process reference exactly, fused and staged.
+#[test]
+fn partial_batches_are_flushed_at_the_end() {
+    let reg = register(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let (file, g) = small_dataset("flush");
+    let mut cfg = exhaustive_config(WorkloadSource::JsonLines(file.0.clone()), 2);
+    cfg.batch_size = 32;
+    let reference = run_in_process(&cfg, |_| {}).unwrap();
+    assert!(reference.windows % 32 != 0, "{}", reference.windows);
+    let c = &cfg.chain;
+    let args = serde_json::json!({
+        "freq": c.freq.to_string(),
+        "context_length": c.context_length,
+        "prediction_length": c.prediction_length,
+        "num_instances": c.num_instances,
+        "batch_size": cfg.batch_size,
+    });
+    for (topo, batchers) in [
+        (Topology::Fused, 2),
+        (Topology::Fused, 3),
+        (
+            Topology::Staged {
+                workers: vec![1, 2, 2],
+            },
+            2,
+        ),
+    ] {
+        let b = Pipeline::builder(&reg)
+            .source_named(
+                SOURCE_LINES,
+                serde_json::json!({
+                    "path": file.0.display().to_string(),
+                    "freq": g.freq.to_string(),
+                    "group": cfg.group,
+                }),
+            )
+            .epochs(Epochs::Finite(cfg.epochs as u64))
+            .seed(cfg.seed)
+            .workers(batchers)
+            .topology(topo.clone());
+        let b = if matches!(topo, Topology::Fused) {
+            b.step_with(STEP_TRAIN, args.clone())
+        } else {
+            b.step_with(STEP_PARSE, args.clone())
+                .step_with(STEP_TRANSFORM, args.clone())
+                .step_with(STEP_BATCH, args.clone())
+        };
+        let mut p = b.start().unwrap();
+        let _g = ShmGuard(p.id().to_owned());
+        let rows: Vec<usize> = p.by_ref().map(|r| batch_rows(&r.unwrap())).collect();
+        assert!(p.is_finished());
+        let windows: u64 = rows.iter().map(|&r| r as u64).sum();
+        assert_eq!(windows, reference.windows, "{topo:?}");
+        assert!(rows.iter().all(|&r| (1..=32).contains(&r)), "{rows:?}");
+        // At most one partial batch per batching worker.
+        let partial = rows.iter().filter(|&&r| r < 32).count();
+        assert!((1..=batchers).contains(&partial), "{topo:?}: {rows:?}");
+    }
 }
 
 #[test]
