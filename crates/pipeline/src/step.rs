@@ -46,7 +46,8 @@ pub trait Step: Send + 'static {
     ///
     /// Outputs of `finish` belong to no input: in the ordered mode they are delivered after
     /// every group of outputs of the inputs; in the staged topology they all go to one worker
-    /// of the next stage.
+    /// of the next stage (where a step that buffers them may emit them with the outputs of a
+    /// later input, which then own them).
     ///
     /// # Errors
     /// Like [`process`](Step::process): the consumer gets [`Error::Step`](crate::Error::Step)

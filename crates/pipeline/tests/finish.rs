@@ -7,8 +7,10 @@ use std::time::Duration;
 use common::*;
 use shmpipe::{Error, Item, Pipeline, Registry, Step, StepError, Topology};
 
-/// Buffers items and emits them in groups of `k`; `finish` emits the rest, tagged `fin = 1`
-/// (items emitted by `process` get `fin = 0`, unless an earlier step already tagged them).
+/// Buffers items and emits them in groups of `k`; `finish` emits the rest, tagged `fin = 1`.
+/// Items emitted by `process` get the `fin` of the input that triggered them (0 for a record),
+/// so `fin = 1` marks exactly the outputs that belong to no input (those made at the end of
+/// stream, or by later steps from those).
 struct Chunk {
     k: usize,
     buf: Vec<Item>,
@@ -16,18 +18,16 @@ struct Chunk {
 
 impl Chunk {
     fn emit(&mut self, fin: i64, out: &mut Vec<Item>) {
-        for it in self.buf.drain(..) {
-            let f = it.i64("fin").unwrap_or(0).max(fin);
-            out.push(it.with_i64("fin", f));
-        }
+        out.extend(self.buf.drain(..).map(|it| it.with_i64("fin", fin)));
     }
 }
 
 impl Step for Chunk {
     fn process(&mut self, item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        let fin = item.i64("fin").unwrap_or(0);
         self.buf.push(item);
         if self.buf.len() == self.k {
-            self.emit(0, out);
+            self.emit(fin, out);
         }
         Ok(())
     }
