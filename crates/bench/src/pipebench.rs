@@ -98,7 +98,7 @@ impl PipeConfig {
             TransferKind::Copy => Transfer::Copy,
             TransferKind::ZeroCopy => Transfer::ZeroCopy,
             TransferKind::Adaptive | TransferKind::Socket => Transfer::Adaptive {
-                threshold: shm_ring::DEFAULT_THRESHOLD,
+                threshold: shmpipe::DEFAULT_PIPELINE_THRESHOLD,
             },
         }
     }

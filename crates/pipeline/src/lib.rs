@@ -57,8 +57,8 @@ pub use error::Error;
 pub use item::{Array, Element, Item, Meta};
 pub use ndarray;
 pub use pipeline::{
-    DEFAULT_BATCH_BYTES, Epochs, Metrics, OnBadRecord, Pipeline, PipelineBuilder, Topology,
-    Transfer,
+    DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, Epochs, Metrics, OnBadRecord, Pipeline,
+    PipelineBuilder, Topology, Transfer,
 };
 pub use process::{ROLE_ENV, init};
 pub use source::{

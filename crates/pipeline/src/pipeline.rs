@@ -83,6 +83,15 @@ pub enum OnBadRecord {
 /// The default batch size in bytes (see `docs/pipeline.md` for the measurement behind it).
 pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
 
+/// Default adaptive threshold of a pipeline: arrays of at least this many bytes go zero-copy.
+///
+/// Higher than shm-ring's own [`shm_ring::DEFAULT_THRESHOLD`] (which is measured for producers
+/// that fill loans in place): a pipeline's items are ordinary heap arrays, so zero-copy costs a
+/// copy into a pool block plus a block per array (which also caps how many arrays a batch may
+/// hold). Measured with `pipeline_bench` (trivial step, 2 workers): zero-copy 0.39x copy at
+/// 1 KiB arrays, the two within ~10% from 16 KiB to 1 MiB (docs/pipeline.md).
+pub const DEFAULT_PIPELINE_THRESHOLD: usize = 64 << 10;
+
 /// Builds a [`Pipeline`]. Created by [`Pipeline::builder`].
 #[derive(Debug, Clone)]
 pub struct PipelineBuilder {
@@ -669,7 +678,7 @@ impl Pipeline {
             topology: Topology::Fused,
             batch_bytes: DEFAULT_BATCH_BYTES,
             transfer: Transfer::Adaptive {
-                threshold: shm_ring::DEFAULT_THRESHOLD,
+                threshold: DEFAULT_PIPELINE_THRESHOLD,
             },
             ordered: false,
             seed: 0,

@@ -2,11 +2,12 @@
 
 /// Arrays of at least this many bytes go zero-copy under [`Transfer::Adaptive`] by default.
 ///
-/// Measured on the 2-core development VM (`shmpipe-bench transport --sizes 1k,4k,16k,64k,256k
-/// --transports shm-copy,shm-zero-copy`, `docs/perf/threshold.csv`): zero-copy is at par with
-/// copy at 1k floats (4 kB) and 1.7x faster at 4k floats (16 kB); with the earlier 64 KiB
-/// threshold, adaptive ran at 0.57x of zero-copy at 16 kB. See ARCHITECTURE.md.
-pub const DEFAULT_THRESHOLD: usize = 4 * 1024;
+/// Measured on the 2-core development VM with `shmpipe-bench transport` (producer filling
+/// loans in place above the threshold, copying below): copy wins at 16 floats (64 B: 3.3 M vs
+/// 2.2 M msgs/s), zero-copy wins from 1,000 floats (4 kB: 1.84 M vs 1.39 M; 16 kB: 1.7x); a 4 KiB
+/// threshold left adaptive at 0.70x of zero-copy at 4 kB. Pipelines of heap arrays use a higher
+/// threshold (`shmpipe::DEFAULT_PIPELINE_THRESHOLD`). See ARCHITECTURE.md.
+pub const DEFAULT_THRESHOLD: usize = 1024;
 
 /// Per-array transfer policy of a [`crate::Sender`]. Loaned arrays ([`crate::ArrayLoan`]) are
 /// always zero-copy, whatever the policy.
