@@ -741,9 +741,16 @@ impl Pipeline {
         if f.closed || self.failed {
             return Err(Error::Closed("input already closed".into()));
         }
-        f.tx.as_ref()
-            .and_then(|tx| tx.send(Feed::Item(item)).ok())
-            .ok_or_else(|| Error::Closed("the input thread stopped".into()))
+        if f.tx.as_ref().and_then(|tx| tx.send(Feed::Item(item)).ok()).is_some() {
+            return Ok(());
+        }
+        // The input thread stopped: hand over what stopped it (e.g. an item too large for the
+        // channel), not just the fact.
+        self.failed = true;
+        Err(self
+            .shared
+            .take_secondary()
+            .unwrap_or_else(|| Error::Closed("the input thread stopped".into())))
     }
 
     /// Enqueue mode: marks the end of the input. The consumer's stream ends after the outputs

@@ -159,3 +159,42 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
         assert_ne!(one, items[0]);
     }
 }
+
+#[test]
+fn an_item_too_large_for_the_channel_is_a_clear_error() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let mut p = Pipeline::builder(&reg)
+        .step("inc")
+        .workers(1)
+        .transfer(shmpipe::Transfer::ZeroCopy)
+        .channel(64, 4, 64 << 10)
+        .start()
+        .unwrap();
+    let _g = ShmGuard(p.id().to_owned());
+    let big = ndarray::Array1::<f32>::zeros(1 << 20); // 4 MiB, blocks hold 64 KiB
+    // Enqueueing never blocks: the error surfaces either at a later enqueue or at the consumer.
+    let mut err = None;
+    for _ in 0..50 {
+        if let Err(e) = p.enqueue(Item::new().with_i64("n", 0).with_array("x", big.clone())) {
+            err = Some(e);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let err = match err {
+        Some(e) => e,
+        None => {
+            p.close_input();
+            p.by_ref()
+                .find_map(|r| r.err())
+                .expect("the consumer must get an error")
+        }
+    };
+    let text = err.to_string();
+    assert!(text.contains("PipelineBuilder::channel"), "unclear error: {text}");
+    assert!(text.contains("4194304 bytes"), "error should name the size: {text}");
+    let id = p.id().to_owned();
+    drop(p);
+    assert!(shm_entries(&id).is_empty());
+}
