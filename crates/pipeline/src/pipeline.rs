@@ -741,7 +741,11 @@ impl Pipeline {
         if f.closed || self.failed {
             return Err(Error::Closed("input already closed".into()));
         }
-        if f.tx.as_ref().and_then(|tx| tx.send(Feed::Item(item)).ok()).is_some() {
+        if f.tx
+            .as_ref()
+            .and_then(|tx| tx.send(Feed::Item(item)).ok())
+            .is_some()
+        {
             return Ok(());
         }
         // The input thread stopped: hand over what stopped it (e.g. an item too large for the

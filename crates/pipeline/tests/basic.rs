@@ -192,8 +192,14 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
         }
     };
     let text = err.to_string();
-    assert!(text.contains("PipelineBuilder::channel"), "unclear error: {text}");
-    assert!(text.contains("4194304 bytes"), "error should name the size: {text}");
+    assert!(
+        text.contains("PipelineBuilder::channel"),
+        "unclear error: {text}"
+    );
+    assert!(
+        text.contains("4194304 bytes"),
+        "error should name the size: {text}"
+    );
     let id = p.id().to_owned();
     drop(p);
     assert!(shm_entries(&id).is_empty());
