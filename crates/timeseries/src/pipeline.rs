@@ -105,10 +105,10 @@ pub fn register(reg: Registry) -> Registry {
         LinesSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
     })
     .source(SOURCE_RANGES, |cx: &SourceContext<'_>| {
-        RangeSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+        I64Records::ranges(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
     })
     .source(SOURCE_INDICES, |cx: &SourceContext<'_>| {
-        IndexSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+        I64Records::indices(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
     })
     .source(SOURCE_PARSED, |cx: &SourceContext<'_>| {
         ParsedSource::open(
@@ -440,85 +440,69 @@ fn load_cache(
         .collect())
 }
 
-/// Byte ranges: each record is `group` `(offset, length, line)` triples of non-blank lines.
-struct RangeSource {
+/// Records that are each one i64 array under `field`: byte ranges or line numbers of the
+/// part's lines, read by the workers themselves.
+struct I64Records {
+    field: &'static str,
     records: Vec<Vec<i64>>,
 }
 
-impl RangeSource {
-    fn open(
+/// The part's non-blank lines as `(line number, byte range)`.
+fn non_blank_lines(
+    path: &Path,
+    part: usize,
+    parts: usize,
+) -> Result<Vec<(i64, Range<usize>)>, SourceError> {
+    let Part {
+        data,
+        lines,
+        first_line,
+    } = read_part(path, part, parts)?;
+    Ok(lines
+        .into_iter()
+        .enumerate()
+        .filter(|(_, r)| !data[r.clone()].iter().all(u8::is_ascii_whitespace))
+        .map(|(i, r)| ((first_line + i as u64) as i64, r))
+        .collect())
+}
+
+impl I64Records {
+    /// Byte ranges: each record is `group` `(offset, length, line)` triples of non-blank lines.
+    fn ranges(
         path: &Path,
         group: usize,
         part: usize,
         parts: usize,
-    ) -> Result<RangeSource, SourceError> {
-        let Part {
-            data,
-            lines,
-            first_line,
-        } = read_part(path, part, parts)?;
-        let triples: Vec<[i64; 3]> = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !data[(*r).clone()].iter().all(u8::is_ascii_whitespace))
-            .map(|(i, r)| {
-                [
-                    r.start as i64,
-                    r.len() as i64,
-                    (first_line + i as u64) as i64,
-                ]
-            })
+    ) -> Result<I64Records, SourceError> {
+        let triples: Vec<[i64; 3]> = non_blank_lines(path, part, parts)?
+            .into_iter()
+            .map(|(line, r)| [r.start as i64, r.len() as i64, line])
             .collect();
-        Ok(RangeSource {
+        Ok(I64Records {
+            field: RANGES_FIELD,
             records: triples.chunks(group).map(|c| c.concat()).collect(),
         })
     }
-}
 
-impl Source for RangeSource {
-    fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
-        let r = self
-            .records
-            .get(index)
-            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
-        Ok(Item::new().with_array(RANGES_FIELD, Array1::from(r.clone())))
-    }
-}
-
-/// Line numbers: each record is `group` line numbers of non-blank lines.
-struct IndexSource {
-    records: Vec<Vec<i64>>,
-}
-
-impl IndexSource {
-    fn open(
+    /// Line numbers: each record is `group` line numbers of non-blank lines.
+    fn indices(
         path: &Path,
         group: usize,
         part: usize,
         parts: usize,
-    ) -> Result<IndexSource, SourceError> {
-        let Part {
-            data,
-            lines,
-            first_line,
-        } = read_part(path, part, parts)?;
-        let numbers: Vec<i64> = lines
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| !data[(*r).clone()].iter().all(u8::is_ascii_whitespace))
-            .map(|(i, _)| (first_line + i as u64) as i64)
+    ) -> Result<I64Records, SourceError> {
+        let numbers: Vec<i64> = non_blank_lines(path, part, parts)?
+            .into_iter()
+            .map(|(line, _)| line)
             .collect();
-        Ok(IndexSource {
+        Ok(I64Records {
+            field: LINES_FIELD,
             records: numbers.chunks(group).map(<[i64]>::to_vec).collect(),
         })
     }
 }
 
-impl Source for IndexSource {
+impl Source for I64Records {
     fn len(&self) -> usize {
         self.records.len()
     }
@@ -528,7 +512,7 @@ impl Source for IndexSource {
             .records
             .get(index)
             .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
-        Ok(Item::new().with_array(LINES_FIELD, Array1::from(r.clone())))
+        Ok(Item::new().with_array(self.field, Array1::from(r.clone())))
     }
 }
 
