@@ -76,26 +76,26 @@ pub(crate) fn pid() -> u32 {
 /// or `None` if there is no such process. Together with the pid it names a process uniquely,
 /// so a recycled pid is not mistaken for the creator of a segment.
 pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may contain spaces: split after it.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    proc_stat(pid).map(|(_, start)| start)
 }
 
-/// Whether the process `pid` that started at `start_time` still exists (zombies count as gone).
+/// State letter and start time of process `pid`, from `/proc/<pid>/stat`.
+fn proc_stat(pid: u32) -> Option<(char, u64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may contain spaces: split after it.
+    let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+/// Whether the process `pid` that started at `start_time` (0: not known) still exists;
+/// zombies count as gone.
 pub(crate) fn process_alive(pid: u32, start_time: u64) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    let Some(close) = stat.rfind(')') else {
-        return false;
-    };
-    let mut fields = stat[close + 1..].split_ascii_whitespace();
-    let state = fields.next();
-    if state == Some("Z") || state == Some("X") {
-        return false;
+    match proc_stat(pid) {
+        Some(('Z' | 'X', _)) | None => false,
+        Some((_, start)) => start_time == 0 || start == start_time,
     }
-    start_time == 0 || fields.nth(18).and_then(|s| s.parse::<u64>().ok()) == Some(start_time)
 }
 
 /// A handle on another process that tells, without races on pid reuse, when it has exited.
