@@ -494,7 +494,7 @@ impl Sender {
     /// Number of descriptor slots in use (messages sent and not yet consumed): queue occupancy.
     pub fn queued_slots(&mut self) -> Result<u32, Error> {
         let cap = self.desc.shape().capacity;
-        Ok(cap - self.desc.free(cap).map_err(|e| corrupt(e.to_string()))?)
+        Ok(cap - self.desc.free(cap)?)
     }
 
     fn header(&self) -> &ChannelHeader {
@@ -503,7 +503,7 @@ impl Sender {
 
     /// Takes back blocks from the completion ring and from dropped loans.
     fn collect_returns(&mut self) -> Result<(), Error> {
-        let n = self.comp.available(1).map_err(|e| corrupt(e.to_string()))?;
+        let n = self.comp.available(1)?;
         for i in 0..n {
             // SAFETY: slot i is published by the consumer (available) and 8 bytes long.
             let b = unsafe { self.comp.slot(i).cast::<u64>().read() };
@@ -776,7 +776,7 @@ impl Sender {
                 limit: self.max_inline,
             });
         }
-        if self.desc.free(need).map_err(|e| corrupt(e.to_string()))? >= need {
+        if self.desc.free(need)? >= need {
             return Ok(pad);
         }
         // Publish what we batched before we wait, or the consumer never sees it.
@@ -793,7 +793,7 @@ impl Sender {
                 if s.header().consumer_closed.load(Ordering::Relaxed) != 0 {
                     return Err(Error::Disconnected);
                 }
-                let free = s.desc.free(need).map_err(|e| corrupt(e.to_string()))?;
+                let free = s.desc.free(need)?;
                 Ok((free >= need).then_some(pad))
             },
             || {
@@ -1103,7 +1103,7 @@ impl Receiver {
     /// Number of descriptor slots waiting to be read (queue occupancy).
     pub fn queued_slots(&mut self) -> Result<u32, Error> {
         let cap = self.desc.shape().capacity;
-        self.desc.available(cap).map_err(|e| corrupt(e.to_string()))
+        Ok(self.desc.available(cap)?)
     }
 
     fn header(&self) -> &ChannelHeader {
@@ -1112,7 +1112,7 @@ impl Receiver {
 
     /// Reads and validates the record header at our read position, if a record is there.
     fn peek(&mut self) -> Result<Option<Rec>, Error> {
-        let avail = self.desc.available(1).map_err(|e| corrupt(e.to_string()))?;
+        let avail = self.desc.available(1)?;
         if avail == 0 {
             return Ok(None);
         }

@@ -150,6 +150,12 @@ impl From<rustix::io::Errno> for Error {
     }
 }
 
+impl From<crate::ring::RingError> for Error {
+    fn from(e: crate::ring::RingError) -> Self {
+        Error::Corrupt(e.to_string())
+    }
+}
+
 pub(crate) fn corrupt(why: impl Into<String>) -> Error {
     Error::Corrupt(why.into())
 }
