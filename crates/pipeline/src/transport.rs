@@ -123,3 +123,23 @@ impl Rx for SockRx {
             .map_err(TransportError::Other)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 8: a peer's length prefix is bounded before anything is allocated for it.
+    #[test]
+    fn a_hostile_length_prefix_is_an_error_not_a_panic() {
+        for len in [u64::MAX, 1 << 40, (1 << 31) + 1] {
+            let (mut a, b) = UnixStream::pair().unwrap();
+            a.write_all(&len.to_le_bytes()).unwrap();
+            let mut rx = SockRx {
+                stream: b,
+                buf: Vec::new(),
+            };
+            let r = rx.recv(Some(Duration::from_secs(1)));
+            assert!(matches!(r, Err(TransportError::Other(_))), "{len}: {r:?}");
+        }
+    }
+}
