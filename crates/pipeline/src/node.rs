@@ -794,6 +794,12 @@ fn run_worker(
         let frames = match next {
             Ok(Some((_, frames))) => frames,
             Ok(None) => break,
+            Err(NextError::Input(i, TransportError::Closed)) => {
+                return lost(
+                    &format!("input {i}"),
+                    &TransportError::Other("closed before its end of stream".into()),
+                );
+            }
             Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
             Err(NextError::Idle(e)) => return lost("output", &e),
         };

@@ -823,7 +823,8 @@ impl Pipeline {
         }
     }
 
-    /// The pipeline's id (the infix of its connection and segment names).
+    /// The pipeline's id (it names the pipeline in messages; nothing on the system carries
+    /// it: channels are anonymous).
     pub fn id(&self) -> &str {
         &self.plan.id
     }

@@ -33,15 +33,21 @@ impl Rng {
 const ITEMS: i64 = 120;
 const RUN_ENV: &str = "SHMPIPE_CHAOS_RUN";
 
-/// In a helper: one small pipeline (its shape from the mode), its outputs' `n` printed at the
-/// end (`END n,n,...`), or `ERROR ...`.
+/// In a helper: one small pipeline (its shape from the mode: a source with one or two
+/// emitters, or enqueue mode where the parent feeds the items and closes the input at once),
+/// its outputs' `n` printed at the end (`END n,n,...`), or `ERROR ...`.
 fn helper_run(mode: &str) {
     let reg = registry();
     let staged = mode.contains("staged");
+    let enqueue = mode.contains("enqueue");
     let emitters = if mode.contains("e2") { 2 } else { 1 };
-    let b = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": ITEMS, "len": 8}))
-        .emitters(emitters)
+    let mut b = Pipeline::builder(&reg);
+    if !enqueue {
+        b = b
+            .source_named("range", serde_json::json!({"n": ITEMS, "len": 8}))
+            .emitters(emitters);
+    }
+    let b = b
         .step("inc")
         .step_with("sleep_ms", serde_json::json!({"ms": 1}))
         .workers(2)
@@ -51,7 +57,7 @@ fn helper_run(mode: &str) {
         } else {
             Topology::Fused
         });
-    let p = match b.start() {
+    let mut p = match b.start() {
         Ok(p) => p,
         Err(e) => {
             println!("ERROR start: {e}");
@@ -59,6 +65,15 @@ fn helper_run(mode: &str) {
         }
     };
     print_ready(&p);
+    if enqueue {
+        for it in range_items(ITEMS, 8) {
+            if let Err(e) = p.enqueue(it) {
+                println!("ERROR enqueue: {e}");
+                return;
+            }
+        }
+        p.close_input();
+    }
     let mut ns = Vec::new();
     for r in p {
         match r {
@@ -211,9 +226,11 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
     let t_all = Instant::now();
     let mut helpers = Vec::new();
     for run in 0..200 {
-        let mode = match rng.below(4) {
+        let mode = match rng.below(5) {
             0 => "staged",
             1 => "fused-e2",
+            2 => "enqueue",
+            3 => "enqueue-staged",
             _ => "fused",
         };
         let mut cmd = helper_command("sigkill_one_process_at_a_random_instant_200_times", mode);
@@ -243,7 +260,16 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
             h.child.id()
         } else {
             std::thread::sleep(delay);
-            let emitters = if mode.contains("e2") { 2 } else { 1 };
+            let emitters = match mode {
+                "fused-e2" => 2,
+                "enqueue" | "enqueue-staged" => 0,
+                _ => 1,
+            };
+            let victim_kind = if emitters == 0 && victim_kind == 1 {
+                2
+            } else {
+                victim_kind
+            };
             match victim_kind {
                 0 => h.child.id(),
                 1 => h.pids[rng.below(emitters) as usize],
