@@ -221,7 +221,7 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
     );
     let shm_before = shm_entries("");
     let expected: Vec<i64> = (1..=ITEMS).collect();
-    let mut rng = Rng(0x5eed_0f_c4a05);
+    let mut rng = Rng(0x05ee_d0fc_4a05);
     let (mut ended, mut failed, mut killed_parent) = (0, 0, 0);
     let t_all = Instant::now();
     let mut helpers = Vec::new();
