@@ -384,6 +384,12 @@ fn scribbling_on_live_channels_gives_data_or_errors() {
             })
             .collect();
         assert!(!files.is_empty(), "no channel found to scribble on");
+        // Sealed: nobody can shrink (SIGBUS for the other side) or grow a live channel.
+        for f in &files {
+            let len = f.metadata().unwrap().len();
+            assert!(f.set_len(len / 2).is_err(), "a channel could be truncated");
+            assert!(f.set_len(len + 4096).is_err(), "a channel could be grown");
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let writes = Arc::new(AtomicU64::new(0));
         let scribbler = {
