@@ -38,7 +38,7 @@ impl InputState {
     }
 }
 
-/// The input of a pipeline in enqueue mode, from [`Pipeline::input`]: send items with
+/// The input of a pipeline in enqueue mode, from [`Pipeline::input`](crate::Pipeline::input): send items with
 /// [`Input::send`]; dropping it (or [`Input::close`]) closes the input, like dropping a
 /// channel's sender, and the consumer's stream then ends after the outputs of every item
 /// sent. It can be moved to another thread.
