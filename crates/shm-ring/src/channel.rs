@@ -436,7 +436,7 @@ impl Sender {
         };
         // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
         let seg = Arc::new(seg);
-        seg.publish(KIND_CHANNEL);
+        seg.publish(KIND_CHANNEL)?;
         let desc = ring::Producer::attach(
             ShmRing {
                 seg: seg.clone(),

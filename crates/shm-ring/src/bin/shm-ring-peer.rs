@@ -122,7 +122,7 @@ mod real {
             })(),
             "create-die" => (|| {
                 let seg = shm_ring::Segment::create(&arg(1), 4096).map_err(|e| e.to_string())?;
-                seg.publish(7);
+                seg.publish(7).map_err(|e| e.to_string())?;
                 say("ready");
                 sleep_forever()
             })(),
