@@ -132,3 +132,35 @@ fn from_fd_refuses_a_sealed_memfd_of_the_wrong_size() {
         Err(Error::NotASegment(_) | Error::Corrupt(_))
     ));
 }
+
+/// Anonymous segments are not bounded by the size of the `/dev/shm` mount: in a private mount
+/// namespace with a 16 MB tmpfs on `/dev/shm` (a small container), a 64 MiB memfd channel is
+/// reserved and written end to end, where a named 64 MiB channel gets a clean `NoSpace`.
+#[test]
+fn a_64_mib_memfd_fills_under_a_16_mb_dev_shm() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root for a private mount namespace (unshare)");
+        return;
+    }
+    let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
+    let script = format!(
+        "mount -t tmpfs -o size=16m tmpfs /dev/shm && {peer} fill-anon 67108864 \
+         && {peer} create 67108864 big"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("filled 67108864"),
+        "the 64 MiB memfd should fill: {stdout} {stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the named 64 MiB channel should fail cleanly: {stdout} {stderr}"
+    );
+    assert!(stderr.contains("needs 67"), "expected NoSpace: {stderr}");
+}
