@@ -295,3 +295,42 @@ pub(crate) fn list_shm(prefix: &str) -> Vec<String> {
         .filter(|n| n.starts_with(prefix))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_is_definite_only_with_evidence() {
+        let me = pid();
+        let start = process_start_time(me).expect("our own /proc/self/stat");
+        assert_eq!(liveness(me, start), Liveness::Alive);
+        assert_eq!(liveness(me, 0), Liveness::Alive);
+        // Same pid, another start time: another process.
+        assert_eq!(liveness(me, start + 1), Liveness::Dead);
+        // Not a pid at all: no evidence either way.
+        assert_eq!(liveness(0, 0), Liveness::Unknown);
+        assert_eq!(liveness(u32::MAX, 0), Liveness::Unknown);
+        // Above pid_max (at most 2^22): no such process.
+        assert_eq!(liveness(0x7fff_fff0, 0), Liveness::Dead);
+        assert!(PeerProcess::watch(0x7fff_fff0, 0).is_dead());
+        assert!(!PeerProcess::watch(0, 0).is_dead());
+    }
+
+    #[test]
+    fn a_reaped_child_is_dead_and_a_live_one_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let start = process_start_time(pid).unwrap();
+        let watch = PeerProcess::watch(pid, start);
+        assert_eq!(liveness(pid, start), Liveness::Alive);
+        assert!(!watch.is_dead());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(watch.is_dead());
+        assert_eq!(liveness(pid, start), Liveness::Dead);
+    }
+}
