@@ -436,7 +436,7 @@ impl Sender {
         };
         // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
         let seg = Arc::new(seg);
-        seg.publish(KIND_CHANNEL);
+        seg.publish(KIND_CHANNEL)?;
         let desc = ring::Producer::attach(
             ShmRing {
                 seg: seg.clone(),
@@ -1014,7 +1014,8 @@ impl Receiver {
     /// the same user. One consumer at a time.
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::NotASegment`], [`Error::VersionMismatch`],
+    /// [`Error::NotFound`], [`Error::Untrusted`] (not a regular file of ours with mode 0600),
+    /// [`Error::NotASegment`], [`Error::VersionMismatch`],
     /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
     /// [`Error::PeerDied`] (the creator is gone).
     pub fn open(name: &str) -> Result<Receiver, Error> {

@@ -56,6 +56,10 @@ pub enum Error {
     },
     /// The segment is not one of ours (bad magic) or its header is inconsistent.
     NotASegment(String),
+    /// A name in `/dev/shm` that we refuse to open: a symlink, a directory, FIFO or other
+    /// non-regular file, a file of another user, or one with group/other permission bits.
+    /// The message names the path, owner uid and mode.
+    Untrusted(String),
     /// Another live consumer is attached to this channel.
     Busy(u32),
     /// A name or configuration value is invalid.
@@ -116,6 +120,7 @@ impl fmt::Display for Error {
                 "segment layout version {found}, but this build understands version {expected}"
             ),
             Error::NotASegment(why) => write!(f, "not a shm-ring segment: {why}"),
+            Error::Untrusted(why) => f.write_str(why),
             Error::Busy(pid) => write!(f, "another consumer (pid {pid}) is attached"),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::NoSuchField(n) => write!(f, "message has no field '{n}'"),

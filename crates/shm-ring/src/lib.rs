@@ -68,6 +68,6 @@ pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, R
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit};
 #[cfg(not(loom))]
-pub use segment::{NAME_PREFIX, Segment, reclaim_stale};
+pub use segment::{NAME_PREFIX, Segment, SegmentInfo, reclaim_stale};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
