@@ -368,7 +368,6 @@ impl PipelineBuilder {
             p.feeder = Some(Feeder::start(
                 Outputs::new(txs, plan),
                 plan.stages[0].workers,
-                Arc::clone(&shared),
                 cancel,
             ));
         }

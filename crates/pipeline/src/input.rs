@@ -2,14 +2,13 @@
 //! parent's input thread that batches enqueued items to the first stage.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
 use crate::item::Item;
 use crate::node::Outputs;
-use crate::process::Shared;
 use crate::wire::{Frame, Stats, TransportError};
 
 pub(crate) enum Feed {
@@ -25,12 +24,20 @@ pub(crate) struct InputState {
     /// When an item was last enqueued, in milliseconds since `epoch`.
     pub(crate) last_send_ms: AtomicU64,
     pub(crate) epoch: Instant,
+    /// Why the input thread stopped, and when (it is not taken: every caller sees it).
+    pub(crate) failure: Mutex<Option<(Instant, String)>>,
 }
 
 impl InputState {
     pub(crate) fn touch(&self) {
         let ms = self.epoch.elapsed().as_millis() as u64;
         self.last_send_ms.store(ms, Ordering::Relaxed);
+    }
+    pub(crate) fn failure(&self) -> Option<(Instant, String)> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
     pub(crate) fn idle_for(&self) -> Duration {
         let last = Duration::from_millis(self.last_send_ms.load(Ordering::Relaxed));
@@ -65,7 +72,6 @@ impl InputState {
 pub struct Input {
     tx: mpsc::Sender<Feed>,
     state: Arc<InputState>,
-    shared: Arc<Shared>,
 }
 
 impl Input {
@@ -76,11 +82,12 @@ impl Input {
     /// the pipeline is gone).
     pub fn send(&mut self, item: Item) -> Result<(), Error> {
         self.state.touch();
-        self.tx.send(Feed::Item(item)).map_err(|_| {
-            self.shared
-                .take_secondary()
-                .unwrap_or_else(|| Error::Closed("the pipeline's input thread stopped".into()))
-        })
+        self.tx
+            .send(Feed::Item(item))
+            .map_err(|_| match self.state.failure() {
+                Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
+                None => Error::Closed("the pipeline's input thread stopped".into()),
+            })
     }
 
     /// Closes the input (the same as dropping it).
@@ -105,15 +112,16 @@ pub(crate) struct Feeder {
 }
 
 impl Feeder {
-    pub(crate) fn start(
-        mut out: Outputs,
-        workers: usize,
-        shared: Arc<Shared>,
-        cancel: Arc<AtomicBool>,
-    ) -> Feeder {
+    pub(crate) fn start(mut out: Outputs, workers: usize, cancel: Arc<AtomicBool>) -> Feeder {
         let (tx, rx) = mpsc::channel::<Feed>();
         let stop = Arc::clone(&cancel);
-        let errors = Arc::clone(&shared);
+        let state = Arc::new(InputState {
+            closed: AtomicBool::new(false),
+            last_send_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            failure: Mutex::new(None),
+        });
+        let errors = Arc::clone(&state);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -161,20 +169,14 @@ impl Feeder {
             if let Err(e) = r
                 && !stop.load(Ordering::Relaxed)
             {
-                let mut s = errors.secondary.lock().unwrap_or_else(|e| e.into_inner());
-                s.get_or_insert(Error::Transport(format!("enqueue: {e}")));
+                let mut f = errors.failure.lock().unwrap_or_else(|e| e.into_inner());
+                f.get_or_insert((Instant::now(), e.to_string()));
             }
-        });
-        let state = Arc::new(InputState {
-            closed: AtomicBool::new(false),
-            last_send_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
         });
         Feeder {
             input: Some(Input {
                 tx,
                 state: Arc::clone(&state),
-                shared: Arc::clone(&shared),
             }),
             state,
             handle: Some(handle),

@@ -296,7 +296,9 @@ impl Pipeline {
                 "input already closed, or handed out by Pipeline::input".into(),
             ));
         };
-        input.send(item).inspect_err(|_| self.failed = true)
+        // A failed input is reported here and, with the process that explains it when there is
+        // one, by `dequeue`: the pipeline is not marked failed yet.
+        input.send(item)
     }
 
     /// Enqueue mode: takes the input as a handle whose drop closes it (like a channel's
@@ -375,11 +377,10 @@ impl Pipeline {
                 }
             }
             let since = *self.waiting_since.get_or_insert_with(Instant::now);
-            let watch = self
-                .feeder
-                .as_ref()
-                .filter(|_| !self.warned && !self.warn_idle.is_zero())
-                .map(|f| Arc::clone(&f.state));
+            let input = self.feeder.as_ref().map(|f| Arc::clone(&f.state));
+            let watch = input
+                .clone()
+                .filter(|_| !self.warned && !self.warn_idle.is_zero());
             let (warn_idle, id) = (self.warn_idle, self.plan.id.as_str());
             let warned = &mut self.warned;
             let Some(inputs) = self.inputs.as_mut() else {
@@ -408,10 +409,17 @@ impl Pipeline {
                 }
                 // Only primary failures here: a secondary one (a child that lost a peer) may
                 // race with the error report that explains it, which is still in a ring.
-                match shared.take_primary() {
-                    Some(e) => Err(e),
-                    None => Ok(()),
+                if let Some(e) = shared.take_primary() {
+                    return Err(e);
                 }
+                // The input thread stopped (the first stage cannot take more): after a moment
+                // for the supervisor to name a dead process behind it, that is the error.
+                if let Some((at, m)) = input.as_ref().and_then(|st| st.failure())
+                    && at.elapsed() > Duration::from_millis(500)
+                {
+                    return Err(Error::Transport(format!("enqueue: {m}")));
+                }
+                Ok(())
             };
             match inputs.next(&mut idle) {
                 Ok(Some((_, frames))) => self.handle(frames)?,
