@@ -59,7 +59,7 @@ const READY_AT: usize = 40;
 /// A copy of a segment's header, read once from shared memory and validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentInfo {
-    /// [`LAYOUT_VERSION`].
+    /// The layout version (this build understands only its own).
     pub version: u32,
     /// Pid of the creating process (as the creator wrote it: a hint, never trusted for
     /// anything but error messages and liveness checks that treat "cannot tell" as alive).

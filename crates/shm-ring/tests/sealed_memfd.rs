@@ -60,6 +60,17 @@ fn a_peer_cannot_truncate_or_grow_a_sealed_channel() {
     assert_eq!(rustix::fs::ftruncate(&peer, len / 2), Err(Errno::PERM));
     assert_eq!(rustix::fs::ftruncate(&peer, len * 2), Err(Errno::PERM));
     assert_eq!(rustix::fs::fstat(&peer).unwrap().st_size as u64, len);
+    // Another process of ours reaching the memfd through /proc/<pid>/fd: refused too.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&peer);
+    let out = std::process::Command::new("truncate")
+        .args(["-s", "0", &format!("/proc/{}/fd/{fd}", std::process::id())])
+        .output()
+        .expect("run truncate");
+    assert!(
+        !out.status.success(),
+        "truncate from another process succeeded"
+    );
+    assert_eq!(rustix::fs::fstat(&peer).unwrap().st_size as u64, len);
     // The consumer keeps working.
     assert_eq!(first(&mut rx).unwrap(), 1.0);
     send_one(&mut tx, 2.0);

@@ -80,7 +80,8 @@ impl Receiver {
     /// the same user. One consumer at a time.
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::NotASegment`], [`Error::VersionMismatch`],
+    /// [`Error::NotFound`], [`Error::Untrusted`] (not a regular file of ours with mode 0600),
+    /// [`Error::NotASegment`], [`Error::VersionMismatch`],
     /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
     /// [`Error::PeerDied`] (the creator is gone).
     pub fn open(name: &str) -> Result<Receiver, Error> {
