@@ -345,8 +345,9 @@ fn field_size(f: &FieldB<'_>, place: Place) -> usize {
     }
 }
 
-/// Checks limits of the encoding (name and string lengths, dimensions) before encoding.
-pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
+/// Names must be unique within a record (or two lookups of one name could disagree).
+#[cold]
+fn check_unique(m: &MessageBuilder<'_>) -> Result<(), Error> {
     for r in 0..m.records() {
         let fields = &m.fields[m.record_range(r)];
         for (i, f) in fields.iter().enumerate().skip(1) {
@@ -357,6 +358,14 @@ pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
                 )));
             }
         }
+    }
+    Ok(())
+}
+
+/// Checks limits of the encoding (name and string lengths, dimensions) before encoding.
+pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
+    if m.fields.len() > 1 {
+        check_unique(m)?;
     }
     for f in &m.fields {
         if f.name.len() > 255 {
@@ -554,6 +563,7 @@ const COPY_WHOLE: usize = 4096;
 ///
 /// # Safety
 /// `src` must be valid for reads of `len` bytes; `dst.len() == len`.
+#[inline]
 pub(crate) unsafe fn copy_for_parse(src: *const u8, len: usize, dst: &mut [u8]) {
     debug_assert_eq!(dst.len(), len);
     let cp = |dst: &mut [u8], from: usize, to: usize| {
@@ -569,6 +579,25 @@ pub(crate) unsafe fn copy_for_parse(src: *const u8, len: usize, dst: &mut [u8]) 
         cp(dst, 0, len);
         return;
     }
+    // SAFETY: forwarded contract.
+    unsafe { copy_headers(src, len, dst) }
+}
+
+/// The large-body half of [`copy_for_parse`].
+///
+/// # Safety
+/// As [`copy_for_parse`].
+#[inline(never)]
+unsafe fn copy_headers(src: *const u8, len: usize, dst: &mut [u8]) {
+    let cp = |dst: &mut [u8], from: usize, to: usize| {
+        let to = to.min(len);
+        if from < to {
+            // SAFETY: from < to <= len: inside both buffers (caller's contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.add(from), dst.as_mut_ptr().add(from), to - from)
+            };
+        }
+    };
     cp(dst, 0, BODY_HEADER);
     let n_records = rd_u32(dst, 8);
     let end = (rd_u32(dst, 12) as usize).min(len);
@@ -651,6 +680,7 @@ pub(crate) struct DataRef<'a> {
 
 impl<'a> DataRef<'a> {
     /// Array data read from `body` itself (private bytes).
+    #[inline]
     pub(crate) fn private(body: &'a [u8]) -> Self {
         DataRef {
             ptr: body.as_ptr(),
@@ -663,6 +693,7 @@ impl<'a> DataRef<'a> {
     ///
     /// # Safety
     /// `ptr` must be valid for reads of `len` bytes for `'a` (mapped, not unmapped meanwhile).
+    #[inline]
     pub(crate) unsafe fn shared(ptr: *const u8, len: usize) -> Self {
         DataRef {
             ptr,
@@ -672,6 +703,7 @@ impl<'a> DataRef<'a> {
     }
 
     /// The array bytes `at..at + len`, bounds-checked.
+    #[inline]
     fn slice(&self, at: usize, len: usize) -> Option<&'a [u8]> {
         if at.checked_add(len)? > self.len {
             return None;
@@ -691,6 +723,7 @@ impl<'a> MessageView<'a> {
 
     /// Validates the body header of `body` (private bytes); inline array data is read from
     /// `data`, which must hold at least `body.len()` bytes laid out the same.
+    #[inline]
     pub(crate) fn parse_with(
         body: &'a [u8],
         data: DataRef<'a>,
@@ -875,6 +908,17 @@ pub enum FieldRef<'a> {
     Array(ArrayInfo<'a>),
 }
 
+/// `Err` if a field named `name` (or a corrupt field) follows in `fields`.
+#[inline(never)]
+fn rest_has(mut fields: Fields<'_>, name: &str) -> Result<(), Error> {
+    while let Some(g) = fields.find(name) {
+        if g?.name() == name {
+            return Err(duplicate(name));
+        }
+    }
+    Ok(())
+}
+
 fn duplicate(name: &str) -> Error {
     corrupt(format!("field '{name}' appears twice in one record"))
 }
@@ -925,6 +969,7 @@ impl<'a> Fields<'a> {
     /// Skips to the field called `name` reading only the headers of the fields before it
     /// (every skip is bounds-checked; anything odd falls back to the full parse, which reports
     /// it), then parses that field.
+    #[inline]
     fn find(&mut self, name: &str) -> Option<Result<FieldRef<'a>, Error>> {
         let b = self.rec.body;
         let end = self.rec.end;
@@ -1078,10 +1123,8 @@ impl<'a> RecordView<'a> {
             if f.name() == name {
                 // A second field of that name would make two lookups disagree (one field's
                 // dtype, another's bytes): refuse the record.
-                while let Some(g) = fields.find(name) {
-                    if g?.name() == name {
-                        return Err(duplicate(name));
-                    }
+                if fields.left > 0 {
+                    rest_has(fields, name)?;
                 }
                 return Ok(f);
             }

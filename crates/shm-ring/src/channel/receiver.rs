@@ -109,10 +109,16 @@ impl RxShared {
     }
 
     /// `Err(Corrupt)` once the completion ring broke.
+    #[inline]
     fn check(&self) -> Result<(), Error> {
         if !self.is_broken.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
         }
+        self.broken_error()
+    }
+
+    #[cold]
+    fn broken_error(&self) -> Result<(), Error> {
         let why = self.broken.lock().ok().and_then(|b| b.clone());
         Err(corrupt(format!(
             "{}: pool blocks can no longer be handed back",
@@ -569,7 +575,6 @@ impl Receiver {
         let mut done = 0usize;
         let mut blocks: SmallVec<[u32; 16]> = SmallVec::new();
         let mut dropped = None;
-        let mut scratch = std::mem::take(&mut self.scratch);
         let result = loop {
             let (n, block) = match rec {
                 Rec::Inline { n_slots, .. } => (n_slots, None),
@@ -578,10 +583,10 @@ impl Receiver {
             };
             if !matches!(rec, Rec::Pad(_)) {
                 let (src, len) = self.body_src(&rec);
-                if scratch.len() < len.div_ceil(8) {
-                    scratch.resize(len.div_ceil(8), 0);
+                if self.scratch.len() < len.div_ceil(8) {
+                    self.scratch.resize(len.div_ceil(8), 0);
                 }
-                let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..len];
+                let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.scratch)[..len];
                 // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, kept
                 // alive by `self.shared`; `body` is private and `len` bytes long. A producer
                 // writing the source meanwhile only changes the bytes we copy, which are then
@@ -616,7 +621,6 @@ impl Receiver {
                 Err(e) => break Err(e),
             }
         };
-        self.scratch = scratch;
         self.desc.release(0);
         blocks.sort_unstable();
         blocks.dedup();
