@@ -46,6 +46,12 @@ pub enum Error {
         /// Bytes free on the file system when creation failed.
         available: u64,
     },
+    /// A sender had to wait, but no consumer attached within
+    /// [`ChannelConfig::attach_timeout`](crate::ChannelConfig::attach_timeout).
+    NoConsumer {
+        /// How long the channel has been without a consumer.
+        waited: std::time::Duration,
+    },
     /// A segment of that name exists already.
     AlreadyExists(String),
     /// No segment of that name exists.
@@ -150,6 +156,13 @@ impl fmt::Display for Error {
                  `mount -o remount,size=1G /dev/shm`) or configure a smaller pool",
                 *needed as f64 / 1048576.0,
                 *available as f64 / 1048576.0
+            ),
+            Error::NoConsumer { waited } => write!(
+                f,
+                "no consumer attached to the channel in {waited:.1?} \
+                 (ChannelConfig::attach_timeout): start the consumer (Receiver::open or \
+                 Receiver::open_timeout), check that it did not die before attaching, or raise \
+                 ChannelConfig::attach_timeout"
             ),
             Error::AlreadyExists(n) => write!(
                 f,

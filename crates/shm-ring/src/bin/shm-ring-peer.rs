@@ -10,6 +10,7 @@
 //! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created"
+//! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
 //! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
 //! shm-ring-peer fill-anon BYTES           create an anonymous channel whose pool totals BYTES,
 //!                                         write every pool byte; print "filled BYTES"
@@ -196,6 +197,17 @@ mod real {
                 say(&format!("filled {total}"));
                 Ok(())
             })(),
+            "open" => match Receiver::open(&arg(1)) {
+                Ok(_) => {
+                    say("opened");
+                    Ok(())
+                }
+                Err(Error::Busy(pid)) => {
+                    say(&format!("busy {pid}"));
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            },
             "corrupt" => (|| {
                 let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
                 let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;

@@ -29,13 +29,15 @@ impl Default for WaitConfig {
 pub struct ChannelConfig {
     /// Descriptor ring capacity in slots: a power of two, 2 to 2^20 (default 1024).
     pub slots: u32,
-    /// Bytes per slot: a multiple of 64 from 64 to 65536 (default 64). Small messages travel
-    /// inline in one or more slots.
+    /// Bytes per slot: a multiple of 64 from 64 to 65536 (default 64), with `slots x
+    /// slot_size` at most 4 GiB (lengths travel as `u32`). Small messages travel inline in
+    /// one or more slots.
     pub slot_size: u32,
     /// Number of pool blocks (default 16; 0 disables zero-copy).
     pub blocks: u32,
-    /// Bytes per pool block (default 1 MiB); one zero-copy array, or one large message body,
-    /// per block.
+    /// Bytes per pool block (default 1 MiB), from 64 bytes to 4 GiB - 64 (lengths travel as
+    /// `u32`); one zero-copy array, or one large message body, per block. Ignored when
+    /// `blocks` is 0.
     pub block_size: usize,
     /// Per-array transfer policy.
     pub transfer: Transfer,
@@ -49,6 +51,12 @@ pub struct ChannelConfig {
     /// mapping, and reads everything sent before it sees the close): the drop does not wait.
     /// Anonymous channels never linger.
     pub linger: Duration,
+    /// How long a sender that must wait (ring full or pool empty) waits for a consumer that
+    /// has not attached yet, counted from creation (or from the death of the previous
+    /// consumer), before its call fails with [`Error::NoConsumer`](crate::Error::NoConsumer)
+    /// (default 30 s). This also covers a consumer that dies before it attaches: the producer
+    /// cannot tell it from one that has not started. `Duration::MAX` waits without bound.
+    pub attach_timeout: Duration,
 }
 
 impl Default for ChannelConfig {
@@ -61,6 +69,7 @@ impl Default for ChannelConfig {
             transfer: Transfer::default(),
             wait: WaitConfig::default(),
             linger: Duration::from_secs(10),
+            attach_timeout: Duration::from_secs(30),
         }
     }
 }

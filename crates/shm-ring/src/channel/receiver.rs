@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::{
-    ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, Message, REC_BLOCK, REC_INLINE, REC_PAD,
-    RECORD_HEADER, ShmRing, WaitConfig, block_on, channel_header,
+    ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL, Layout, Message, REC_BLOCK,
+    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, WaitConfig, block_on, channel_header,
 };
 use crate::error::{Error, corrupt};
-use crate::message::{MessageView, PoolRef};
+use crate::message::{self, DataRef, MessageView, PoolRef};
 use crate::pool::PoolGeom;
 use crate::ring::{self, Storage};
 use crate::segment::Segment;
@@ -25,6 +25,10 @@ pub struct Receiver {
     producer: PeerProcess,
     wait: WaitConfig,
     name: String,
+    /// Private copy of the message being read in place (reused).
+    scratch: Vec<u64>,
+    /// The segment's (device, inode), registered in `OWN_RECEIVERS` while we live.
+    ident: (u64, u64),
 }
 
 #[derive(Debug)]
@@ -32,6 +36,10 @@ pub(super) struct RxShared {
     pub(super) seg: Arc<Segment>,
     pub(super) comp: Mutex<ring::Producer<ShmRing>>,
     pub(super) pool: PoolGeom,
+    /// Why the completion ring cannot take our returns any more (a corrupt index written by
+    /// the producer, or more notes than it holds); every later receive reports it.
+    pub(super) broken: Mutex<Option<String>>,
+    pub(super) is_broken: std::sync::atomic::AtomicBool,
 }
 
 impl RxShared {
@@ -45,26 +53,85 @@ impl RxShared {
     }
 
     /// Hands blocks back to the producer. The completion ring holds every block index at
-    /// once, so this never waits; a full ring means corrupt indices, and the blocks are dropped.
+    /// once, so this never waits.
     pub(super) fn release(&self, blocks: &[u32]) {
-        if blocks.is_empty() {
-            return;
+        if !blocks.is_empty() {
+            self.push(blocks.iter().map(|&b| b as u64));
         }
+    }
+
+    /// Tells the producer that the records at descriptor positions `[from, from + n)` were
+    /// dropped unread, so it takes back the blocks that went out with them.
+    pub(super) fn dropped(&self, from: u32, n: u32) {
+        if n > 0 {
+            self.push(std::iter::once(
+                DROPPED_MARK | (n as u64) << 32 | from as u64,
+            ));
+        }
+    }
+
+    fn push(&self, entries: impl Iterator<Item = u64>) {
         let Ok(mut comp) = self.comp.lock() else {
             return;
         };
         let mut n = 0;
-        for &b in blocks {
-            if comp.free(n + 1).unwrap_or(0) <= n {
-                break;
+        let mut lost = None;
+        for e in entries {
+            match comp.free(n + 1) {
+                Ok(free) if free > n => {}
+                Ok(_) => {
+                    lost = Some(
+                        "the completion ring is full (the producer stopped reading it)".into(),
+                    );
+                    break;
+                }
+                Err(e) => {
+                    lost = Some(format!("completion ring: {e}"));
+                    break;
+                }
             }
-            // SAFETY: slot n past our write position is free (checked above) and 8 bytes long.
-            unsafe { comp.slot(n).cast::<u64>().write(b as u64) };
+            // SAFETY: slot n past our write position is free (checked above), 8 bytes long and
+            // 8-aligned. A hostile producer writing it at the same time can only change what
+            // it reads back: we never read this memory.
+            unsafe { comp.slot(n).cast::<u64>().write_volatile(e) };
             n += 1;
         }
         // SYNC POINT (commit): we are done reading these blocks; the producer may reuse them
         // after its Acquire load of the completion ring's tail.
         comp.commit(n);
+        if let Some(why) = lost {
+            if let Ok(mut b) = self.broken.lock() {
+                b.get_or_insert(why);
+            }
+            self.is_broken
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// `Err(Corrupt)` once the completion ring broke.
+    #[inline]
+    fn check(&self) -> Result<(), Error> {
+        if !self.is_broken.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.broken_error()
+    }
+
+    #[cold]
+    fn broken_error(&self) -> Result<(), Error> {
+        let why = self.broken.lock().ok().and_then(|b| b.clone());
+        Err(corrupt(format!(
+            "{}: pool blocks can no longer be handed back",
+            why.unwrap_or_default()
+        )))
+    }
+}
+
+fn n_of(rec: &Rec) -> u32 {
+    match *rec {
+        Rec::Inline { n_slots, .. } => n_slots,
+        Rec::Block { .. } => 1,
+        Rec::Pad(n) => n,
     }
 }
 
@@ -165,32 +232,51 @@ impl Receiver {
             return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
         }
         let h = channel_header(&seg);
-        // Read each geometry field once, then check the whole layout against the segment.
-        let (slots, slot_size, blocks, comp_slots, block_size) =
-            (h.slots, h.slot_size, h.blocks, h.comp_slots, h.block_size);
-        let block_size = usize::try_from(block_size).map_err(|_| corrupt("block size"))?;
+        // Read each geometry field once (the producer may change them any time), then check
+        // the whole layout, computed from these locals, against the segment.
+        let slots = h.slots.load(Ordering::Relaxed);
+        let slot_size = h.slot_size.load(Ordering::Relaxed);
+        let blocks = h.blocks.load(Ordering::Relaxed);
+        let comp_slots = h.comp_slots.load(Ordering::Relaxed);
+        let block_size = h.block_size.load(Ordering::Relaxed);
+        let geometry = || {
+            format!(
+                "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B, \
+                 {comp_slots} completion slots) does not match a segment of {} bytes",
+                seg.len()
+            )
+        };
+        let block_size = usize::try_from(block_size).map_err(|_| corrupt(geometry()))?;
         let layout = Layout::new(slots, slot_size, blocks, block_size)
-            .map_err(|e| corrupt(format!("channel geometry: {e}")))?;
+            .map_err(|e| corrupt(format!("{}: {e}", geometry())))?;
         if layout.total != seg.len()
             || layout.comp.capacity != comp_slots
             || layout.pool.block_size != block_size
         {
-            return Err(corrupt(format!(
-                "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B) \
-                 does not match a segment of {} bytes",
-                seg.len()
-            )));
+            return Err(corrupt(geometry()));
         }
         let header = seg.header();
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
         let me = sys::pid();
-        h.consumer_start
-            .store(sys::process_start_time(me).unwrap_or(0), Ordering::Release);
-        if let Err(other) =
-            h.consumer_pid
-                .compare_exchange(0, me, Ordering::AcqRel, Ordering::Acquire)
-        {
-            return Err(Error::Busy(other));
+        let start = sys::process_start_time(me).ok_or_else(|| {
+            Error::Os(std::io::Error::other(
+                "cannot read our own start time from /proc/self/stat",
+            ))
+        })?;
+        // Registered before the claim, so a producer in this process that sees the claim
+        // also finds us.
+        let ident = super::file_ident(&seg);
+        super::own_receiver(ident, Some(true));
+        // SYNC POINT (AcqRel CAS): pid and start time are claimed together in one word; a
+        // rejected opener writes nothing.
+        if let Err(other) = h.consumer.compare_exchange(
+            0,
+            super::consumer_word(me, start),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            super::own_receiver(ident, Some(false));
+            return Err(Error::Busy(super::consumer_claim(other).0));
         }
         let seg = Arc::new(seg);
         let desc = ring::Consumer::attach(
@@ -214,11 +300,15 @@ impl Receiver {
                 seg,
                 comp: Mutex::new(comp),
                 pool: layout.pool,
+                broken: Mutex::new(None),
+                is_broken: std::sync::atomic::AtomicBool::new(false),
             }),
             desc,
             producer,
             wait,
             name,
+            scratch: Vec::new(),
+            ident,
         })
     }
 
@@ -285,7 +375,10 @@ impl Receiver {
     /// A corrupt record: skip everything published (we cannot find the next record boundary).
     fn skip_corrupt(&mut self, why: String) -> Error {
         if let Ok(n) = self.desc.available(1) {
+            let from = self.desc.position();
             self.desc.release(n);
+            // The blocks that went out with the skipped records come back to the producer.
+            self.shared.dropped(from, n);
         }
         corrupt(why)
     }
@@ -343,28 +436,24 @@ impl Receiver {
         )
     }
 
-    /// Body bytes of a record at our read position.
-    fn body(&self, rec: &Rec) -> &[u8] {
+    /// Where the body of a record at our read position lies: `len` bytes at the pointer, in
+    /// memory the producer can write at any time (so: never a reference, only copies and the
+    /// documented zero-copy array views).
+    fn body_src(&self, rec: &Rec) -> (*const u8, usize) {
         match *rec {
+            // Validated in `peek`: the record's slots are published, contiguous, and hold
+            // RECORD_HEADER + body_len bytes.
             Rec::Inline { body_len, .. } => {
-                // SAFETY: validated in `peek`: the record's slots are published, contiguous,
-                // and hold RECORD_HEADER + body_len bytes.
-                unsafe {
-                    std::slice::from_raw_parts(self.desc.slot(0).add(RECORD_HEADER), body_len)
-                }
+                (self.desc.slot(0).wrapping_add(RECORD_HEADER), body_len)
             }
-            Rec::Block { block, body_len } => {
-                // SAFETY: validated in `peek`: block < blocks and body_len <= block_size.
-                unsafe {
-                    std::slice::from_raw_parts(
-                        self.shared.seg.as_ptr().add(
-                            self.shared.pool.off + block as usize * self.shared.pool.block_size,
-                        ),
-                        body_len,
-                    )
-                }
-            }
-            Rec::Pad(_) => &[],
+            // Validated in `peek`: block < blocks and body_len <= block_size.
+            Rec::Block { block, body_len } => (
+                self.shared.seg.as_ptr().wrapping_add(
+                    self.shared.pool.off + block as usize * self.shared.pool.block_size,
+                ),
+                body_len,
+            ),
+            Rec::Pad(_) => (std::ptr::null(), 0),
         }
     }
 
@@ -384,13 +473,22 @@ impl Receiver {
     }
 
     fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Message, Error> {
+        self.shared.check()?;
         let rec = self.next_rec(deadline)?;
+        let pos = self.desc.position();
+        let n_slots = match rec {
+            Rec::Inline { n_slots, .. } => n_slots,
+            _ => 1,
+        };
         // Copy the body out of shared memory: validation then works on private bytes that no
         // other process can change, and the slots (or body block) go back at once.
-        let src = self.body(&rec);
-        let mut body = vec![0u64; src.len().div_ceil(8)];
-        bytemuck::cast_slice_mut::<u64, u8>(&mut body)[..src.len()].copy_from_slice(src);
-        let body_len = src.len();
+        let (src, body_len) = self.body_src(&rec);
+        let mut body = vec![0u64; body_len.div_ceil(8)];
+        // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, which
+        // `self.shared.seg` keeps alive; the destination is ours and large enough. The source
+        // may change under the copy (a hostile producer): we only get different bytes, which
+        // are then validated as private data.
+        unsafe { std::ptr::copy_nonoverlapping(src, body.as_mut_ptr().cast::<u8>(), body_len) };
         self.finish(&rec);
         let mut blocks: SmallVec<[u32; 4]> = SmallVec::new();
         let parsed = {
@@ -414,6 +512,8 @@ impl Receiver {
             }),
             Err(e) => {
                 self.shared.release(&blocks);
+                // Blocks named after the failing field go back too.
+                self.shared.dropped(pos, n_slots);
                 Err(e)
             }
         }
@@ -482,10 +582,12 @@ impl Receiver {
         timeout: Option<Duration>,
         mut f: impl FnMut(MessageView<'_>),
     ) -> Result<usize, Error> {
+        self.shared.check()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut rec = self.next_rec(deadline)?;
         let mut done = 0usize;
         let mut blocks: SmallVec<[u32; 16]> = SmallVec::new();
+        let mut dropped = None;
         let result = loop {
             let (n, block) = match rec {
                 Rec::Inline { n_slots, .. } => (n_slots, None),
@@ -493,9 +595,20 @@ impl Receiver {
                 Rec::Pad(n) => (n, None),
             };
             if !matches!(rec, Rec::Pad(_)) {
-                let body = self.body(&rec);
-                let pool = self.shared.pool();
-                let view = MessageView::parse(body, pool);
+                let (src, len) = self.body_src(&rec);
+                if self.scratch.len() < len.div_ceil(8) {
+                    self.scratch.resize(len.div_ceil(8), 0);
+                }
+                let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.scratch)[..len];
+                // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, kept
+                // alive by `self.shared`; `body` is private and `len` bytes long. A producer
+                // writing the source meanwhile only changes the bytes we copy, which are then
+                // validated as private data.
+                unsafe { message::copy_for_parse(src, len, body) };
+                let body: &[u8] = body;
+                // SAFETY: `len` bytes at `src` stay mapped while `self` is borrowed here.
+                let data = unsafe { DataRef::shared(src, len) };
+                let view = MessageView::parse_with(body, data, self.shared.pool());
                 let mut ok = view.and_then(|v| v.for_each_block(|b| blocks.push(b)).map(|_| v));
                 if let Ok(v) = ok.as_mut() {
                     f(*v);
@@ -505,6 +618,7 @@ impl Receiver {
                     blocks.push(b);
                 }
                 if let Err(e) = ok {
+                    dropped = Some(self.desc.position());
                     self.desc.skip(n);
                     break Err(e);
                 }
@@ -524,12 +638,25 @@ impl Receiver {
         blocks.sort_unstable();
         blocks.dedup();
         self.shared.release(&blocks);
+        if let Some(from) = dropped {
+            // A message that failed validation: every block it named comes back, also those
+            // after the failing field (after the returns above, so none is returned twice).
+            self.shared.dropped(
+                from,
+                if matches!(rec, Rec::Inline { .. }) {
+                    n_of(&rec)
+                } else {
+                    1
+                },
+            );
+        }
         result
     }
 }
 
 impl Drop for Receiver {
     fn drop(&mut self) {
+        super::own_receiver(self.ident, Some(false));
         let h = self.header();
         h.consumer_closed.store(1, Ordering::SeqCst);
         // Wake a producer asleep on a full ring or an empty pool.

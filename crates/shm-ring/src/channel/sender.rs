@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::{
-    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, REC_BLOCK,
-    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, block_on, channel_header,
+    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL,
+    Layout, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, block_on, channel_header,
 };
 use crate::dtype::Element;
 use crate::error::{Error, corrupt};
@@ -60,7 +60,16 @@ pub struct Sender {
     free: Vec<u32>,
     /// `in_flight[b]`: block `b` went out with a message and has not come back.
     in_flight: Vec<bool>,
-    consumer: Option<PeerProcess>,
+    /// `owner[b]`: descriptor position of the record block `b` went out with (so blocks of
+    /// records the consumer had to drop unread can come back).
+    owner: Vec<u32>,
+    /// The segment's (device, inode): a consumer claim naming our own pid is believed only if
+    /// a Receiver of this process has this channel open.
+    ident: (u64, u64),
+    /// The consumer claim word last seen, and what it names.
+    consumer: Option<(u64, Watch)>,
+    /// Since when the channel has had no consumer (None while one is attached).
+    unattached_since: Option<Instant>,
     max_inline: usize,
     /// Slots written but not yet committed (batched sends).
     pending: u32,
@@ -100,18 +109,18 @@ impl Sender {
 
     fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
         let header = ChannelHeader {
-            slots: layout.desc.capacity,
-            slot_size: layout.desc.slot_size,
-            blocks: layout.pool.blocks,
-            comp_slots: layout.comp.capacity,
-            block_size: layout.pool.block_size as u64,
+            slots: AtomicU32::new(layout.desc.capacity),
+            slot_size: AtomicU32::new(layout.desc.slot_size),
+            blocks: AtomicU32::new(layout.pool.blocks),
+            comp_slots: AtomicU32::new(layout.comp.capacity),
+            block_size: AtomicU64::new(layout.pool.block_size as u64),
             producer_closed: AtomicU32::new(0),
             consumer_closed: AtomicU32::new(0),
-            consumer_pid: AtomicU32::new(0),
-            _pad: 0,
-            consumer_start: AtomicU64::new(0),
+            consumer: AtomicU64::new(0),
+            _reserved: AtomicU64::new(0),
         };
-        // SAFETY: the segment is fresh (zero-filled), unpublished, and large enough (layout).
+        // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
+        // segment header before `publish`), large enough (layout) and 128-aligned here.
         unsafe {
             seg.as_ptr()
                 .add(CHANNEL_HEADER_AT)
@@ -142,6 +151,7 @@ impl Sender {
             geom: layout.pool,
             orphans: Mutex::new(Vec::new()),
         });
+        let ident = super::file_ident(&seg);
         Ok(Sender {
             seg,
             home,
@@ -150,7 +160,10 @@ impl Sender {
             cfg: *cfg,
             free: (0..layout.pool.blocks).rev().collect(),
             in_flight: vec![false; layout.pool.blocks as usize],
+            owner: vec![0; layout.pool.blocks as usize],
+            ident,
             consumer: None,
+            unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
             pending: 0,
             stats: SenderStats::default(),
@@ -199,6 +212,18 @@ impl Sender {
         for i in 0..n {
             // SAFETY: slot i is published by the consumer (available) and 8 bytes long.
             let b = unsafe { self.comp.slot(i).cast::<u64>().read() };
+            if b & DROPPED_MARK != 0 {
+                // The consumer dropped the records at positions [from, from + n) unread:
+                // every block still out with one of them comes back.
+                let (from, n) = (b as u32, ((b & !DROPPED_MARK) >> 32) as u32);
+                for (blk, out) in self.in_flight.iter_mut().enumerate() {
+                    if *out && self.owner[blk].wrapping_sub(from) < n {
+                        *out = false;
+                        self.free.push(blk as u32);
+                    }
+                }
+                continue;
+            }
             let ok = b < self.in_flight.len() as u64 && self.in_flight[b as usize];
             if !ok {
                 self.comp.release(i + 1);
@@ -223,23 +248,61 @@ impl Sender {
         if h.consumer_closed.load(Ordering::SeqCst) != 0 {
             return Err(Error::Disconnected);
         }
-        let pid = h.consumer_pid.load(Ordering::Acquire);
-        if pid == 0 {
+        // SYNC POINT (Acquire): pairs with the consumer's claiming CAS; pid and start time
+        // arrive together in one word.
+        let word = h.consumer.load(Ordering::Acquire);
+        if word == 0 {
+            let since = *self.unattached_since.get_or_insert_with(Instant::now);
+            let waited = since.elapsed();
+            if waited >= self.cfg.attach_timeout {
+                return Err(Error::NoConsumer { waited });
+            }
             return Ok(());
         }
-        if self.consumer.as_ref().map(|c| c.pid()) != Some(pid) {
-            let start = h.consumer_start.load(Ordering::Acquire);
-            self.consumer = Some(PeerProcess::watch(pid, start));
+        self.unattached_since = None;
+        if self.consumer.as_ref().map(|c| c.0) != Some(word) {
+            let watch = self.judge_claim(word)?;
+            self.consumer = Some((word, watch));
         }
-        if self.consumer.as_ref().is_some_and(|c| c.is_dead()) {
-            return Err(self.reclaim_dead_consumer(pid));
+        let dead = match &self.consumer {
+            Some((_, Watch::Peer(p))) => p.is_dead(),
+            Some((_, Watch::Dead)) => true,
+            _ => false,
+        };
+        if dead {
+            return Err(self.reclaim_dead_consumer(word));
         }
         Ok(())
     }
 
+    /// Validates a consumer claim read from shared memory (see `ChannelHeader::consumer`).
+    fn judge_claim(&self, word: u64) -> Result<Watch, Error> {
+        let (pid, start_lo) = super::consumer_claim(word);
+        if pid == 0 {
+            return Err(corrupt(format!("consumer claim {word:#x} names no pid")));
+        }
+        if pid == sys::pid() {
+            // A consumer in this very process: believe it only if one has this channel open.
+            return if super::own_receiver(self.ident, None) {
+                Ok(Watch::Own)
+            } else {
+                Err(corrupt(format!(
+                    "consumer claim names this process ({pid}), which has no receiver on the channel"
+                )))
+            };
+        }
+        Ok(match sys::process_start_time(pid) {
+            // The pid and the start time must name one live process: anything else (no such
+            // process, a recycled pid, garbage) is a consumer that is gone.
+            Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
+            _ => Watch::Dead,
+        })
+    }
+
     /// The consumer died: everything in flight comes back, the ring is emptied, and a new
     /// consumer may attach.
-    fn reclaim_dead_consumer(&mut self, pid: u32) -> Error {
+    fn reclaim_dead_consumer(&mut self, word: u64) -> Error {
+        let pid = super::consumer_claim(word).0;
         let _ = self.collect_returns();
         let mut reclaimed = 0;
         for (b, f) in self.in_flight.iter_mut().enumerate() {
@@ -256,15 +319,18 @@ impl Sender {
             self.comp.release(n);
         }
         self.consumer = None;
-        let h = self.header();
-        h.consumer_start.store(0, Ordering::Relaxed);
-        h.consumer_pid.store(0, Ordering::SeqCst);
+        self.unattached_since = Some(Instant::now());
+        // Free the claim for a new consumer, unless one has already replaced it.
+        let _ =
+            self.header()
+                .consumer
+                .compare_exchange(word, 0, Ordering::SeqCst, Ordering::Relaxed);
         Error::PeerDied { pid, reclaimed }
     }
 
     /// Pid of the attached consumer, if one is attached.
     pub fn consumer_pid(&self) -> Option<u32> {
-        match self.header().consumer_pid.load(Ordering::Acquire) {
+        match super::consumer_claim(self.header().consumer.load(Ordering::Acquire)).0 {
             0 => None,
             pid => Some(pid),
         }
@@ -632,6 +698,7 @@ impl Sender {
             self.pending += pad;
         }
         let rec = self.desc.slot(self.pending);
+        let rec_pos = self.desc.position().wrapping_add(self.pending);
         match body_block {
             None => {
                 // SAFETY: n_slots contiguous free slots start at `rec` (reserve_slots), holding
@@ -656,6 +723,7 @@ impl Sender {
         }
         for b in taken {
             self.in_flight[b as usize] = true;
+            self.owner[b as usize] = rec_pos;
         }
         for (f, p) in msg.fields.iter_mut().zip(&places) {
             if let FieldSrc::Array { data, .. } = &mut f.src {
@@ -663,6 +731,7 @@ impl Sender {
                 if let ArraySrc::Loan(t) = std::mem::replace(data, ArraySrc::Borrowed(&[])) {
                     let b = (*t).take();
                     self.in_flight[b as usize] = true;
+                    self.owner[b as usize] = rec_pos;
                 }
                 match p {
                     Place::Block(_) => self.stats.zero_copy_arrays += 1,
@@ -678,6 +747,17 @@ impl Sender {
     /// Closes the channel: the consumer receives everything sent so far, then
     /// [`Error::Disconnected`]. Same as dropping the sender.
     pub fn close(self) {}
+}
+
+/// What a consumer claim names.
+#[derive(Debug)]
+enum Watch {
+    /// A receiver in this process.
+    Own,
+    /// Another live process.
+    Peer(PeerProcess),
+    /// A process that does not exist (any more), or a claim that names none.
+    Dead,
 }
 
 /// Writes a 16-byte record header: n_slots u32, kind u32, body_len u32, block u32.
@@ -712,7 +792,7 @@ impl Sender {
         let mut pause = Duration::from_micros(200);
         loop {
             let h = self.header();
-            if h.consumer_pid.load(Ordering::Acquire) != 0
+            if h.consumer.load(Ordering::Acquire) != 0
                 || h.consumer_closed.load(Ordering::Acquire) != 0
             {
                 return;
