@@ -60,6 +60,9 @@ pub use calibrate::{Calibration, calibrate};
 #[cfg(not(loom))]
 pub use channel::{ChannelConfig, Message, Receiver, Sender, SenderStats, WaitConfig};
 #[cfg(not(loom))]
+#[doc(hidden)]
+pub use channel::{ChannelLayout, channel_layout};
+#[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
 pub use error::Error;
