@@ -1304,3 +1304,42 @@ pub fn decode(body: &[u8]) -> Result<MessageView<'_>, Error> {
     v.validate_all(|_| {})?;
     Ok(v)
 }
+
+/// Runs the consumer's in-place read path over `body` (as if it lay in shared memory): the
+/// header copy, the parse, full validation and every accessor. Returns the number of fields
+/// read. For fuzzing the decoder; not a stable API.
+///
+/// # Errors
+/// [`Error::Corrupt`] (or a lookup error) on an invalid encoding.
+#[doc(hidden)]
+pub fn read_in_place(body: &[u8]) -> Result<usize, Error> {
+    let mut scratch = vec![0u64; body.len().div_ceil(8)];
+    let copy = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..body.len()];
+    // SAFETY: `body` is valid for its length; `copy` has the same length.
+    unsafe { copy_for_parse(body.as_ptr(), body.len(), copy) };
+    let copy: &[u8] = copy;
+    let v = MessageView::parse_with(copy, DataRef::private(body), PoolRef::empty())?;
+    let mut n = 0;
+    for r in v.records() {
+        let r = r?;
+        for f in r.fields() {
+            let f = f?;
+            n += 1;
+            match &f {
+                FieldRef::Array(a) => {
+                    let _ = r.array_info(a.name)?;
+                    if a.dtype == DType::Bool {
+                        let _ = r.array_bool(a.name);
+                    } else {
+                        let _ = r.array_bytes(a.name)?;
+                    }
+                }
+                FieldRef::Meta(name, _) => {
+                    let _ = r.meta(name);
+                }
+            }
+        }
+    }
+    v.validate_all(|_| {})?;
+    Ok(n)
+}
