@@ -409,8 +409,27 @@ pub(crate) fn body_len(m: &MessageBuilder<'_>, places: &[Place]) -> usize {
 /// Writes the body into `dst` (exactly `body_len` bytes, 8-aligned). Arrays placed in blocks
 /// are only referenced here; the caller copies their data.
 pub(crate) fn encode(m: &MessageBuilder<'_>, places: &[Place], dst: &mut [u8]) {
-    let total = dst.len();
-    let mut w = Writer { dst, pos: 0 };
+    // SAFETY: a private slice is valid for writes of its length.
+    unsafe { encode_raw(m, places, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// [`encode`] into `total` bytes at `dst`, which may be shared memory the peer can write (it
+/// is only ever written through the pointer, never referenced).
+///
+/// # Safety
+/// `dst` must be valid for writes of `total` bytes, 8-aligned, and `total` must be the
+/// message's `body_len`.
+pub(crate) unsafe fn encode_raw(
+    m: &MessageBuilder<'_>,
+    places: &[Place],
+    dst: *mut u8,
+    total: usize,
+) {
+    let mut w = Writer {
+        dst,
+        len: total,
+        pos: 0,
+    };
     w.u32(BODY_MAGIC);
     w.u32(m.tag);
     w.u32(m.records() as u32);
@@ -485,15 +504,20 @@ pub(crate) fn encode(m: &MessageBuilder<'_>, places: &[Place], dst: &mut [u8]) {
     debug_assert_eq!(w.pos, total);
 }
 
-struct Writer<'d> {
-    dst: &'d mut [u8],
+/// Writes a body through a raw pointer (the destination may be shared memory).
+struct Writer {
+    dst: *mut u8,
+    len: usize,
     pos: usize,
 }
 
-impl Writer<'_> {
+impl Writer {
     #[inline]
     fn bytes(&mut self, b: &[u8]) {
-        self.dst[self.pos..self.pos + b.len()].copy_from_slice(b);
+        assert!(b.len() <= self.len - self.pos, "encoder overran its body");
+        // SAFETY: `pos + b.len() <= len` (checked), and `dst` is valid for `len` bytes of
+        // writes (`encode_raw`'s contract); `b` is our own memory, not the destination.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.dst.add(self.pos), b.len()) };
         self.pos += b.len();
     }
     #[inline]
@@ -507,7 +531,9 @@ impl Writer<'_> {
     #[inline]
     fn align8(&mut self) {
         let n = pad8(self.pos) - self.pos;
-        self.dst[self.pos..self.pos + n].fill(0);
+        assert!(n <= self.len - self.pos, "encoder overran its body");
+        // SAFETY: in bounds (checked), see `bytes`.
+        unsafe { std::ptr::write_bytes(self.dst.add(self.pos), 0, n) };
         self.pos += n;
     }
 }
@@ -543,8 +569,10 @@ impl<'a> PoolRef<'a> {
             )));
         }
         // SAFETY: idx < blocks and len <= block_size, so the range lies inside the pool, which
-        // is mapped for 'a (the lifetime of the guard or receiver that made this PoolRef). The
-        // bytes are plain data: any value is a valid u8.
+        // is mapped for 'a (the lifetime of the guard or receiver that made this PoolRef). This
+        // is the documented zero-copy array view: the producer may still change the bytes (any
+        // value is a valid u8, and only element types valid for every bit pattern are viewed),
+        // never the range, which was validated on a private copy of the message.
         Ok(unsafe {
             std::slice::from_raw_parts(self.base.add(idx as usize * self.block_size), len as usize)
         })
@@ -825,7 +853,7 @@ impl<'a> MessageView<'a> {
         Ok(())
     }
 
-    /// The raw body bytes.
+    /// The raw body bytes (a private copy: no other process can change them).
     pub fn body(&self) -> &'a [u8] {
         self.body
     }
@@ -894,7 +922,9 @@ pub struct ArrayInfo<'a> {
     pub shape: SmallVec<[usize; 4]>,
     /// Whether the data lives in its own pool block (zero-copy) rather than in the body.
     pub zero_copy: bool,
-    /// The data.
+    /// The data, where it lies in shared memory (a pool block, or the ring for a large
+    /// in-place read): a hostile producer may change these values while you read them, never
+    /// their length or location.
     pub bytes: &'a [u8],
     block: Option<u32>,
 }
@@ -1179,6 +1209,11 @@ impl<'a> RecordView<'a> {
     }
 
     /// The array `name` as an ndarray view.
+    ///
+    /// The view is zero-copy over shared memory for arrays in a pool block (and for in-place
+    /// reads, [`crate::Receiver::recv_batch`]): a hostile producer can change the values while
+    /// you read them, never the shape or bounds (validated on a private copy). Copy the view
+    /// (`to_owned()`) before trusting values you check.
     ///
     /// # Errors
     /// [`Error::NoSuchField`], [`Error::DTypeMismatch`], [`Error::Corrupt`] (also if the data is

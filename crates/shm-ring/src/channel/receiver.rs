@@ -560,6 +560,10 @@ impl Receiver {
     /// Waits for at least one message, then lets `f` read up to `max` messages in place, all
     /// released together at the end (one index store). Returns how many were read.
     ///
+    /// Names, metadata and shapes are read from a private copy of each message; array data is
+    /// read where it lies in shared memory (zero-copy), so a hostile producer can change array
+    /// values during `f`, never their bounds.
+    ///
     /// # Errors
     /// As [`Receiver::recv_timeout`]; a corrupt message ends the batch with [`Error::Corrupt`]
     /// after the messages before it were handed to `f`.

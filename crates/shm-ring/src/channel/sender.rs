@@ -682,7 +682,6 @@ impl Sender {
             }
         };
         // 3. Write the record (and the body) and hand the blocks over.
-        let slot_size = self.desc.shape().slot_size as usize;
         if pad > 0 {
             let p = self.desc.slot(self.pending);
             // SAFETY: the pad slots are free (reserved above) and at least 16 bytes long.
@@ -694,23 +693,21 @@ impl Sender {
         match body_block {
             None => {
                 // SAFETY: n_slots contiguous free slots start at `rec` (reserve_slots), holding
-                // RECORD_HEADER + body_len bytes; slot memory is 8-aligned.
-                let dst = unsafe {
+                // RECORD_HEADER + body_len bytes (body_len < max_inline); slot memory is
+                // 8-aligned. Written through pointers only: a hostile consumer writing these
+                // slots meanwhile only spoils the message it is about to read.
+                unsafe {
                     write_record_header(rec, n_slots, REC_INLINE, body_len as u32, 0);
-                    std::slice::from_raw_parts_mut(
-                        rec.add(RECORD_HEADER),
-                        n_slots as usize * slot_size - RECORD_HEADER,
-                    )
-                };
-                message::encode(&msg, &places, &mut dst[..body_len]);
+                    message::encode_raw(&msg, &places, rec.add(RECORD_HEADER), body_len);
+                }
             }
             Some(b) => {
-                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned.
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(self.home.block_ptr(b), body_len) };
-                message::encode(&msg, &places, dst);
-                // SAFETY: one free slot at `rec`, at least 16 bytes.
-                unsafe { write_record_header(rec, 1, REC_BLOCK, body_len as u32, b) };
+                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned; one
+                // free slot at `rec`, at least 16 bytes. Pointers only, as above.
+                unsafe {
+                    message::encode_raw(&msg, &places, self.home.block_ptr(b), body_len);
+                    write_record_header(rec, 1, REC_BLOCK, body_len as u32, b);
+                }
             }
         }
         for b in taken {
