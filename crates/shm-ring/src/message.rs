@@ -698,11 +698,12 @@ pub struct MessageView<'a> {
     block_refs: u32,
 }
 
-/// The bytes inline array data is read from: `len` bytes at `ptr`, valid for `'a`.
+/// Where inline array data is read from: as many bytes as the body at `ptr`, valid for `'a`
+/// (the body itself, or the peer-writable original it was copied from). Only the pointer is
+/// kept: every range read through it was checked against the body's length.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct DataRef<'a> {
     ptr: *const u8,
-    len: usize,
     _life: PhantomData<&'a [u8]>,
 }
 
@@ -712,34 +713,33 @@ impl<'a> DataRef<'a> {
     pub(crate) fn private(body: &'a [u8]) -> Self {
         DataRef {
             ptr: body.as_ptr(),
-            len: body.len(),
             _life: PhantomData,
         }
     }
 
-    /// Array data read from `len` bytes at `ptr`, which another process may write.
+    /// Array data read from the bytes at `ptr`, which another process may write.
     ///
     /// # Safety
-    /// `ptr` must be valid for reads of `len` bytes for `'a` (mapped, not unmapped meanwhile).
+    /// `ptr` must be valid for reads, for `'a`, of as many bytes as the body parsed with it.
     #[inline]
-    pub(crate) unsafe fn shared(ptr: *const u8, len: usize) -> Self {
+    pub(crate) unsafe fn shared(ptr: *const u8) -> Self {
         DataRef {
             ptr,
-            len,
             _life: PhantomData,
         }
     }
 
-    /// The array bytes `at..at + len`, bounds-checked.
+    /// The array bytes `at..at + len`.
+    ///
+    /// # Safety
+    /// `at + len` must not exceed the length of the body this data belongs to.
     #[inline]
-    fn slice(&self, at: usize, len: usize) -> Option<&'a [u8]> {
-        if at.checked_add(len)? > self.len {
-            return None;
-        }
-        // SAFETY: inside the `len` readable bytes (checked), valid for 'a (constructor). This
-        // is a zero-copy array view: a hostile producer may change the values while they are
-        // read (documented on `MessageView`); bounds and layout were validated on private bytes.
-        Some(unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) })
+    unsafe fn slice(&self, at: usize, len: usize) -> &'a [u8] {
+        // SAFETY: inside the body's length (caller), for which `ptr` is readable for 'a
+        // (constructor). This is a zero-copy array view: a hostile producer may change the
+        // values while they are read (documented on `MessageView`); bounds and layout were
+        // validated on private bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
     }
 }
 
@@ -750,16 +750,13 @@ impl<'a> MessageView<'a> {
     }
 
     /// Validates the body header of `body` (private bytes); inline array data is read from
-    /// `data`, which must hold at least `body.len()` bytes laid out the same.
+    /// `data` (see [`DataRef`]: as many bytes as `body`, laid out the same).
     #[inline]
     pub(crate) fn parse_with(
         body: &'a [u8],
         data: DataRef<'a>,
         pool: PoolRef<'a>,
     ) -> Result<Self, Error> {
-        if data.len < body.len() {
-            return Err(corrupt("message data shorter than its body"));
-        }
         if body.len() < BODY_HEADER {
             return Err(corrupt(format!("message body of {} bytes", body.len())));
         }
@@ -1104,10 +1101,8 @@ impl<'a> Fields<'a> {
                         if self.pos > end {
                             return Err(corrupt(format!("array '{name}' overruns its record")));
                         }
-                        let bytes = self.rec.data.slice(at, blen as usize).ok_or_else(|| {
-                            corrupt(format!("array '{name}': inline data outside the body"))
-                        })?;
-                        (bytes, None)
+                        // SAFETY: at + blen <= end <= body length (checked just above).
+                        (unsafe { self.rec.data.slice(at, blen as usize) }, None)
                     }
                     LOC_BLOCK => (self.rec.pool.block(a, blen)?, Some(a as u32)),
                     _ => return Err(corrupt(format!("array '{name}': location {loc}"))),
