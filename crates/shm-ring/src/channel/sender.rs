@@ -259,6 +259,10 @@ impl Sender {
         let dead = match &self.consumer {
             Some((_, Watch::Peer(p))) => p.is_dead(),
             Some((_, Watch::Dead)) => true,
+            Some((_, Watch::Unknown)) => {
+                self.consumer = None;
+                false
+            }
             _ => false,
         };
         if dead {
@@ -284,10 +288,16 @@ impl Sender {
             };
         }
         Ok(match sys::process_start_time(pid) {
-            // The pid and the start time must name one live process: anything else (no such
-            // process, a recycled pid, garbage) is a consumer that is gone.
+            // The pid and the start time must name one live process: a recycled pid or a
+            // garbage start time is a consumer that is gone.
             Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
-            _ => Watch::Dead,
+            Some(_) => Watch::Dead,
+            // Only a definite "no such process" counts as dead; anything else (EMFILE,
+            // hidepid, ...) cannot tell, and is asked again at the next check.
+            None => match std::fs::metadata(format!("/proc/{pid}")) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Watch::Dead,
+                _ => Watch::Unknown,
+            },
         })
     }
 
@@ -747,6 +757,8 @@ enum Watch {
     Peer(PeerProcess),
     /// A process that does not exist (any more), or a claim that names none.
     Dead,
+    /// Cannot tell right now (e.g. `/proc` unreadable): not dead; asked again next time.
+    Unknown,
 }
 
 /// Writes a 16-byte record header: n_slots u32, kind u32, body_len u32, block u32.
