@@ -71,3 +71,9 @@ pub use pool::{ArrayLoan, ArrayLoanUninit};
 pub use segment::{NAME_PREFIX, Segment, reclaim_stale};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
+
+// The Rust blocks of docs/shm-ring-api.md run as doc tests of this crate
+// (`cargo test -p shm-ring --doc`), so the page cannot drift from the code.
+#[cfg(all(doctest, not(loom)))]
+#[doc = include_str!("../../../docs/shm-ring-api.md")]
+struct ApiTourDoctests;
