@@ -80,6 +80,14 @@ pub struct ChannelConfig {
     pub transfer: Transfer,
     /// Waiting behaviour of blocked calls (per process; not stored in the segment).
     pub wait: WaitConfig,
+    /// How long a dropped [`Sender`] of a *named* channel keeps its name while no consumer
+    /// has attached yet (default 10 s; zero disables). The drop waits, up to this long, for a
+    /// consumer to attach, so a producer that sends and exits before its consumer starts
+    /// still delivers every message (the consumer opens with [`Receiver::open_timeout`]).
+    /// Once a consumer has attached the name is no longer needed (the consumer holds the
+    /// mapping, and reads everything sent before it sees the close): the drop does not wait.
+    /// Anonymous channels never linger.
+    pub linger: Duration,
 }
 
 impl Default for ChannelConfig {
@@ -91,6 +99,7 @@ impl Default for ChannelConfig {
             block_size: 1 << 20,
             transfer: Transfer::default(),
             wait: WaitConfig::default(),
+            linger: Duration::from_secs(10),
         }
     }
 }
@@ -224,8 +233,11 @@ pub struct SenderStats {
     pub array_bytes: u64,
 }
 
-/// The producer end of a channel. It creates and owns the segment (the name is unlinked when
-/// the sender is dropped). `Send`, not `Sync`.
+/// The producer end of a channel. It creates and owns the segment. Dropping it closes the
+/// channel (the consumer receives everything sent, then [`Error::Disconnected`]) and unlinks
+/// the name; if no consumer has attached yet, the drop first waits up to
+/// [`ChannelConfig::linger`] for one, so a consumer that starts later still finds the channel.
+/// `Send`, not `Sync`.
 ///
 /// # Examples
 /// ```
@@ -613,6 +625,7 @@ impl Sender {
                 what: "a zero-copy array (the pool has no blocks)",
                 needed: 1,
                 limit: 0,
+                setting: "ChannelConfig::blocks",
             });
         }
         // Publish what we batched before we wait: the consumer may need it to free blocks.
@@ -670,15 +683,20 @@ impl Sender {
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} overflows")))?;
         let bytes = len.saturating_mul(std::mem::size_of::<T>());
-        if bytes > self.home.geom.block_size || self.cfg.blocks == 0 {
+        if self.cfg.blocks == 0 {
+            return Err(Error::TooLarge {
+                what: "a loaned array (the pool has no blocks)",
+                needed: 1,
+                limit: 0,
+                setting: "ChannelConfig::blocks",
+            });
+        }
+        if bytes > self.home.geom.block_size {
             return Err(Error::TooLarge {
                 what: "loaned array",
                 needed: bytes,
-                limit: if self.cfg.blocks == 0 {
-                    0
-                } else {
-                    self.home.geom.block_size
-                },
+                limit: self.home.geom.block_size,
+                setting: "ChannelConfig::block_size",
             });
         }
         let block = self.alloc_block(deadline)?;
@@ -774,6 +792,7 @@ impl Sender {
                 what: "message record",
                 needed: n as usize * self.desc.shape().slot_size as usize,
                 limit: self.max_inline,
+                setting: "ChannelConfig::slots (or slot_size)",
             });
         }
         if self.desc.free(need)? >= need {
@@ -841,6 +860,7 @@ impl Sender {
                                 what: "zero-copy array",
                                 needed: len,
                                 limit: self.home.geom.block_size,
+                                setting: "ChannelConfig::block_size",
                             });
                         }
                         new_blocks += 1;
@@ -854,15 +874,20 @@ impl Sender {
         let body_len = message::body_len(&msg, &places);
         let inline = RECORD_HEADER + body_len <= self.max_inline;
         if !inline {
-            if body_len > self.home.geom.block_size || self.cfg.blocks == 0 {
+            if self.cfg.blocks == 0 {
+                return Err(Error::TooLarge {
+                    what: "message body (too large to travel inline)",
+                    needed: RECORD_HEADER + body_len,
+                    limit: self.max_inline,
+                    setting: "ChannelConfig::slots (or slot_size)",
+                });
+            }
+            if body_len > self.home.geom.block_size {
                 return Err(Error::TooLarge {
                     what: "message body",
                     needed: body_len,
-                    limit: if self.cfg.blocks == 0 {
-                        self.max_inline
-                    } else {
-                        self.home.geom.block_size
-                    },
+                    limit: self.home.geom.block_size,
+                    setting: "ChannelConfig::block_size",
                 });
             }
             new_blocks += 1;
@@ -872,6 +897,7 @@ impl Sender {
                 what: "message (pool blocks)",
                 needed: new_blocks,
                 limit: self.cfg.blocks as usize,
+                setting: "ChannelConfig::blocks",
             });
         }
         // 2. Blocks for arrays copied zero-copy, and their data.
@@ -991,6 +1017,33 @@ impl Drop for Sender {
         h.producer_closed.store(1, Ordering::SeqCst);
         // Wake a consumer asleep on the descriptor ring: it will see the flag.
         sys::futex_wake_all(&self.desc.storage().header().tail.0);
+        self.linger();
+    }
+}
+
+impl Sender {
+    /// Keeps a named channel's name (this sender holds the segment) until a consumer has
+    /// attached or closed, or [`ChannelConfig::linger`] has passed.
+    fn linger(&self) {
+        if self.seg.name().is_none() || self.cfg.linger.is_zero() {
+            return;
+        }
+        let deadline = Instant::now() + self.cfg.linger;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let h = self.header();
+            if h.consumer_pid.load(Ordering::Acquire) != 0
+                || h.consumer_closed.load(Ordering::Acquire) != 0
+            {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
     }
 }
 
@@ -1012,6 +1065,51 @@ impl Receiver {
     pub fn open(name: &str) -> Result<Receiver, Error> {
         let seg = Segment::open(name, KIND_CHANNEL)?;
         Self::attach(seg, name.to_string(), WaitConfig::default())
+    }
+
+    /// [`Receiver::open`], waiting up to `timeout` for a producer that has not created the
+    /// channel yet (retrying every few milliseconds). With a producer that may start before
+    /// or after this call, this is the one to use: a dropped [`Sender`] keeps the name for
+    /// [`ChannelConfig::linger`] until a consumer attached, so either start order delivers
+    /// every message.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no channel of that name appeared within `timeout`; otherwise as
+    /// [`Receiver::open`] (not retried).
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::{ChannelConfig, Receiver, Sender};
+    /// use std::time::Duration;
+    /// let name = format!("doc-open-timeout-{}", std::process::id());
+    /// let producer = std::thread::spawn({
+    ///     let name = name.clone();
+    ///     move || {
+    ///         std::thread::sleep(Duration::from_millis(50)); // starts later
+    ///         Sender::create(&name, &ChannelConfig::default())
+    ///     }
+    /// });
+    /// let rx = Receiver::open_timeout(&name, Duration::from_secs(10))?;
+    /// assert_eq!(rx.name(), name);
+    /// # drop(producer.join().unwrap()?);
+    /// # Ok::<(), shm_ring::Error>(())
+    /// ```
+    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Receiver, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            match Segment::open(name, KIND_CHANNEL) {
+                Ok(seg) => return Self::attach(seg, name.to_string(), WaitConfig::default()),
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::NotFound(name.to_string()));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
     }
 
     /// Opens the consumer end of an anonymous channel from its file (see [`Sender::anonymous`]).

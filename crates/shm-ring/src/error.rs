@@ -31,8 +31,11 @@ pub enum Error {
         what: &'static str,
         /// Bytes needed.
         needed: usize,
-        /// Bytes available under the configuration.
+        /// Bytes (or, for [`ChannelConfig::blocks`](crate::ChannelConfig::blocks), blocks)
+        /// available under the configuration.
         limit: usize,
+        /// The setting to raise, e.g. `"ChannelConfig::block_size"`.
+        setting: &'static str,
     },
     /// `/dev/shm` (or the memfd's tmpfs) cannot hold a segment of this size.
     NoSpace {
@@ -78,25 +81,60 @@ pub enum Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Timeout => f.write_str("timed out"),
-            Error::Full => f.write_str("channel full"),
-            Error::Disconnected => f.write_str("peer disconnected"),
+            Error::Timeout => f.write_str(
+                "timed out: the peer did not answer in time (check that the other process is \
+                 running and attached, or pass a longer timeout)",
+            ),
+            Error::Full => f.write_str(
+                "channel full: the consumer has not caught up (use `send`/`send_timeout` to \
+                 wait, or raise ChannelConfig::slots or ChannelConfig::blocks)",
+            ),
+            Error::Disconnected => f.write_str(
+                "the peer closed its end of the channel and everything it sent was received \
+                 (a normal end of stream)",
+            ),
             Error::PeerDied { pid, reclaimed } => {
                 write!(f, "peer process {pid} died without closing the channel")?;
                 if *reclaimed > 0 {
                     write!(f, " ({reclaimed} pool blocks reclaimed)")?;
                 }
-                Ok(())
+                f.write_str(
+                    "; find out why it died (its stderr, exit status) and restart it: a new \
+                     consumer may attach to the same channel",
+                )
             }
-            Error::Corrupt(why) => write!(f, "corrupt shared memory: {why}"),
+            Error::Corrupt(why) => write!(
+                f,
+                "corrupt shared memory: {why} (another process wrote inconsistent data into the \
+                 channel: a bug, a version mix-up or a hostile process; the data was not used)"
+            ),
             Error::TooLarge {
                 what,
                 needed,
                 limit,
-            } => write!(
-                f,
-                "{what} needs {needed} bytes but the limit is {limit} bytes"
-            ),
+                setting,
+            } => {
+                if *setting == "ChannelConfig::blocks" {
+                    write!(
+                        f,
+                        "{what} needs {needed} pool blocks but the channel has {limit}: set \
+                         {setting} to at least {needed}"
+                    )
+                } else if setting.contains("slots") {
+                    write!(
+                        f,
+                        "{what} needs {needed} bytes but the descriptor ring takes at most \
+                         {limit}: raise {setting} (slots x slot_size must be at least 4x the \
+                         record), or give the channel pool blocks (ChannelConfig::blocks)"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{what} needs {needed} bytes but the limit is {limit} bytes: set \
+                         {setting} to at least {needed} (when creating the Sender)"
+                    )
+                }
+            }
             Error::NoSpace {
                 name,
                 needed,
@@ -109,21 +147,49 @@ impl fmt::Display for Error {
                 *needed as f64 / 1048576.0,
                 *available as f64 / 1048576.0
             ),
-            Error::AlreadyExists(n) => write!(f, "segment '{n}' already exists"),
-            Error::NotFound(n) => write!(f, "no segment named '{n}'"),
+            Error::AlreadyExists(n) => write!(
+                f,
+                "a channel named '{n}' already exists (/dev/shm/{prefix}{n}): another Sender \
+                 uses this name; pick another name, or if its creator is gone remove the file \
+                 (shm_ring::reclaim_stale removes segments of dead creators)",
+                prefix = crate::NAME_PREFIX
+            ),
+            Error::NotFound(n) => write!(
+                f,
+                "no channel named '{n}' (/dev/shm/{prefix}{n}): either its producer has not \
+                 created it yet, or the producer closed it and its ChannelConfig::linger ended; \
+                 start the producer first, or open with Receiver::open_timeout to wait for it",
+                prefix = crate::NAME_PREFIX
+            ),
             Error::VersionMismatch { found, expected } => write!(
                 f,
-                "segment layout version {found}, but this build understands version {expected}"
+                "segment layout version {found}, but this build understands version {expected}: \
+                 build both processes against the same shm-ring version"
             ),
-            Error::NotASegment(why) => write!(f, "not a shm-ring segment: {why}"),
-            Error::Busy(pid) => write!(f, "another consumer (pid {pid}) is attached"),
+            Error::NotASegment(why) => write!(
+                f,
+                "not a shm-ring segment: {why} (the name is taken by something else: pick \
+                 another channel name)"
+            ),
+            Error::Busy(pid) => write!(
+                f,
+                "another consumer (pid {pid}) is attached: a channel has one Receiver at a \
+                 time; close that one first or create one channel per consumer"
+            ),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
-            Error::NoSuchField(n) => write!(f, "message has no field '{n}'"),
+            Error::NoSuchField(n) => write!(
+                f,
+                "message has no field '{n}' (check the name the sender used with \
+                 MessageBuilder)"
+            ),
             Error::DTypeMismatch {
                 name,
                 found,
                 expected,
-            } => write!(f, "array '{name}' holds {found}, not {expected}"),
+            } => write!(
+                f,
+                "array '{name}' holds {found}, not {expected}: read it as {found}"
+            ),
             Error::Os(e) => write!(f, "os error: {e}"),
         }
     }

@@ -19,6 +19,14 @@ fn corrupt(name: &str, offset: u64, hex: &str) {
     assert!(ok && out.contains("corrupted"), "peer failed: {err}");
 }
 
+/// No consumer ever attaches in some tests: the sender need not keep its name when dropped.
+fn no_linger() -> ChannelConfig {
+    ChannelConfig {
+        linger: std::time::Duration::ZERO,
+        ..ChannelConfig::default()
+    }
+}
+
 fn send_one(tx: &mut Sender, v: f32) {
     let data = [v; 16];
     tx.send(
@@ -135,7 +143,7 @@ fn field_name_not_utf8() {
 fn segment_magic_and_version_are_checked() {
     let name = unique("hdr");
     let guard = ShmGuard::new(&[&name]);
-    let _tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let _tx = Sender::create(&name, &no_linger()).unwrap();
     corrupt(&name, 8, &le32(99));
     match Receiver::open(&name) {
         Err(Error::VersionMismatch {
@@ -154,7 +162,7 @@ fn segment_magic_and_version_are_checked() {
 fn channel_geometry_is_checked_against_the_segment() {
     let name = unique("geom");
     let guard = ShmGuard::new(&[&name]);
-    let _tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let _tx = Sender::create(&name, &no_linger()).unwrap();
     corrupt(&name, 128, &le32(1 << 16)); // slots
     assert!(matches!(Receiver::open(&name), Err(Error::Corrupt(_))));
     corrupt(&name, 128, &le32(1024));
@@ -168,7 +176,7 @@ fn channel_geometry_is_checked_against_the_segment() {
 fn bogus_block_returned_by_consumer() {
     let name = unique("comp");
     let guard = ShmGuard::new(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let mut tx = Sender::create(&name, &no_linger()).unwrap();
     // Completion slot 0 = block 5 (never sent), completion tail = 1.
     corrupt(&name, 66816, &le64(5));
     corrupt(&name, 66304, &le32(1));

@@ -1,7 +1,10 @@
 //! A peer process for shm-ring's cross-process tests, and a tool to poke at channels by hand.
 //!
 //! ```text
-//! shm-ring-peer consume NAME COUNT        receive COUNT messages, verify seq + checksum, print "ok COUNT"
+//! shm-ring-peer consume NAME COUNT [MS]   receive COUNT messages, verify seq + checksum, print "ok COUNT"
+//!                                         (with MS: wait up to MS ms for the channel to appear)
+//! shm-ring-peer produce NAME COUNT [LINGER_MS]  create NAME, send COUNT 16-float messages, print
+//!                                         "sent", drop the sender (lingers), print "closed"
 //! shm-ring-peer sink NAME [CORE]        receive and sum array "x" of every message until closed
 //! shm-ring-peer hold NAME N               receive N messages, keep them (and their blocks), print "held", sleep
 //! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
@@ -43,8 +46,12 @@ mod real {
         }
     }
 
-    fn consume(name: &str, count: u64) -> Result<(), String> {
-        let mut rx = Receiver::open(name).map_err(|e| e.to_string())?;
+    fn consume(name: &str, count: u64, wait_ms: Option<u64>) -> Result<(), String> {
+        let mut rx = match wait_ms {
+            Some(ms) => Receiver::open_timeout(name, Duration::from_millis(ms)),
+            None => Receiver::open(name),
+        }
+        .map_err(|e| e.to_string())?;
         let mut next = 0u64;
         loop {
             let m = match rx.recv() {
@@ -75,7 +82,32 @@ mod real {
         let args: Vec<String> = std::env::args().skip(1).collect();
         let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
         let result: Result<(), String> = match arg(0).as_str() {
-            "consume" => consume(&arg(1), arg(2).parse().unwrap_or(0)),
+            "consume" => consume(&arg(1), arg(2).parse().unwrap_or(0), arg(3).parse().ok()),
+            "produce" => (|| {
+                let mut cfg = ChannelConfig::default();
+                if let Ok(ms) = arg(3).parse::<u64>() {
+                    cfg.linger = Duration::from_millis(ms);
+                }
+                let mut tx = Sender::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
+                let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
+                let mut data = [0f32; 16];
+                for seq in 0..count {
+                    for (i, x) in data.iter_mut().enumerate() {
+                        *x = seq as f32 * 0.5 + i as f32;
+                    }
+                    let bytes: &[u8] = bytemuck::cast_slice(&data);
+                    let msg = shm_ring::MessageBuilder::new()
+                        .meta_i64("seq", seq as i64)
+                        .meta_i64("sum", checksum(bytes) as i64)
+                        .array_slice("data", &[16], &data)
+                        .map_err(|e| e.to_string())?;
+                    tx.send(msg).map_err(|e| e.to_string())?;
+                }
+                say("sent");
+                drop(tx);
+                say("closed");
+                Ok(())
+            })(),
             "sink" => (|| {
                 if let Ok(core) = arg(2).parse::<usize>() {
                     let mut set = rustix::thread::CpuSet::new();
@@ -131,6 +163,7 @@ mod real {
                 let cfg = ChannelConfig {
                     blocks: 16,
                     block_size: bytes / 16,
+                    linger: Duration::ZERO,
                     ..ChannelConfig::default()
                 };
                 let _tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
