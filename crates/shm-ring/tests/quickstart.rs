@@ -69,7 +69,11 @@ const B_GOT: &str = "B: got frame-1, shape [1000, 1000], x[999, 999] = 999999";
 fn assert_b_got_the_frame(b: Peer) {
     let (ok, out, err) = b.finish(LIMIT);
     assert!(ok, "B failed: {err}");
-    assert_eq!(out.trim().lines().last(), Some(B_GOT), "B's output; stderr: {err}");
+    assert_eq!(
+        out.trim().lines().last(),
+        Some(B_GOT),
+        "B's output; stderr: {err}"
+    );
 }
 
 #[test]
