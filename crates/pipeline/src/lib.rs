@@ -50,7 +50,9 @@
 //! ```
 #![deny(missing_docs)]
 
+mod broker;
 mod error;
+mod handover;
 mod item;
 mod node;
 mod pipeline;
@@ -65,8 +67,8 @@ pub use error::Error;
 pub use item::{Array, Element, Item, Meta};
 pub use ndarray;
 pub use pipeline::{
-    DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, Epochs, Metrics, OnBadRecord, Pipeline,
-    PipelineBuilder, Topology, Transfer,
+    DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Input, Metrics,
+    OnBadRecord, Pipeline, PipelineBuilder, Topology, Transfer,
 };
 pub use process::{ROLE_ENV, init};
 pub use source::{

@@ -1,18 +1,23 @@
 //! The plan every process of a pipeline shares, the wiring between processes, and the
 //! emitter and worker roles.
 //!
-//! Nodes: emitters `e0..e{E-1}` (in enqueue mode the parent plays `e0`), workers `s{s}w{w}`
-//! (stage `s`, worker `w`) and the consumer `c` (the parent). There is one connection per
-//! (producer, consumer) pair between consecutive layers, named `{id}-{from}-{to}`; the
-//! producer creates it. Per-connection FIFO order plus one end marker per connection makes
-//! the end of stream exact: a node sends its own end markers after it holds end markers from
-//! all its inputs and has sent its last output.
+//! Nodes: emitters `0..E` (in enqueue mode the parent plays emitter 0), the workers of each
+//! stage, and the consumer (the parent). There is one connection per
+//! (producer, consumer) pair between consecutive layers; the producer creates it (an anonymous
+//! channel) and the parent hands its descriptor to the consumer (see [`crate::handover`]).
+//! Per-connection FIFO order plus one end marker per connection makes the end of stream
+//! exact: a node sends its own end markers after it holds end markers from all its inputs and
+//! has sent its last output.
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::handover::{Ctrl, CtrlError, Kind};
 use crate::item::Item;
 use crate::source::{
     JsonLines, ShuffleBuffer, Source, SourceContext, SourceError, derive_seed, epoch_order,
@@ -32,9 +37,11 @@ pub(crate) const EXIT_SETUP: i32 = 3;
 pub(crate) const EXIT_PEER_LOST: i32 = 4;
 /// Exit code of a child whose parent died.
 pub(crate) const EXIT_ORPHAN: i32 = 5;
+/// Exit code of a child told to stop (a deliberate shutdown by the parent).
+pub(crate) const EXIT_STOPPED: i32 = 6;
 
-/// How long a consumer waits for its producer to create a connection.
-const OPEN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the start-up hand-over of channels may take, in the parent and in each child.
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where the records come from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -103,77 +110,58 @@ impl Role {
     }
 }
 
+impl Role {
+    /// How the child names itself on stderr: role and pid.
+    pub(crate) fn log_name(self) -> String {
+        let pid = std::process::id();
+        match self {
+            Role::Emitter(e) => format!("emitter {e} (pid {pid})"),
+            Role::Worker { stage, worker } => {
+                format!("worker {worker} of stage {stage} (pid {pid})")
+            }
+        }
+    }
+}
+
 /// The env var payload of a child.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ChildSpec {
     pub plan: Plan,
     pub role: Role,
+    /// The inherited descriptor of the child's end of its control socket.
+    pub ctrl_fd: i32,
 }
-
-pub(crate) fn emitter_node(e: usize) -> String {
-    format!("e{e}")
-}
-pub(crate) fn worker_node(stage: usize, w: usize) -> String {
-    format!("s{stage}w{w}")
-}
-pub(crate) const CONSUMER: &str = "c";
 
 impl Plan {
-    pub(crate) fn conn(&self, from: &str, to: &str) -> String {
-        format!("{}-{from}-{to}", self.id)
-    }
-    /// Nodes feeding stage `stage`.
-    pub(crate) fn upstream(&self, stage: usize) -> Vec<String> {
+    /// Number of producers feeding each worker of stage `stage`.
+    pub(crate) fn upstream_count(&self, stage: usize) -> usize {
         if stage == 0 {
-            (0..self.emitters).map(emitter_node).collect()
+            self.emitters
         } else {
-            (0..self.stages[stage - 1].workers)
-                .map(|w| worker_node(stage - 1, w))
-                .collect()
+            self.stages[stage - 1].workers
         }
     }
-    /// Nodes fed by stage `stage`.
-    pub(crate) fn downstream(&self, stage: usize) -> Vec<String> {
-        if stage + 1 == self.stages.len() {
-            vec![CONSUMER.to_owned()]
-        } else {
-            (0..self.stages[stage + 1].workers)
-                .map(|w| worker_node(stage + 1, w))
-                .collect()
-        }
-    }
-    /// Every connection name of the pipeline.
-    pub(crate) fn all_connections(&self) -> Vec<String> {
-        let mut v = Vec::new();
+    /// Number of connections of the pipeline.
+    pub(crate) fn connection_count(&self) -> usize {
+        let mut n = 0;
         for s in 0..self.stages.len() {
-            for w in 0..self.stages[s].workers {
-                let me = worker_node(s, w);
-                for u in self.upstream(s) {
-                    v.push(self.conn(&u, &me));
-                }
-            }
+            n += self.stages[s].workers * self.upstream_count(s);
         }
-        for w in 0..self.stages.last().map_or(0, |s| s.workers) {
-            v.push(self.conn(&worker_node(self.stages.len() - 1, w), CONSUMER));
-        }
-        v
+        n + self.stages.last().map_or(0, |s| s.workers)
     }
-    /// The connections a role creates (as the producer).
-    pub(crate) fn produced_by(&self, role: Role) -> Vec<String> {
+    /// Number of connections a role creates (as the producer), in downstream order.
+    pub(crate) fn outputs_of(&self, role: Role) -> usize {
         match role {
-            Role::Emitter(e) => {
-                let me = emitter_node(e);
-                (0..self.stages[0].workers)
-                    .map(|w| self.conn(&me, &worker_node(0, w)))
-                    .collect()
-            }
-            Role::Worker { stage, worker } => {
-                let me = worker_node(stage, worker);
-                self.downstream(stage)
-                    .iter()
-                    .map(|d| self.conn(&me, d))
-                    .collect()
-            }
+            Role::Emitter(_) => self.stages[0].workers,
+            Role::Worker { stage, .. } if stage + 1 == self.stages.len() => 1,
+            Role::Worker { stage, .. } => self.stages[stage + 1].workers,
+        }
+    }
+    /// Number of connections a role consumes, in upstream order.
+    pub(crate) fn inputs_of(&self, role: Role) -> usize {
+        match role {
+            Role::Emitter(_) => 0,
+            Role::Worker { stage, .. } => self.upstream_count(stage),
         }
     }
     /// Which worker of stage `stage + 1` gets the outputs of record `(e, k)` after `stage`.
@@ -186,31 +174,41 @@ impl Plan {
     }
 }
 
-pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> {
+/// The largest encoded batch a socket connection carries: what one shared-memory message
+/// could hold (its ring plus its whole pool).
+fn socket_limit(plan: &Plan) -> usize {
+    let cfg = crate::shm::channel_config(plan);
+    (cfg.slots as usize)
+        .saturating_mul(cfg.slot_size as usize)
+        .saturating_add((cfg.blocks as usize).saturating_mul(cfg.block_size))
+}
+
+/// Creates the producer end of a new connection; returns it and the descriptor to hand to the
+/// consumer. `cancel`: a flag that makes a blocked send give up (the parent's input thread).
+pub(crate) fn create_tx(
+    plan: &Plan,
+    cancel: Option<Arc<AtomicBool>>,
+) -> Result<(Box<dyn Tx>, OwnedFd), String> {
     match plan.transport {
-        TransportKind::Socket => SockTx::create(name)
-            .map(|t| Box::new(t) as Box<dyn Tx>)
-            .map_err(|e| format!("cannot create connection {name}: {e}")),
-        TransportKind::Shm => crate::shm::create_tx(plan, name),
+        TransportKind::Socket => SockTx::pair(socket_limit(plan))
+            .map(|(t, fd)| (Box::new(t) as Box<dyn Tx>, fd))
+            .map_err(|e| format!("cannot create a socket pair: {e}")),
+        TransportKind::Shm => crate::shm::create_tx(plan, cancel),
     }
 }
 
-/// Opens the consumer end of connection `name`. `lease`: keep zero-copy arrays of the received
-/// items in shared memory (the pipeline's consumer does; workers copy them out).
-pub(crate) fn open_rx(
-    plan: &Plan,
-    name: &str,
-    deadline: Instant,
-    lease: bool,
-) -> Result<Box<dyn Rx>, String> {
+/// Opens the consumer end of a connection from the descriptor its producer handed over.
+/// `lease`: keep zero-copy arrays of the received items in shared memory (the pipeline's
+/// consumer does; workers copy them out).
+pub(crate) fn open_rx(plan: &Plan, fd: OwnedFd, lease: bool) -> Result<Box<dyn Rx>, String> {
     match plan.transport {
-        TransportKind::Socket => SockRx::open(name, deadline)
+        TransportKind::Socket => SockRx::from_fd(fd, socket_limit(plan))
             .map(|t| Box::new(t) as Box<dyn Rx>)
-            .map_err(|e| format!("cannot open connection {name}: {e}")),
+            .map_err(|e| format!("cannot open a socket connection: {e}")),
         TransportKind::Shm => {
             let cap = (lease && plan.transfer != Transfer::Copy)
                 .then_some(lease_cap(plan.channel.blocks));
-            crate::shm::open_rx(name, deadline, cap)
+            crate::shm::open_rx(fd, cap)
         }
     }
 }
@@ -292,13 +290,10 @@ impl Outputs {
     pub(crate) fn flush_all(&mut self) -> Result<(), TransportError> {
         (0..self.txs.len()).try_for_each(|i| self.flush(i))
     }
-    /// Flushes everything and waits until every consumer has attached (see
-    /// [`Tx::wait_attached`]); then the outputs may be closed.
+    /// Flushes everything; then the outputs may be closed (every consumer attached before
+    /// the pipeline started, so nothing sent is lost).
     pub(crate) fn finish(&mut self) -> Result<(), TransportError> {
-        self.flush_all()?;
-        self.txs
-            .iter()
-            .try_for_each(|t| t.wait_attached(OPEN_TIMEOUT))
+        self.flush_all()
     }
     pub(crate) fn broadcast(&mut self, f: &Frame) -> Result<(), TransportError> {
         (0..self.txs.len()).try_for_each(|i| self.push(i, f.clone()))
@@ -307,7 +302,6 @@ impl Outputs {
     pub(crate) fn report(&mut self, r: Report) {
         if !self.txs.is_empty() {
             let _ = self.push(0, Frame::Error(r)).and_then(|()| self.flush(0));
-            let _ = self.txs[0].wait_attached(OPEN_TIMEOUT);
         }
     }
     pub(crate) fn transfer_counts(&self) -> (u64, u64) {
@@ -436,39 +430,106 @@ impl Inputs {
     }
 }
 
-/// Runs a child role and returns its exit code.
-pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec) -> i32 {
-    let plan = &spec.plan;
-    let me = spec.role.describe();
-    let outs: Result<Vec<_>, _> = plan
-        .produced_by(spec.role)
-        .iter()
-        .map(|n| create_tx(plan, n))
-        .collect();
-    let outs = match outs {
-        Ok(o) => Outputs::new(o, plan),
-        Err(e) => {
-            eprintln!("shmpipe {me}: {e}");
-            return EXIT_SETUP;
-        }
+/// The child's control socket and how it names itself (set once in [`run_child`]).
+static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
+
+/// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
+/// is no news and the child exits quietly.
+fn stopping() -> bool {
+    CHILD.get().is_some_and(|(c, _)| c.stop_or_eof_pending())
+}
+
+/// Logs a real problem of this child on stderr, named by role and pid.
+fn log(msg: &str) {
+    let me = CHILD.get().map_or("child", |(_, m)| m.as_str());
+    eprintln!("shmpipe {me}: {msg}");
+}
+
+/// The start-up hand-over of a child: creates its outputs and sends their descriptors, gets
+/// its inputs, attaches, and waits for the parent's go. `Err(code)`: exit with it.
+fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<dyn Rx>>), i32> {
+    let setup = |m: String| {
+        log(&m);
+        EXIT_SETUP
     };
+    let quiet = |e: CtrlError| match e {
+        // The parent is gone or gave up on us: nothing to say.
+        CtrlError::Eof => EXIT_ORPHAN,
+        e => setup(format!("start-up: {e}")),
+    };
+    let mut txs = Vec::new();
+    let mut fds = Vec::new();
+    for _ in 0..plan.outputs_of(role) {
+        let (tx, fd) = create_tx(plan, None).map_err(setup)?;
+        txs.push(tx);
+        fds.push(fd);
+    }
+    let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+    ctrl.send(Kind::Outputs, &borrowed)
+        .map_err(|e| setup(format!("cannot hand over its channels: {e}")))?;
+    drop(borrowed);
+    drop(fds);
+    let (kind, fds) = ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)?;
+    match kind {
+        Kind::Inputs if fds.len() == plan.inputs_of(role) => {}
+        Kind::Stop => return Err(EXIT_STOPPED),
+        k => {
+            return Err(setup(format!(
+                "expected {} input descriptors, got {k:?} with {}",
+                plan.inputs_of(role),
+                fds.len()
+            )));
+        }
+    }
+    let rxs = fds
+        .into_iter()
+        .map(|fd| open_rx(plan, fd, true))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(setup)?;
+    ctrl.send(Kind::Attached, &[])
+        .map_err(|e| setup(format!("control socket: {e}")))?;
+    match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
+        (Kind::Go, _) => Ok((Outputs::new(txs, plan), rxs)),
+        (Kind::Stop, _) => Err(EXIT_STOPPED),
+        (k, _) => Err(setup(format!("expected go, got {k:?}"))),
+    }
+}
+
+/// The parent watchdog: exits the child as soon as its control socket says `STOP` (quietly)
+/// or reaches its end (the parent is gone, even SIGKILLed).
+fn start_watchdog(ctrl: Arc<Ctrl>, parent: u32) {
+    std::thread::spawn(move || {
+        loop {
+            if matches!(ctrl.wait_readable(None), Ok(true)) {
+                if ctrl.stop_or_eof_pending() {
+                    // Both are deliberate or final; the parent wants no word from us.
+                    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
+                    let orphan = ppid != Some(parent);
+                    std::process::exit(if orphan { EXIT_ORPHAN } else { EXIT_STOPPED });
+                }
+                // Anything else after `GO` is unexpected: take it off and go on.
+                let _ = ctrl.recv(Some(Duration::ZERO));
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    });
+}
+
+/// Runs a child role and returns its exit code.
+pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
+    let plan = &spec.plan;
+    let ctrl = Arc::new(ctrl);
+    let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
+    let (outs, ins) = match hand_over(plan, spec.role, &ctrl) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    start_watchdog(ctrl, plan.parent);
     match spec.role {
         Role::Emitter(e) => run_emitter(reg, plan, e, outs),
         Role::Worker { stage, worker } => {
-            let node = worker_node(stage, worker);
-            let deadline = Instant::now() + OPEN_TIMEOUT;
-            let ins: Result<Vec<_>, _> = plan
-                .upstream(stage)
-                .iter()
-                .map(|u| open_rx(plan, &plan.conn(u, &node), deadline, true))
-                .collect();
-            match ins {
-                Ok(ins) => run_worker(reg, plan, stage, worker, Inputs::new(ins), outs),
-                Err(e) => {
-                    eprintln!("shmpipe {me}: {e}");
-                    EXIT_SETUP
-                }
-            }
+            run_worker(reg, plan, stage, worker, Inputs::new(ins), outs)
         }
     }
 }
@@ -543,11 +604,11 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
                     None => Some(item),
                 };
                 if let Some(item) = item {
-                    send(&mut out, item, &mut k).map_err(|e| lost("emitter", &e))?;
+                    send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
                 }
             }
             for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
-                send(&mut out, item, &mut k).map_err(|e| lost("emitter", &e))?;
+                send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
             }
             epoch += 1;
         }
@@ -567,9 +628,13 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
     }
 }
 
-/// Logs why a child lost a peer and returns the exit code for it.
+/// Logs why a child lost a peer (unless the pipeline is being shut down on purpose) and
+/// returns the exit code for it.
 fn lost(what: &str, e: &TransportError) -> i32 {
-    eprintln!("shmpipe {what}: {e}");
+    if stopping() {
+        return EXIT_STOPPED;
+    }
+    log(&format!("{what}: {e}"));
     EXIT_PEER_LOST
 }
 
@@ -729,8 +794,8 @@ fn run_worker(
         let frames = match next {
             Ok(Some((_, frames))) => frames,
             Ok(None) => break,
-            Err(NextError::Input(i, e)) => return lost(&format!("worker input {i}"), &e),
-            Err(NextError::Idle(e)) => return lost("worker output", &e),
+            Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
+            Err(NextError::Idle(e)) => return lost("output", &e),
         };
         for f in frames {
             let sent = match f {
@@ -775,7 +840,7 @@ fn run_worker(
                 }
             };
             if let Err(e) = sent {
-                return lost("worker output", &e);
+                return lost("output", &e);
             }
         }
     }
@@ -797,7 +862,7 @@ fn run_worker(
         )
     });
     if let Err(e) = sent {
-        return lost("worker output", &e);
+        return lost("output", &e);
     }
     let mut own = Stats {
         steps: chain

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::error::Error;
+use crate::handover::Ctrl;
 use crate::item::Item;
 use crate::node::{
-    self, CONSUMER, ChannelPlan, ChildSpec, Inputs, NextError, Outputs, Plan, Role, SourceSpec,
-    StagePlan,
+    self, ChannelPlan, ChildSpec, Inputs, NextError, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
 use crate::process::{self, ChildProc, Shared};
 use crate::source::JsonLines;
@@ -80,6 +80,9 @@ pub enum OnBadRecord {
     Skip,
 }
 
+/// Default of [`PipelineBuilder::warn_idle_after`].
+pub const DEFAULT_WARN_IDLE: Duration = Duration::from_secs(5);
+
 /// The default batch size in bytes (see `docs/pipeline.md` for the measurement behind it).
 pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
 
@@ -116,6 +119,7 @@ pub struct PipelineBuilder {
     channel: ChannelPlan,
     ctrl_c: bool,
     lease: bool,
+    warn_idle: Duration,
 }
 
 impl PipelineBuilder {
@@ -238,8 +242,18 @@ impl PipelineBuilder {
         self.channel.block_size = block_size;
         self
     }
+    /// Enqueue mode: when the consumer has waited this long for an output while nothing was
+    /// enqueued and the input is still open, say once on stderr that the pipeline waits for
+    /// input (a forgotten [`Pipeline::close_input`] is otherwise a silent hang). Default 5 s;
+    /// `Duration::ZERO` turns it off.
+    pub fn warn_idle_after(mut self, after: Duration) -> Self {
+        self.warn_idle = after;
+        self
+    }
     /// Turn SIGINT (Ctrl-C) into [`Error::Interrupted`] at the consumer (default on; a second
-    /// Ctrl-C exits at once).
+    /// Ctrl-C exits at once). SIGTERM keeps its default action: the parent ends at once and
+    /// its children follow within milliseconds (their control sockets close); with anonymous
+    /// channels nothing is left behind.
     pub fn handle_ctrl_c(mut self, on: bool) -> Self {
         self.ctrl_c = on;
         self
@@ -252,6 +266,16 @@ impl PipelineBuilder {
         }
         if self.source.is_some() && self.emitters == 0 {
             return cfg("emitters must be at least 1");
+        }
+        let widest = self.emitters.max(self.workers).max(match &self.topology {
+            Topology::Staged { workers } => workers.iter().copied().max().unwrap_or(0),
+            Topology::Fused => 0,
+        });
+        if widest > crate::handover::MAX_FDS {
+            return Err(Error::Config(format!(
+                "at most {} emitters or workers per stage",
+                crate::handover::MAX_FDS
+            )));
         }
         if self.world_size == 0 || self.rank >= self.world_size {
             return cfg("shard: rank must be in 0..world_size");
@@ -343,10 +367,7 @@ impl PipelineBuilder {
         }
         let plan = self.plan()?;
         if plan.transport == TransportKind::Shm {
-            // Segments of processes that died without cleaning up (a SIGKILLed parent's own
-            // channels in enqueue mode) do not survive the next start: `Sender::create` (in
-            // this process or in the children) runs `shm_ring::reclaim_stale`.
-            crate::shm::check_space(&plan).map_err(Error::Config)?;
+            crate::shm::check_memory(&plan).map_err(Error::Config)?;
         }
         if self.ctrl_c {
             interrupt_flag(true).store(false, Ordering::SeqCst);
@@ -367,20 +388,28 @@ impl PipelineBuilder {
             started: Instant::now(),
             last_check: Instant::now(),
             ctrl_c: self.ctrl_c,
+            warn_idle: self.warn_idle,
+            waiting_since: None,
+            warned: false,
             plan,
         };
         let plan = &p.plan;
-        // Enqueue mode: the parent is emitter 0; its connections exist before the workers.
+        // Enqueue mode: the parent is emitter 0 and creates its channels itself.
+        let mut own_outputs = Vec::new();
+        let cancel = Arc::new(AtomicBool::new(false));
         if plan.source.is_none() {
-            let me = node::emitter_node(0);
-            let txs: Result<Vec<_>, _> = (0..plan.stages[0].workers)
-                .map(|w| node::create_tx(plan, &plan.conn(&me, &node::worker_node(0, w))))
-                .collect();
-            let outs = Outputs::new(txs.map_err(Error::Transport)?, plan);
+            let mut txs = Vec::new();
+            for _ in 0..plan.stages[0].workers {
+                let (tx, fd) =
+                    node::create_tx(plan, Some(Arc::clone(&cancel))).map_err(Error::Transport)?;
+                txs.push(tx);
+                own_outputs.push(Some(fd));
+            }
             p.feeder = Some(Feeder::start(
-                outs,
+                Outputs::new(txs, plan),
                 plan.stages[0].workers,
                 Arc::clone(&shared),
+                cancel,
             ));
         }
         let args = self
@@ -398,11 +427,13 @@ impl PipelineBuilder {
             }));
         }
         for role in roles {
-            let spec = ChildSpec {
+            let mut spec = ChildSpec {
                 plan: plan.clone(),
                 role,
+                ctrl_fd: -1,
             };
-            let child = process::spawn(&spec, &args)?;
+            let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
+            let child = process::spawn(&mut spec, &args, theirs)?;
             shared
                 .children
                 .lock()
@@ -411,36 +442,11 @@ impl PipelineBuilder {
                     role,
                     child,
                     status: None,
+                    ctrl,
                 });
         }
         p.supervisor = Some(process::supervise(Arc::clone(&shared)));
-        let last = plan.stages.len() - 1;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut rxs = Vec::new();
-        for w in 0..plan.stages[last].workers {
-            let name = plan.conn(&node::worker_node(last, w), CONSUMER);
-            loop {
-                match node::open_rx(
-                    plan,
-                    &name,
-                    Instant::now() + Duration::from_millis(50),
-                    plan.lease,
-                ) {
-                    Ok(rx) => {
-                        rxs.push(rx);
-                        break;
-                    }
-                    Err(e) => {
-                        if let Some(err) = shared.take_primary() {
-                            return Err(err);
-                        }
-                        if Instant::now() > deadline {
-                            return Err(Error::Transport(e));
-                        }
-                    }
-                }
-            }
-        }
+        let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
         p.inputs = Some(Inputs::new(rxs));
         p.started = Instant::now();
         Ok(p)
@@ -562,16 +568,103 @@ enum Feed {
     Close,
 }
 
+/// What the consumer knows of the input side (enqueue mode), for the idle warning.
+#[derive(Debug)]
+struct InputState {
+    /// The input was closed (by `close_input` or by dropping the [`Input`]).
+    closed: AtomicBool,
+    /// When an item was last enqueued, in milliseconds since `epoch`.
+    last_send_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl InputState {
+    fn touch(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_send_ms.store(ms, Ordering::Relaxed);
+    }
+    fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_send_ms.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+}
+
+/// The input of a pipeline in enqueue mode, from [`Pipeline::input`]: send items with
+/// [`Input::send`]; dropping it (or [`Input::close`]) closes the input, like dropping a
+/// channel's sender, and the consumer's stream then ends after the outputs of every item
+/// sent. It can be moved to another thread.
+///
+/// # Examples
+/// ```no_run
+/// use shmpipe::{map, Item, Pipeline, Registry};
+/// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
+///     let n = it.i64("n").unwrap_or(0);
+///     Ok(it.with_i64("n", n + 1))
+/// })));
+/// shmpipe::init(&reg);
+/// let mut p = Pipeline::builder(&reg).step("inc").start()?;
+/// let mut input = p.input()?;
+/// std::thread::spawn(move || {
+///     for n in 0..10 {
+///         input.send(Item::new().with_i64("n", n)).unwrap();
+///     } // `input` is dropped here: end of input
+/// });
+/// assert_eq!(p.count(), 10);
+/// # Ok::<(), shmpipe::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Input {
+    tx: mpsc::Sender<Feed>,
+    state: Arc<InputState>,
+    shared: Arc<Shared>,
+}
+
+impl Input {
+    /// Feeds one item. Never blocks.
+    ///
+    /// # Errors
+    /// What stopped the pipeline's input thread (e.g. an item too large for the channel, or
+    /// the pipeline is gone).
+    pub fn send(&mut self, item: Item) -> Result<(), Error> {
+        self.state.touch();
+        self.tx.send(Feed::Item(item)).map_err(|_| {
+            self.shared
+                .take_secondary()
+                .unwrap_or_else(|| Error::Closed("the pipeline's input thread stopped".into()))
+        })
+    }
+
+    /// Closes the input (the same as dropping it).
+    pub fn close(self) {}
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Relaxed);
+        let _ = self.tx.send(Feed::Close);
+    }
+}
+
 /// Enqueue mode: a thread of the parent that batches enqueued items to the workers.
 struct Feeder {
-    tx: Option<mpsc::Sender<Feed>>,
+    /// The pipeline's own input, until [`Pipeline::input`] hands it out or the input closes.
+    input: Option<Input>,
+    state: Arc<InputState>,
     handle: Option<JoinHandle<()>>,
-    closed: bool,
+    /// Raised at teardown: a send blocked on a full channel gives up.
+    cancel: Arc<AtomicBool>,
 }
 
 impl Feeder {
-    fn start(mut out: Outputs, workers: usize, shared: Arc<Shared>) -> Feeder {
+    fn start(
+        mut out: Outputs,
+        workers: usize,
+        shared: Arc<Shared>,
+        cancel: Arc<AtomicBool>,
+    ) -> Feeder {
         let (tx, rx) = mpsc::channel::<Feed>();
+        let stop = Arc::clone(&cancel);
+        let errors = Arc::clone(&shared);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -579,13 +672,23 @@ impl Feeder {
                     Ok(m) => m,
                     Err(mpsc::TryRecvError::Empty) => {
                         out.flush_all()?;
-                        match rx.recv() {
-                            Ok(m) => m,
-                            Err(_) => return Ok(()),
+                        loop {
+                            match rx.recv_timeout(Duration::from_millis(100)) {
+                                Ok(m) => break m,
+                                Err(mpsc::RecvTimeoutError::Timeout) => {
+                                    if stop.load(Ordering::Relaxed) {
+                                        return Ok(());
+                                    }
+                                }
+                                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+                            }
                         }
                     }
                     Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
                 };
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
                 match msg {
                     Feed::Item(item) => {
                         out.push(
@@ -606,21 +709,33 @@ impl Feeder {
                     }
                 }
             })();
-            if let Err(e) = r {
-                let mut s = shared.secondary.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(e) = r
+                && !stop.load(Ordering::Relaxed)
+            {
+                let mut s = errors.secondary.lock().unwrap_or_else(|e| e.into_inner());
                 s.get_or_insert(Error::Transport(format!("enqueue: {e}")));
             }
         });
+        let state = Arc::new(InputState {
+            closed: AtomicBool::new(false),
+            last_send_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        });
         Feeder {
-            tx: Some(tx),
+            input: Some(Input {
+                tx,
+                state: Arc::clone(&state),
+                shared: Arc::clone(&shared),
+            }),
+            state,
             handle: Some(handle),
-            closed: false,
+            cancel,
         }
     }
 }
 
 /// A running pipeline: the consumer end. Iterate it (or call [`Pipeline::dequeue`]) to get
-/// the outputs; dropping it shuts every process down and removes every segment.
+/// the outputs; dropping it shuts every process down.
 ///
 /// # Examples
 /// ```no_run
@@ -654,6 +769,12 @@ pub struct Pipeline {
     /// When the consumer last looked for a dead child.
     last_check: Instant,
     ctrl_c: bool,
+    /// See [`PipelineBuilder::warn_idle_after`].
+    warn_idle: Duration,
+    /// Since when the consumer has been waiting for an output without getting one.
+    waiting_since: Option<Instant>,
+    /// The idle warning was given.
+    warned: bool,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -698,6 +819,7 @@ impl Pipeline {
             },
             ctrl_c: true,
             lease: true,
+            warn_idle: DEFAULT_WARN_IDLE,
         }
     }
 
@@ -716,58 +838,78 @@ impl Pipeline {
         kids.iter().map(|c| c.child.id()).collect()
     }
 
-    /// Names of the shared-memory segments of this pipeline (under `/dev/shm`).
-    pub fn segment_names(&self) -> Vec<String> {
-        if self.plan.transport != TransportKind::Shm {
-            return Vec::new();
-        }
-        self.plan
-            .all_connections()
-            .iter()
-            .map(|c| format!("shmpipe-{c}"))
-            .collect()
-    }
-
-    /// Enqueue mode (no source): feeds one item. Never blocks.
+    /// Enqueue mode (no source): feeds one item. Never blocks. [`Pipeline::input`] gives a
+    /// handle that closes the input when dropped.
     ///
     /// # Errors
-    /// [`Error::Closed`] with a source configured, after [`Pipeline::close_input`], or when
-    /// the pipeline has failed.
+    /// [`Error::Closed`] with a source configured, after [`Pipeline::close_input`], after
+    /// [`Pipeline::input`], or when the pipeline has failed.
     pub fn enqueue(&mut self, item: Item) -> Result<(), Error> {
         let f = self
             .feeder
             .as_mut()
             .ok_or_else(|| Error::Closed("enqueue needs a pipeline without a source".into()))?;
-        if f.closed || self.failed {
-            return Err(Error::Closed("input already closed".into()));
+        if self.failed {
+            return Err(Error::Closed("the pipeline has failed".into()));
         }
-        if f.tx
-            .as_ref()
-            .and_then(|tx| tx.send(Feed::Item(item)).ok())
-            .is_some()
-        {
-            return Ok(());
-        }
-        // The input thread stopped: hand over what stopped it (e.g. an item too large for the
-        // channel), not just the fact.
-        self.failed = true;
-        Err(self
-            .shared
-            .take_secondary()
-            .unwrap_or_else(|| Error::Closed("the input thread stopped".into())))
+        let Some(input) = f.input.as_mut() else {
+            return Err(Error::Closed(
+                "input already closed, or handed out by Pipeline::input".into(),
+            ));
+        };
+        input.send(item).inspect_err(|_| self.failed = true)
+    }
+
+    /// Enqueue mode: takes the input as a handle whose drop closes it (like a channel's
+    /// sender); it can be moved to another thread. Afterwards [`Pipeline::enqueue`] and
+    /// [`Pipeline::close_input`] do nothing useful: the handle is the input.
+    ///
+    /// # Errors
+    /// [`Error::Closed`] with a source configured, or when the input was already handed out or
+    /// closed.
+    pub fn input(&mut self) -> Result<Input, Error> {
+        let f = self
+            .feeder
+            .as_mut()
+            .ok_or_else(|| Error::Closed("input needs a pipeline without a source".into()))?;
+        f.input.take().ok_or_else(|| {
+            Error::Closed("input already closed, or handed out by Pipeline::input".into())
+        })
     }
 
     /// Enqueue mode: marks the end of the input. The consumer's stream ends after the outputs
-    /// of every enqueued item.
+    /// of every enqueued item. (Dropping the handle from [`Pipeline::input`] does the same.)
     pub fn close_input(&mut self) {
-        if let Some(f) = self.feeder.as_mut()
-            && !f.closed
-        {
-            f.closed = true;
-            if let Some(tx) = &f.tx {
-                let _ = tx.send(Feed::Close);
-            }
+        if let Some(f) = self.feeder.as_mut() {
+            f.input = None;
         }
+    }
+
+    /// Enqueue mode, the common case: feeds every item, closes the input and collects every
+    /// output (unordered unless [`PipelineBuilder::ordered`]).
+    ///
+    /// # Errors
+    /// The first failure of the pipeline.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use shmpipe::{map, Item, Pipeline, Registry};
+    /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
+    ///     let n = it.i64("n").unwrap_or(0);
+    ///     Ok(it.with_i64("n", n + 1))
+    /// })));
+    /// shmpipe::init(&reg);
+    /// let p = Pipeline::builder(&reg).step("inc").start()?;
+    /// let out = p.run((0..10).map(|n| Item::new().with_i64("n", n)))?;
+    /// assert_eq!(out.len(), 10);
+    /// # Ok::<(), shmpipe::Error>(())
+    /// ```
+    pub fn run<I: IntoIterator<Item = Item>>(mut self, items: I) -> Result<Vec<Item>, Error> {
+        for it in items {
+            self.enqueue(it)?;
+        }
+        self.close_input();
+        self.collect()
     }
 
     /// The next output; `Ok(None)` after the end of stream (or after a failure was reported).
@@ -778,6 +920,7 @@ impl Pipeline {
     pub fn dequeue(&mut self) -> Result<Option<Item>, Error> {
         loop {
             if let Some(it) = self.ready.pop_front() {
+                self.waiting_since = None;
                 self.items += 1;
                 self.bytes += it.nbytes() as u64;
                 return Ok(Some(it));
@@ -792,12 +935,35 @@ impl Pipeline {
                     return Err(self.fail(e));
                 }
             }
+            let since = *self.waiting_since.get_or_insert_with(Instant::now);
+            let watch = self
+                .feeder
+                .as_ref()
+                .filter(|_| !self.warned && !self.warn_idle.is_zero())
+                .map(|f| Arc::clone(&f.state));
+            let (warn_idle, id) = (self.warn_idle, self.plan.id.as_str());
+            let warned = &mut self.warned;
             let Some(inputs) = self.inputs.as_mut() else {
                 return Ok(None);
             };
             let shared = Arc::clone(&self.shared);
             let ctrl_c = self.ctrl_c;
             let mut idle = || -> Result<(), Error> {
+                // A forgotten `close_input()` must not be a silent hang: say so, once.
+                if let Some(st) = &watch
+                    && !*warned
+                    && since.elapsed() >= warn_idle
+                    && !st.closed.load(Ordering::Relaxed)
+                    && st.idle_for() >= warn_idle
+                {
+                    *warned = true;
+                    eprintln!(
+                        "shmpipe: pipeline {id} has been waiting for input for {:.1} s while \
+                         its consumer waits for output; if the input is complete, call \
+                         close_input() (or drop the Input handle)",
+                        st.idle_for().min(since.elapsed()).as_secs_f64()
+                    );
+                }
                 if ctrl_c && interrupt_flag(false).load(Ordering::Relaxed) {
                     return Err(Error::Interrupted);
                 }
@@ -909,10 +1075,15 @@ impl Pipeline {
         self.finished
     }
 
-    /// Stops every process and removes every segment (also done by `Drop`).
+    /// Stops every process (also done by `Drop`). There is nothing to remove: channels are
+    /// anonymous and go with the last process that maps them.
     fn teardown(&mut self) {
+        // Children learn that this is deliberate before anything they use goes away, so that
+        // none of them reports the lost peers.
+        self.shared.announce_stop();
         if let Some(f) = self.feeder.as_mut() {
-            f.tx = None;
+            f.cancel.store(true, Ordering::Relaxed);
+            f.input = None;
         }
         self.inputs = None;
         let grace = if self.finished {
@@ -927,9 +1098,6 @@ impl Pipeline {
         }
         if let Some(h) = self.feeder.as_mut().and_then(|f| f.handle.take()) {
             let _ = h.join();
-        }
-        if self.plan.transport == TransportKind::Shm {
-            process::unlink_segments(&self.plan.all_connections());
         }
     }
 }

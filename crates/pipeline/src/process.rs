@@ -1,15 +1,16 @@
 //! Child processes: `init` (the role switch at the top of `main`), spawning by re-exec of the
-//! current executable, the parent's supervisor and the children's parent watchdog.
+//! current executable with its control socket, and the parent's supervisor.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::Error;
+use crate::handover::{Ctrl, Kind};
 use crate::node::{self, ChildSpec, Role};
 use crate::step::Registry;
-use crate::transport::TransportKind;
 
 /// The environment variable that turns a re-executed binary into a pipeline child.
 pub const ROLE_ENV: &str = "SHMPIPE_ROLE";
@@ -47,9 +48,32 @@ pub fn init(reg: &Registry) {
             std::process::exit(node::EXIT_SETUP);
         }
     };
-    start_watchdog(&spec);
-    let code = node::run_child(reg, &spec);
+    let Some(ctrl) = inherited_ctrl(spec.ctrl_fd) else {
+        eprintln!("shmpipe: no control socket at descriptor {}", spec.ctrl_fd);
+        std::process::exit(node::EXIT_SETUP);
+    };
+    let code = node::run_child(reg, &spec, ctrl);
     std::process::exit(code);
+}
+
+/// Takes the control socket the parent left at descriptor `fd`, if it is a socket, and makes
+/// it close-on-exec again (processes this child starts must not hold it: the parent sees this
+/// child's death as the end of the socket).
+fn inherited_ctrl(fd: i32) -> Option<Ctrl> {
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the parent put our end of the control socket at this descriptor (cleared its
+    // close-on-exec flag in this child only) and nothing else in this process took ownership
+    // of it; `init` runs once per process (CHILD_TAKEN). It is checked to be a socket next.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st = rustix::fs::fstat(&owned).ok()?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
+        std::mem::forget(owned);
+        return None;
+    }
+    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).ok()?;
+    Some(Ctrl::from_fd(owned))
 }
 
 /// Whether this process is a pipeline child.
@@ -57,56 +81,36 @@ pub(crate) fn is_child() -> bool {
     std::env::var_os(ROLE_ENV).is_some()
 }
 
-/// Exits the child within ~50 ms of its parent's death, unlinking the segments it created.
-fn start_watchdog(spec: &ChildSpec) {
-    let parent = spec.plan.parent;
-    let names = spec.plan.produced_by(spec.role);
-    let transport = spec.plan.transport;
-    let parent_alive =
-        move || rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32) == Some(parent);
-    if !parent_alive() {
-        std::process::exit(node::EXIT_ORPHAN);
-    }
-    std::thread::spawn(move || {
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
-            if !parent_alive() {
-                if std::env::var_os("SHMPIPE_DEBUG").is_some() {
-                    eprintln!(
-                        "shmpipe watchdog {}: parent gone, unlinking {names:?}",
-                        std::process::id()
-                    );
-                }
-                if transport == TransportKind::Shm {
-                    unlink_segments(&names);
-                }
-                std::process::exit(node::EXIT_ORPHAN);
-            }
-        }
-    });
-}
-
-/// Removes the shared-memory segments of these connections (missing ones are fine).
-pub(crate) fn unlink_segments(names: &[String]) {
-    for n in names {
-        let _ = rustix::shm::unlink(format!("/shmpipe-{n}").as_str());
-    }
-}
-
-/// Starts one child.
-pub(crate) fn spawn(spec: &ChildSpec, args: &[String]) -> Result<Child, Error> {
+/// Starts one child with `ctrl`, its end of its control socket, as its only inherited
+/// descriptor besides the standard ones.
+pub(crate) fn spawn(spec: &mut ChildSpec, args: &[String], ctrl: OwnedFd) -> Result<Child, Error> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(Error::Spawn)?;
+    let raw = ctrl.as_raw_fd();
+    spec.ctrl_fd = raw;
     let json = serde_json::to_string(spec).map_err(|e| Error::Config(e.to_string()))?;
-    Command::new(exe)
-        .args(args)
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
         .env(ROLE_ENV, json)
         .stdin(Stdio::null())
         // Its own process group: Ctrl-C in a terminal reaches the parent only, which then
         // shuts the pipeline down.
-        .process_group(0)
-        .spawn()
-        .map_err(Error::Spawn)
+        .process_group(0);
+    // SAFETY: the closure runs in the forked child of a possibly multithreaded parent, before
+    // exec: it only calls fcntl (async-signal-safe, no allocation, no lock) on a descriptor
+    // number captured by value; the error path builds an io::Error from a raw code (no
+    // allocation).
+    unsafe {
+        cmd.pre_exec(move || {
+            let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
+            rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
+                .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))
+        });
+    }
+    let child = cmd.spawn().map_err(Error::Spawn)?;
+    // Our copy of the child's end goes: the socket's end of file then means the child is gone.
+    drop(ctrl);
+    Ok(child)
 }
 
 /// One child as the parent sees it.
@@ -115,6 +119,8 @@ pub(crate) struct ChildProc {
     pub role: Role,
     pub child: Child,
     pub status: Option<ExitStatus>,
+    /// The parent's end of the child's control socket.
+    pub ctrl: Ctrl,
 }
 
 /// State shared by the parent's threads.
@@ -154,7 +160,10 @@ impl Shared {
             if let Ok(Some(st)) = c.child.try_wait() {
                 c.status = Some(st);
                 let code = st.code();
-                let expected = matches!(code, Some(node::EXIT_OK | node::EXIT_REPORTED));
+                let expected = matches!(
+                    code,
+                    Some(node::EXIT_OK | node::EXIT_REPORTED | node::EXIT_STOPPED)
+                );
                 if expected {
                     continue;
                 }
@@ -186,6 +195,14 @@ impl Shared {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take()
+    }
+
+    /// Tells every child that the shutdown is deliberate (they then exit without a word).
+    pub(crate) fn announce_stop(&self) {
+        let kids = self.children.lock().unwrap_or_else(|e| e.into_inner());
+        for c in kids.iter().filter(|c| c.status.is_none()) {
+            let _ = c.ctrl.send(Kind::Stop, &[]);
+        }
     }
 
     /// Kills (SIGKILL) and reaps every child still running; waits up to `grace` first.

@@ -3,8 +3,10 @@
 //! the [`Transfer`](crate::Transfer) policy); control frames are records with reserved
 //! metadata (`__f` frame kind, `__e`, `__k`, `__l`, `__j` JSON payload).
 
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use shm_ring::message::FieldRef;
 use shm_ring::{
@@ -55,45 +57,46 @@ pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
     }
 }
 
-pub(crate) fn create_tx(plan: &Plan, name: &str) -> Result<Box<dyn Tx>, String> {
-    Sender::create(name, &channel_config(plan))
-        .map(|tx| Box::new(ShmTx { tx }) as Box<dyn Tx>)
-        .map_err(|e| format!("cannot create channel {name}: {e}"))
+/// Creates an anonymous channel (a memfd sealed against shrinking and growing) and returns its
+/// producer end and a descriptor for the consumer. `cancel`: see [`crate::node::create_tx`].
+pub(crate) fn create_tx(
+    plan: &Plan,
+    cancel: Option<Arc<AtomicBool>>,
+) -> Result<(Box<dyn Tx>, OwnedFd), String> {
+    let tx = Sender::anonymous(&channel_config(plan))
+        .map_err(|e| format!("cannot create a channel: {e}"))?;
+    let fd = tx
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| format!("cannot share a channel: {e}"))?;
+    Ok((Box::new(ShmTx { tx, cancel }), fd))
 }
 
-/// Opens the consumer end of `name`; with `lease_cap`, zero-copy arrays of received items stay
-/// in shared memory (pinning at most `lease_cap` pool blocks at a time).
-pub(crate) fn open_rx(
-    name: &str,
-    deadline: Instant,
-    lease_cap: Option<usize>,
-) -> Result<Box<dyn Rx>, String> {
-    loop {
-        match Receiver::open(name) {
-            Ok(mut rx) => {
-                // The pipeline's input loop spins itself and polls several rings: a poll must
-                // not spin inside one of them.
-                rx.set_wait(WaitConfig {
-                    spin: Duration::ZERO,
-                    ..WaitConfig::default()
-                });
-                return Ok(Box::new(ShmRx {
-                    rx,
-                    recheck: false,
-                    lease: lease_cap.map(|m| (Vec::new(), m)),
-                }));
-            }
-            Err(shm_ring::Error::NotFound(_)) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            Err(e) => return Err(format!("cannot open channel {name}: {e}")),
-        }
-    }
+/// Opens the consumer end of a channel from its descriptor; with `lease_cap`, zero-copy arrays
+/// of received items stay in shared memory (pinning at most `lease_cap` pool blocks at a time).
+pub(crate) fn open_rx(fd: OwnedFd, lease_cap: Option<usize>) -> Result<Box<dyn Rx>, String> {
+    let mut rx = Receiver::from_fd(fd).map_err(|e| format!("cannot open a channel: {e}"))?;
+    // The pipeline's input loop spins itself and polls several rings: a poll must not spin
+    // inside one of them.
+    rx.set_wait(WaitConfig {
+        spin: Duration::ZERO,
+        ..WaitConfig::default()
+    });
+    Ok(Box::new(ShmRx {
+        rx,
+        recheck: false,
+        lease: lease_cap.map(|m| (Vec::new(), m)),
+    }))
 }
 
 struct ShmTx {
     tx: Sender,
+    /// Set: a blocked send gives up (with `Closed`) once the flag is raised.
+    cancel: Option<Arc<AtomicBool>>,
 }
+
+/// How often a cancellable send looks at its flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 macro_rules! add_array {
     ($b:expr, $name:expr, $a:expr, $($v:ident),*) => {
@@ -132,49 +135,57 @@ fn add_item<'a>(
 
 impl Tx for ShmTx {
     fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError> {
-        let mut b = MessageBuilder::new();
-        for (i, f) in frames.iter().enumerate() {
-            if i > 0 {
-                b = b.next_record();
+        let Some(cancel) = self.cancel.clone() else {
+            return self.tx.send(build(frames)?).map_err(map_err);
+        };
+        loop {
+            // A timed-out send published nothing and gave its blocks back: build it again.
+            match self.tx.send_timeout(build(frames)?, CANCEL_POLL) {
+                Err(shm_ring::Error::Timeout) if !cancel.load(Ordering::Relaxed) => {}
+                Err(shm_ring::Error::Timeout) => return Err(TransportError::Closed),
+                r => return r.map_err(map_err),
             }
-            b = match f {
-                Frame::Item { e, k, last, item } => add_item(
-                    b.meta_i64("__f", K_ITEM)
-                        .meta_i64("__e", i64::from(*e))
-                        .meta_i64("__k", *k as i64)
-                        .meta_i64("__l", i64::from(*last)),
-                    item,
-                )?,
-                Frame::GroupEnd { e, k } => b
-                    .meta_i64("__f", K_GROUP_END)
-                    .meta_i64("__e", i64::from(*e))
-                    .meta_i64("__k", *k as i64),
-                Frame::EmitterDone { e, n } => b
-                    .meta_i64("__f", K_EMITTER_DONE)
-                    .meta_i64("__e", i64::from(*e))
-                    .meta_i64("__k", *n as i64),
-                Frame::Eos(s) => b
-                    .meta_i64("__f", K_EOS)
-                    .meta_str("__j", serde_json::to_string(s).unwrap_or_default()),
-                Frame::Error(r) => b
-                    .meta_i64("__f", K_ERROR)
-                    .meta_str("__j", serde_json::to_string(r).unwrap_or_default()),
-            };
         }
-        self.tx.send(b).map_err(map_err)
-    }
-
-    fn wait_attached(&self, timeout: Duration) -> Result<(), TransportError> {
-        self.tx
-            .wait_for_consumer(timeout)
-            .map(drop)
-            .map_err(map_err)
     }
 
     fn transfer_counts(&self) -> (u64, u64) {
         let s = self.tx.stats();
         (s.zero_copy_arrays, s.copied_arrays)
     }
+}
+
+/// One message holding a batch of frames, one record per frame.
+fn build(frames: &[Frame]) -> Result<MessageBuilder<'_>, TransportError> {
+    let mut b = MessageBuilder::new();
+    for (i, f) in frames.iter().enumerate() {
+        if i > 0 {
+            b = b.next_record();
+        }
+        b = match f {
+            Frame::Item { e, k, last, item } => add_item(
+                b.meta_i64("__f", K_ITEM)
+                    .meta_i64("__e", i64::from(*e))
+                    .meta_i64("__k", *k as i64)
+                    .meta_i64("__l", i64::from(*last)),
+                item,
+            )?,
+            Frame::GroupEnd { e, k } => b
+                .meta_i64("__f", K_GROUP_END)
+                .meta_i64("__e", i64::from(*e))
+                .meta_i64("__k", *k as i64),
+            Frame::EmitterDone { e, n } => b
+                .meta_i64("__f", K_EMITTER_DONE)
+                .meta_i64("__e", i64::from(*e))
+                .meta_i64("__k", *n as i64),
+            Frame::Eos(s) => b
+                .meta_i64("__f", K_EOS)
+                .meta_str("__j", serde_json::to_string(s).unwrap_or_default()),
+            Frame::Error(r) => b
+                .meta_i64("__f", K_ERROR)
+                .meta_str("__j", serde_json::to_string(r).unwrap_or_default()),
+        };
+    }
+    Ok(b)
 }
 
 struct ShmRx {
@@ -323,30 +334,63 @@ impl ShmRx {
         }
     }
 }
-/// Checks that `/dev/shm` can hold every channel of the plan, before any process starts.
+/// Checks that the machine can hold every channel of the plan, before any process starts.
+/// Channels are anonymous shared memory: RAM (charged to the memory cgroup), not `/dev/shm`.
 ///
 /// # Errors
-/// A message naming the size needed, the size free, and how to raise it.
-pub(crate) fn check_space(plan: &Plan) -> Result<(), String> {
+/// A message naming the memory needed, the memory available, and what to shrink.
+pub(crate) fn check_memory(plan: &Plan) -> Result<(), String> {
     let cfg = channel_config(plan);
     let per = cfg.slots as u64 * u64::from(cfg.slot_size)
         + u64::from(cfg.blocks) * cfg.block_size as u64
         + (64 << 10);
-    let n = plan.all_connections().len() as u64;
-    let needed = per * n;
-    let Ok(st) = rustix::fs::statvfs("/dev/shm") else {
+    let n = plan.connection_count() as u64;
+    let needed = per.saturating_mul(n);
+    let Some(available) = available_memory() else {
         return Ok(());
     };
-    let free = st.f_bavail.saturating_mul(st.f_frsize);
-    if free < needed {
+    if available < needed {
         return Err(format!(
-            "/dev/shm has {:.1} MiB free but this pipeline needs about {:.1} MiB ({n} channels of \
-             {:.1} MiB); raise it (e.g. `docker run --shm-size=1g`, or `mount -o remount,size=1G \
-             /dev/shm`) or shrink the channels with PipelineBuilder::channel / batch_bytes",
-            free as f64 / 1048576.0,
+            "this pipeline's {n} channels need about {:.1} MiB of memory ({:.1} MiB each) but \
+             only {:.1} MiB is available; shrink the channels with PipelineBuilder::channel \
+             (blocks x block_size) or use fewer workers",
             needed as f64 / 1048576.0,
-            per as f64 / 1048576.0
+            per as f64 / 1048576.0,
+            available as f64 / 1048576.0
         ));
     }
     Ok(())
+}
+
+/// Memory available to this process: `MemAvailable`, lowered by the room left under our
+/// cgroup's `memory.max` (cgroup v2) when there is one.
+fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    let mut avail = kib.saturating_mul(1024);
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok();
+    if let Some(path) = cg
+        .as_deref()
+        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::")))
+    {
+        let dir = format!("/sys/fs/cgroup{}", path.trim());
+        let read = |f: &str| -> Option<u64> {
+            std::fs::read_to_string(format!("{dir}/{f}"))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        if let (Some(max), Some(cur)) = (read("memory.max"), read("memory.current")) {
+            avail = avail.min(max.saturating_sub(cur));
+        }
+    }
+    Some(avail)
 }

@@ -1,14 +1,15 @@
-//! Transports behind [`Tx`]/[`Rx`]: shared memory (`shm-ring`, the default) and Unix sockets
-//! in the abstract namespace (a reference transport used to cross-check the pipeline logic).
+//! Transports behind [`Tx`]/[`Rx`]: shared memory (`shm-ring`, the default) and Unix stream
+//! sockets (a reference transport used to cross-check the pipeline logic and in benchmarks).
 //!
-//! In both, the producer creates the named endpoint without blocking and the consumer opens
-//! it by name, retrying until the producer has created it.
+//! Neither has a name: a producer creates its channel (a sealed memfd, or a connected socket
+//! pair) and its consumer receives the descriptor through the parent (see
+//! [`handover`](crate::handover)). So nobody else can connect, squat or listen, and there is
+//! no `accept()` to wait in.
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
-use std::os::linux::net::SocketAddrExt;
-use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::time::{Duration, Instant};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,75 +21,84 @@ pub enum TransportKind {
     /// `shm-ring` shared-memory rings (the default).
     #[default]
     Shm,
-    /// Unix stream sockets (abstract namespace). Slower; a reference for tests.
+    /// Unix stream sockets (socket pairs handed over by descriptor). Slower; a reference.
     Socket,
 }
 
-fn sock_addr(name: &str) -> std::io::Result<SocketAddr> {
-    SocketAddr::from_abstract_name(format!("shmpipe-{name}").as_bytes())
+fn io_err(e: std::io::Error) -> TransportError {
+    match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
+            TransportError::PeerDied(e.to_string())
+        }
+        _ => TransportError::Other(e.to_string()),
+    }
 }
 
-/// Producer end over a Unix socket: listens at creation, accepts at the first send.
+/// Producer end over a Unix socket pair.
 pub(crate) struct SockTx {
-    listener: UnixListener,
-    stream: Option<UnixStream>,
+    stream: UnixStream,
     buf: Vec<u8>,
+    /// Largest batch in bytes (the consumer refuses larger ones).
+    max: usize,
 }
 
 impl SockTx {
-    pub(crate) fn create(name: &str) -> std::io::Result<SockTx> {
-        let listener = UnixListener::bind_addr(&sock_addr(name)?)?;
-        Ok(SockTx {
-            listener,
-            stream: None,
-            buf: Vec::new(),
-        })
+    /// A connected pair: the producer end, and the consumer's descriptor to hand over.
+    /// `max`: the largest encoded batch either side accepts.
+    pub(crate) fn pair(max: usize) -> std::io::Result<(SockTx, OwnedFd)> {
+        let (a, b) = UnixStream::pair()?;
+        Ok((
+            SockTx {
+                stream: a,
+                buf: Vec::new(),
+                max,
+            },
+            OwnedFd::from(b),
+        ))
     }
 }
 
 impl Tx for SockTx {
     fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError> {
-        let other = |e: std::io::Error| match e.kind() {
-            std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-                TransportError::PeerDied(e.to_string())
-            }
-            _ => TransportError::Other(e.to_string()),
-        };
-        if self.stream.is_none() {
-            let (s, _) = self.listener.accept().map_err(other)?;
-            self.stream = Some(s);
-        }
         self.buf.clear();
         self.buf.extend_from_slice(&[0u8; 8]);
         wire::encode(frames, &mut self.buf);
-        let len = (self.buf.len() - 8) as u64;
-        self.buf[..8].copy_from_slice(&len.to_le_bytes());
-        let stream = self.stream.as_mut().ok_or(TransportError::Closed)?;
-        stream.write_all(&self.buf).map_err(other)
+        let len = self.buf.len() - 8;
+        if len > self.max {
+            return Err(TransportError::Other(format!(
+                "a batch of {len} bytes exceeds the channel's {} bytes (raise the pool with \
+                 PipelineBuilder::channel, or lower batch_bytes)",
+                self.max
+            )));
+        }
+        self.buf[..8].copy_from_slice(&(len as u64).to_le_bytes());
+        self.stream.write_all(&self.buf).map_err(io_err)
     }
 }
 
-/// Consumer end over a Unix socket.
+/// Consumer end over a Unix socket pair.
 pub(crate) struct SockRx {
     stream: UnixStream,
     buf: Vec<u8>,
+    /// Largest batch in bytes accepted from the peer.
+    max: usize,
 }
 
 impl SockRx {
-    pub(crate) fn open(name: &str, deadline: Instant) -> std::io::Result<SockRx> {
-        let addr = sock_addr(name)?;
-        loop {
-            match UnixStream::connect_addr(&addr) {
-                Ok(stream) => {
-                    return Ok(SockRx {
-                        stream,
-                        buf: Vec::new(),
-                    });
-                }
-                Err(e) if Instant::now() >= deadline => return Err(e),
-                Err(_) => std::thread::sleep(Duration::from_millis(2)),
-            }
+    /// The consumer end from a descriptor received from the parent.
+    ///
+    /// # Errors
+    /// When `fd` is not a Unix stream socket.
+    pub(crate) fn from_fd(fd: OwnedFd, max: usize) -> Result<SockRx, String> {
+        let ty = rustix::net::sockopt::socket_type(&fd).map_err(|e| e.to_string())?;
+        if ty != rustix::net::SocketType::STREAM {
+            return Err(format!("expected a stream socket, got {ty:?}"));
         }
+        Ok(SockRx {
+            stream: UnixStream::from(fd),
+            buf: Vec::new(),
+            max,
+        })
     }
 }
 
@@ -101,7 +111,11 @@ impl Rx for SockRx {
         };
         let fd = self.stream.as_fd();
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        let ready = poll(&mut fds, Some(&ts)).map_err(|e| TransportError::Other(e.to_string()))?;
+        let ready = match poll(&mut fds, Some(&ts)) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::INTR) => 0,
+            Err(e) => return Err(TransportError::Other(e.to_string())),
+        };
         if ready == 0 {
             return Ok(None);
         }
@@ -113,7 +127,17 @@ impl Rx for SockRx {
             }
             Err(e) => return Err(TransportError::PeerDied(e.to_string())),
         }
-        let len = u64::from_le_bytes(len) as usize;
+        // The peer's length, checked before anything is allocated for it.
+        let len = u64::from_le_bytes(len);
+        let len = usize::try_from(len)
+            .ok()
+            .filter(|&l| l <= self.max)
+            .ok_or_else(|| {
+                TransportError::Other(format!(
+                    "peer announced a batch of {len} bytes, more than the channel's {}",
+                    self.max
+                ))
+            })?;
         self.buf.resize(len, 0);
         self.stream
             .read_exact(&mut self.buf)
@@ -121,5 +145,39 @@ impl Rx for SockRx {
         wire::decode(&self.buf)
             .map(Some)
             .map_err(TransportError::Other)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 8: a peer's length prefix is bounded before anything is allocated for it.
+    #[test]
+    fn a_hostile_length_prefix_is_an_error_not_a_panic() {
+        for len in [u64::MAX, 1 << 40, (1 << 30) + 1] {
+            let (mut a, b) = UnixStream::pair().unwrap();
+            a.write_all(&len.to_le_bytes()).unwrap();
+            let mut rx = SockRx::from_fd(OwnedFd::from(b), 1 << 30).unwrap();
+            let r = rx.recv(Some(Duration::from_secs(1)));
+            assert!(matches!(r, Err(TransportError::Other(_))), "{len}: {r:?}");
+        }
+    }
+
+    #[test]
+    fn batches_over_the_limit_are_refused_by_the_sender() {
+        let (mut tx, _rx) = SockTx::pair(64).unwrap();
+        let item = crate::Item::new().with_array("x", ndarray::Array1::<f32>::zeros(100));
+        let frames = [Frame::Item {
+            e: 0,
+            k: 0,
+            last: true,
+            item,
+        }];
+        let err = tx.send(&frames).unwrap_err();
+        assert!(
+            err.to_string().contains("PipelineBuilder::channel"),
+            "{err}"
+        );
     }
 }

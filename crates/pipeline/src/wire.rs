@@ -112,11 +112,6 @@ impl std::fmt::Display for TransportError {
 pub(crate) trait Tx: Send {
     /// Sends one batch; blocks while the connection is full.
     fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError>;
-    /// Waits until the consumer has attached, so that closing (which removes the connection's
-    /// name) cannot come before the consumer opened it.
-    fn wait_attached(&self, _timeout: Duration) -> Result<(), TransportError> {
-        Ok(())
-    }
     /// (arrays sent zero-copy, arrays copied) so far.
     fn transfer_counts(&self) -> (u64, u64) {
         (0, 0)

@@ -101,10 +101,12 @@ fn empty_source_ends_cleanly() {
 }
 
 #[test]
-fn too_small_dev_shm_is_a_clear_error_at_start() {
+fn channels_larger_than_memory_are_a_clear_error_at_start() {
     let reg = registry();
     shmpipe::init(&reg);
-    // Far more than any /dev/shm holds: 64 channels' pools of 4096 blocks of 1 GiB.
+    // Far more than any machine holds: 64 channels' pools of 4096 blocks of 1 GiB. Channels
+    // are anonymous shared memory (RAM), so the check is against available memory, before
+    // any process starts or any page is reserved.
     let err = Pipeline::builder(&reg)
         .source_named("range", serde_json::json!({"n": 10}))
         .emitters(8)
@@ -115,7 +117,7 @@ fn too_small_dev_shm_is_a_clear_error_at_start() {
         .unwrap_err();
     let msg = err.to_string();
     assert!(
-        msg.contains("/dev/shm has") && msg.contains("--shm-size"),
+        msg.contains("of memory") && msg.contains("PipelineBuilder::channel"),
         "{msg}"
     );
 }

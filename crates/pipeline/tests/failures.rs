@@ -4,8 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -227,124 +226,20 @@ fn sigkilled_emitter_is_an_error_within_a_second() {
     kill_child_and_expect_error(0, "emitter");
 }
 
-const HELPER: &str = "SHMPIPE_TEST_HELPER";
-
-/// In the helper role (env `SHMPIPE_TEST_HELPER`): starts an endless pipeline, prints its id
-/// and pids, and consumes until an error, which it prints.
-fn helper_parent() {
-    let reg = registry();
-    let enqueue = std::env::var(HELPER).is_ok_and(|v| v == "enqueue");
-    let mut b = Pipeline::builder(&reg)
-        .step_with("sleep_ms", serde_json::json!({"ms": 2}))
-        .workers(2);
-    if !enqueue {
-        b = b
-            .source_named("range", serde_json::json!({"n": 50, "len": 4}))
-            .epochs(Epochs::Cycle)
-            .emitters(2);
-    }
-    let mut p = b.start().unwrap();
-    if enqueue {
-        for n in 0..100_000 {
-            p.enqueue(shmpipe::Item::new().with_i64("n", n)).unwrap();
-        }
-    }
-    let pids: Vec<String> = p.pids().iter().map(u32::to_string).collect();
-    println!("READY {} {}", p.id(), pids.join(","));
-    std::io::stdout().flush().unwrap();
-    loop {
-        match p.dequeue() {
-            Ok(Some(_)) => {}
-            Ok(None) => {
-                println!("END");
-                return;
-            }
-            Err(e) => {
-                println!("ERROR {e}");
-                return;
-            }
-        }
-    }
-}
-
-struct Helper {
-    child: std::process::Child,
-    out: BufReader<std::process::ChildStdout>,
-    id: String,
-    pids: Vec<u32>,
-}
-
-impl Helper {
-    fn start(test: &str) -> Helper {
-        Helper::start_with(test, "source")
-    }
-
-    fn start_with(test: &str, mode: &str) -> Helper {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", test, "--nocapture"])
-            .env(HELPER, mode)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        while !line.starts_with("READY") {
-            line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "helper ended before READY"
-            );
-        }
-        let mut parts = line.split_whitespace().skip(1);
-        let id = parts.next().unwrap().to_owned();
-        let pids = parts
-            .next()
-            .unwrap()
-            .split(',')
-            .map(|p| p.parse().unwrap())
-            .collect();
-        Helper {
-            child,
-            out,
-            id,
-            pids,
-        }
-    }
-}
-
-impl Drop for Helper {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        drop(KillOnDrop(self.pids.clone()));
-        drop(ShmGuard(self.id.clone()));
-    }
-}
-
 #[test]
 fn sigkilled_parent_takes_its_workers_down() {
     let reg = registry();
     shmpipe::init(&reg);
     if std::env::var_os(HELPER).is_some() {
-        return helper_parent();
+        return helper_parent(helper_mode().as_deref() == Some("enqueue"));
     }
-    let mut h = Helper::start("sigkilled_parent_takes_its_workers_down");
-    // Every channel exists once all children are connected (the emitters may still be
-    // starting when the parent prints READY).
-    let t0 = Instant::now();
-    while shm_entries(&h.id).len() < 6 && t0.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(shm_entries(&h.id).len(), 6, "{:?}", shm_entries(&h.id));
+    let mut h = Helper::start_with("sigkilled_parent_takes_its_workers_down", "source");
+    // READY comes after start(): every channel exists and is attached.
     kill(h.child.id(), Signal::KILL);
     let _ = h.child.wait();
     let took = wait_gone(&h.pids, Duration::from_secs(2));
     assert!(took.is_some(), "workers outlived their parent");
-    // The children remove the segments they created when they notice the parent is gone.
-    let t0 = Instant::now();
-    while !shm_entries(&h.id).is_empty() && t0.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    // Nothing was ever named in /dev/shm, so nothing is left.
     assert!(
         shm_entries(&h.id).is_empty(),
         "leaked: {:?}",
@@ -357,9 +252,9 @@ fn ctrl_c_shuts_down_cleanly() {
     let reg = registry();
     shmpipe::init(&reg);
     if std::env::var_os(HELPER).is_some() {
-        return helper_parent();
+        return helper_parent(helper_mode().as_deref() == Some("enqueue"));
     }
-    let mut h = Helper::start("ctrl_c_shuts_down_cleanly");
+    let mut h = Helper::start_with("ctrl_c_shuts_down_cleanly", "source");
     kill(h.child.id(), Signal::INT);
     let t0 = Instant::now();
     let mut rest = String::new();
@@ -377,42 +272,29 @@ fn ctrl_c_shuts_down_cleanly() {
 }
 
 #[test]
-fn segments_of_a_sigkilled_parent_are_reclaimed_at_the_next_start() {
+fn a_sigkilled_enqueue_parent_leaves_nothing_and_the_next_start_works() {
     let reg = registry();
     shmpipe::init(&reg);
     if std::env::var_os(HELPER).is_some() {
-        return helper_parent();
+        return helper_parent(helper_mode().as_deref() == Some("enqueue"));
     }
     // Enqueue mode: the parent itself owns the channels to the workers.
     let mut h = Helper::start_with(
-        "segments_of_a_sigkilled_parent_are_reclaimed_at_the_next_start",
+        "a_sigkilled_enqueue_parent_leaves_nothing_and_the_next_start_works",
         "enqueue",
     );
-    let parent_owned = format!("{}-e0-", h.id);
-    assert_eq!(shm_entries(&parent_owned).len(), 2);
     kill(h.child.id(), Signal::KILL);
     let _ = h.child.wait();
     assert!(
         wait_gone(&h.pids, Duration::from_secs(2)).is_some(),
         "workers outlived their parent"
     );
-    // The workers removed their own channels; the dead parent's remain until the next start.
-    let t0 = Instant::now();
-    while shm_entries(&h.id).len() > 2 && t0.elapsed() < Duration::from_secs(2) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(shm_entries(&h.id), shm_entries(&parent_owned));
+    assert!(shm_entries(&h.id).is_empty(), "{:?}", shm_entries(&h.id));
     let mut p = Pipeline::builder(&reg)
         .step("inc")
         .workers(1)
         .start()
         .unwrap();
-    let _g = ShmGuard(p.id().to_owned());
-    assert!(
-        shm_entries(&h.id).is_empty(),
-        "not reclaimed: {:?}",
-        shm_entries(&h.id)
-    );
     p.enqueue(shmpipe::Item::new().with_i64("n", 1)).unwrap();
     p.close_input();
     assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(2));

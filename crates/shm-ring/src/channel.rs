@@ -395,6 +395,14 @@ fn block_on<T>(
     }
 }
 
+/// The descriptor of the channel's segment: for an anonymous channel, the sealed memfd to hand
+/// to the consumer process (`try_clone_to_owned`, then [`Receiver::from_fd`] there).
+impl std::os::fd::AsFd for Sender {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.seg.file().as_fd()
+    }
+}
+
 impl Sender {
     /// Creates the channel segment `/dev/shm/shmpipe-<name>` and returns its producer end.
     ///
@@ -1117,7 +1125,19 @@ impl Receiver {
     /// # Errors
     /// As [`Receiver::open`].
     pub fn from_file(file: std::fs::File) -> Result<Receiver, Error> {
-        let seg = Segment::from_file(file, KIND_CHANNEL)?;
+        Self::from_fd(file.into())
+    }
+
+    /// Opens the consumer end of an anonymous channel from a descriptor of its memfd (see
+    /// [`Sender::anonymous`], and [`Sender`]'s `AsFd` to get the producer's descriptor).
+    /// The memfd must be sealed against shrinking and growing (as [`Sender::anonymous`] leaves
+    /// it) and have the size its header states: a peer holding the descriptor then cannot
+    /// truncate the memory under us.
+    ///
+    /// # Errors
+    /// [`Error::NotASegment`] (not a sealed memfd, wrong size, bad magic), as [`Receiver::open`].
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Receiver, Error> {
+        let seg = Segment::from_fd(fd, KIND_CHANNEL)?;
         Self::attach(seg, "(anonymous)".into(), WaitConfig::default())
     }
 

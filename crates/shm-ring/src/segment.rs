@@ -146,6 +146,9 @@ impl Segment {
         }
         let file = sys::memfd("shmpipe-anon")?;
         Self::reserve(&file, "(anonymous)", size)?;
+        // From here on the size is fixed for good: no holder of the descriptor can shrink it
+        // under another process's mapping (SIGBUS) or grow it.
+        sys::seal(&file)?;
         let map = MmapOptions::new().len(size).map_raw(&file)?;
         let seg = Segment {
             name: None,
@@ -216,6 +219,27 @@ impl Segment {
         let mut seg = Self::from_file(file, kind)?;
         seg.name = Some(name.to_string());
         Ok(seg)
+    }
+
+    /// Maps an anonymous segment from a descriptor of its memfd (inherited or received from the
+    /// creating process), and validates its header.
+    ///
+    /// # Errors
+    /// As [`Segment::from_file`].
+    pub fn from_fd(fd: std::os::fd::OwnedFd, kind: u32) -> Result<Segment, Error> {
+        let file = File::from(fd);
+        let want = sys::required_seals();
+        let seals = sys::seals(&file).map_err(|e| {
+            Error::NotASegment(format!(
+                "descriptor cannot be sealed ({e}): only a sealed memfd is accepted"
+            ))
+        })?;
+        if !seals.contains(want) {
+            return Err(Error::NotASegment(format!(
+                "memfd has seals {seals:?}, needs {want:?}: a peer could truncate it under us"
+            )));
+        }
+        Self::from_file(file, kind)
     }
 
     /// Maps a segment from an open file (e.g. a memfd inherited from the parent process), and

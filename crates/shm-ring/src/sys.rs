@@ -7,7 +7,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use rustix::fs::{FallocateFlags, Mode};
+use rustix::fs::{FallocateFlags, Mode, SealFlags};
 use rustix::process::{Pid, PidfdFlags};
 use rustix::shm;
 
@@ -41,10 +41,31 @@ pub(crate) fn shm_unlink(os_name: &str) -> rustix::io::Result<()> {
     shm::unlink(os_name)
 }
 
-/// An anonymous memory file (`memfd_create`), closed on exec unless passed on explicitly.
+/// An anonymous memory file (`memfd_create`) that can be sealed, closed on exec unless passed
+/// on explicitly.
 pub(crate) fn memfd(name: &str) -> rustix::io::Result<File> {
-    let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+    let fd = rustix::fs::memfd_create(
+        name,
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )?;
     Ok(File::from(fd))
+}
+
+/// The seals a laid-out anonymous segment carries: its size can no longer change (so no peer
+/// can truncate it under a mapping, the cause of `SIGBUS`), and no seal can be added or removed
+/// (so no peer can add `F_SEAL_WRITE`/`F_SEAL_FUTURE_WRITE` later). Writes stay allowed.
+pub(crate) fn required_seals() -> SealFlags {
+    SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL
+}
+
+/// Adds [`required_seals`] to a memfd made by [`memfd`].
+pub(crate) fn seal(file: &File) -> rustix::io::Result<()> {
+    rustix::fs::fcntl_add_seals(file, required_seals())
+}
+
+/// The seals of a file (`F_GET_SEALS`); `EINVAL` for a file that does not support sealing.
+pub(crate) fn seals(file: &File) -> rustix::io::Result<SealFlags> {
+    rustix::fs::fcntl_get_seals(file)
 }
 
 /// Sets the size and reserves every page now, so a too-small tmpfs fails here with

@@ -135,3 +135,139 @@ impl Drop for ShmGuard {
         }
     }
 }
+
+/// The environment variable that turns a re-run of a test into a helper process (its value is
+/// the helper's mode).
+pub const HELPER: &str = "SHMPIPE_TEST_HELPER";
+
+/// The helper mode of this process, if it is a helper.
+pub fn helper_mode() -> Option<String> {
+    std::env::var(HELPER).ok()
+}
+
+/// A re-run of test `test` of this test binary as a helper process in `mode`.
+pub fn helper_command(test: &str, mode: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", test, "--nocapture"]).env(HELPER, mode);
+    c
+}
+
+/// Sends `sig` to `pid`, ignoring a process that is already gone.
+pub fn signal(pid: u32, sig: rustix::process::Signal) {
+    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
+        let _ = rustix::process::kill_process(p, sig);
+    }
+}
+
+/// In a helper: starts a pipeline (`enqueue` mode: the parent feeds 100k items; otherwise an
+/// endless source with 2 emitters), both with 2 workers running `sleep_ms`, prints
+/// `READY <id> <pids>` and consumes until the end or an error, which it prints.
+pub fn helper_parent(enqueue: bool) {
+    let reg = registry();
+    let mut b = shmpipe::Pipeline::builder(&reg)
+        .step_with("sleep_ms", serde_json::json!({"ms": 2}))
+        .workers(2);
+    if !enqueue {
+        b = b
+            .source_named("range", serde_json::json!({"n": 50, "len": 4}))
+            .epochs(shmpipe::Epochs::Cycle)
+            .emitters(2);
+    }
+    let mut p = b.start().unwrap();
+    if enqueue {
+        for n in 0..100_000 {
+            p.enqueue(Item::new().with_i64("n", n)).unwrap();
+        }
+    }
+    print_ready(&p);
+    loop {
+        match p.dequeue() {
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                println!("END");
+                return;
+            }
+            Err(e) => {
+                println!("ERROR {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// Prints `READY <id> <pid,pid,...>` for [`Helper`].
+pub fn print_ready(p: &shmpipe::Pipeline) {
+    use std::io::Write;
+    let pids: Vec<String> = p.pids().iter().map(u32::to_string).collect();
+    println!("READY {} {}", p.id(), pids.join(","));
+    std::io::stdout().flush().unwrap();
+}
+
+/// A helper process running a pipeline parent; killed (with its children) on drop.
+pub struct Helper {
+    pub child: std::process::Child,
+    pub out: std::io::BufReader<std::process::ChildStdout>,
+    pub id: String,
+    pub pids: Vec<u32>,
+}
+
+impl Helper {
+    /// Spawns `cmd` with stdout piped and waits for its `READY` line.
+    pub fn spawn(mut cmd: std::process::Command) -> Helper {
+        use std::io::BufRead;
+        let mut child = cmd.stdout(std::process::Stdio::piped()).spawn().unwrap();
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        while !line.starts_with("READY") {
+            line.clear();
+            if out.read_line(&mut line).unwrap() == 0 {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("helper ended before READY");
+            }
+        }
+        let mut parts = line.split_whitespace().skip(1);
+        let id = parts.next().unwrap().to_owned();
+        let pids = parts
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(|p| p.parse().unwrap())
+            .collect();
+        Helper {
+            child,
+            out,
+            id,
+            pids,
+        }
+    }
+
+    /// Starts test `test` as a helper in `mode` (see [`helper_parent`]).
+    pub fn start_with(test: &str, mode: &str) -> Helper {
+        Helper::spawn(helper_command(test, mode))
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        drop(KillOnDrop(self.pids.clone()));
+        drop(ShmGuard(self.id.clone()));
+    }
+}
+
+/// Runs `f` on a thread and panics if it takes longer than `limit` (a hang becomes a failure).
+pub fn within<T: Send + 'static>(
+    limit: Duration,
+    what: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("{what} took more than {limit:?}"))
+}

@@ -1,0 +1,263 @@
+//! The control socket between a pipeline's parent and each of its children, and the hand-over
+//! of channels on it.
+//!
+//! Every child inherits one end of its own `SOCK_SEQPACKET` socket pair (the only descriptor
+//! it inherits; its number travels in the role payload). The start-up runs in lock step:
+//!
+//! 1. each producer creates its outgoing channels (sealed anonymous memfds, or socket pairs for
+//!    the socket transport) and sends their descriptors to the parent (`OUTPUTS`);
+//! 2. the parent forwards each consumer its incoming descriptors in upstream order (`INPUTS`);
+//!    it is the broker between stages and the consumer of the last one;
+//! 3. each child attaches to its inputs and says so (`ATTACHED`);
+//! 4. once everything is attached, the parent says `GO`; only then does data flow.
+//!
+//! Afterwards the socket is the children's parent watchdog: end of file means the parent is
+//! gone (even SIGKILLed), `STOP` means a deliberate shutdown (a child then exits without a
+//! word). A child that dies closes its end, which the parent sees at once during start-up.
+//!
+//! Nothing is named: no path, no `/dev/shm` entry, no abstract socket address. A descriptor can
+//! only reach a process through this socket, which only the parent and that child hold.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use rustix::io::Errno;
+use rustix::net::{
+    AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType, recvmsg,
+    sendmsg, socketpair,
+};
+
+/// Most descriptors in one message (the kernel's limit is 253).
+pub(crate) const MAX_FDS: usize = 128;
+
+/// What a control message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    /// Child to parent: the descriptors of its outgoing channels, in plan order.
+    Outputs = 1,
+    /// Parent to child: the descriptors of its incoming channels, in upstream order.
+    Inputs = 2,
+    /// Child to parent: attached to every input.
+    Attached = 3,
+    /// Parent to child: every channel of the pipeline is attached; start.
+    Go = 4,
+    /// Parent to child: deliberate shutdown; exit quietly.
+    Stop = 5,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Outputs,
+            2 => Kind::Inputs,
+            3 => Kind::Attached,
+            4 => Kind::Go,
+            5 => Kind::Stop,
+            _ => return None,
+        })
+    }
+}
+
+/// Why receiving a control message failed.
+#[derive(Debug)]
+pub(crate) enum CtrlError {
+    /// The other end is closed (its process exited or died).
+    Eof,
+    /// Nothing arrived in time.
+    Timeout,
+    /// Anything else (a malformed message, an OS error).
+    Other(String),
+}
+
+impl std::fmt::Display for CtrlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CtrlError::Eof => f.write_str("control socket closed"),
+            CtrlError::Timeout => f.write_str("timed out on the control socket"),
+            CtrlError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// One end of a control socket.
+#[derive(Debug)]
+pub(crate) struct Ctrl {
+    fd: OwnedFd,
+}
+
+impl Ctrl {
+    /// A connected pair, both ends close-on-exec: (the parent's end, the child's end).
+    pub(crate) fn pair() -> std::io::Result<(Ctrl, OwnedFd)> {
+        let (a, b) = socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )?;
+        Ok((Ctrl { fd: a }, b))
+    }
+
+    /// Wraps an end received from the parent.
+    pub(crate) fn from_fd(fd: OwnedFd) -> Ctrl {
+        Ctrl { fd }
+    }
+
+    /// Sends a message of `kind` carrying `fds` (at most [`MAX_FDS`]). Never blocks: the
+    /// messages are tiny and a socket buffer holds many.
+    pub(crate) fn send(&self, kind: Kind, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+        if fds.len() > MAX_FDS {
+            return Err(std::io::Error::other(format!(
+                "{} descriptors in one control message (at most {MAX_FDS})",
+                fds.len()
+            )));
+        }
+        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut anc = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(std::io::Error::other("control buffer too small"));
+        }
+        let body = [kind as u8, fds.len() as u8];
+        loop {
+            match sendmsg(
+                &self.fd,
+                &[IoSlice::new(&body)],
+                &mut anc,
+                SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// Receives one message, waiting up to `timeout` (`None`: forever). Received descriptors
+    /// are close-on-exec.
+    pub(crate) fn recv(
+        &self,
+        timeout: Option<Duration>,
+    ) -> Result<(Kind, Vec<OwnedFd>), CtrlError> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if !self.wait_readable(left)? {
+                return Err(CtrlError::Timeout);
+            }
+            let mut space =
+                vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+            let mut anc = RecvAncillaryBuffer::new(&mut space);
+            let mut body = [0u8; 2];
+            let r = recvmsg(
+                &self.fd,
+                &mut [IoSliceMut::new(&mut body)],
+                &mut anc,
+                RecvFlags::CMSG_CLOEXEC | RecvFlags::DONTWAIT,
+            );
+            let msg = match r {
+                Ok(m) => m,
+                Err(Errno::INTR | Errno::AGAIN) => continue,
+                Err(Errno::CONNRESET) => return Err(CtrlError::Eof),
+                Err(e) => return Err(CtrlError::Other(format!("control socket: {e}"))),
+            };
+            // Take ownership of whatever descriptors came, so that they are closed on every
+            // error path below.
+            let mut fds = Vec::new();
+            for m in anc.drain() {
+                if let RecvAncillaryMessage::ScmRights(it) = m {
+                    fds.extend(it);
+                }
+            }
+            if msg.bytes == 0 {
+                return Err(CtrlError::Eof);
+            }
+            if msg.flags.contains(ReturnFlags::CTRUNC) || msg.flags.contains(ReturnFlags::TRUNC) {
+                return Err(CtrlError::Other("truncated control message".into()));
+            }
+            let kind = Kind::from_u8(body[0])
+                .filter(|_| msg.bytes == 2)
+                .ok_or_else(|| CtrlError::Other(format!("bad control message {body:?}")))?;
+            if usize::from(body[1]) != fds.len() {
+                return Err(CtrlError::Other(format!(
+                    "control message announces {} descriptors, carries {}",
+                    body[1],
+                    fds.len()
+                )));
+            }
+            return Ok((kind, fds));
+        }
+    }
+
+    /// Waits until a message (or the end of file) is waiting; `false` on timeout.
+    pub(crate) fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, CtrlError> {
+        let ts = timeout.map(|t| Timespec {
+            tv_sec: t.as_secs() as i64,
+            tv_nsec: i64::from(t.subsec_nanos()),
+        });
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        match poll(&mut fds, ts.as_ref()) {
+            Ok(0) => Ok(false),
+            Ok(_) => Ok(true),
+            Err(Errno::INTR) => Ok(false),
+            Err(e) => Err(CtrlError::Other(format!("control socket: {e}"))),
+        }
+    }
+
+    /// Whether the next waiting message is `STOP` or the other end is gone (without taking
+    /// anything off the socket; never blocks).
+    pub(crate) fn stop_or_eof_pending(&self) -> bool {
+        let mut body = [0u8; 2];
+        match rustix::net::recv(&self.fd, &mut body, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+            Ok((0, _)) => true,
+            Ok((_, _)) => body[0] == Kind::Stop as u8,
+            Err(Errno::AGAIN | Errno::INTR) => false,
+            Err(_) => true,
+        }
+    }
+}
+
+impl AsFd for Ctrl {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptors_travel_and_eof_is_seen() {
+        let (a, b) = Ctrl::pair().unwrap();
+        let b = Ctrl::from_fd(b);
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        a.send(Kind::Outputs, &[f.as_fd(), f.as_fd()]).unwrap();
+        let (k, fds) = b.recv(Some(Duration::from_secs(1))).unwrap();
+        assert_eq!((k, fds.len()), (Kind::Outputs, 2));
+        assert!(matches!(
+            b.recv(Some(Duration::from_millis(10))),
+            Err(CtrlError::Timeout)
+        ));
+        a.send(Kind::Stop, &[]).unwrap();
+        assert!(b.stop_or_eof_pending());
+        assert_eq!(b.recv(None).unwrap().0, Kind::Stop);
+        assert!(!b.stop_or_eof_pending());
+        drop(a);
+        assert!(b.stop_or_eof_pending());
+        assert!(matches!(b.recv(None), Err(CtrlError::Eof)));
+    }
+
+    #[test]
+    fn a_malformed_message_is_an_error() {
+        let (a, b) = Ctrl::pair().unwrap();
+        let b = Ctrl::from_fd(b);
+        rustix::net::send(&a, &[9, 0], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        rustix::net::send(&a, &[1, 3], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+    }
+}

@@ -1,0 +1,100 @@
+//! The input side of enqueue mode: an `Input` handle whose drop closes the input, `run` for
+//! the common case, and a word on stderr when the caller forgot to close it.
+
+mod common;
+
+use std::io::Read;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use shmpipe::{Error, Item, Pipeline};
+
+#[test]
+fn dropping_the_input_handle_closes_the_input() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let mut p = Pipeline::builder(&reg)
+        .step("inc")
+        .workers(2)
+        .start()
+        .unwrap();
+    let _g = KillOnDrop(p.pids());
+    let mut input = p.input().unwrap();
+    // A second handle, or enqueue beside the handle, is refused.
+    assert!(matches!(p.input(), Err(Error::Closed(_))));
+    assert!(matches!(p.enqueue(Item::new()), Err(Error::Closed(_))));
+    // The handle is Send: feed from another thread, as with a channel sender.
+    let feeder = std::thread::spawn(move || {
+        for n in 0..100 {
+            input.send(Item::new().with_i64("n", n)).unwrap();
+        }
+        // dropped here: the input closes
+    });
+    let mut got: Vec<i64> = within(Duration::from_secs(10), "the run", move || {
+        p.map(|r| r.unwrap().i64("n").unwrap()).collect()
+    });
+    feeder.join().unwrap();
+    got.sort_unstable();
+    assert_eq!(got, (1..101).collect::<Vec<_>>());
+}
+
+#[test]
+fn run_feeds_closes_and_collects() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let p = Pipeline::builder(&reg)
+        .step("inc")
+        .workers(2)
+        .start()
+        .unwrap();
+    let _g = KillOnDrop(p.pids());
+    let items = (0..50).map(|n| Item::new().with_i64("n", n));
+    let out = within(Duration::from_secs(10), "run", move || p.run(items));
+    let mut got: Vec<i64> = out.unwrap().iter().map(|i| i.i64("n").unwrap()).collect();
+    got.sort_unstable();
+    assert_eq!(got, (1..51).collect::<Vec<_>>());
+}
+
+/// In a helper: enqueues one item, takes its output, then waits for more without having
+/// closed the input (the forgotten `close_input()`).
+fn helper_forgot_close() {
+    let reg = registry();
+    let mut p = Pipeline::builder(&reg)
+        .step("inc")
+        .workers(1)
+        .warn_idle_after(Duration::from_millis(300))
+        .start()
+        .unwrap();
+    print_ready(&p);
+    p.enqueue(Item::new().with_i64("n", 1)).unwrap();
+    assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(2));
+    let _ = p.dequeue(); // waits forever: the test kills us
+}
+
+/// Issue 12: a pipeline idle waiting for input while its caller waits for output says so on
+/// stderr, once.
+#[test]
+fn a_forgotten_close_input_is_reported_once() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    if helper_mode().is_some() {
+        return helper_forgot_close();
+    }
+    let mut cmd = helper_command("a_forgotten_close_input_is_reported_once", "forgot");
+    cmd.stderr(Stdio::piped());
+    let mut h = Helper::spawn(cmd);
+    let mut stderr = h.child.stderr.take().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        h.child.try_wait().unwrap().is_none(),
+        "the helper should still wait"
+    );
+    let _ = h.child.kill();
+    let _ = h.child.wait();
+    let mut err = String::new();
+    stderr.read_to_string(&mut err).unwrap();
+    let warnings = err.matches("close_input").count();
+    assert_eq!(warnings, 1, "{err}");
+    assert!(err.contains("waiting for input"), "{err}");
+}
