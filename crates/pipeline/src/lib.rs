@@ -14,6 +14,12 @@
 //! its end markers after it holds the markers of all its inputs and has sent its last output.
 //! A process that dies is an error at the consumer, never an end.
 //!
+//! Without a source the caller feeds the pipeline: [`Pipeline::run`] for the common case, or
+//! the [`Input`] handle of [`Pipeline::input`], whose drop closes the input. Items hold arrays
+//! of [`Element`] types (no bool: store it as `u8`). Every [`Error`]'s `Display` names what
+//! failed and where: print errors with `{}`, not `{:?}`. A tour of the whole API, compiled and
+//! run as doc tests: `docs/pipeline-api.md`.
+//!
 //! ```
 //! use shmpipe::{map, Item, JsonLines, Pipeline, Registry};
 //!
