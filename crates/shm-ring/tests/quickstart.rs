@@ -33,8 +33,9 @@ fn readme_quick_start_blocks_are_the_examples_verbatim() {
     }
 }
 
-/// The example binaries, built once per test process by the same cargo (a no-op when a
-/// workspace build already made them; needed when only this test target was built).
+/// The example binaries, built once per test process by the same cargo: a no-op after
+/// `cargo nextest run --workspace` or `cargo test --workspace` (`--workspace` keeps the
+/// features of that build), and needed when only this test target was built.
 fn example(name: &str) -> PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| {
@@ -42,7 +43,7 @@ fn example(name: &str) -> PathBuf {
         let exe = std::env::current_exe().expect("current_exe");
         let profile_dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
         let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "-p", "shm-ring"]);
+        cmd.args(["build", "--quiet", "--workspace"]);
         for ex in EXAMPLES {
             cmd.args(["--example", ex]);
         }
@@ -129,8 +130,9 @@ fn quick_start_both_at_once() {
 fn b_without_a_gives_up_after_10_s_with_a_readable_error() {
     let name = unique("qs-b-alone");
     let _guard = ShmGuard::new(&[&name]);
+    let exe = example("quickstart_recv"); // built before the clock starts
     let t0 = Instant::now();
-    let b = spawn("quickstart_recv", &name);
+    let b = Peer::spawn_cmd(Command::new(exe).arg(&name));
     let (ok, out, err) = b.finish(LIMIT);
     let waited = t0.elapsed();
     assert!(!ok, "B succeeded without A: {out}");
