@@ -57,24 +57,29 @@
 #![deny(missing_docs)]
 
 mod broker;
+mod builder;
 mod error;
 mod handover;
+mod input;
 mod item;
 mod node;
 mod pipeline;
 mod process;
+mod roles;
 mod shm;
 mod source;
 mod step;
 mod transport;
 mod wire;
 
+pub use builder::PipelineBuilder;
 pub use error::Error;
+pub use input::Input;
 pub use item::{Array, Element, Item, Meta};
 pub use ndarray;
 pub use pipeline::{
-    DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Input, Metrics,
-    OnBadRecord, Pipeline, PipelineBuilder, Topology, Transfer,
+    DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
+    OnBadRecord, Pipeline, Topology, Transfer,
 };
 pub use process::{ROLE_ENV, init};
 pub use source::{

@@ -1,25 +1,22 @@
-//! The public builder and the consumer side of a pipeline (the parent process).
+//! The consumer side of a pipeline (the parent process): `Pipeline`, its settings types,
+//! metrics and the reorder buffer of the ordered mode.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::builder::PipelineBuilder;
 use crate::error::Error;
-use crate::handover::Ctrl;
+use crate::input::{Feeder, Input};
 use crate::item::Item;
-use crate::node::{
-    self, ChannelPlan, ChildSpec, Inputs, NextError, Outputs, Plan, Role, SourceSpec, StagePlan,
-};
-use crate::process::{self, ChildProc, Shared};
-use crate::source::JsonLines;
+use crate::node::{Inputs, NextError, Plan};
+use crate::process::Shared;
 use crate::step::Registry;
-use crate::transport::TransportKind;
-use crate::wire::{Frame, Stats, TransportError};
+use crate::wire::{Frame, Stats};
 
 /// How arrays cross process boundaries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,366 +92,8 @@ pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
 /// 1 KiB arrays, the two within ~10% from 16 KiB to 1 MiB (docs/pipeline.md).
 pub const DEFAULT_PIPELINE_THRESHOLD: usize = 64 << 10;
 
-/// Builds a [`Pipeline`]. Created by [`Pipeline::builder`].
-#[derive(Debug, Clone)]
-pub struct PipelineBuilder {
-    reg: Registry,
-    source: Option<SourceSpec>,
-    emitters: usize,
-    steps: Vec<(String, serde_json::Value)>,
-    workers: usize,
-    topology: Topology,
-    batch_bytes: usize,
-    transfer: Transfer,
-    ordered: bool,
-    seed: u64,
-    shuffle: bool,
-    shuffle_buffer: usize,
-    epochs: Epochs,
-    rank: usize,
-    world_size: usize,
-    on_bad_record: OnBadRecord,
-    child_args: Option<Vec<String>>,
-    transport: TransportKind,
-    channel: ChannelPlan,
-    ctrl_c: bool,
-    lease: bool,
-    warn_idle: Duration,
-}
-
-impl PipelineBuilder {
-    /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
-    /// ([`Item::array`], [`Item::is_shared`]) instead of being copied out (default on; at most
-    /// half of each worker's pool blocks are held by the consumer's items at a time, further
-    /// arrays are copied). Off: every received array is copied to the heap.
-    pub fn consumer_zero_copy(mut self, on: bool) -> Self {
-        self.lease = on;
-        self
-    }
-
-    /// Reads a JSON-lines file, split over the emitters by line-aligned byte ranges.
-    pub fn source(mut self, src: JsonLines) -> Self {
-        self.source = Some(SourceSpec::JsonLines(src));
-        self
-    }
-    /// Reads a source registered under `name` (see [`Registry::source`]).
-    pub fn source_named(mut self, name: &str, args: serde_json::Value) -> Self {
-        self.source = Some(SourceSpec::Named {
-            name: name.to_owned(),
-            args,
-        });
-        self
-    }
-    /// Number of emitter processes (default 1).
-    pub fn emitters(mut self, n: usize) -> Self {
-        self.emitters = n;
-        self
-    }
-    /// Appends registered step `name` (arguments `null`).
-    pub fn step(self, name: &str) -> Self {
-        self.step_with(name, serde_json::Value::Null)
-    }
-    /// Appends registered step `name` with arguments for its factory.
-    pub fn step_with(mut self, name: &str, args: serde_json::Value) -> Self {
-        self.steps.push((name.to_owned(), args));
-        self
-    }
-    /// Worker processes (per stage in the staged topology; default 2).
-    pub fn workers(mut self, n: usize) -> Self {
-        self.workers = n;
-        self
-    }
-    /// Fused (default) or staged.
-    pub fn topology(mut self, t: Topology) -> Self {
-        self.topology = t;
-        self
-    }
-    /// Target batch size in bytes (default [`DEFAULT_BATCH_BYTES`]).
-    pub fn batch_bytes(mut self, n: usize) -> Self {
-        self.batch_bytes = n;
-        self
-    }
-    /// How arrays cross processes (default adaptive).
-    pub fn transfer(mut self, t: Transfer) -> Self {
-        self.transfer = t;
-        self
-    }
-    /// Yield outputs in input order (default: unordered).
-    pub fn ordered(mut self, on: bool) -> Self {
-        self.ordered = on;
-        self
-    }
-    /// Seed for shuffling and for the per-worker seeds (default 0).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-    /// Shuffle: a per-epoch permutation of each emitter's records plus a shuffle buffer.
-    pub fn shuffle(mut self, on: bool) -> Self {
-        self.shuffle = on;
-        self
-    }
-    /// Shuffle buffer size in items (default 256; 0 or 1: permutation only).
-    pub fn shuffle_buffer(mut self, n: usize) -> Self {
-        self.shuffle_buffer = n;
-        self
-    }
-    /// Number of epochs (default `Finite(1)`).
-    pub fn epochs(mut self, e: Epochs) -> Self {
-        self.epochs = e;
-        self
-    }
-    /// This job's shard: `rank` of `world_size` jobs reading the same data.
-    pub fn shard(mut self, rank: usize, world_size: usize) -> Self {
-        self.rank = rank;
-        self.world_size = world_size;
-        self
-    }
-    /// What to do with malformed records (default fail).
-    pub fn on_bad_record(mut self, p: OnBadRecord) -> Self {
-        self.on_bad_record = p;
-        self
-    }
-    /// Command-line arguments for the re-executed children (default: this process's own
-    /// arguments, which re-run the same test under a test harness).
-    pub fn child_args<I, S>(mut self, args: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.child_args = Some(args.into_iter().map(Into::into).collect());
-        self
-    }
-    /// Use Unix sockets instead of shared memory (a slower reference transport).
-    pub fn socket_transport(mut self, on: bool) -> Self {
-        self.transport = if on {
-            TransportKind::Socket
-        } else {
-            TransportKind::Shm
-        };
-        self
-    }
-    /// Shared-memory channel sizing: ring slots, and the payload pool (blocks of
-    /// `block_size` bytes; one zero-copy array or one large batch per block).
-    pub fn channel(mut self, slots: u32, blocks: u32, block_size: usize) -> Self {
-        self.channel.slots = slots;
-        self.channel.blocks = blocks;
-        self.channel.block_size = block_size;
-        self
-    }
-    /// Enqueue mode: when the consumer has waited this long for an output while nothing was
-    /// enqueued and the input is still open, say once on stderr that the pipeline waits for
-    /// input (a forgotten [`Pipeline::close_input`] is otherwise a silent hang). Default 5 s;
-    /// `Duration::ZERO` turns it off.
-    pub fn warn_idle_after(mut self, after: Duration) -> Self {
-        self.warn_idle = after;
-        self
-    }
-    /// Turn SIGINT (Ctrl-C) into [`Error::Interrupted`] at the consumer (default on; a second
-    /// Ctrl-C exits at once). SIGTERM keeps its default action: the parent ends at once and
-    /// its children follow within milliseconds (their control sockets close); with anonymous
-    /// channels nothing is left behind.
-    pub fn handle_ctrl_c(mut self, on: bool) -> Self {
-        self.ctrl_c = on;
-        self
-    }
-
-    fn plan(&self) -> Result<Plan, Error> {
-        let cfg = |m: &str| Err(Error::Config(m.to_owned()));
-        if self.workers == 0 {
-            return cfg("workers must be at least 1");
-        }
-        if self.source.is_some() && self.emitters == 0 {
-            return cfg("emitters must be at least 1");
-        }
-        let widest = self.emitters.max(self.workers).max(match &self.topology {
-            Topology::Staged { workers } => workers.iter().copied().max().unwrap_or(0),
-            Topology::Fused => 0,
-        });
-        if widest > crate::handover::MAX_FDS {
-            return Err(Error::Config(format!(
-                "at most {} emitters or workers per stage",
-                crate::handover::MAX_FDS
-            )));
-        }
-        if self.world_size == 0 || self.rank >= self.world_size {
-            return cfg("shard: rank must be in 0..world_size");
-        }
-        for (name, _) in &self.steps {
-            if !self.reg.has_step(name) {
-                return Err(Error::Config(format!(
-                    "no step named {name:?} is registered"
-                )));
-            }
-        }
-        if let Some(SourceSpec::Named { name, .. }) = &self.source
-            && !self.reg.has_source(name)
-        {
-            return Err(Error::Config(format!(
-                "no source named {name:?} is registered"
-            )));
-        }
-        let stages = match &self.topology {
-            Topology::Staged { workers } if !self.steps.is_empty() => {
-                if !workers.is_empty() && workers.len() != self.steps.len() {
-                    return cfg("Staged: one worker count per step");
-                }
-                if workers.contains(&0) {
-                    return cfg("Staged: every stage needs a worker");
-                }
-                self.steps
-                    .iter()
-                    .enumerate()
-                    .map(|(i, s)| StagePlan {
-                        steps: vec![s.clone()],
-                        workers: workers.get(i).copied().unwrap_or(self.workers),
-                    })
-                    .collect()
-            }
-            _ => vec![StagePlan {
-                steps: self.steps.clone(),
-                workers: self.workers,
-            }],
-        };
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let pid = std::process::id();
-        Ok(Plan {
-            id: format!(
-                "{pid}x{}x{:x}",
-                SEQ.fetch_add(1, Ordering::Relaxed),
-                nanos & 0xfffff
-            ),
-            parent: pid,
-            emitters: if self.source.is_some() {
-                self.emitters
-            } else {
-                1
-            },
-            source: self.source.clone(),
-            stages,
-            ordered: self.ordered,
-            batch_bytes: self.batch_bytes,
-            transfer: self.transfer,
-            transport: self.transport,
-            channel: self.channel,
-            seed: self.seed,
-            shuffle: self.shuffle,
-            shuffle_buffer: self.shuffle_buffer,
-            epochs: self.epochs,
-            rank: self.rank,
-            world_size: self.world_size,
-            on_bad_record: self.on_bad_record,
-            lease: self.lease,
-        })
-    }
-
-    /// Starts the emitter and worker processes and connects the consumer.
-    ///
-    /// # Errors
-    /// [`Error::Config`] for invalid settings (or when called in a pipeline child, i.e. when
-    /// [`init`](crate::init) was not called first), [`Error::Spawn`] / [`Error::Transport`] /
-    /// [`Error::ProcessDied`] when the processes cannot be started and connected.
-    pub fn start(self) -> Result<Pipeline, Error> {
-        if process::is_child() {
-            return Err(Error::Config(
-                "Pipeline::start in a pipeline child: call shmpipe::init(&registry) first in main \
-                 (and in every test that starts a pipeline)"
-                    .into(),
-            ));
-        }
-        let plan = self.plan()?;
-        if plan.transport == TransportKind::Shm {
-            crate::shm::check_memory(&plan).map_err(Error::Config)?;
-        }
-        if self.ctrl_c {
-            interrupt_flag(true).store(false, Ordering::SeqCst);
-        }
-        let shared = Arc::new(Shared::default());
-        let mut p = Pipeline {
-            inputs: None,
-            feeder: None,
-            shared: Arc::clone(&shared),
-            supervisor: None,
-            ready: VecDeque::new(),
-            reorder: plan.ordered.then(|| Reorder::new(plan.emitters)),
-            finished: false,
-            failed: false,
-            stats: Stats::default(),
-            items: 0,
-            bytes: 0,
-            started: Instant::now(),
-            last_check: Instant::now(),
-            ctrl_c: self.ctrl_c,
-            warn_idle: self.warn_idle,
-            waiting_since: None,
-            warned: false,
-            plan,
-        };
-        let plan = &p.plan;
-        // Enqueue mode: the parent is emitter 0 and creates its channels itself.
-        let mut own_outputs = Vec::new();
-        let cancel = Arc::new(AtomicBool::new(false));
-        if plan.source.is_none() {
-            let mut txs = Vec::new();
-            for _ in 0..plan.stages[0].workers {
-                let (tx, fd) =
-                    node::create_tx(plan, Some(Arc::clone(&cancel))).map_err(Error::Transport)?;
-                txs.push(tx);
-                own_outputs.push(Some(fd));
-            }
-            p.feeder = Some(Feeder::start(
-                Outputs::new(txs, plan),
-                plan.stages[0].workers,
-                Arc::clone(&shared),
-                cancel,
-            ));
-        }
-        let args = self
-            .child_args
-            .clone()
-            .unwrap_or_else(|| std::env::args().skip(1).collect());
-        let mut roles: Vec<Role> = Vec::new();
-        if plan.source.is_some() {
-            roles.extend((0..plan.emitters).map(Role::Emitter));
-        }
-        for (s, st) in plan.stages.iter().enumerate() {
-            roles.extend((0..st.workers).map(|w| Role::Worker {
-                stage: s,
-                worker: w,
-            }));
-        }
-        for role in roles {
-            let mut spec = ChildSpec {
-                plan: plan.clone(),
-                role,
-                ctrl_fd: -1,
-            };
-            let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
-            let child = process::spawn(&mut spec, &args, theirs)?;
-            shared
-                .children
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(ChildProc {
-                    role,
-                    child,
-                    status: None,
-                    ctrl,
-                });
-        }
-        p.supervisor = Some(process::supervise(Arc::clone(&shared)));
-        let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
-        p.inputs = Some(Inputs::new(rxs));
-        p.started = Instant::now();
-        Ok(p)
-    }
-}
-
 /// The process-wide Ctrl-C flag; registers the handlers on first use when `install`.
-fn interrupt_flag(install: bool) -> &'static Arc<AtomicBool> {
+pub(crate) fn interrupt_flag(install: bool) -> &'static Arc<AtomicBool> {
     static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
     FLAG.get_or_init(|| {
         let flag = Arc::new(AtomicBool::new(false));
@@ -508,7 +147,7 @@ impl Metrics {
 /// The reorder buffer of the ordered mode: groups of outputs keyed by input `(k, e)`,
 /// released in the order `k`, then `e`.
 #[derive(Debug)]
-struct Reorder {
+pub(crate) struct Reorder {
     emitters: u32,
     /// Records sent by each emitter, once known.
     counts: Vec<Option<u64>>,
@@ -519,7 +158,7 @@ struct Reorder {
 }
 
 impl Reorder {
-    fn new(emitters: usize) -> Reorder {
+    pub(crate) fn new(emitters: usize) -> Reorder {
         Reorder {
             emitters: emitters as u32,
             counts: vec![None; emitters],
@@ -563,177 +202,6 @@ impl Reorder {
     }
 }
 
-enum Feed {
-    Item(Item),
-    Close,
-}
-
-/// What the consumer knows of the input side (enqueue mode), for the idle warning.
-#[derive(Debug)]
-struct InputState {
-    /// The input was closed (by `close_input` or by dropping the [`Input`]).
-    closed: AtomicBool,
-    /// When an item was last enqueued, in milliseconds since `epoch`.
-    last_send_ms: AtomicU64,
-    epoch: Instant,
-}
-
-impl InputState {
-    fn touch(&self) {
-        let ms = self.epoch.elapsed().as_millis() as u64;
-        self.last_send_ms.store(ms, Ordering::Relaxed);
-    }
-    fn idle_for(&self) -> Duration {
-        let last = Duration::from_millis(self.last_send_ms.load(Ordering::Relaxed));
-        self.epoch.elapsed().saturating_sub(last)
-    }
-}
-
-/// The input of a pipeline in enqueue mode, from [`Pipeline::input`]: send items with
-/// [`Input::send`]; dropping it (or [`Input::close`]) closes the input, like dropping a
-/// channel's sender, and the consumer's stream then ends after the outputs of every item
-/// sent. It can be moved to another thread.
-///
-/// # Examples
-/// ```no_run
-/// use shmpipe::{map, Item, Pipeline, Registry};
-/// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
-///     let n = it.i64("n").unwrap_or(0);
-///     Ok(it.with_i64("n", n + 1))
-/// })));
-/// shmpipe::init(&reg);
-/// let mut p = Pipeline::builder(&reg).step("inc").start()?;
-/// let mut input = p.input()?;
-/// std::thread::spawn(move || {
-///     for n in 0..10 {
-///         input.send(Item::new().with_i64("n", n)).unwrap();
-///     } // `input` is dropped here: end of input
-/// });
-/// assert_eq!(p.count(), 10);
-/// # Ok::<(), shmpipe::Error>(())
-/// ```
-#[derive(Debug)]
-pub struct Input {
-    tx: mpsc::Sender<Feed>,
-    state: Arc<InputState>,
-    shared: Arc<Shared>,
-}
-
-impl Input {
-    /// Feeds one item. Never blocks.
-    ///
-    /// # Errors
-    /// What stopped the pipeline's input thread (e.g. an item too large for the channel, or
-    /// the pipeline is gone).
-    pub fn send(&mut self, item: Item) -> Result<(), Error> {
-        self.state.touch();
-        self.tx.send(Feed::Item(item)).map_err(|_| {
-            self.shared
-                .take_secondary()
-                .unwrap_or_else(|| Error::Closed("the pipeline's input thread stopped".into()))
-        })
-    }
-
-    /// Closes the input (the same as dropping it).
-    pub fn close(self) {}
-}
-
-impl Drop for Input {
-    fn drop(&mut self) {
-        self.state.closed.store(true, Ordering::Relaxed);
-        let _ = self.tx.send(Feed::Close);
-    }
-}
-
-/// Enqueue mode: a thread of the parent that batches enqueued items to the workers.
-struct Feeder {
-    /// The pipeline's own input, until [`Pipeline::input`] hands it out or the input closes.
-    input: Option<Input>,
-    state: Arc<InputState>,
-    handle: Option<JoinHandle<()>>,
-    /// Raised at teardown: a send blocked on a full channel gives up.
-    cancel: Arc<AtomicBool>,
-}
-
-impl Feeder {
-    fn start(
-        mut out: Outputs,
-        workers: usize,
-        shared: Arc<Shared>,
-        cancel: Arc<AtomicBool>,
-    ) -> Feeder {
-        let (tx, rx) = mpsc::channel::<Feed>();
-        let stop = Arc::clone(&cancel);
-        let errors = Arc::clone(&shared);
-        let handle = std::thread::spawn(move || {
-            let mut k = 0u64;
-            let r: Result<(), TransportError> = (|| loop {
-                let msg = match rx.try_recv() {
-                    Ok(m) => m,
-                    Err(mpsc::TryRecvError::Empty) => {
-                        out.flush_all()?;
-                        loop {
-                            match rx.recv_timeout(Duration::from_millis(100)) {
-                                Ok(m) => break m,
-                                Err(mpsc::RecvTimeoutError::Timeout) => {
-                                    if stop.load(Ordering::Relaxed) {
-                                        return Ok(());
-                                    }
-                                }
-                                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
-                            }
-                        }
-                    }
-                    Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
-                };
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                match msg {
-                    Feed::Item(item) => {
-                        out.push(
-                            (k % workers as u64) as usize,
-                            Frame::Item {
-                                e: 0,
-                                k,
-                                last: true,
-                                item,
-                            },
-                        )?;
-                        k += 1;
-                    }
-                    Feed::Close => {
-                        out.broadcast(&Frame::EmitterDone { e: 0, n: k })?;
-                        out.broadcast(&Frame::Eos(Stats::default()))?;
-                        return out.flush_all();
-                    }
-                }
-            })();
-            if let Err(e) = r
-                && !stop.load(Ordering::Relaxed)
-            {
-                let mut s = errors.secondary.lock().unwrap_or_else(|e| e.into_inner());
-                s.get_or_insert(Error::Transport(format!("enqueue: {e}")));
-            }
-        });
-        let state = Arc::new(InputState {
-            closed: AtomicBool::new(false),
-            last_send_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-        });
-        Feeder {
-            input: Some(Input {
-                tx,
-                state: Arc::clone(&state),
-                shared: Arc::clone(&shared),
-            }),
-            state,
-            handle: Some(handle),
-            cancel,
-        }
-    }
-}
-
 /// A running pipeline: the consumer end. Iterate it (or call [`Pipeline::dequeue`]) to get
 /// the outputs; dropping it shuts every process down.
 ///
@@ -753,28 +221,28 @@ impl Feeder {
 /// # Ok::<(), shmpipe::Error>(())
 /// ```
 pub struct Pipeline {
-    plan: Plan,
-    inputs: Option<Inputs>,
-    feeder: Option<Feeder>,
-    shared: Arc<Shared>,
-    supervisor: Option<JoinHandle<()>>,
-    ready: VecDeque<Item>,
-    reorder: Option<Reorder>,
-    finished: bool,
-    failed: bool,
-    stats: Stats,
-    items: u64,
-    bytes: u64,
-    started: Instant,
+    pub(crate) plan: Plan,
+    pub(crate) inputs: Option<Inputs>,
+    pub(crate) feeder: Option<Feeder>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) supervisor: Option<JoinHandle<()>>,
+    pub(crate) ready: VecDeque<Item>,
+    pub(crate) reorder: Option<Reorder>,
+    pub(crate) finished: bool,
+    pub(crate) failed: bool,
+    pub(crate) stats: Stats,
+    pub(crate) items: u64,
+    pub(crate) bytes: u64,
+    pub(crate) started: Instant,
     /// When the consumer last looked for a dead child.
-    last_check: Instant,
-    ctrl_c: bool,
+    pub(crate) last_check: Instant,
+    pub(crate) ctrl_c: bool,
     /// See [`PipelineBuilder::warn_idle_after`].
-    warn_idle: Duration,
+    pub(crate) warn_idle: Duration,
     /// Since when the consumer has been waiting for an output without getting one.
-    waiting_since: Option<Instant>,
+    pub(crate) waiting_since: Option<Instant>,
     /// The idle warning was given.
-    warned: bool,
+    pub(crate) warned: bool,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -790,40 +258,11 @@ impl std::fmt::Debug for Pipeline {
 impl Pipeline {
     /// A builder using the steps and sources of `reg`.
     pub fn builder(reg: &Registry) -> PipelineBuilder {
-        PipelineBuilder {
-            reg: reg.clone(),
-            source: None,
-            emitters: 1,
-            steps: Vec::new(),
-            workers: 2,
-            topology: Topology::Fused,
-            batch_bytes: DEFAULT_BATCH_BYTES,
-            transfer: Transfer::Adaptive {
-                threshold: DEFAULT_PIPELINE_THRESHOLD,
-            },
-            ordered: false,
-            seed: 0,
-            shuffle: false,
-            shuffle_buffer: 256,
-            epochs: Epochs::Finite(1),
-            rank: 0,
-            world_size: 1,
-            on_bad_record: OnBadRecord::Fail,
-            child_args: None,
-            transport: TransportKind::Shm,
-            channel: ChannelPlan {
-                slots: 256,
-                slot_size: 64,
-                blocks: 8,
-                block_size: 1 << 20,
-            },
-            ctrl_c: true,
-            lease: true,
-            warn_idle: DEFAULT_WARN_IDLE,
-        }
+        PipelineBuilder::new(reg)
     }
 
-    /// The pipeline's id (the infix of its connection and segment names).
+    /// The pipeline's id (it names the pipeline in messages; nothing on the system carries
+    /// it: channels are anonymous).
     pub fn id(&self) -> &str {
         &self.plan.id
     }
@@ -857,7 +296,9 @@ impl Pipeline {
                 "input already closed, or handed out by Pipeline::input".into(),
             ));
         };
-        input.send(item).inspect_err(|_| self.failed = true)
+        // A failed input is reported here and, with the process that explains it when there is
+        // one, by `dequeue`: the pipeline is not marked failed yet.
+        input.send(item)
     }
 
     /// Enqueue mode: takes the input as a handle whose drop closes it (like a channel's
@@ -936,11 +377,10 @@ impl Pipeline {
                 }
             }
             let since = *self.waiting_since.get_or_insert_with(Instant::now);
-            let watch = self
-                .feeder
-                .as_ref()
-                .filter(|_| !self.warned && !self.warn_idle.is_zero())
-                .map(|f| Arc::clone(&f.state));
+            let input = self.feeder.as_ref().map(|f| Arc::clone(&f.state));
+            let watch = input
+                .clone()
+                .filter(|_| !self.warned && !self.warn_idle.is_zero());
             let (warn_idle, id) = (self.warn_idle, self.plan.id.as_str());
             let warned = &mut self.warned;
             let Some(inputs) = self.inputs.as_mut() else {
@@ -969,10 +409,17 @@ impl Pipeline {
                 }
                 // Only primary failures here: a secondary one (a child that lost a peer) may
                 // race with the error report that explains it, which is still in a ring.
-                match shared.take_primary() {
-                    Some(e) => Err(e),
-                    None => Ok(()),
+                if let Some(e) = shared.take_primary() {
+                    return Err(e);
                 }
+                // The input thread stopped (the first stage cannot take more): after a moment
+                // for the supervisor to name a dead process behind it, that is the error.
+                if let Some((at, m)) = input.as_ref().and_then(|st| st.failure())
+                    && at.elapsed() > Duration::from_millis(500)
+                {
+                    return Err(Error::Transport(format!("enqueue: {m}")));
+                }
+                Ok(())
             };
             match inputs.next(&mut idle) {
                 Ok(Some((_, frames))) => self.handle(frames)?,

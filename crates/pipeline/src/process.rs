@@ -52,7 +52,7 @@ pub fn init(reg: &Registry) {
         eprintln!("shmpipe: no control socket at descriptor {}", spec.ctrl_fd);
         std::process::exit(node::EXIT_SETUP);
     };
-    let code = node::run_child(reg, &spec, ctrl);
+    let code = crate::roles::run_child(reg, &spec, ctrl);
     std::process::exit(code);
 }
 

@@ -46,6 +46,12 @@ pub enum Error {
         /// Bytes free on the file system when creation failed.
         available: u64,
     },
+    /// A sender had to wait, but no consumer attached within
+    /// [`ChannelConfig::attach_timeout`](crate::ChannelConfig::attach_timeout).
+    NoConsumer {
+        /// How long the channel has been without a consumer.
+        waited: std::time::Duration,
+    },
     /// A segment of that name exists already.
     AlreadyExists(String),
     /// No segment of that name exists.
@@ -59,6 +65,10 @@ pub enum Error {
     },
     /// The segment is not one of ours (bad magic) or its header is inconsistent.
     NotASegment(String),
+    /// A name in `/dev/shm` that we refuse to open: a symlink, a directory, FIFO or other
+    /// non-regular file, a file of another user, or one with group/other permission bits.
+    /// The message names the path, owner uid and mode.
+    Untrusted(String),
     /// Another live consumer is attached to this channel.
     Busy(u32),
     /// A name or configuration value is invalid.
@@ -147,6 +157,13 @@ impl fmt::Display for Error {
                 *needed as f64 / 1048576.0,
                 *available as f64 / 1048576.0
             ),
+            Error::NoConsumer { waited } => write!(
+                f,
+                "no consumer attached to the channel in {waited:.1?} \
+                 (ChannelConfig::attach_timeout): start the consumer (Receiver::open or \
+                 Receiver::open_timeout), check that it did not die before attaching, or raise \
+                 ChannelConfig::attach_timeout"
+            ),
             Error::AlreadyExists(n) => write!(
                 f,
                 "a channel named '{n}' already exists (/dev/shm/{prefix}{n}): another Sender \
@@ -176,6 +193,7 @@ impl fmt::Display for Error {
                 "another consumer (pid {pid}) is attached: a channel has one Receiver at a \
                  time; close that one first or create one channel per consumer"
             ),
+            Error::Untrusted(why) => f.write_str(why),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
             Error::NoSuchField(n) => write!(
                 f,

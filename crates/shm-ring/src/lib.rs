@@ -67,6 +67,9 @@ pub use calibrate::{Calibration, calibrate};
 #[cfg(not(loom))]
 pub use channel::{ChannelConfig, Message, Receiver, Sender, SenderStats, WaitConfig};
 #[cfg(not(loom))]
+#[doc(hidden)]
+pub use channel::{ChannelLayout, channel_layout};
+#[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
 pub use error::Error;
@@ -75,7 +78,7 @@ pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, R
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit};
 #[cfg(not(loom))]
-pub use segment::{NAME_PREFIX, Segment, reclaim_stale};
+pub use segment::{NAME_PREFIX, Segment, SegmentInfo, reclaim_stale};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
 

@@ -29,8 +29,8 @@ use crate::pool::{ArrayLoan, LoanToken};
 
 pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB1");
 pub(crate) const BODY_HEADER: usize = 24;
-const RECORD_HEADER: usize = 8;
-const FIELD_HEADER: usize = 24;
+pub(crate) const RECORD_HEADER: usize = 8;
+pub(crate) const FIELD_HEADER: usize = 24;
 const MAX_NDIM: usize = 16;
 
 const KIND_I64: u8 = 1;
@@ -345,8 +345,28 @@ fn field_size(f: &FieldB<'_>, place: Place) -> usize {
     }
 }
 
+/// Names must be unique within a record (or two lookups of one name could disagree).
+#[cold]
+fn check_unique(m: &MessageBuilder<'_>) -> Result<(), Error> {
+    for r in 0..m.records() {
+        let fields = &m.fields[m.record_range(r)];
+        for (i, f) in fields.iter().enumerate().skip(1) {
+            if fields[..i].iter().any(|g| g.name == f.name) {
+                return Err(Error::InvalidArgument(format!(
+                    "field '{}' appears twice in record {r}: names must be unique per record",
+                    f.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Checks limits of the encoding (name and string lengths, dimensions) before encoding.
 pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
+    if m.fields.len() > 1 {
+        check_unique(m)?;
+    }
     for f in &m.fields {
         if f.name.len() > 255 {
             return Err(Error::InvalidArgument(format!(
@@ -531,6 +551,96 @@ impl<'a> PoolRef<'a> {
     }
 }
 
+/// Bodies up to this size are copied whole for an in-place read; larger ones get their
+/// headers copied and their inline array data read in place.
+const COPY_WHOLE: usize = 4096;
+
+/// Copies a message body of `len` bytes at `src` (memory another process may write) into
+/// `dst` for parsing: every header, name, string and shape byte is copied, each read once;
+/// the data of large inline arrays is not (it is read in place, through [`DataRef`]). If the
+/// source is inconsistent, the walk stops and the parser reports what it finds in `dst`
+/// (private bytes either way).
+///
+/// # Safety
+/// `src` must be valid for reads of `len` bytes; `dst.len() == len`.
+#[inline]
+pub(crate) unsafe fn copy_for_parse(src: *const u8, len: usize, dst: &mut [u8]) {
+    debug_assert_eq!(dst.len(), len);
+    let cp = |dst: &mut [u8], from: usize, to: usize| {
+        let to = to.min(len);
+        if from < to {
+            // SAFETY: from < to <= len: inside both buffers (caller's contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.add(from), dst.as_mut_ptr().add(from), to - from)
+            };
+        }
+    };
+    if len <= COPY_WHOLE {
+        cp(dst, 0, len);
+        return;
+    }
+    // SAFETY: forwarded contract.
+    unsafe { copy_headers(src, len, dst) }
+}
+
+/// The large-body half of [`copy_for_parse`].
+///
+/// # Safety
+/// As [`copy_for_parse`].
+#[inline(never)]
+unsafe fn copy_headers(src: *const u8, len: usize, dst: &mut [u8]) {
+    let cp = |dst: &mut [u8], from: usize, to: usize| {
+        let to = to.min(len);
+        if from < to {
+            // SAFETY: from < to <= len: inside both buffers (caller's contract).
+            unsafe {
+                std::ptr::copy_nonoverlapping(src.add(from), dst.as_mut_ptr().add(from), to - from)
+            };
+        }
+    };
+    cp(dst, 0, BODY_HEADER);
+    let n_records = rd_u32(dst, 8);
+    let end = (rd_u32(dst, 12) as usize).min(len);
+    let mut p = BODY_HEADER;
+    for _ in 0..n_records {
+        if p + RECORD_HEADER > end {
+            break;
+        }
+        cp(dst, p, p + RECORD_HEADER);
+        let rlen = rd_u32(dst, p) as usize;
+        let n_fields = rd_u32(dst, p + 4);
+        if rlen < RECORD_HEADER {
+            break;
+        }
+        let rend = p.saturating_add(rlen).min(end);
+        let mut q = p + RECORD_HEADER;
+        for _ in 0..n_fields {
+            if q + FIELD_HEADER > rend {
+                break;
+            }
+            cp(dst, q, q + FIELD_HEADER);
+            let (kind, name_len, ndim, loc) =
+                (dst[q], dst[q + 1] as usize, dst[q + 2] as usize, dst[q + 4]);
+            let b = rd_u64(dst, q + 16);
+            let shape = if kind == KIND_ARRAY { 8 * ndim } else { 0 };
+            let str_len = if kind == KIND_STR {
+                b.min(65536) as usize
+            } else {
+                0
+            };
+            let head_end = (q + FIELD_HEADER + shape + pad8(name_len + str_len)).min(rend);
+            cp(dst, q + FIELD_HEADER, head_end);
+            q = head_end;
+            if kind == KIND_ARRAY && loc == LOC_INLINE {
+                let data = pad8(b.min(rend as u64) as usize);
+                // The data itself is read in place (`DataRef`), never from the copy.
+                q = q.saturating_add(data).min(rend);
+            }
+        }
+        p = rend;
+    }
+}
+
 #[inline]
 fn rd_u32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default())
@@ -541,9 +651,18 @@ fn rd_u64(b: &[u8], at: usize) -> u64 {
 }
 
 /// A received message read in place: valid while the borrow lasts.
+///
+/// Names, metadata, shapes and every other header value come from a private copy that no
+/// other process can change. Array data is read where it lies (zero-copy): in a pool block, or
+/// in the channel's ring for a large array copied inline. A hostile producer can change those
+/// values while you read them, never their bounds (shape, length, location were validated on
+/// the private copy).
 #[derive(Debug, Clone, Copy)]
 pub struct MessageView<'a> {
     body: &'a [u8],
+    /// Where inline array data is read: `body.len()` bytes, the body itself or the
+    /// peer-writable original it was copied from.
+    data: DataRef<'a>,
     pool: PoolRef<'a>,
     tag: u32,
     records: u32,
@@ -551,9 +670,68 @@ pub struct MessageView<'a> {
     block_refs: u32,
 }
 
+/// The bytes inline array data is read from: `len` bytes at `ptr`, valid for `'a`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DataRef<'a> {
+    ptr: *const u8,
+    len: usize,
+    _life: PhantomData<&'a [u8]>,
+}
+
+impl<'a> DataRef<'a> {
+    /// Array data read from `body` itself (private bytes).
+    #[inline]
+    pub(crate) fn private(body: &'a [u8]) -> Self {
+        DataRef {
+            ptr: body.as_ptr(),
+            len: body.len(),
+            _life: PhantomData,
+        }
+    }
+
+    /// Array data read from `len` bytes at `ptr`, which another process may write.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes for `'a` (mapped, not unmapped meanwhile).
+    #[inline]
+    pub(crate) unsafe fn shared(ptr: *const u8, len: usize) -> Self {
+        DataRef {
+            ptr,
+            len,
+            _life: PhantomData,
+        }
+    }
+
+    /// The array bytes `at..at + len`, bounds-checked.
+    #[inline]
+    fn slice(&self, at: usize, len: usize) -> Option<&'a [u8]> {
+        if at.checked_add(len)? > self.len {
+            return None;
+        }
+        // SAFETY: inside the `len` readable bytes (checked), valid for 'a (constructor). This
+        // is a zero-copy array view: a hostile producer may change the values while they are
+        // read (documented on `MessageView`); bounds and layout were validated on private bytes.
+        Some(unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) })
+    }
+}
+
 impl<'a> MessageView<'a> {
-    /// Validates the body header.
+    /// Validates the body header (private bytes; inline array data is read from them too).
     pub(crate) fn parse(body: &'a [u8], pool: PoolRef<'a>) -> Result<Self, Error> {
+        Self::parse_with(body, DataRef::private(body), pool)
+    }
+
+    /// Validates the body header of `body` (private bytes); inline array data is read from
+    /// `data`, which must hold at least `body.len()` bytes laid out the same.
+    #[inline]
+    pub(crate) fn parse_with(
+        body: &'a [u8],
+        data: DataRef<'a>,
+        pool: PoolRef<'a>,
+    ) -> Result<Self, Error> {
+        if data.len < body.len() {
+            return Err(corrupt("message data shorter than its body"));
+        }
         if body.len() < BODY_HEADER {
             return Err(corrupt(format!("message body of {} bytes", body.len())));
         }
@@ -570,6 +748,7 @@ impl<'a> MessageView<'a> {
         }
         Ok(MessageView {
             body: &body[..len],
+            data,
             pool,
             tag: rd_u32(body, 4),
             records: rd_u32(body, 8),
@@ -596,6 +775,7 @@ impl<'a> MessageView<'a> {
     pub fn records(&self) -> Records<'a> {
         Records {
             body: self.body,
+            data: self.data,
             pool: self.pool,
             pos: BODY_HEADER,
             left: self.records,
@@ -625,9 +805,17 @@ impl<'a> MessageView<'a> {
 
     /// Parses and validates every record and field, calling `f` for every block reference.
     pub(crate) fn validate_all(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
+        let mut names: SmallVec<[&str; 8]> = SmallVec::new();
         for r in self.records() {
+            names.clear();
             for field in r?.fields() {
-                if let FieldRef::Array(a) = field?
+                let field = field?;
+                let name = field.name_a();
+                if names.contains(&name) {
+                    return Err(duplicate(name));
+                }
+                names.push(name);
+                if let FieldRef::Array(a) = field
                     && let Some(b) = a.block
                 {
                     f(b);
@@ -647,6 +835,7 @@ impl<'a> MessageView<'a> {
 #[derive(Debug)]
 pub struct Records<'a> {
     body: &'a [u8],
+    data: DataRef<'a>,
     pool: PoolRef<'a>,
     pos: usize,
     left: u32,
@@ -674,6 +863,7 @@ impl<'a> Iterator for Records<'a> {
         self.pos = p + len;
         Some(Ok(RecordView {
             body: b,
+            data: self.data,
             start: p + RECORD_HEADER,
             end: p + len,
             fields: n,
@@ -686,6 +876,7 @@ impl<'a> Iterator for Records<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a> {
     body: &'a [u8],
+    data: DataRef<'a>,
     start: usize,
     end: usize,
     fields: u32,
@@ -715,6 +906,30 @@ pub enum FieldRef<'a> {
     Meta(&'a str, MetaValue<'a>),
     /// An array.
     Array(ArrayInfo<'a>),
+}
+
+/// `Err` if a field named `name` (or a corrupt field) follows in `fields`.
+#[inline(never)]
+fn rest_has(mut fields: Fields<'_>, name: &str) -> Result<(), Error> {
+    while let Some(g) = fields.find(name) {
+        if g?.name() == name {
+            return Err(duplicate(name));
+        }
+    }
+    Ok(())
+}
+
+fn duplicate(name: &str) -> Error {
+    corrupt(format!("field '{name}' appears twice in one record"))
+}
+
+impl<'a> FieldRef<'a> {
+    fn name_a(&self) -> &'a str {
+        match self {
+            FieldRef::Meta(n, _) => n,
+            FieldRef::Array(a) => a.name,
+        }
+    }
 }
 
 impl FieldRef<'_> {
@@ -754,6 +969,7 @@ impl<'a> Fields<'a> {
     /// Skips to the field called `name` reading only the headers of the fields before it
     /// (every skip is bounds-checked; anything odd falls back to the full parse, which reports
     /// it), then parses that field.
+    #[inline]
     fn find(&mut self, name: &str) -> Option<Result<FieldRef<'a>, Error>> {
         let b = self.rec.body;
         let end = self.rec.end;
@@ -858,7 +1074,10 @@ impl<'a> Fields<'a> {
                         if self.pos > end {
                             return Err(corrupt(format!("array '{name}' overruns its record")));
                         }
-                        (&b[at..at + blen as usize], None)
+                        let bytes = self.rec.data.slice(at, blen as usize).ok_or_else(|| {
+                            corrupt(format!("array '{name}': inline data outside the body"))
+                        })?;
+                        (bytes, None)
                     }
                     LOC_BLOCK => (self.rec.pool.block(a, blen)?, Some(a as u32)),
                     _ => return Err(corrupt(format!("array '{name}': location {loc}"))),
@@ -902,6 +1121,11 @@ impl<'a> RecordView<'a> {
         while let Some(f) = fields.find(name) {
             let f = f?;
             if f.name() == name {
+                // A second field of that name would make two lookups disagree (one field's
+                // dtype, another's bytes): refuse the record.
+                if fields.left > 0 {
+                    rest_has(fields, name)?;
+                }
                 return Ok(f);
             }
         }

@@ -164,7 +164,14 @@ impl<S: Storage> Producer<S> {
         assert!(shape.is_valid(), "invalid ring shape {shape:?}");
         let h = storage.header();
         let tail = h.tail.0.load(Ordering::Relaxed);
-        let cached_head = h.head.0.load(Ordering::Acquire);
+        let head = h.head.0.load(Ordering::Acquire);
+        // The peer may have written anything: an impossible distance counts as "full", so the
+        // first `free` reloads `head` and reports it as corrupt instead of trusting it.
+        let cached_head = if tail.wrapping_sub(head) > shape.capacity {
+            tail.wrapping_sub(shape.capacity)
+        } else {
+            head
+        };
         Producer {
             storage,
             shape,
@@ -190,7 +197,12 @@ impl<S: Storage> Producer<S> {
     /// [`RingError::Corrupt`] if the consumer's index is impossible.
     #[inline]
     pub fn free(&mut self, want: u32) -> Result<u32, RingError> {
-        let free = self.shape.capacity - self.tail.wrapping_sub(self.cached_head);
+        // `cached_head` is only ever a validated value, so this never underflows; saturate
+        // anyway rather than trust it with a panic.
+        let free = self
+            .shape
+            .capacity
+            .saturating_sub(self.tail.wrapping_sub(self.cached_head));
         if free >= want {
             return Ok(free);
         }

@@ -2,43 +2,106 @@
 //! process liveness. Nothing else in the crate talks to the kernel directly.
 
 use std::fs::File;
-use std::io;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use rustix::fs::{FallocateFlags, Mode, SealFlags};
+use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags, RenameFlags, SealFlags};
 use rustix::process::{Pid, PidfdFlags};
-use rustix::shm;
 
 /// Directory where POSIX shared-memory objects live on Linux.
 pub(crate) const SHM_DIR: &str = "/dev/shm";
 
-/// `shm_open(O_CREAT | O_EXCL | O_RDWR, 0600)`.
-pub(crate) fn shm_create(os_name: &str) -> rustix::io::Result<File> {
-    let fd = shm::open(
-        os_name,
-        shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
+/// `/dev/shm`, opened as a directory: every named segment is reached relative to it.
+pub(crate) fn shm_dir() -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
+        rustix::fs::CWD,
+        SHM_DIR,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+}
+
+/// Opens the entry `entry` of `dir` (read-write or read-only) without following a symlink
+/// (`ELOOP`) and without blocking (a FIFO opens at once instead of waiting for a writer).
+/// The caller must still check what it opened ([`fstat`]) before using it.
+pub(crate) fn open_entry(dir: &OwnedFd, entry: &str, write: bool) -> rustix::io::Result<File> {
+    let access = if write { OFlags::RDWR } else { OFlags::RDONLY };
+    let fd = rustix::fs::openat(
+        dir,
+        entry,
+        access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    Ok(File::from(fd))
+}
+
+/// Creates the new entry `entry` of `dir`: `O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW`, mode 0600.
+pub(crate) fn create_entry(dir: &OwnedFd, entry: &str) -> rustix::io::Result<File> {
+    let fd = rustix::fs::openat(
+        dir,
+        entry,
+        OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::RDWR
+            | OFlags::NOFOLLOW
+            | OFlags::NOCTTY
+            | OFlags::CLOEXEC,
         Mode::RUSR | Mode::WUSR,
     )?;
     Ok(File::from(fd))
 }
 
-/// `shm_open(O_RDWR)` of an existing object.
-pub(crate) fn shm_open_rw(os_name: &str) -> rustix::io::Result<File> {
-    let fd = shm::open(os_name, shm::OFlags::RDWR, Mode::empty())?;
-    Ok(File::from(fd))
+/// Gives the file `from` the name `to` in `dir`, atomically, failing with `EEXIST` if `to`
+/// exists (`renameat2(RENAME_NOREPLACE)`; `link` + `unlink` where that flag is unsupported).
+pub(crate) fn publish_entry(dir: &OwnedFd, from: &str, to: &str) -> rustix::io::Result<()> {
+    match rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
+        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
+            rustix::fs::linkat(dir, from, dir, to, AtFlags::empty())?;
+            let _ = rustix::fs::unlinkat(dir, from, AtFlags::empty());
+            Ok(())
+        }
+        r => r,
+    }
 }
 
-/// `shm_open(O_RDONLY)` of an existing object (used to inspect stale segments).
-pub(crate) fn shm_open_ro(os_name: &str) -> rustix::io::Result<File> {
-    let fd = shm::open(os_name, shm::OFlags::RDONLY, Mode::empty())?;
-    Ok(File::from(fd))
+/// Device and inode of the entry `entry` of `dir` itself (a symlink is not followed).
+pub(crate) fn entry_id(dir: &OwnedFd, entry: &str) -> Option<(u64, u64)> {
+    let st = rustix::fs::statat(dir, entry, AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    Some((st.st_dev, st.st_ino))
 }
 
-/// `shm_unlink`.
-pub(crate) fn shm_unlink(os_name: &str) -> rustix::io::Result<()> {
-    shm::unlink(os_name)
+/// Removes the entry `entry` of `dir` if it still names the file `id` (device, inode).
+///
+/// The check and the unlink are two system calls: if, between them, another process removes
+/// the name and a third publishes a new file under it, the new file loses its name. Linux
+/// offers no "unlink if this inode" call; the window is a few microseconds wide and needs two
+/// other processes acting on the same name inside it.
+pub(crate) fn unlink_entry_if(dir: &OwnedFd, entry: &str, id: (u64, u64)) -> bool {
+    entry_id(dir, entry) == Some(id) && rustix::fs::unlinkat(dir, entry, AtFlags::empty()).is_ok()
+}
+
+/// `fstat`.
+pub(crate) fn fstat(file: &File) -> rustix::io::Result<rustix::fs::Stat> {
+    rustix::fs::fstat(file)
+}
+
+/// Our effective uid.
+pub(crate) fn euid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
+/// Takes a shared `flock` on `file` without waiting: `false` if someone holds it exclusively.
+/// The lock belongs to the open file description and dies with its last descriptor, that is
+/// with the process at the latest (even on SIGKILL).
+pub(crate) fn try_lock_shared(file: &File) -> bool {
+    rustix::fs::flock(file, FlockOperation::NonBlockingLockShared).is_ok()
+}
+
+/// Takes an exclusive `flock` on `file` without waiting: `true` only if no open file
+/// description anywhere holds a lock on the file.
+pub(crate) fn try_lock_exclusive(file: &File) -> bool {
+    rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
 /// An anonymous memory file (`memfd_create`) that can be sealed, closed on exec unless passed
@@ -83,24 +146,20 @@ pub(crate) fn free_bytes(file: &File) -> u64 {
     }
 }
 
-/// Size of an open file.
-pub(crate) fn file_len(file: &File) -> io::Result<u64> {
-    Ok(file.metadata()?.len())
-}
-
 /// Our own pid.
 pub(crate) fn pid() -> u32 {
     rustix::process::getpid().as_raw_nonzero().get() as u32
 }
 
 /// The start time of process `pid` in clock ticks since boot (field 22 of `/proc/pid/stat`),
-/// or `None` if there is no such process. Together with the pid it names a process uniquely,
-/// so a recycled pid is not mistaken for the creator of a segment.
+/// or `None` if it cannot be read. Together with the pid it names a process uniquely, so a
+/// recycled pid is not mistaken for the creator of a segment.
 pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
     proc_stat(pid).map(|(_, start)| start)
 }
 
-/// State letter and start time of process `pid`, from `/proc/<pid>/stat`.
+/// State letter and start time of process `pid`, from `/proc/<pid>/stat`; `None` if the file
+/// cannot be read or parsed (which says nothing about the process: see [`liveness`]).
 fn proc_stat(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) is in parentheses and may contain spaces: split after it.
@@ -110,12 +169,38 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
     Some((state, start))
 }
 
-/// Whether the process `pid` that started at `start_time` (0: not known) still exists;
-/// zombies count as gone.
-pub(crate) fn process_alive(pid: u32, start_time: u64) -> bool {
-    match proc_stat(pid) {
-        Some(('Z' | 'X', _)) | None => false,
-        Some((_, start)) => start_time == 0 || start == start_time,
+/// What we know about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Liveness {
+    /// It exists (and, where its start time is known, is the process we mean).
+    Alive,
+    /// Definitely gone: no such process (`ESRCH`), a zombie, or another process that reuses
+    /// the pid (a different start time).
+    Dead,
+    /// Cannot tell (`/proc` unreadable: out of file descriptors or memory, `hidepid`, another
+    /// pid namespace...). Every caller treats this as alive.
+    Unknown,
+}
+
+/// Whether the process `pid` that started at `start_time` (0: not known) still exists.
+/// Only definite evidence gives [`Liveness::Dead`].
+pub(crate) fn liveness(pid: u32, start_time: u64) -> Liveness {
+    let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Liveness::Unknown; // 0 or out of range: not a pid, so not evidence of anything
+    };
+    if let Some((state, start)) = proc_stat(pid) {
+        if matches!(state, 'Z' | 'X') || (start_time != 0 && start != start_time) {
+            return Liveness::Dead;
+        }
+        return Liveness::Alive;
+    }
+    // /proc told us nothing: ask the kernel directly.
+    match rustix::process::test_kill_process(p) {
+        Err(rustix::io::Errno::SRCH) => Liveness::Dead,
+        // It exists (EPERM: it exists but belongs to another user); a recycled pid cannot be
+        // told apart without /proc, so assume it is still ours.
+        Ok(()) | Err(rustix::io::Errno::PERM) => Liveness::Alive,
+        Err(_) => Liveness::Unknown,
     }
 }
 
@@ -125,17 +210,28 @@ pub(crate) struct PeerProcess {
     pid: u32,
     pidfd: Option<OwnedFd>,
     start_time: u64,
+    /// `pidfd_open` said `ESRCH`: there was no such process when we started watching.
+    gone: bool,
 }
 
 impl PeerProcess {
     /// Watches `pid`, which must have started at `start_time` (0: not known).
     pub(crate) fn watch(pid: u32, start_time: u64) -> PeerProcess {
-        let pidfd = Pid::from_raw(pid as i32)
-            .and_then(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()).ok());
+        let opened = i32::try_from(pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .map(|p| rustix::process::pidfd_open(p, PidfdFlags::empty()));
+        let (pidfd, gone) = match opened {
+            Some(Ok(fd)) => (Some(fd), false),
+            Some(Err(rustix::io::Errno::SRCH)) => (None, true),
+            // EMFILE, ENOSYS, a pid of 0...: no handle, fall back on `liveness` each time.
+            _ => (None, false),
+        };
         PeerProcess {
             pid,
             pidfd,
             start_time,
+            gone,
         }
     }
 
@@ -143,13 +239,19 @@ impl PeerProcess {
         self.pid
     }
 
-    /// Whether the process has exited (or never was the one we expected).
+    /// Whether the process has definitely exited (or was never the one we expected). "Cannot
+    /// tell" is not dead: this returns `false` then.
     pub(crate) fn is_dead(&self) -> bool {
-        if self.start_time != 0 && !process_alive(self.pid, self.start_time) {
+        if self.gone {
+            return true;
+        }
+        if self.start_time != 0 && liveness(self.pid, self.start_time) == Liveness::Dead {
             return true;
         }
         match &self.pidfd {
             Some(fd) => {
+                // A pidfd becomes readable when its process exits; it cannot refer to a later
+                // process that reuses the pid.
                 let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
                 let zero = rustix::time::Timespec {
                     tv_sec: 0,
@@ -157,8 +259,7 @@ impl PeerProcess {
                 };
                 matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
             }
-            // No pidfd (the process was already gone when we looked): fall back on /proc.
-            None => std::fs::metadata(format!("/proc/{}", self.pid)).is_err(),
+            None => liveness(self.pid, self.start_time) == Liveness::Dead,
         }
     }
 }
@@ -193,4 +294,43 @@ pub(crate) fn list_shm(prefix: &str) -> Vec<String> {
         .filter_map(|e| e.file_name().into_string().ok())
         .filter(|n| n.starts_with(prefix))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn liveness_is_definite_only_with_evidence() {
+        let me = pid();
+        let start = process_start_time(me).expect("our own /proc/self/stat");
+        assert_eq!(liveness(me, start), Liveness::Alive);
+        assert_eq!(liveness(me, 0), Liveness::Alive);
+        // Same pid, another start time: another process.
+        assert_eq!(liveness(me, start + 1), Liveness::Dead);
+        // Not a pid at all: no evidence either way.
+        assert_eq!(liveness(0, 0), Liveness::Unknown);
+        assert_eq!(liveness(u32::MAX, 0), Liveness::Unknown);
+        // Above pid_max (at most 2^22): no such process.
+        assert_eq!(liveness(0x7fff_fff0, 0), Liveness::Dead);
+        assert!(PeerProcess::watch(0x7fff_fff0, 0).is_dead());
+        assert!(!PeerProcess::watch(0, 0).is_dead());
+    }
+
+    #[test]
+    fn a_reaped_child_is_dead_and_a_live_one_alive() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let start = process_start_time(pid).unwrap();
+        let watch = PeerProcess::watch(pid, start);
+        assert_eq!(liveness(pid, start), Liveness::Alive);
+        assert!(!watch.is_dead());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(watch.is_dead());
+        assert_eq!(liveness(pid, start), Liveness::Dead);
+    }
 }

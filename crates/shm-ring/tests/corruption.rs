@@ -149,7 +149,7 @@ fn segment_magic_and_version_are_checked() {
         Err(Error::VersionMismatch {
             found: 99,
             expected,
-        }) => assert_eq!(expected, 1),
+        }) => assert_eq!(expected, 2),
         other => panic!("expected VersionMismatch, got {other:?}"),
     }
     corrupt(&name, 0, "0000000000000000");

@@ -60,6 +60,17 @@ fn a_peer_cannot_truncate_or_grow_a_sealed_channel() {
     assert_eq!(rustix::fs::ftruncate(&peer, len / 2), Err(Errno::PERM));
     assert_eq!(rustix::fs::ftruncate(&peer, len * 2), Err(Errno::PERM));
     assert_eq!(rustix::fs::fstat(&peer).unwrap().st_size as u64, len);
+    // Another process of ours reaching the memfd through /proc/<pid>/fd: refused too.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&peer);
+    let out = std::process::Command::new("truncate")
+        .args(["-s", "0", &format!("/proc/{}/fd/{fd}", std::process::id())])
+        .output()
+        .expect("run truncate");
+    assert!(
+        !out.status.success(),
+        "truncate from another process succeeded"
+    );
+    assert_eq!(rustix::fs::fstat(&peer).unwrap().st_size as u64, len);
     // The consumer keeps working.
     assert_eq!(first(&mut rx).unwrap(), 1.0);
     send_one(&mut tx, 2.0);
@@ -131,4 +142,36 @@ fn from_fd_refuses_a_sealed_memfd_of_the_wrong_size() {
         Receiver::from_fd(copy.into()),
         Err(Error::NotASegment(_) | Error::Corrupt(_))
     ));
+}
+
+/// Anonymous segments are not bounded by the size of the `/dev/shm` mount: in a private mount
+/// namespace with a 16 MB tmpfs on `/dev/shm` (a small container), a 64 MiB memfd channel is
+/// reserved and written end to end, where a named 64 MiB channel gets a clean `NoSpace`.
+#[test]
+fn a_64_mib_memfd_fills_under_a_16_mb_dev_shm() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root for a private mount namespace (unshare)");
+        return;
+    }
+    let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
+    let script = format!(
+        "mount -t tmpfs -o size=16m tmpfs /dev/shm && {peer} fill-anon 67108864 \
+         && {peer} create 67108864 big"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stdout.contains("filled 67108864"),
+        "the 64 MiB memfd should fill: {stdout} {stderr}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the named 64 MiB channel should fail cleanly: {stdout} {stderr}"
+    );
+    assert!(stderr.contains("needs 67"), "expected NoSpace: {stderr}");
 }

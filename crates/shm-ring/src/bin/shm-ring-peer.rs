@@ -10,7 +10,10 @@
 //! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created"
+//! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
 //! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
+//! shm-ring-peer fill-anon BYTES           create an anonymous channel whose pool totals BYTES,
+//!                                         write every pool byte; print "filled BYTES"
 //! ```
 #[cfg(loom)]
 fn main() {}
@@ -154,7 +157,7 @@ mod real {
             })(),
             "create-die" => (|| {
                 let seg = shm_ring::Segment::create(&arg(1), 4096).map_err(|e| e.to_string())?;
-                seg.publish(7);
+                seg.publish(7).map_err(|e| e.to_string())?;
                 say("ready");
                 sleep_forever()
             })(),
@@ -170,6 +173,41 @@ mod real {
                 say("created");
                 Ok(())
             })(),
+            "fill-anon" => (|| {
+                let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
+                let cfg = ChannelConfig {
+                    blocks: 16,
+                    block_size: bytes / 16,
+                    ..ChannelConfig::default()
+                };
+                let mut tx = Sender::anonymous(&cfg).map_err(|e| e.to_string())?;
+                let mut loans = Vec::new();
+                for i in 0..16u8 {
+                    let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
+                    loans.push(loan.fill(i));
+                }
+                let mut total = 0;
+                for (i, l) in loans.iter().enumerate() {
+                    let s = l.as_slice();
+                    if s.last() != Some(&(i as u8)) {
+                        return Err(format!("block {i} does not read back"));
+                    }
+                    total += s.len();
+                }
+                say(&format!("filled {total}"));
+                Ok(())
+            })(),
+            "open" => match Receiver::open(&arg(1)) {
+                Ok(_) => {
+                    say("opened");
+                    Ok(())
+                }
+                Err(Error::Busy(pid)) => {
+                    say(&format!("busy {pid}"));
+                    Ok(())
+                }
+                Err(e) => Err(e.to_string()),
+            },
             "corrupt" => (|| {
                 let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
                 let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;

@@ -122,3 +122,13 @@ pub fn checksum(data: &[u8]) -> u64 {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
 }
+
+/// Writes `bytes` at `offset` of the live segment `name`, as a hostile peer would (through
+/// its own file descriptor, while both ends have the segment mapped).
+pub fn poke(name: &str, offset: usize, bytes: &[u8]) {
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(shm_path(name))
+        .expect("open segment to poke");
+    std::os::unix::fs::FileExt::write_all_at(&f, bytes, offset as u64).expect("poke");
+}

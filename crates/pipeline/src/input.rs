@@ -1,0 +1,186 @@
+//! The input side of enqueue mode: the [`Input`] handle (its drop closes the input) and the
+//! parent's input thread that batches enqueued items to the first stage.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+use crate::item::Item;
+use crate::node::Outputs;
+use crate::wire::{Frame, Stats, TransportError};
+
+pub(crate) enum Feed {
+    Item(Item),
+    Close,
+}
+
+/// What the consumer knows of the input side (enqueue mode), for the idle warning.
+#[derive(Debug)]
+pub(crate) struct InputState {
+    /// The input was closed (by `close_input` or by dropping the [`Input`]).
+    pub(crate) closed: AtomicBool,
+    /// When an item was last enqueued, in milliseconds since `epoch`.
+    pub(crate) last_send_ms: AtomicU64,
+    pub(crate) epoch: Instant,
+    /// Why the input thread stopped, and when (it is not taken: every caller sees it).
+    pub(crate) failure: Mutex<Option<(Instant, String)>>,
+}
+
+impl InputState {
+    pub(crate) fn touch(&self) {
+        let ms = self.epoch.elapsed().as_millis() as u64;
+        self.last_send_ms.store(ms, Ordering::Relaxed);
+    }
+    pub(crate) fn failure(&self) -> Option<(Instant, String)> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+    pub(crate) fn idle_for(&self) -> Duration {
+        let last = Duration::from_millis(self.last_send_ms.load(Ordering::Relaxed));
+        self.epoch.elapsed().saturating_sub(last)
+    }
+}
+
+/// The input of a pipeline in enqueue mode, from [`Pipeline::input`](crate::Pipeline::input): send items with
+/// [`Input::send`]; dropping it (or [`Input::close`]) closes the input, like dropping a
+/// channel's sender, and the consumer's stream then ends after the outputs of every item
+/// sent. It can be moved to another thread.
+///
+/// # Examples
+/// ```no_run
+/// use shmpipe::{map, Item, Pipeline, Registry};
+/// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
+///     let n = it.i64("n").unwrap_or(0);
+///     Ok(it.with_i64("n", n + 1))
+/// })));
+/// shmpipe::init(&reg);
+/// let mut p = Pipeline::builder(&reg).step("inc").start()?;
+/// let mut input = p.input()?;
+/// std::thread::spawn(move || {
+///     for n in 0..10 {
+///         input.send(Item::new().with_i64("n", n)).unwrap();
+///     } // `input` is dropped here: end of input
+/// });
+/// assert_eq!(p.count(), 10);
+/// # Ok::<(), shmpipe::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Input {
+    tx: mpsc::Sender<Feed>,
+    state: Arc<InputState>,
+}
+
+impl Input {
+    /// Feeds one item. Never blocks.
+    ///
+    /// # Errors
+    /// What stopped the pipeline's input thread (e.g. an item too large for the channel, or
+    /// the pipeline is gone).
+    pub fn send(&mut self, item: Item) -> Result<(), Error> {
+        self.state.touch();
+        self.tx
+            .send(Feed::Item(item))
+            .map_err(|_| match self.state.failure() {
+                Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
+                None => Error::Closed("the pipeline's input thread stopped".into()),
+            })
+    }
+
+    /// Closes the input (the same as dropping it).
+    pub fn close(self) {}
+}
+
+impl Drop for Input {
+    fn drop(&mut self) {
+        self.state.closed.store(true, Ordering::Relaxed);
+        let _ = self.tx.send(Feed::Close);
+    }
+}
+
+/// Enqueue mode: a thread of the parent that batches enqueued items to the workers.
+pub(crate) struct Feeder {
+    /// The pipeline's own input, until [`Pipeline::input`] hands it out or the input closes.
+    pub(crate) input: Option<Input>,
+    pub(crate) state: Arc<InputState>,
+    pub(crate) handle: Option<JoinHandle<()>>,
+    /// Raised at teardown: a send blocked on a full channel gives up.
+    pub(crate) cancel: Arc<AtomicBool>,
+}
+
+impl Feeder {
+    pub(crate) fn start(mut out: Outputs, workers: usize, cancel: Arc<AtomicBool>) -> Feeder {
+        let (tx, rx) = mpsc::channel::<Feed>();
+        let stop = Arc::clone(&cancel);
+        let state = Arc::new(InputState {
+            closed: AtomicBool::new(false),
+            last_send_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            failure: Mutex::new(None),
+        });
+        let errors = Arc::clone(&state);
+        let handle = std::thread::spawn(move || {
+            let mut k = 0u64;
+            let r: Result<(), TransportError> = (|| loop {
+                let msg = match rx.try_recv() {
+                    Ok(m) => m,
+                    Err(mpsc::TryRecvError::Empty) => {
+                        out.flush_all()?;
+                        loop {
+                            match rx.recv_timeout(Duration::from_millis(100)) {
+                                Ok(m) => break m,
+                                Err(mpsc::RecvTimeoutError::Timeout) => {
+                                    if stop.load(Ordering::Relaxed) {
+                                        return Ok(());
+                                    }
+                                }
+                                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
+                            }
+                        }
+                    }
+                    Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                };
+                if stop.load(Ordering::Relaxed) {
+                    return Ok(());
+                }
+                match msg {
+                    Feed::Item(item) => {
+                        out.push(
+                            (k % workers as u64) as usize,
+                            Frame::Item {
+                                e: 0,
+                                k,
+                                last: true,
+                                item,
+                            },
+                        )?;
+                        k += 1;
+                    }
+                    Feed::Close => {
+                        out.broadcast(&Frame::EmitterDone { e: 0, n: k })?;
+                        out.broadcast(&Frame::Eos(Stats::default()))?;
+                        return out.flush_all();
+                    }
+                }
+            })();
+            if let Err(e) = r
+                && !stop.load(Ordering::Relaxed)
+            {
+                let mut f = errors.failure.lock().unwrap_or_else(|e| e.into_inner());
+                f.get_or_insert((Instant::now(), e.to_string()));
+            }
+        });
+        Feeder {
+            input: Some(Input {
+                tx,
+                state: Arc::clone(&state),
+            }),
+            state,
+            handle: Some(handle),
+            cancel,
+        }
+    }
+}

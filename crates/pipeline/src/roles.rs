@@ -1,0 +1,493 @@
+//! The child roles: the start-up hand-over seen from a child, its parent watchdog, the emitter
+//! and the worker loops, and what a child says on stderr (only real problems, named by role
+//! and pid).
+
+use std::os::fd::AsFd;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::handover::{Ctrl, CtrlError, Kind};
+use crate::item::Item;
+use crate::node::{
+    ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
+    Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
+};
+use crate::source::{ShuffleBuffer, Source, SourceContext, SourceError, derive_seed, epoch_order};
+use crate::step::{Registry, Step, StepContext, WorkerInfo};
+use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
+use crate::{Epochs, OnBadRecord};
+
+/// The child's control socket and how it names itself (set once in [`run_child`]).
+static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
+
+/// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
+/// is no news and the child exits quietly.
+fn stopping() -> bool {
+    CHILD.get().is_some_and(|(c, _)| c.stop_or_eof_pending())
+}
+
+/// Logs a real problem of this child on stderr, named by role and pid.
+fn log(msg: &str) {
+    let me = CHILD.get().map_or("child", |(_, m)| m.as_str());
+    eprintln!("shmpipe {me}: {msg}");
+}
+
+/// The start-up hand-over of a child: creates its outputs and sends their descriptors, gets
+/// its inputs, attaches, and waits for the parent's go. `Err(code)`: exit with it.
+fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<dyn Rx>>), i32> {
+    let setup = |m: String| {
+        log(&m);
+        EXIT_SETUP
+    };
+    let quiet = |e: CtrlError| match e {
+        // The parent is gone or gave up on us: nothing to say.
+        CtrlError::Eof => EXIT_ORPHAN,
+        e => setup(format!("start-up: {e}")),
+    };
+    let mut txs = Vec::new();
+    let mut fds = Vec::new();
+    for _ in 0..plan.outputs_of(role) {
+        let (tx, fd) = create_tx(plan, None).map_err(setup)?;
+        txs.push(tx);
+        fds.push(fd);
+    }
+    let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
+    ctrl.send(Kind::Outputs, &borrowed)
+        .map_err(|e| setup(format!("cannot hand over its channels: {e}")))?;
+    drop(borrowed);
+    drop(fds);
+    let (kind, fds) = ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)?;
+    match kind {
+        Kind::Inputs if fds.len() == plan.inputs_of(role) => {}
+        Kind::Stop => return Err(EXIT_STOPPED),
+        k => {
+            return Err(setup(format!(
+                "expected {} input descriptors, got {k:?} with {}",
+                plan.inputs_of(role),
+                fds.len()
+            )));
+        }
+    }
+    let rxs = fds
+        .into_iter()
+        .map(|fd| open_rx(plan, fd, true))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(setup)?;
+    ctrl.send(Kind::Attached, &[])
+        .map_err(|e| setup(format!("control socket: {e}")))?;
+    match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
+        (Kind::Go, _) => Ok((Outputs::new(txs, plan), rxs)),
+        (Kind::Stop, _) => Err(EXIT_STOPPED),
+        (k, _) => Err(setup(format!("expected go, got {k:?}"))),
+    }
+}
+
+/// The parent watchdog: exits the child as soon as its control socket says `STOP` (quietly)
+/// or reaches its end (the parent is gone, even SIGKILLed).
+fn start_watchdog(ctrl: Arc<Ctrl>, parent: u32) {
+    std::thread::spawn(move || {
+        loop {
+            if matches!(ctrl.wait_readable(None), Ok(true)) {
+                if ctrl.stop_or_eof_pending() {
+                    // Both are deliberate or final; the parent wants no word from us.
+                    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
+                    let orphan = ppid != Some(parent);
+                    std::process::exit(if orphan { EXIT_ORPHAN } else { EXIT_STOPPED });
+                }
+                // Anything else after `GO` is unexpected: take it off and go on.
+                let _ = ctrl.recv(Some(Duration::ZERO));
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    });
+}
+
+/// Runs a child role and returns its exit code.
+pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
+    let plan = &spec.plan;
+    let ctrl = Arc::new(ctrl);
+    let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
+    let (outs, ins) = match hand_over(plan, spec.role, &ctrl) {
+        Ok(v) => v,
+        Err(code) => return code,
+    };
+    start_watchdog(ctrl, plan.parent);
+    match spec.role {
+        Role::Emitter(e) => run_emitter(reg, plan, e, outs),
+        Role::Worker { stage, worker } => {
+            run_worker(reg, plan, stage, worker, Inputs::new(ins), outs)
+        }
+    }
+}
+
+fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
+    let parts = plan.world_size * plan.emitters;
+    let part = plan.rank * plan.emitters + e;
+    let source: Result<Box<dyn Source>, SourceError> = match &plan.source {
+        Some(SourceSpec::JsonLines(j)) => {
+            j.open(part, parts).map(|p| Box::new(p) as Box<dyn Source>)
+        }
+        Some(SourceSpec::Named { name, args }) => {
+            reg.build_source(name, &SourceContext { args, part, parts })
+        }
+        None => Err(SourceError::Other(
+            "emitter started without a source".into(),
+        )),
+    };
+    let mut source = match source {
+        Ok(s) => s,
+        Err(error) => {
+            out.report(Report::Source { emitter: e, error });
+            return EXIT_REPORTED;
+        }
+    };
+    let workers = out.len() as u64;
+    let mut k = 0u64;
+    let mut stats = Stats::default();
+    let send = |out: &mut Outputs, item: Item, k: &mut u64| {
+        let r = out.push(
+            (*k % workers) as usize,
+            Frame::Item {
+                e: e as u32,
+                k: *k,
+                last: true,
+                item,
+            },
+        );
+        *k += 1;
+        r
+    };
+    let len = source.len();
+    let mut epoch = 0u64;
+    let result: Result<(), i32> = (|| {
+        loop {
+            match plan.epochs {
+                Epochs::Finite(n) if epoch >= n => return Ok(()),
+                Epochs::Cycle if len == 0 => return Ok(()),
+                _ => {}
+            }
+            let base = [plan.seed, epoch, plan.rank as u64, e as u64];
+            let order = epoch_order(len, plan.shuffle.then(|| derive_seed(&base)));
+            let mut buf = (plan.shuffle && plan.shuffle_buffer > 1).then(|| {
+                ShuffleBuffer::new(plan.shuffle_buffer, derive_seed(&[derive_seed(&base), 1]))
+            });
+            for idx in order {
+                let item = match source.read(idx) {
+                    Ok(item) => item,
+                    Err(SourceError::BadRecord { .. })
+                        if plan.on_bad_record == OnBadRecord::Skip =>
+                    {
+                        stats.skipped += 1;
+                        continue;
+                    }
+                    Err(error) => {
+                        out.report(Report::Source { emitter: e, error });
+                        return Err(EXIT_REPORTED);
+                    }
+                };
+                let item = match buf.as_mut() {
+                    Some(b) => b.push(item),
+                    None => Some(item),
+                };
+                if let Some(item) = item {
+                    send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
+                }
+            }
+            for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
+                send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
+            }
+            epoch += 1;
+        }
+    })();
+    if let Err(code) = result {
+        return code;
+    }
+    (stats.zero_copy, stats.copied) = out.transfer_counts();
+    let end = out
+        .broadcast(&Frame::EmitterDone { e: e as u32, n: k })
+        .and_then(|()| out.push(0, Frame::Eos(stats)))
+        .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
+        .and_then(|()| out.finish());
+    match end {
+        Err(e) => lost("ending", &e),
+        Ok(()) => EXIT_OK,
+    }
+}
+
+/// Logs why a child lost a peer (unless the pipeline is being shut down on purpose) and
+/// returns the exit code for it.
+fn lost(what: &str, e: &TransportError) -> i32 {
+    if stopping() {
+        return EXIT_STOPPED;
+    }
+    log(&format!("{what}: {e}"));
+    EXIT_PEER_LOST
+}
+
+/// Keeps error messages well under the transport's metadata limit (64 KiB).
+fn clip(mut s: String) -> String {
+    const MAX: usize = 8192;
+    if s.len() > MAX {
+        let mut cut = MAX;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_owned()
+    }
+}
+
+/// The step instances of one worker, run in sequence on every input.
+struct Chain {
+    steps: Vec<(String, Box<dyn Step>, u64, u64)>,
+    stage: usize,
+    worker: usize,
+}
+
+impl Chain {
+    /// Runs all steps on `item`; outputs go to `out`.
+    fn run(
+        &mut self,
+        item: Item,
+        input: &dyn Fn() -> String,
+        out: &mut Vec<Item>,
+    ) -> Result<(), Report> {
+        self.run_from(0, vec![item], input, out)
+    }
+
+    /// Runs steps `start..` on the items `cur`; outputs go to `out`.
+    fn run_from(
+        &mut self,
+        start: usize,
+        mut cur: Vec<Item>,
+        input: &dyn Fn() -> String,
+        out: &mut Vec<Item>,
+    ) -> Result<(), Report> {
+        let (stage, worker) = (self.stage, self.worker);
+        for (name, step, calls, ns) in self.steps.iter_mut().skip(start) {
+            let mut next = Vec::new();
+            for it in cur.drain(..) {
+                let desc = it.describe();
+                let t0 = Instant::now();
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
+                *ns += t0.elapsed().as_nanos() as u64;
+                *calls += 1;
+                let message = match r {
+                    Ok(Ok(())) => continue,
+                    Ok(Err(e)) => clip(e.to_string()),
+                    Err(p) => clip(panic_message(&*p)),
+                };
+                let mut input = input();
+                if !desc.is_empty() {
+                    input = format!("{input} ({desc})");
+                }
+                return Err(Report::Step {
+                    step: name.clone(),
+                    stage,
+                    worker,
+                    input,
+                    message,
+                });
+            }
+            cur = next;
+        }
+        out.append(&mut cur);
+        Ok(())
+    }
+
+    /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
+    /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
+        let input = || "end of stream".to_owned();
+        for i in 0..self.steps.len() {
+            let (name, step, _, ns) = &mut self.steps[i];
+            let mut made = Vec::new();
+            let t0 = Instant::now();
+            let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
+            *ns += t0.elapsed().as_nanos() as u64;
+            let message = match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(clip(e.to_string())),
+                Err(p) => Some(clip(panic_message(&*p))),
+            };
+            if let Some(message) = message {
+                return Err(Report::Step {
+                    step: name.clone(),
+                    stage: self.stage,
+                    worker: self.worker,
+                    input: input(),
+                    message,
+                });
+            }
+            self.run_from(i + 1, made, &input, out)?;
+        }
+        Ok(())
+    }
+}
+
+fn run_worker(
+    reg: &Registry,
+    plan: &Plan,
+    stage: usize,
+    w: usize,
+    mut ins: Inputs,
+    mut out: Outputs,
+) -> i32 {
+    let info = WorkerInfo {
+        stage,
+        worker: w,
+        workers: plan.stages[stage].workers,
+        rank: plan.rank,
+        world_size: plan.world_size,
+        seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, w as u64]),
+    };
+    let mut chain = Chain {
+        steps: Vec::new(),
+        stage,
+        worker: w,
+    };
+    for (name, args) in &plan.stages[stage].steps {
+        match reg.build_step(name, &StepContext { args, worker: info }) {
+            Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
+            Err(e) => {
+                out.report(Report::Step {
+                    step: name.clone(),
+                    stage,
+                    worker: w,
+                    input: "(none: building the step)".into(),
+                    message: e.to_string(),
+                });
+                return EXIT_REPORTED;
+            }
+        }
+    }
+    let ordered = plan.ordered;
+    let mut stats = Stats::default();
+    let mut outputs = Vec::new();
+    loop {
+        let next = ins.next(&mut || out.flush_all());
+        let frames = match next {
+            Ok(Some((_, frames))) => frames,
+            Ok(None) => break,
+            Err(NextError::Input(i, TransportError::Closed)) => {
+                return lost(
+                    &format!("input {i}"),
+                    &TransportError::Other("closed before its end of stream".into()),
+                );
+            }
+            Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
+            Err(NextError::Idle(e)) => return lost("output", &e),
+        };
+        for f in frames {
+            let sent = match f {
+                Frame::Item { e, k, last, item } => {
+                    let input = || {
+                        if (e, k) == (FINISH_E, FINISH_K) {
+                            format!(
+                                "end of stream (finish output of stage {})",
+                                stage.saturating_sub(1)
+                            )
+                        } else {
+                            format!("emitter {e}, record {k}")
+                        }
+                    };
+                    if let Err(r) = chain.run(item, &input, &mut outputs) {
+                        out.report(r);
+                        return EXIT_REPORTED;
+                    }
+                    let dest = plan.route(stage, e, k);
+                    let n = outputs.len();
+                    let mut r = Ok(());
+                    for (i, item) in outputs.drain(..).enumerate() {
+                        let last = ordered && last && i + 1 == n;
+                        r = r.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+                    }
+                    if ordered && last && n == 0 {
+                        r = r.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
+                    }
+                    r
+                }
+                Frame::GroupEnd { e, k } => {
+                    out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k })
+                }
+                f @ Frame::EmitterDone { .. } => out.broadcast(&f),
+                Frame::Eos(s) => {
+                    stats.merge(&s);
+                    Ok(())
+                }
+                Frame::Error(r) => {
+                    out.report(r);
+                    return EXIT_REPORTED;
+                }
+            };
+            if let Err(e) = sent {
+                return lost("output", &e);
+            }
+        }
+    }
+    if let Err(r) = chain.finish(&mut outputs) {
+        out.report(r);
+        return EXIT_REPORTED;
+    }
+    let dest = plan.route(stage, FINISH_E, FINISH_K);
+    let (e, k) = (FINISH_E, FINISH_K);
+    let sent = outputs.drain(..).try_for_each(|item| {
+        out.push(
+            dest,
+            Frame::Item {
+                e,
+                k,
+                last: false,
+                item,
+            },
+        )
+    });
+    if let Err(e) = sent {
+        return lost("output", &e);
+    }
+    let mut own = Stats {
+        steps: chain
+            .steps
+            .iter()
+            .map(|(n, _, c, ns)| (n.clone(), *c, *ns))
+            .collect(),
+        ..Stats::default()
+    };
+    (own.zero_copy, own.copied) = out.transfer_counts();
+    stats.merge(&own);
+    let end = out
+        .push(0, Frame::Eos(stats))
+        .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
+        .and_then(|()| out.finish());
+    match end {
+        Err(e) => lost("ending", &e),
+        Ok(()) => EXIT_OK,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_messages_are_clipped_on_a_char_boundary() {
+        let long = "é".repeat(10_000);
+        let c = clip(long.clone());
+        assert!(c.len() <= 8192 + 3 && c.ends_with("..."));
+        assert!(long.starts_with(c.trim_end_matches("...")));
+        assert_eq!(clip("short".into()), "short");
+    }
+}

@@ -1,0 +1,75 @@
+//! Configuration of a channel and of blocked calls.
+
+use std::time::Duration;
+
+use crate::transfer::Transfer;
+
+/// How a blocked call waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitConfig {
+    /// How long to spin (re-checking) before going to sleep on a futex. Spinning answers in
+    /// well under a microsecond; a futex wake-up between processes costs tens of microseconds
+    /// on a VM. Zero never spins.
+    pub spin: Duration,
+    /// How often a sleeper wakes up to check that its peer process is still alive.
+    pub liveness_check: Duration,
+}
+
+impl Default for WaitConfig {
+    fn default() -> Self {
+        WaitConfig {
+            spin: Duration::from_micros(50),
+            liveness_check: Duration::from_millis(50),
+        }
+    }
+}
+
+/// Configuration of a channel, fixed at creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelConfig {
+    /// Descriptor ring capacity in slots: a power of two, 2 to 2^20 (default 1024).
+    pub slots: u32,
+    /// Bytes per slot: a multiple of 64 from 64 to 65536 (default 64), with `slots x
+    /// slot_size` at most 4 GiB (lengths travel as `u32`). Small messages travel inline in
+    /// one or more slots.
+    pub slot_size: u32,
+    /// Number of pool blocks (default 16; 0 disables zero-copy).
+    pub blocks: u32,
+    /// Bytes per pool block (default 1 MiB), from 64 bytes to 4 GiB - 64 (lengths travel as
+    /// `u32`); one zero-copy array, or one large message body, per block. Ignored when
+    /// `blocks` is 0.
+    pub block_size: usize,
+    /// Per-array transfer policy.
+    pub transfer: Transfer,
+    /// Waiting behaviour of blocked calls (per process; not stored in the segment).
+    pub wait: WaitConfig,
+    /// How long a dropped [`Sender`](super::Sender) of a *named* channel keeps its name while no consumer
+    /// has attached yet (default 10 s; zero disables). The drop waits, up to this long, for a
+    /// consumer to attach, so a producer that sends and exits before its consumer starts
+    /// still delivers every message (the consumer opens with [`Receiver::open_timeout`](super::Receiver::open_timeout)).
+    /// Once a consumer has attached the name is no longer needed (the consumer holds the
+    /// mapping, and reads everything sent before it sees the close): the drop does not wait.
+    /// Anonymous channels never linger.
+    pub linger: Duration,
+    /// How long a sender that must wait (ring full or pool empty) waits for a consumer that
+    /// has not attached yet, counted from creation (or from the death of the previous
+    /// consumer), before its call fails with [`Error::NoConsumer`](crate::Error::NoConsumer)
+    /// (default 30 s). This also covers a consumer that dies before it attaches: the producer
+    /// cannot tell it from one that has not started. `Duration::MAX` waits without bound.
+    pub attach_timeout: Duration,
+}
+
+impl Default for ChannelConfig {
+    fn default() -> Self {
+        ChannelConfig {
+            slots: 1024,
+            slot_size: 64,
+            blocks: 16,
+            block_size: 1 << 20,
+            transfer: Transfer::default(),
+            wait: WaitConfig::default(),
+            linger: Duration::from_secs(10),
+            attach_timeout: Duration::from_secs(30),
+        }
+    }
+}

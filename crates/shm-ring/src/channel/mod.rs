@@ -1,0 +1,375 @@
+//! A connection between one producer process and one consumer process: a segment holding a
+//! descriptor ring (producer -> consumer), a completion ring (consumer -> producer) and the
+//! producer's payload pool.
+//!
+//! ```text
+//! 0      SegmentHeader (64 B)
+//! 128    ChannelHeader: geometry, closed flags, consumer pid
+//! 256    RingHeader of the descriptor ring (512 B)
+//! 768    descriptor slots: slots x slot_size
+//! ...    RingHeader of the completion ring, then its slots (8 B each: a block index)
+//! ...    pool: blocks x block_size, 4096-aligned
+//! ```
+//!
+//! A message is one *record* in the descriptor ring: 1..n consecutive slots that never wrap
+//! (a pad record fills the end of the ring when needed). The record header says whether the
+//! message body follows inline or lives in a pool block. Arrays placed zero-copy live in pool
+//! blocks of their own; the consumer returns every block index through the completion ring
+//! when the message is dropped.
+
+mod config;
+mod owned;
+mod receiver;
+mod sender;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::error::Error;
+use crate::pool::PoolGeom;
+use crate::ring::{RingHeader, RingShape, Storage};
+use crate::segment::Segment;
+use crate::sync::{AtomicU32, AtomicU64};
+use crate::sys;
+
+pub use config::{ChannelConfig, WaitConfig};
+pub use owned::Message;
+pub use receiver::Receiver;
+pub use sender::{Sender, SenderStats};
+
+/// `kind` of a channel segment.
+pub(crate) const KIND_CHANNEL: u32 = 1;
+const CHANNEL_HEADER_AT: usize = 128;
+const DESC_RING_AT: usize = 256;
+const RECORD_HEADER: usize = 16;
+const REC_PAD: u32 = 1;
+const REC_INLINE: u32 = 2;
+const REC_BLOCK: u32 = 3;
+/// A completion-ring entry with this bit set is not a block index but a note "the records at
+/// descriptor positions `[low 32 bits, + bits 32..62)` were dropped unread" (corrupt): the
+/// producer takes back every block still out with them.
+const DROPPED_MARK: u64 = 1 << 63;
+
+/// The shared part of a channel, after the segment header. Every field is an atomic: the
+/// peer may write any of them at any time, so each is read once (into a local) and validated.
+#[repr(C)]
+#[derive(Debug)]
+struct ChannelHeader {
+    slots: AtomicU32,
+    slot_size: AtomicU32,
+    blocks: AtomicU32,
+    comp_slots: AtomicU32,
+    block_size: AtomicU64,
+    /// Set (SeqCst) by the producer when it closes; the consumer drains, then disconnects.
+    producer_closed: AtomicU32,
+    /// Set (SeqCst) by the consumer when it closes.
+    consumer_closed: AtomicU32,
+    /// The attached consumer, claimed with one CAS from 0 by `Receiver::attach`: its pid in
+    /// the high 32 bits, the low 32 bits of its start time (clock ticks since boot) in the low
+    /// 32 bits; 0 if none. One word, so a producer never pairs one process's pid with another's
+    /// start time.
+    consumer: AtomicU64,
+    _reserved: AtomicU64,
+}
+const _: () = assert!(std::mem::size_of::<ChannelHeader>() == 48);
+
+/// Packs a consumer claim (see [`ChannelHeader::consumer`]).
+fn consumer_word(pid: u32, start: u64) -> u64 {
+    ((pid as u64) << 32) | (start & 0xffff_ffff)
+}
+
+/// Unpacks a consumer claim: (pid, low 32 bits of the start time).
+fn consumer_claim(word: u64) -> (u32, u32) {
+    ((word >> 32) as u32, word as u32)
+}
+
+/// Offsets of every region, computed from the geometry alone (so both sides agree, and the
+/// consumer can check the segment against it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Layout {
+    desc: RingShape,
+    comp: RingShape,
+    desc_slots: usize,
+    comp_ring: usize,
+    comp_slots: usize,
+    pool: PoolGeom,
+    total: usize,
+}
+
+const fn align_up(x: usize, a: usize) -> usize {
+    (x + a - 1) & !(a - 1)
+}
+
+impl Layout {
+    fn new(slots: u32, slot_size: u32, blocks: u32, block_size: usize) -> Result<Layout, Error> {
+        let bad = |why: String| Err(Error::InvalidArgument(why));
+        if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
+            return bad(format!(
+                "slots = {slots}: use a power of two from 2 to 2^20"
+            ));
+        }
+        if !slot_size.is_multiple_of(64) || !(64..=65536).contains(&slot_size) {
+            return bad(format!(
+                "slot_size = {slot_size}: use a multiple of 64 from 64 to 65536"
+            ));
+        }
+        if blocks > 1 << 20 {
+            return bad(format!("blocks = {blocks}: at most 2^20"));
+        }
+        // Body lengths travel as u32: a block, and a quarter of the ring (the largest inline
+        // body), must stay below 4 GiB.
+        const MAX_BLOCK: usize = (1 << 32) - 64;
+        if blocks > 0 && !(64..=MAX_BLOCK).contains(&block_size) {
+            return bad(format!(
+                "block_size = {block_size}: from 64 bytes to 4 GiB - 64 ({MAX_BLOCK})"
+            ));
+        }
+        // Without blocks the block size means nothing: normalise it (both sides agree).
+        let block_size = if blocks == 0 {
+            64
+        } else {
+            align_up(block_size, 64)
+        };
+        let desc = RingShape {
+            capacity: slots,
+            slot_size,
+        };
+        if desc.bytes() > 1 << 32 {
+            return bad(format!(
+                "slots x slot_size = {slots} x {slot_size}: at most 4 GiB"
+            ));
+        }
+        // Room for every block index at once, plus as many "records dropped" notes.
+        let comp = RingShape {
+            capacity: blocks.max(1).next_power_of_two() * 2,
+            slot_size: 8,
+        };
+        let desc_slots = DESC_RING_AT + std::mem::size_of::<RingHeader>();
+        let comp_ring = align_up(desc_slots + desc.bytes(), 128);
+        let comp_slots = comp_ring + std::mem::size_of::<RingHeader>();
+        let pool_off = align_up(comp_slots + comp.bytes(), 4096);
+        let total = (blocks as usize)
+            .checked_mul(block_size)
+            .and_then(|p| p.checked_add(pool_off))
+            .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
+        Ok(Layout {
+            desc,
+            comp,
+            desc_slots,
+            comp_ring,
+            comp_slots,
+            pool: PoolGeom {
+                off: pool_off,
+                block_size,
+                blocks,
+            },
+            total,
+        })
+    }
+}
+
+/// Where everything lives in a channel segment of a given configuration: for tests and tools
+/// that poke at a live channel (corruption and hostile-peer tests). Not a stable API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelLayout {
+    /// Offset of the channel header.
+    pub channel_header: usize,
+    /// Offsets of the geometry fields (u32 slots, u32 slot_size, u32 blocks, u32 comp_slots,
+    /// u64 block_size), in that order from here.
+    pub geometry: usize,
+    /// Offset of the consumer claim word (u64).
+    pub consumer: usize,
+    /// Offset of the descriptor ring's header; its `tail` (u32) is here.
+    pub desc_ring: usize,
+    /// Offset of the descriptor ring's `head` (u32).
+    pub desc_head: usize,
+    /// Offset of descriptor slot 0.
+    pub desc_slots: usize,
+    /// Bytes per descriptor slot.
+    pub slot_size: usize,
+    /// Descriptor slots.
+    pub slots: usize,
+    /// Offset of the completion ring's header (`tail` here).
+    pub comp_ring: usize,
+    /// Offset of the completion ring's `head` (u32).
+    pub comp_head: usize,
+    /// Offset of completion slot 0 (8 bytes per slot).
+    pub comp_slots: usize,
+    /// Offset of pool block 0.
+    pub pool: usize,
+    /// Bytes per pool block.
+    pub block_size: usize,
+    /// Segment size.
+    pub total: usize,
+    /// Bytes of a record header in the descriptor ring (n_slots, kind, body_len, block: u32).
+    pub record_header: usize,
+    /// Bytes of a message body header, of a record header in the body, of a field header.
+    pub body_header: usize,
+    /// See `body_header`.
+    pub body_record_header: usize,
+    /// See `body_header`.
+    pub field_header: usize,
+}
+
+/// The layout of a channel created with `cfg` (see [`ChannelLayout`]).
+///
+/// # Errors
+/// [`Error::InvalidArgument`] for a configuration [`Sender::create`] refuses.
+#[doc(hidden)]
+pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
+    let l = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
+    let ring_head = std::mem::offset_of!(RingHeader, head);
+    Ok(ChannelLayout {
+        channel_header: CHANNEL_HEADER_AT,
+        geometry: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, slots),
+        consumer: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, consumer),
+        desc_ring: DESC_RING_AT,
+        desc_head: DESC_RING_AT + ring_head,
+        desc_slots: l.desc_slots,
+        slot_size: l.desc.slot_size as usize,
+        slots: l.desc.capacity as usize,
+        comp_ring: l.comp_ring,
+        comp_head: l.comp_ring + ring_head,
+        comp_slots: l.comp_slots,
+        pool: l.pool.off,
+        block_size: l.pool.block_size,
+        total: l.total,
+        record_header: RECORD_HEADER,
+        body_header: crate::message::BODY_HEADER,
+        body_record_header: crate::message::RECORD_HEADER,
+        field_header: crate::message::FIELD_HEADER,
+    })
+}
+
+/// Identity (device, inode) of a segment's file: the same channel seen from two handles.
+fn file_ident(seg: &Segment) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    seg.file().metadata().map_or((0, 0), |m| (m.dev(), m.ino()))
+}
+
+/// Channels (by [`file_ident`]) that have a live [`Receiver`] in this process: a consumer claim
+/// naming our own pid is believed only for these.
+static OWN_RECEIVERS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+fn own_receiver(ident: (u64, u64), add: Option<bool>) -> bool {
+    let Ok(mut v) = OWN_RECEIVERS.lock() else {
+        return false;
+    };
+    match add {
+        Some(true) => v.push(ident),
+        Some(false) => {
+            if let Some(i) = v.iter().position(|&x| x == ident) {
+                v.swap_remove(i);
+            }
+        }
+        None => {}
+    }
+    v.contains(&ident)
+}
+
+/// A ring inside a channel segment.
+#[derive(Debug)]
+struct ShmRing {
+    seg: Arc<Segment>,
+    header: usize,
+    slots: usize,
+}
+
+// SAFETY: `Layout::new` places the header (512 B, 128-aligned) and the slots (8-aligned,
+// capacity * slot_size bytes) inside the segment, whose size was checked against the layout;
+// the Arc keeps the mapping alive as long as this storage exists.
+unsafe impl Storage for ShmRing {
+    fn header(&self) -> &RingHeader {
+        // SAFETY: see the impl: in bounds and aligned. RingHeader is atomics only, so a peer
+        // storing any value at any time is no data race; the ring validates every index it
+        // loads (a distance beyond the capacity is `RingError::Corrupt`).
+        unsafe { &*self.seg.as_ptr().add(self.header).cast::<RingHeader>() }
+    }
+    fn slots(&self) -> *mut u8 {
+        self.seg.as_ptr().wrapping_add(self.slots)
+    }
+}
+
+fn channel_header(seg: &Segment) -> &ChannelHeader {
+    // SAFETY: every channel segment is larger than CHANNEL_HEADER_AT + size_of::<ChannelHeader>()
+    // (checked at open) and the offset is 128-aligned. Every field is an atomic, so a peer
+    // writing any of them at any time is not a data race: we only ever load and store them
+    // (each value read once and validated by its user), never take a plain reference inside.
+    unsafe { &*seg.as_ptr().add(CHANNEL_HEADER_AT).cast::<ChannelHeader>() }
+}
+
+/// Waits for `attempt` to return `Some`, spinning first, then sleeping on a futex word in
+/// slices of at most `wait.liveness_check`, checking `alive` after every slice. With
+/// `recheck_on_death` (the consumer side), a dead peer's last messages and clean close are
+/// still delivered: `attempt` runs once more after `alive` fails.
+fn block_on<T>(
+    recheck_on_death: bool,
+    wait: &WaitConfig,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut() -> Result<Option<T>, Error>,
+    mut sleep_on: impl FnMut() -> (*const AtomicU32, u32),
+    mut end_sleep: impl FnMut(),
+    mut alive: impl FnMut() -> Result<(), Error>,
+) -> Result<T, Error> {
+    if let Some(v) = attempt()? {
+        return Ok(v);
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        // A non-blocking call (or an expired deadline): no spinning, no sleeping.
+        return Err(Error::Timeout);
+    }
+    if !wait.spin.is_zero() {
+        let mut spin_until = Instant::now() + wait.spin;
+        if let Some(d) = deadline {
+            spin_until = spin_until.min(d);
+        }
+        let mut i = 0u32;
+        loop {
+            for _ in 0..64 {
+                crate::sync::spin_hint();
+            }
+            if let Some(v) = attempt()? {
+                return Ok(v);
+            }
+            i += 1;
+            if i.is_multiple_of(16) && Instant::now() > spin_until {
+                break;
+            }
+        }
+    }
+    loop {
+        let now = Instant::now();
+        let mut slice = wait.liveness_check;
+        if let Some(d) = deadline {
+            if now >= d {
+                return Err(Error::Timeout);
+            }
+            slice = slice.min(d - now);
+        }
+        let (word, expected) = sleep_on();
+        let got = attempt();
+        if !matches!(got, Ok(None)) {
+            end_sleep();
+            return got.map(|v| v.expect("checked"));
+        }
+        // SAFETY: `word` points at a futex word inside a ring header of a segment that the
+        // caller keeps mapped for the whole call.
+        sys::futex_wait(unsafe { &*word }, expected, slice);
+        end_sleep();
+        if let Some(v) = attempt()? {
+            return Ok(v);
+        }
+        if let Err(dead) = alive() {
+            if !recheck_on_death {
+                return Err(dead);
+            }
+            // The peer may have finished its work (last commit, clean close) and exited
+            // between our attempt and the liveness check: look once more before blaming it.
+            return match attempt()? {
+                Some(v) => Ok(v),
+                None => Err(dead),
+            };
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! A received message that owns its body (copied out of the ring) and leases its blocks.
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use super::receiver::RxShared;
+use crate::error::Error;
+use crate::message::{MessageView, RecordView};
+
+/// A received message, owned: its body was copied out of the ring, and the pool blocks of its
+/// zero-copy arrays stay leased to it until it is dropped. `Send`.
+#[derive(Debug)]
+pub struct Message {
+    pub(super) body: Vec<u64>,
+    pub(super) body_len: usize,
+    pub(super) blocks: SmallVec<[u32; 4]>,
+    pub(super) shared: Arc<RxShared>,
+}
+
+impl Message {
+    /// The message, read in place.
+    pub fn view(&self) -> MessageView<'_> {
+        let bytes = &bytemuck::cast_slice::<u64, u8>(&self.body)[..self.body_len];
+        MessageView::parse(bytes, self.shared.pool()).expect("validated when received")
+    }
+
+    /// The tag.
+    pub fn tag(&self) -> u32 {
+        self.view().tag()
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.view().len()
+    }
+
+    /// Whether the message has no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Record `i`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchField`] past the end, [`Error::Corrupt`].
+    pub fn record(&self, i: usize) -> Result<RecordView<'_>, Error> {
+        self.view().record(i)
+    }
+
+    /// Pool blocks this message holds (zero-copy arrays).
+    pub fn leased_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+}
+
+impl Drop for Message {
+    fn drop(&mut self) {
+        self.shared.release(&self.blocks);
+    }
+}

@@ -1,0 +1,668 @@
+//! The consumer end of a channel.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use super::{
+    ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL, Layout, Message, REC_BLOCK,
+    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, WaitConfig, block_on, channel_header,
+};
+use crate::error::{Error, corrupt};
+use crate::message::{self, DataRef, MessageView, PoolRef};
+use crate::pool::PoolGeom;
+use crate::ring::{self, Storage};
+use crate::segment::Segment;
+use crate::sync::{AtomicU32, Ordering};
+use crate::sys::{self, PeerProcess};
+
+/// The consumer end of a channel, opened by name. `Send`, not `Sync`.
+#[derive(Debug)]
+pub struct Receiver {
+    shared: Arc<RxShared>,
+    desc: ring::Consumer<ShmRing>,
+    producer: PeerProcess,
+    wait: WaitConfig,
+    name: String,
+    /// Private copy of the message being read in place (reused).
+    scratch: Vec<u64>,
+    /// The segment's (device, inode), registered in `OWN_RECEIVERS` while we live.
+    ident: (u64, u64),
+}
+
+#[derive(Debug)]
+pub(super) struct RxShared {
+    pub(super) seg: Arc<Segment>,
+    pub(super) comp: Mutex<ring::Producer<ShmRing>>,
+    pub(super) pool: PoolGeom,
+    /// Why the completion ring cannot take our returns any more (a corrupt index written by
+    /// the producer, or more notes than it holds); every later receive reports it.
+    pub(super) broken: Mutex<Option<String>>,
+    pub(super) is_broken: std::sync::atomic::AtomicBool,
+}
+
+impl RxShared {
+    pub(super) fn pool(&self) -> PoolRef<'_> {
+        PoolRef {
+            base: self.seg.as_ptr().wrapping_add(self.pool.off),
+            block_size: self.pool.block_size,
+            blocks: self.pool.blocks,
+            _life: std::marker::PhantomData,
+        }
+    }
+
+    /// Hands blocks back to the producer. The completion ring holds every block index at
+    /// once, so this never waits.
+    pub(super) fn release(&self, blocks: &[u32]) {
+        if !blocks.is_empty() {
+            self.push(blocks.iter().map(|&b| b as u64));
+        }
+    }
+
+    /// Tells the producer that the records at descriptor positions `[from, from + n)` were
+    /// dropped unread, so it takes back the blocks that went out with them.
+    pub(super) fn dropped(&self, from: u32, n: u32) {
+        if n > 0 {
+            self.push(std::iter::once(
+                DROPPED_MARK | (n as u64) << 32 | from as u64,
+            ));
+        }
+    }
+
+    fn push(&self, entries: impl Iterator<Item = u64>) {
+        let Ok(mut comp) = self.comp.lock() else {
+            return;
+        };
+        let mut n = 0;
+        let mut lost = None;
+        for e in entries {
+            match comp.free(n + 1) {
+                Ok(free) if free > n => {}
+                Ok(_) => {
+                    lost = Some(
+                        "the completion ring is full (the producer stopped reading it)".into(),
+                    );
+                    break;
+                }
+                Err(e) => {
+                    lost = Some(format!("completion ring: {e}"));
+                    break;
+                }
+            }
+            // SAFETY: slot n past our write position is free (checked above), 8 bytes long and
+            // 8-aligned. A hostile producer writing it at the same time can only change what
+            // it reads back: we never read this memory.
+            unsafe { comp.slot(n).cast::<u64>().write_volatile(e) };
+            n += 1;
+        }
+        // SYNC POINT (commit): we are done reading these blocks; the producer may reuse them
+        // after its Acquire load of the completion ring's tail.
+        comp.commit(n);
+        if let Some(why) = lost {
+            if let Ok(mut b) = self.broken.lock() {
+                b.get_or_insert(why);
+            }
+            self.is_broken
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// `Err(Corrupt)` once the completion ring broke.
+    #[inline]
+    fn check(&self) -> Result<(), Error> {
+        if !self.is_broken.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.broken_error()
+    }
+
+    #[cold]
+    fn broken_error(&self) -> Result<(), Error> {
+        let why = self.broken.lock().ok().and_then(|b| b.clone());
+        Err(corrupt(format!(
+            "{}: pool blocks can no longer be handed back",
+            why.unwrap_or_default()
+        )))
+    }
+}
+
+fn n_of(rec: &Rec) -> u32 {
+    match *rec {
+        Rec::Inline { n_slots, .. } => n_slots,
+        Rec::Block { .. } => 1,
+        Rec::Pad(n) => n,
+    }
+}
+
+/// A received record header, validated.
+enum Rec {
+    Pad(u32),
+    Inline { n_slots: u32, body_len: usize },
+    Block { block: u32, body_len: usize },
+}
+
+impl Receiver {
+    /// Opens the consumer end of the channel `name`, created by a [`Sender`](super::Sender) in any process of
+    /// the same user. One consumer at a time.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`], [`Error::Untrusted`] (not a regular file of ours with mode 0600),
+    /// [`Error::NotASegment`], [`Error::VersionMismatch`],
+    /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
+    /// [`Error::PeerDied`] (the creator is gone).
+    pub fn open(name: &str) -> Result<Receiver, Error> {
+        let seg = Segment::open(name, KIND_CHANNEL)?;
+        Self::attach(seg, name.to_string(), WaitConfig::default())
+    }
+
+    /// [`Receiver::open`], waiting up to `timeout` for a producer that has not created the
+    /// channel yet (retrying every few milliseconds). With a producer that may start before
+    /// or after this call, this is the one to use: a dropped [`Sender`](super::Sender) keeps the name for
+    /// [`ChannelConfig::linger`](super::ChannelConfig::linger) until a consumer attached, so either start order delivers
+    /// every message.
+    ///
+    /// # Errors
+    /// [`Error::NotFound`] if no channel of that name appeared within `timeout`; otherwise as
+    /// [`Receiver::open`] (not retried).
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::{ChannelConfig, Receiver, Sender};
+    /// use std::time::Duration;
+    /// let name = format!("doc-open-timeout-{}", std::process::id());
+    /// let producer = std::thread::spawn({
+    ///     let name = name.clone();
+    ///     move || {
+    ///         std::thread::sleep(Duration::from_millis(50)); // starts later
+    ///         Sender::create(&name, &ChannelConfig::default())
+    ///     }
+    /// });
+    /// let rx = Receiver::open_timeout(&name, Duration::from_secs(10))?;
+    /// assert_eq!(rx.name(), name);
+    /// # drop(producer.join().unwrap()?);
+    /// # Ok::<(), shm_ring::Error>(())
+    /// ```
+    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Receiver, Error> {
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            match Segment::open(name, KIND_CHANNEL) {
+                Ok(seg) => return Self::attach(seg, name.to_string(), WaitConfig::default()),
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::NotFound(name.to_string()));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
+    /// Opens the consumer end of an anonymous channel from its file (see [`Sender::anonymous`](super::Sender::anonymous)).
+    ///
+    /// # Errors
+    /// As [`Receiver::open`].
+    pub fn from_file(file: std::fs::File) -> Result<Receiver, Error> {
+        Self::from_fd(file.into())
+    }
+
+    /// Opens the consumer end of an anonymous channel from a descriptor of its memfd (see
+    /// [`Sender::anonymous`](super::Sender::anonymous), and [`Sender`](super::Sender)'s `AsFd` to get the producer's descriptor).
+    /// The memfd must be sealed against shrinking and growing (as [`Sender::anonymous`](super::Sender::anonymous) leaves
+    /// it) and have the size its header states: a peer holding the descriptor then cannot
+    /// truncate the memory under us.
+    ///
+    /// # Errors
+    /// [`Error::NotASegment`] (not a sealed memfd, wrong size, bad magic), as [`Receiver::open`].
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Receiver, Error> {
+        let seg = Segment::from_fd(fd, KIND_CHANNEL)?;
+        Self::attach(seg, "(anonymous)".into(), WaitConfig::default())
+    }
+
+    /// Sets how blocked calls wait.
+    pub fn set_wait(&mut self, wait: WaitConfig) {
+        self.wait = wait;
+    }
+
+    fn attach(seg: Segment, name: String, wait: WaitConfig) -> Result<Receiver, Error> {
+        if seg.len() < DESC_RING_AT {
+            return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
+        }
+        let h = channel_header(&seg);
+        // Read each geometry field once (the producer may change them any time), then check
+        // the whole layout, computed from these locals, against the segment.
+        let slots = h.slots.load(Ordering::Relaxed);
+        let slot_size = h.slot_size.load(Ordering::Relaxed);
+        let blocks = h.blocks.load(Ordering::Relaxed);
+        let comp_slots = h.comp_slots.load(Ordering::Relaxed);
+        let block_size = h.block_size.load(Ordering::Relaxed);
+        let geometry = || {
+            format!(
+                "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B, \
+                 {comp_slots} completion slots) does not match a segment of {} bytes",
+                seg.len()
+            )
+        };
+        let block_size = usize::try_from(block_size).map_err(|_| corrupt(geometry()))?;
+        let layout = Layout::new(slots, slot_size, blocks, block_size)
+            .map_err(|e| corrupt(format!("{}: {e}", geometry())))?;
+        if layout.total != seg.len()
+            || layout.comp.capacity != comp_slots
+            || layout.pool.block_size != block_size
+        {
+            return Err(corrupt(geometry()));
+        }
+        let header = seg.header();
+        let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
+        let me = sys::pid();
+        let start = sys::process_start_time(me).ok_or_else(|| {
+            Error::Os(std::io::Error::other(
+                "cannot read our own start time from /proc/self/stat",
+            ))
+        })?;
+        // Registered before the claim, so a producer in this process that sees the claim
+        // also finds us.
+        let ident = super::file_ident(&seg);
+        super::own_receiver(ident, Some(true));
+        // SYNC POINT (AcqRel CAS): pid and start time are claimed together in one word; a
+        // rejected opener writes nothing.
+        if let Err(other) = h.consumer.compare_exchange(
+            0,
+            super::consumer_word(me, start),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            super::own_receiver(ident, Some(false));
+            return Err(Error::Busy(super::consumer_claim(other).0));
+        }
+        let seg = Arc::new(seg);
+        let desc = ring::Consumer::attach(
+            ShmRing {
+                seg: seg.clone(),
+                header: DESC_RING_AT,
+                slots: layout.desc_slots,
+            },
+            layout.desc,
+        );
+        let comp = ring::Producer::attach(
+            ShmRing {
+                seg: seg.clone(),
+                header: layout.comp_ring,
+                slots: layout.comp_slots,
+            },
+            layout.comp,
+        );
+        Ok(Receiver {
+            shared: Arc::new(RxShared {
+                seg,
+                comp: Mutex::new(comp),
+                pool: layout.pool,
+                broken: Mutex::new(None),
+                is_broken: std::sync::atomic::AtomicBool::new(false),
+            }),
+            desc,
+            producer,
+            wait,
+            name,
+            scratch: Vec::new(),
+            ident,
+        })
+    }
+
+    /// The channel name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Pid of the producer process.
+    pub fn producer_pid(&self) -> u32 {
+        self.producer.pid()
+    }
+
+    /// Number of descriptor slots waiting to be read (queue occupancy).
+    pub fn queued_slots(&mut self) -> Result<u32, Error> {
+        let cap = self.desc.shape().capacity;
+        Ok(self.desc.available(cap)?)
+    }
+
+    fn header(&self) -> &ChannelHeader {
+        channel_header(&self.shared.seg)
+    }
+
+    /// Reads and validates the record header at our read position, if a record is there.
+    fn peek(&mut self) -> Result<Option<Rec>, Error> {
+        let avail = self.desc.available(1)?;
+        if avail == 0 {
+            return Ok(None);
+        }
+        let p = self.desc.slot(0);
+        // SAFETY: slot 0 is published (avail >= 1) and at least 64 bytes; 4-aligned.
+        let [n_slots, kind, body_len, block] = unsafe { p.cast::<[u32; 4]>().read() };
+        let slot_size = self.desc.shape().slot_size as usize;
+        if n_slots == 0 || n_slots > avail || n_slots > self.desc.contiguous(0) {
+            return Err(self.skip_corrupt(format!(
+                "record of {n_slots} slots ({avail} published, {} before the wrap)",
+                self.desc.contiguous(0)
+            )));
+        }
+        match kind {
+            REC_PAD => Ok(Some(Rec::Pad(n_slots))),
+            REC_INLINE if (body_len as usize) <= n_slots as usize * slot_size - RECORD_HEADER => {
+                Ok(Some(Rec::Inline {
+                    n_slots,
+                    body_len: body_len as usize,
+                }))
+            }
+            REC_BLOCK
+                if n_slots == 1
+                    && block < self.shared.pool.blocks
+                    && body_len as usize <= self.shared.pool.block_size =>
+            {
+                Ok(Some(Rec::Block {
+                    block,
+                    body_len: body_len as usize,
+                }))
+            }
+            _ => Err(self.skip_corrupt(format!(
+                "record kind {kind}, {n_slots} slots, body {body_len} bytes, block {block}"
+            ))),
+        }
+    }
+
+    /// A corrupt record: skip everything published (we cannot find the next record boundary).
+    fn skip_corrupt(&mut self, why: String) -> Error {
+        if let Ok(n) = self.desc.available(1) {
+            let from = self.desc.position();
+            self.desc.release(n);
+            // The blocks that went out with the skipped records come back to the producer.
+            self.shared.dropped(from, n);
+        }
+        corrupt(why)
+    }
+
+    /// Waits for the next record (skipping pads); `Ok(None)` only on timeout via `block_on`.
+    fn next_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
+        let wait = self.wait;
+        let this = std::cell::RefCell::new(self);
+        block_on(
+            true,
+            &wait,
+            deadline,
+            || {
+                let mut s = this.borrow_mut();
+                loop {
+                    match s.peek()? {
+                        Some(Rec::Pad(n)) => {
+                            s.desc.release(n);
+                        }
+                        Some(r) => return Ok(Some(r)),
+                        None => {
+                            if s.header().producer_closed.load(Ordering::SeqCst) != 0 {
+                                // The final commit happened before the flag: look once more.
+                                return match s.peek()? {
+                                    None => Err(Error::Disconnected),
+                                    Some(Rec::Pad(n)) => {
+                                        s.desc.release(n);
+                                        continue;
+                                    }
+                                    Some(r) => Ok(Some(r)),
+                                };
+                            }
+                            return Ok(None);
+                        }
+                    }
+                }
+            },
+            || {
+                let s = this.borrow();
+                let (w, v) = s.desc.begin_wait();
+                (w as *const AtomicU32, v)
+            },
+            || this.borrow().desc.end_wait(),
+            || {
+                let s = this.borrow();
+                if s.producer.is_dead() {
+                    Err(Error::PeerDied {
+                        pid: s.producer.pid(),
+                        reclaimed: 0,
+                    })
+                } else {
+                    Ok(())
+                }
+            },
+        )
+    }
+
+    /// Where the body of a record at our read position lies: `len` bytes at the pointer, in
+    /// memory the producer can write at any time (so: never a reference, only copies and the
+    /// documented zero-copy array views).
+    fn body_src(&self, rec: &Rec) -> (*const u8, usize) {
+        match *rec {
+            // Validated in `peek`: the record's slots are published, contiguous, and hold
+            // RECORD_HEADER + body_len bytes.
+            Rec::Inline { body_len, .. } => {
+                (self.desc.slot(0).wrapping_add(RECORD_HEADER), body_len)
+            }
+            // Validated in `peek`: block < blocks and body_len <= block_size.
+            Rec::Block { block, body_len } => (
+                self.shared.seg.as_ptr().wrapping_add(
+                    self.shared.pool.off + block as usize * self.shared.pool.block_size,
+                ),
+                body_len,
+            ),
+            Rec::Pad(_) => (std::ptr::null(), 0),
+        }
+    }
+
+    fn finish(&mut self, rec: &Rec) {
+        match *rec {
+            Rec::Inline { n_slots, .. } => {
+                self.desc.release(n_slots);
+            }
+            Rec::Block { block, .. } => {
+                self.desc.release(1);
+                self.shared.release(&[block]);
+            }
+            Rec::Pad(n) => {
+                self.desc.release(n);
+            }
+        }
+    }
+
+    fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Message, Error> {
+        self.shared.check()?;
+        let rec = self.next_rec(deadline)?;
+        let pos = self.desc.position();
+        let n_slots = match rec {
+            Rec::Inline { n_slots, .. } => n_slots,
+            _ => 1,
+        };
+        // Copy the body out of shared memory: validation then works on private bytes that no
+        // other process can change, and the slots (or body block) go back at once.
+        let (src, body_len) = self.body_src(&rec);
+        let mut body = vec![0u64; body_len.div_ceil(8)];
+        // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, which
+        // `self.shared.seg` keeps alive; the destination is ours and large enough. The source
+        // may change under the copy (a hostile producer): we only get different bytes, which
+        // are then validated as private data.
+        unsafe { std::ptr::copy_nonoverlapping(src, body.as_mut_ptr().cast::<u8>(), body_len) };
+        self.finish(&rec);
+        let mut blocks: SmallVec<[u32; 4]> = SmallVec::new();
+        let parsed = {
+            let bytes = &bytemuck::cast_slice::<u64, u8>(&body)[..body_len];
+            MessageView::parse(bytes, self.shared.pool()).and_then(|v| {
+                // An owned message is validated whole, once, on private bytes.
+                v.validate_all(|b| {
+                    if !blocks.contains(&b) {
+                        blocks.push(b)
+                    }
+                })
+                .map(|_| (v.tag(), v.len()))
+            })
+        };
+        match parsed {
+            Ok(_) => Ok(Message {
+                body,
+                body_len,
+                blocks,
+                shared: self.shared.clone(),
+            }),
+            Err(e) => {
+                self.shared.release(&blocks);
+                // Blocks named after the failing field go back too.
+                self.shared.dropped(pos, n_slots);
+                Err(e)
+            }
+        }
+    }
+
+    /// Receives the next message, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// [`Error::Disconnected`] once the producer closed and everything was received;
+    /// [`Error::PeerDied`] if the producer process died (seen within
+    /// [`WaitConfig::liveness_check`]); [`Error::Corrupt`] if the message fails validation
+    /// (it is skipped).
+    pub fn recv(&mut self) -> Result<Message, Error> {
+        self.recv_deadline(None)
+    }
+
+    /// [`Receiver::recv`] with a timeout ([`Error::Timeout`]).
+    ///
+    /// # Errors
+    /// As [`Receiver::recv`], and [`Error::Timeout`].
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, Error> {
+        self.recv_deadline(Some(Instant::now() + timeout))
+    }
+
+    /// Receives a message if one is there.
+    ///
+    /// # Errors
+    /// As [`Receiver::recv`].
+    pub fn try_recv(&mut self) -> Result<Option<Message>, Error> {
+        match self.recv_deadline(Some(Instant::now())) {
+            Ok(m) => Ok(Some(m)),
+            Err(Error::Timeout) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Receives the next message and lets `f` read it in place, without copying; the slots
+    /// and blocks are released when `f` returns.
+    ///
+    /// # Errors
+    /// As [`Receiver::recv_timeout`] (with `None`: no timeout).
+    pub fn recv_with<R>(
+        &mut self,
+        timeout: Option<Duration>,
+        f: impl FnOnce(MessageView<'_>) -> R,
+    ) -> Result<R, Error> {
+        let mut f = Some(f);
+        let mut out = None;
+        self.recv_batch(1, timeout, |m| {
+            if let Some(f) = f.take() {
+                out = Some(f(m));
+            }
+        })?;
+        out.ok_or(Error::Timeout)
+    }
+
+    /// Waits for at least one message, then lets `f` read up to `max` messages in place, all
+    /// released together at the end (one index store). Returns how many were read.
+    ///
+    /// # Errors
+    /// As [`Receiver::recv_timeout`]; a corrupt message ends the batch with [`Error::Corrupt`]
+    /// after the messages before it were handed to `f`.
+    pub fn recv_batch(
+        &mut self,
+        max: usize,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(MessageView<'_>),
+    ) -> Result<usize, Error> {
+        self.shared.check()?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut rec = self.next_rec(deadline)?;
+        let mut done = 0usize;
+        let mut blocks: SmallVec<[u32; 16]> = SmallVec::new();
+        let mut dropped = None;
+        let result = loop {
+            let (n, block) = match rec {
+                Rec::Inline { n_slots, .. } => (n_slots, None),
+                Rec::Block { block, .. } => (1, Some(block)),
+                Rec::Pad(n) => (n, None),
+            };
+            if !matches!(rec, Rec::Pad(_)) {
+                let (src, len) = self.body_src(&rec);
+                if self.scratch.len() < len.div_ceil(8) {
+                    self.scratch.resize(len.div_ceil(8), 0);
+                }
+                let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.scratch)[..len];
+                // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, kept
+                // alive by `self.shared`; `body` is private and `len` bytes long. A producer
+                // writing the source meanwhile only changes the bytes we copy, which are then
+                // validated as private data.
+                unsafe { message::copy_for_parse(src, len, body) };
+                let body: &[u8] = body;
+                // SAFETY: `len` bytes at `src` stay mapped while `self` is borrowed here.
+                let data = unsafe { DataRef::shared(src, len) };
+                let view = MessageView::parse_with(body, data, self.shared.pool());
+                let mut ok = view.and_then(|v| v.for_each_block(|b| blocks.push(b)).map(|_| v));
+                if let Ok(v) = ok.as_mut() {
+                    f(*v);
+                    done += 1;
+                }
+                if let Some(b) = block {
+                    blocks.push(b);
+                }
+                if let Err(e) = ok {
+                    dropped = Some(self.desc.position());
+                    self.desc.skip(n);
+                    break Err(e);
+                }
+            }
+            // Move past this record without publishing (one store at the end).
+            self.desc.skip(n);
+            if done >= max {
+                break Ok(done);
+            }
+            match self.peek() {
+                Ok(Some(r)) => rec = r,
+                Ok(None) => break Ok(done),
+                Err(e) => break Err(e),
+            }
+        };
+        self.desc.release(0);
+        blocks.sort_unstable();
+        blocks.dedup();
+        self.shared.release(&blocks);
+        if let Some(from) = dropped {
+            // A message that failed validation: every block it named comes back, also those
+            // after the failing field (after the returns above, so none is returned twice).
+            self.shared.dropped(
+                from,
+                if matches!(rec, Rec::Inline { .. }) {
+                    n_of(&rec)
+                } else {
+                    1
+                },
+            );
+        }
+        result
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        super::own_receiver(self.ident, Some(false));
+        let h = self.header();
+        h.consumer_closed.store(1, Ordering::SeqCst);
+        // Wake a producer asleep on a full ring or an empty pool.
+        sys::futex_wake_all(&self.desc.storage().header().head.0);
+        if let Ok(comp) = self.shared.comp.lock() {
+            sys::futex_wake_all(&comp.storage().header().tail.0);
+        }
+    }
+}

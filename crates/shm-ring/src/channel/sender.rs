@@ -1,0 +1,808 @@
+//! The producer end of a channel.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use smallvec::SmallVec;
+
+use super::{
+    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL,
+    Layout, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, block_on, channel_header,
+};
+use crate::dtype::Element;
+use crate::error::{Error, corrupt};
+use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
+use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
+use crate::ring::{self, Storage};
+use crate::segment::Segment;
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sys::{self, PeerProcess};
+
+/// Counters of a sender.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderStats {
+    /// Messages sent.
+    pub messages: u64,
+    /// Arrays that went zero-copy (own pool block).
+    pub zero_copy_arrays: u64,
+    /// Arrays copied into the message body.
+    pub copied_arrays: u64,
+    /// Array bytes sent.
+    pub array_bytes: u64,
+}
+
+/// The producer end of a channel. It creates and owns the segment. Dropping it closes the
+/// channel (the consumer receives everything sent, then [`Error::Disconnected`]) and unlinks
+/// the name; if no consumer has attached yet, the drop first waits up to
+/// [`ChannelConfig::linger`] for one, so a consumer that starts later still finds the channel.
+/// `Send`, not `Sync`.
+///
+/// # Examples
+/// ```
+/// use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+/// let name = format!("doc-chan-{}", std::process::id());
+/// let mut tx = Sender::create(&name, &ChannelConfig::default())?;
+/// let mut rx = Receiver::open(&name)?; // usually in another process
+/// let loan = tx.loan::<f32>(&[4])?.write_with(|i| i as f32);
+/// tx.send(MessageBuilder::new().array_loan("x", loan))?;
+/// let msg = rx.recv()?;
+/// assert_eq!(msg.record(0)?.array::<f32>("x")?.sum(), 6.0);
+/// # Ok::<(), shm_ring::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct Sender {
+    seg: Arc<Segment>,
+    home: Arc<PoolHome>,
+    desc: ring::Producer<ShmRing>,
+    comp: ring::Consumer<ShmRing>,
+    cfg: ChannelConfig,
+    /// Free blocks (process-local: only the producer allocates).
+    free: Vec<u32>,
+    /// `in_flight[b]`: block `b` went out with a message and has not come back.
+    in_flight: Vec<bool>,
+    /// `owner[b]`: descriptor position of the record block `b` went out with (so blocks of
+    /// records the consumer had to drop unread can come back).
+    owner: Vec<u32>,
+    /// The segment's (device, inode): a consumer claim naming our own pid is believed only if
+    /// a Receiver of this process has this channel open.
+    ident: (u64, u64),
+    /// The consumer claim word last seen, and what it names.
+    consumer: Option<(u64, Watch)>,
+    /// Since when the channel has had no consumer (None while one is attached).
+    unattached_since: Option<Instant>,
+    max_inline: usize,
+    /// Slots written but not yet committed (batched sends).
+    pending: u32,
+    stats: SenderStats,
+}
+
+/// The descriptor of the channel's segment: for an anonymous channel, the sealed memfd to hand
+/// to the consumer process (`try_clone_to_owned`, then [`Receiver::from_fd`](super::Receiver::from_fd) there).
+impl std::os::fd::AsFd for Sender {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.seg.file().as_fd()
+    }
+}
+
+impl Sender {
+    /// Creates the channel segment `/dev/shm/shmpipe-<name>` and returns its producer end.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name or configuration, [`Error::AlreadyExists`],
+    /// [`Error::NoSpace`] when `/dev/shm` cannot hold the segment, [`Error::Os`].
+    pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
+        let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
+        let seg = Segment::create(name, layout.total)?;
+        Self::init(seg, layout, cfg)
+    }
+
+    /// Creates an anonymous channel (memfd): hand [`Sender::segment`]'s file to a child process
+    /// and open it there with [`Receiver::from_file`](super::Receiver::from_file).
+    ///
+    /// # Errors
+    /// As [`Sender::create`].
+    pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
+        let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
+        let seg = Segment::anonymous(layout.total)?;
+        Self::init(seg, layout, cfg)
+    }
+
+    fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
+        let header = ChannelHeader {
+            slots: AtomicU32::new(layout.desc.capacity),
+            slot_size: AtomicU32::new(layout.desc.slot_size),
+            blocks: AtomicU32::new(layout.pool.blocks),
+            comp_slots: AtomicU32::new(layout.comp.capacity),
+            block_size: AtomicU64::new(layout.pool.block_size as u64),
+            producer_closed: AtomicU32::new(0),
+            consumer_closed: AtomicU32::new(0),
+            consumer: AtomicU64::new(0),
+            _reserved: AtomicU64::new(0),
+        };
+        // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
+        // segment header before `publish`), large enough (layout) and 128-aligned here.
+        unsafe {
+            seg.as_ptr()
+                .add(CHANNEL_HEADER_AT)
+                .cast::<ChannelHeader>()
+                .write(header)
+        };
+        // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
+        let seg = Arc::new(seg);
+        seg.publish(KIND_CHANNEL)?;
+        let desc = ring::Producer::attach(
+            ShmRing {
+                seg: seg.clone(),
+                header: DESC_RING_AT,
+                slots: layout.desc_slots,
+            },
+            layout.desc,
+        );
+        let comp = ring::Consumer::attach(
+            ShmRing {
+                seg: seg.clone(),
+                header: layout.comp_ring,
+                slots: layout.comp_slots,
+            },
+            layout.comp,
+        );
+        let home = Arc::new(PoolHome {
+            seg: seg.clone(),
+            geom: layout.pool,
+            orphans: Mutex::new(Vec::new()),
+        });
+        let ident = super::file_ident(&seg);
+        Ok(Sender {
+            seg,
+            home,
+            desc,
+            comp,
+            cfg: *cfg,
+            free: (0..layout.pool.blocks).rev().collect(),
+            in_flight: vec![false; layout.pool.blocks as usize],
+            owner: vec![0; layout.pool.blocks as usize],
+            ident,
+            consumer: None,
+            unattached_since: Some(Instant::now()),
+            max_inline: layout.desc.bytes() / 4,
+            pending: 0,
+            stats: SenderStats::default(),
+        })
+    }
+
+    /// The channel's name (without the `shmpipe-` prefix); `None` if anonymous.
+    pub fn name(&self) -> Option<&str> {
+        self.seg.name()
+    }
+
+    /// The segment (e.g. to pass an anonymous channel's file to a child).
+    pub fn segment(&self) -> &Segment {
+        &self.seg
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChannelConfig {
+        &self.cfg
+    }
+
+    /// Counters since creation.
+    pub fn stats(&self) -> SenderStats {
+        self.stats
+    }
+
+    /// Number of pool blocks free right now (after taking back what the consumer returned).
+    pub fn free_blocks(&mut self) -> Result<usize, Error> {
+        self.collect_returns()?;
+        Ok(self.free.len())
+    }
+
+    /// Number of descriptor slots in use (messages sent and not yet consumed): queue occupancy.
+    pub fn queued_slots(&mut self) -> Result<u32, Error> {
+        let cap = self.desc.shape().capacity;
+        Ok(cap - self.desc.free(cap)?)
+    }
+
+    fn header(&self) -> &ChannelHeader {
+        channel_header(&self.seg)
+    }
+
+    /// Takes back blocks from the completion ring and from dropped loans.
+    fn collect_returns(&mut self) -> Result<(), Error> {
+        let n = self.comp.available(1)?;
+        for i in 0..n {
+            // SAFETY: slot i is published by the consumer (available) and 8 bytes long.
+            let b = unsafe { self.comp.slot(i).cast::<u64>().read() };
+            if b & DROPPED_MARK != 0 {
+                // The consumer dropped the records at positions [from, from + n) unread:
+                // every block still out with one of them comes back.
+                let (from, n) = (b as u32, ((b & !DROPPED_MARK) >> 32) as u32);
+                for (blk, out) in self.in_flight.iter_mut().enumerate() {
+                    if *out && self.owner[blk].wrapping_sub(from) < n {
+                        *out = false;
+                        self.free.push(blk as u32);
+                    }
+                }
+                continue;
+            }
+            let ok = b < self.in_flight.len() as u64 && self.in_flight[b as usize];
+            if !ok {
+                self.comp.release(i + 1);
+                return Err(corrupt(format!(
+                    "consumer returned block {b}, which is not in flight"
+                )));
+            }
+            self.in_flight[b as usize] = false;
+            self.free.push(b as u32);
+        }
+        if n > 0 {
+            self.comp.release(n);
+        }
+        if let Ok(mut o) = self.home.orphans.try_lock() {
+            self.free.append(&mut o);
+        }
+        Ok(())
+    }
+
+    fn consumer_gone(&mut self) -> Result<(), Error> {
+        let h = self.header();
+        if h.consumer_closed.load(Ordering::SeqCst) != 0 {
+            return Err(Error::Disconnected);
+        }
+        // SYNC POINT (Acquire): pairs with the consumer's claiming CAS; pid and start time
+        // arrive together in one word.
+        let word = h.consumer.load(Ordering::Acquire);
+        if word == 0 {
+            let since = *self.unattached_since.get_or_insert_with(Instant::now);
+            let waited = since.elapsed();
+            if waited >= self.cfg.attach_timeout {
+                return Err(Error::NoConsumer { waited });
+            }
+            return Ok(());
+        }
+        self.unattached_since = None;
+        if self.consumer.as_ref().map(|c| c.0) != Some(word) {
+            let watch = self.judge_claim(word)?;
+            self.consumer = Some((word, watch));
+        }
+        let dead = match &self.consumer {
+            Some((_, Watch::Peer(p))) => p.is_dead(),
+            Some((_, Watch::Dead)) => true,
+            _ => false,
+        };
+        if dead {
+            return Err(self.reclaim_dead_consumer(word));
+        }
+        Ok(())
+    }
+
+    /// Validates a consumer claim read from shared memory (see `ChannelHeader::consumer`).
+    fn judge_claim(&self, word: u64) -> Result<Watch, Error> {
+        let (pid, start_lo) = super::consumer_claim(word);
+        if pid == 0 {
+            return Err(corrupt(format!("consumer claim {word:#x} names no pid")));
+        }
+        if pid == sys::pid() {
+            // A consumer in this very process: believe it only if one has this channel open.
+            return if super::own_receiver(self.ident, None) {
+                Ok(Watch::Own)
+            } else {
+                Err(corrupt(format!(
+                    "consumer claim names this process ({pid}), which has no receiver on the channel"
+                )))
+            };
+        }
+        Ok(match sys::process_start_time(pid) {
+            // The pid and the start time must name one live process: anything else (no such
+            // process, a recycled pid, garbage) is a consumer that is gone.
+            Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
+            _ => Watch::Dead,
+        })
+    }
+
+    /// The consumer died: everything in flight comes back, the ring is emptied, and a new
+    /// consumer may attach.
+    fn reclaim_dead_consumer(&mut self, word: u64) -> Error {
+        let pid = super::consumer_claim(word).0;
+        let _ = self.collect_returns();
+        let mut reclaimed = 0;
+        for (b, f) in self.in_flight.iter_mut().enumerate() {
+            if *f {
+                *f = false;
+                self.free.push(b as u32);
+                reclaimed += 1;
+            }
+        }
+        self.flush();
+        self.desc.reset_consumer();
+        // Anything the dead consumer pushed but we did not read: skip it.
+        if let Ok(n) = self.comp.available(1) {
+            self.comp.release(n);
+        }
+        self.consumer = None;
+        self.unattached_since = Some(Instant::now());
+        // Free the claim for a new consumer, unless one has already replaced it.
+        let _ =
+            self.header()
+                .consumer
+                .compare_exchange(word, 0, Ordering::SeqCst, Ordering::Relaxed);
+        Error::PeerDied { pid, reclaimed }
+    }
+
+    /// Pid of the attached consumer, if one is attached.
+    pub fn consumer_pid(&self) -> Option<u32> {
+        match super::consumer_claim(self.header().consumer.load(Ordering::Acquire)).0 {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// Waits until a consumer has attached (polling every millisecond) and returns its pid.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_for_consumer(&self, timeout: Duration) -> Result<u32, Error> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pid) = self.consumer_pid() {
+                return Ok(pid);
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Checks the consumer: `Err(PeerDied)` (after reclaiming its blocks) if it died,
+    /// `Err(Disconnected)` if it closed.
+    ///
+    /// # Errors
+    /// As described.
+    pub fn check_consumer(&mut self) -> Result<(), Error> {
+        self.consumer_gone()
+    }
+
+    fn alloc_block(&mut self, deadline: Option<Instant>) -> Result<u32, Error> {
+        if let Some(b) = self.free.pop() {
+            return Ok(b);
+        }
+        if self.cfg.blocks == 0 {
+            return Err(Error::TooLarge {
+                what: "a zero-copy array (the pool has no blocks)",
+                needed: 1,
+                limit: 0,
+                setting: "ChannelConfig::blocks",
+            });
+        }
+        // Publish what we batched before we wait: the consumer may need it to free blocks.
+        self.flush();
+        let wait = self.cfg.wait;
+        let this = std::cell::RefCell::new(self);
+        block_on(
+            false,
+            &wait,
+            deadline,
+            || {
+                let mut s = this.borrow_mut();
+                s.collect_returns()?;
+                Ok(s.free.pop())
+            },
+            || {
+                let s = this.borrow();
+                let (w, v) = s.comp.begin_wait();
+                (w as *const AtomicU32, v)
+            },
+            || this.borrow().comp.end_wait(),
+            || this.borrow_mut().consumer_gone(),
+        )
+    }
+
+    /// Loans an uninitialised array of `shape` from the pool, to fill in place and send with
+    /// [`MessageBuilder::array_loan`] (zero-copy). Waits while the pool is empty.
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] if the array exceeds a block; [`Error::PeerDied`] /
+    /// [`Error::Disconnected`] while waiting; [`Error::Corrupt`].
+    pub fn loan<T: Element>(&mut self, shape: &[usize]) -> Result<ArrayLoanUninit<T>, Error> {
+        self.loan_deadline(shape, None)
+    }
+
+    /// [`Sender::loan`] with a timeout ([`Error::Timeout`]).
+    ///
+    /// # Errors
+    /// As [`Sender::loan`], and [`Error::Timeout`].
+    pub fn loan_timeout<T: Element>(
+        &mut self,
+        shape: &[usize],
+        timeout: Duration,
+    ) -> Result<ArrayLoanUninit<T>, Error> {
+        self.loan_deadline(shape, Some(Instant::now() + timeout))
+    }
+
+    fn loan_deadline<T: Element>(
+        &mut self,
+        shape: &[usize],
+        deadline: Option<Instant>,
+    ) -> Result<ArrayLoanUninit<T>, Error> {
+        let len = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| Error::InvalidArgument(format!("shape {shape:?} overflows")))?;
+        let bytes = len.saturating_mul(std::mem::size_of::<T>());
+        if self.cfg.blocks == 0 {
+            return Err(Error::TooLarge {
+                what: "a loaned array (the pool has no blocks)",
+                needed: 1,
+                limit: 0,
+                setting: "ChannelConfig::blocks",
+            });
+        }
+        if bytes > self.home.geom.block_size {
+            return Err(Error::TooLarge {
+                what: "loaned array",
+                needed: bytes,
+                limit: self.home.geom.block_size,
+                setting: "ChannelConfig::block_size",
+            });
+        }
+        let block = self.alloc_block(deadline)?;
+        Ok(ArrayLoanUninit::new(LoanToken {
+            home: self.home.clone(),
+            block,
+            dtype: T::DTYPE,
+            shape: shape.to_vec(),
+            len,
+            live: true,
+        }))
+    }
+
+    /// Sends a message, waiting while the ring is full or the pool is empty.
+    ///
+    /// # Errors
+    /// [`Error::Disconnected`] if the consumer closed; [`Error::PeerDied`] if it died (its
+    /// blocks are reclaimed); [`Error::TooLarge`]; [`Error::InvalidArgument`] for a loan from
+    /// another sender or a field over the encoding limits. On error, loans in the message go
+    /// back to the pool.
+    pub fn send(&mut self, msg: MessageBuilder<'_>) -> Result<(), Error> {
+        self.send_inner(msg, None)?;
+        self.flush();
+        Ok(())
+    }
+
+    /// [`Sender::send`] with a timeout ([`Error::Timeout`]).
+    ///
+    /// # Errors
+    /// As [`Sender::send`], and [`Error::Timeout`].
+    pub fn send_timeout(
+        &mut self,
+        msg: MessageBuilder<'_>,
+        timeout: Duration,
+    ) -> Result<(), Error> {
+        self.send_inner(msg, Some(Instant::now() + timeout))?;
+        self.flush();
+        Ok(())
+    }
+
+    /// Sends without waiting: [`Error::Full`] if the ring or pool has no room right now.
+    ///
+    /// # Errors
+    /// As [`Sender::send`], and [`Error::Full`].
+    pub fn try_send(&mut self, msg: MessageBuilder<'_>) -> Result<(), Error> {
+        match self.send_inner(msg, Some(Instant::now())) {
+            Err(Error::Timeout) => Err(Error::Full),
+            r => {
+                self.flush();
+                r
+            }
+        }
+    }
+
+    /// Sends several messages, publishing them together (one index store for the whole batch,
+    /// unless the ring fills up on the way).
+    ///
+    /// # Errors
+    /// As [`Sender::send`]; messages before the failing one were sent.
+    pub fn send_batch<'m>(
+        &mut self,
+        msgs: impl IntoIterator<Item = MessageBuilder<'m>>,
+    ) -> Result<usize, Error> {
+        let mut n = 0;
+        for m in msgs {
+            if let Err(e) = self.send_inner(m, None) {
+                self.flush();
+                return Err(e);
+            }
+            n += 1;
+        }
+        self.flush();
+        Ok(n)
+    }
+
+    fn flush(&mut self) {
+        if self.pending > 0 {
+            self.desc.commit(self.pending);
+            self.pending = 0;
+        }
+    }
+
+    /// Waits for `n` contiguous free slots after the pending ones; returns how many pad slots
+    /// must come first.
+    fn reserve_slots(&mut self, n: u32, deadline: Option<Instant>) -> Result<u32, Error> {
+        let cap = self.desc.shape().capacity;
+        let pending = self.pending;
+        let contiguous = self.desc.contiguous(pending);
+        let pad = if contiguous < n { contiguous } else { 0 };
+        let need = pending + pad + n;
+        if pad + n > cap {
+            return Err(Error::TooLarge {
+                what: "message record",
+                needed: n as usize * self.desc.shape().slot_size as usize,
+                limit: self.max_inline,
+                setting: "ChannelConfig::slots (or slot_size)",
+            });
+        }
+        if self.desc.free(need)? >= need {
+            return Ok(pad);
+        }
+        // Publish what we batched before we wait, or the consumer never sees it.
+        self.flush();
+        let need = pad + n;
+        let wait = self.cfg.wait;
+        let this = std::cell::RefCell::new(self);
+        block_on(
+            false,
+            &wait,
+            deadline,
+            || {
+                let mut s = this.borrow_mut();
+                if s.header().consumer_closed.load(Ordering::Relaxed) != 0 {
+                    return Err(Error::Disconnected);
+                }
+                let free = s.desc.free(need)?;
+                Ok((free >= need).then_some(pad))
+            },
+            || {
+                let s = this.borrow();
+                let (w, v) = s.desc.begin_wait();
+                (w as *const AtomicU32, v)
+            },
+            || this.borrow().desc.end_wait(),
+            || this.borrow_mut().consumer_gone(),
+        )
+    }
+
+    fn send_inner(
+        &mut self,
+        mut msg: MessageBuilder<'_>,
+        deadline: Option<Instant>,
+    ) -> Result<(), Error> {
+        if self.header().consumer_closed.load(Ordering::Relaxed) != 0 {
+            return Err(Error::Disconnected);
+        }
+        message::check_limits(&msg)?;
+        // 1. Where does each array go?
+        let mut places: SmallVec<[Place; 8]> = SmallVec::with_capacity(msg.fields.len());
+        let mut new_blocks = 0usize;
+        for f in &msg.fields {
+            places.push(match &f.src {
+                FieldSrc::Meta(_) => Place::None,
+                FieldSrc::Array {
+                    data: ArraySrc::Loan(t),
+                    ..
+                } => {
+                    if !Arc::ptr_eq(&t.home, &self.home) {
+                        return Err(Error::InvalidArgument(format!(
+                            "array '{}' was loaned from another sender",
+                            f.name
+                        )));
+                    }
+                    Place::Block(t.block)
+                }
+                FieldSrc::Array { data, .. } => {
+                    let len = data.len();
+                    if self.cfg.blocks > 0 && self.cfg.transfer.zero_copy(len) {
+                        if len > self.home.geom.block_size {
+                            return Err(Error::TooLarge {
+                                what: "zero-copy array",
+                                needed: len,
+                                limit: self.home.geom.block_size,
+                                setting: "ChannelConfig::block_size",
+                            });
+                        }
+                        new_blocks += 1;
+                        Place::Block(u32::MAX)
+                    } else {
+                        Place::Inline
+                    }
+                }
+            });
+        }
+        let body_len = message::body_len(&msg, &places);
+        let inline = RECORD_HEADER + body_len <= self.max_inline;
+        if !inline {
+            if self.cfg.blocks == 0 {
+                return Err(Error::TooLarge {
+                    what: "message body (too large to travel inline)",
+                    needed: RECORD_HEADER + body_len,
+                    limit: self.max_inline,
+                    setting: "ChannelConfig::slots (or slot_size)",
+                });
+            }
+            if body_len > self.home.geom.block_size {
+                return Err(Error::TooLarge {
+                    what: "message body",
+                    needed: body_len,
+                    limit: self.home.geom.block_size,
+                    setting: "ChannelConfig::block_size",
+                });
+            }
+            new_blocks += 1;
+        }
+        if new_blocks > self.cfg.blocks as usize {
+            return Err(Error::TooLarge {
+                what: "message (pool blocks)",
+                needed: new_blocks,
+                limit: self.cfg.blocks as usize,
+                setting: "ChannelConfig::blocks",
+            });
+        }
+        // 2. Blocks for arrays copied zero-copy, and their data.
+        let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
+        let result = (|| {
+            for (i, f) in msg.fields.iter().enumerate() {
+                if places[i] == Place::Block(u32::MAX) {
+                    let b = self.alloc_block(deadline)?;
+                    taken.push(b);
+                    places[i] = Place::Block(b);
+                    if let FieldSrc::Array { data, .. } = &f.src {
+                        let src = data.bytes();
+                        // SAFETY: block b is free (ours alone) and block_size >= src.len() (checked).
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                src.as_ptr(),
+                                self.home.block_ptr(b),
+                                src.len(),
+                            )
+                        };
+                    }
+                }
+            }
+            let body_block = if inline {
+                None
+            } else {
+                let b = self.alloc_block(deadline)?;
+                taken.push(b);
+                Some(b)
+            };
+            let n_slots = if inline {
+                (RECORD_HEADER + body_len).div_ceil(self.desc.shape().slot_size as usize) as u32
+            } else {
+                1
+            };
+            let pad = self.reserve_slots(n_slots, deadline)?;
+            Ok((body_block, n_slots, pad))
+        })();
+        let (body_block, n_slots, pad) = match result {
+            Ok(v) => v,
+            Err(e) => {
+                self.free.extend_from_slice(&taken);
+                return Err(e);
+            }
+        };
+        // 3. Write the record (and the body) and hand the blocks over.
+        let slot_size = self.desc.shape().slot_size as usize;
+        if pad > 0 {
+            let p = self.desc.slot(self.pending);
+            // SAFETY: the pad slots are free (reserved above) and at least 16 bytes long.
+            unsafe { write_record_header(p, pad, REC_PAD, 0, 0) };
+            self.pending += pad;
+        }
+        let rec = self.desc.slot(self.pending);
+        let rec_pos = self.desc.position().wrapping_add(self.pending);
+        match body_block {
+            None => {
+                // SAFETY: n_slots contiguous free slots start at `rec` (reserve_slots), holding
+                // RECORD_HEADER + body_len bytes; slot memory is 8-aligned.
+                let dst = unsafe {
+                    write_record_header(rec, n_slots, REC_INLINE, body_len as u32, 0);
+                    std::slice::from_raw_parts_mut(
+                        rec.add(RECORD_HEADER),
+                        n_slots as usize * slot_size - RECORD_HEADER,
+                    )
+                };
+                message::encode(&msg, &places, &mut dst[..body_len]);
+            }
+            Some(b) => {
+                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(self.home.block_ptr(b), body_len) };
+                message::encode(&msg, &places, dst);
+                // SAFETY: one free slot at `rec`, at least 16 bytes.
+                unsafe { write_record_header(rec, 1, REC_BLOCK, body_len as u32, b) };
+            }
+        }
+        for b in taken {
+            self.in_flight[b as usize] = true;
+            self.owner[b as usize] = rec_pos;
+        }
+        for (f, p) in msg.fields.iter_mut().zip(&places) {
+            if let FieldSrc::Array { data, .. } = &mut f.src {
+                self.stats.array_bytes += data.len() as u64;
+                if let ArraySrc::Loan(t) = std::mem::replace(data, ArraySrc::Borrowed(&[])) {
+                    let b = (*t).take();
+                    self.in_flight[b as usize] = true;
+                    self.owner[b as usize] = rec_pos;
+                }
+                match p {
+                    Place::Block(_) => self.stats.zero_copy_arrays += 1,
+                    _ => self.stats.copied_arrays += 1,
+                }
+            }
+        }
+        self.stats.messages += 1;
+        self.pending += n_slots;
+        Ok(())
+    }
+
+    /// Closes the channel: the consumer receives everything sent so far, then
+    /// [`Error::Disconnected`]. Same as dropping the sender.
+    pub fn close(self) {}
+}
+
+/// What a consumer claim names.
+#[derive(Debug)]
+enum Watch {
+    /// A receiver in this process.
+    Own,
+    /// Another live process.
+    Peer(PeerProcess),
+    /// A process that does not exist (any more), or a claim that names none.
+    Dead,
+}
+
+/// Writes a 16-byte record header: n_slots u32, kind u32, body_len u32, block u32.
+///
+/// # Safety
+/// `p` must be valid for 16 bytes of writes and 4-aligned.
+unsafe fn write_record_header(p: *mut u8, n_slots: u32, kind: u32, body_len: u32, block: u32) {
+    let h = [n_slots, kind, body_len, block];
+    // SAFETY: delegated to the caller.
+    unsafe { p.cast::<[u32; 4]>().write(h) };
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.flush();
+        let h = self.header();
+        h.producer_closed.store(1, Ordering::SeqCst);
+        // Wake a consumer asleep on the descriptor ring: it will see the flag.
+        sys::futex_wake_all(&self.desc.storage().header().tail.0);
+        self.linger();
+    }
+}
+
+impl Sender {
+    /// Keeps a named channel's name (this sender holds the segment) until a consumer has
+    /// attached or closed, or [`ChannelConfig::linger`] has passed.
+    fn linger(&self) {
+        if self.seg.name().is_none() || self.cfg.linger.is_zero() {
+            return;
+        }
+        let deadline = Instant::now() + self.cfg.linger;
+        let mut pause = Duration::from_micros(200);
+        loop {
+            let h = self.header();
+            if h.consumer.load(Ordering::Acquire) != 0
+                || h.consumer_closed.load(Ordering::Acquire) != 0
+            {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+}

@@ -1,0 +1,335 @@
+//! A peer that writes what it should not (trust-boundary issue): each test writes hostile
+//! values into a live channel at offsets taken from the layout code and expects a specific
+//! error, never a panic, a hang or a changed string under the reader.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Peer, ShmGuard, poke, unique};
+use shm_ring::{
+    ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender, Transfer, channel_layout,
+};
+
+fn cfg() -> ChannelConfig {
+    ChannelConfig {
+        linger: Duration::ZERO,
+        ..ChannelConfig::default()
+    }
+}
+
+fn layout(c: &ChannelConfig) -> ChannelLayout {
+    channel_layout(c).unwrap()
+}
+
+/// Offset of the first message body in the descriptor ring (the first record's body).
+fn first_body(l: &ChannelLayout) -> usize {
+    l.desc_slots + l.record_header
+}
+
+#[test]
+fn strings_read_in_place_do_not_change_under_the_reader() {
+    let name = unique("str");
+    let guard = ShmGuard::new(&[&name]);
+    let c = cfg();
+    let l = layout(&c);
+    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    tx.send(MessageBuilder::new().meta_str("id", "hello"))
+        .unwrap();
+    // The string follows its field header and the 2-byte name "id".
+    let at = first_body(&l) + l.body_header + l.body_record_header + l.field_header + 2;
+    let seen = rx
+        .recv_with(Some(Duration::from_secs(2)), |m| {
+            let r = m.record(0).unwrap();
+            let id = r.meta_str("id").unwrap();
+            assert_eq!(id, "hello");
+            // The producer rewrites the string (invalid UTF-8) after it was validated.
+            poke(&name, at, &[0xff; 5]);
+            id.to_string()
+        })
+        .unwrap();
+    assert_eq!(seen, "hello", "a validated &str changed under the reader");
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
+    let name = unique("busy");
+    let guard = ShmGuard::new(&[&name]);
+    let mut tx = Sender::create(&name, &cfg()).unwrap();
+    let mut rx = Receiver::open(&name).unwrap(); // consumer A: this process
+    // Make sure B starts in another clock tick than this process.
+    std::thread::sleep(Duration::from_millis(50));
+    let (ok, out, err) = Peer::spawn(&["open", &name]).finish(Duration::from_secs(10));
+    assert!(ok, "opener failed: {err}");
+    assert!(out.starts_with("busy "), "{out}");
+    // The producer must still see A alive.
+    tx.check_consumer().expect("consumer A declared dead");
+    tx.send(MessageBuilder::new().meta_i64("n", 7)).unwrap();
+    let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    assert_eq!(m.record(0).unwrap().meta_i64("n"), Some(7));
+    drop((m, tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn a_garbage_consumer_pid_does_not_disable_death_detection() {
+    let name = unique("garbage-pid");
+    let guard = ShmGuard::new(&[&name]);
+    let c = ChannelConfig { slots: 2, ..cfg() };
+    let l = layout(&c);
+    let mut tx = Sender::create(&name, &c).unwrap();
+    // "pid 1" with a start time that is not init's.
+    poke(&name, l.consumer, &((1u64 << 32) | 1).to_le_bytes());
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for i in 0..4 {
+        result = tx.send_timeout(
+            MessageBuilder::new().meta_i64("n", i),
+            Duration::from_secs(3),
+        );
+        if result.is_err() {
+            break;
+        }
+    }
+    match result {
+        Err(Error::PeerDied { pid: 1, .. }) | Err(Error::Corrupt(_)) => {}
+        other => panic!("expected PeerDied or Corrupt for a garbage consumer, got {other:?}"),
+    }
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    drop(tx);
+    guard.assert_gone();
+}
+
+#[test]
+fn a_sender_whose_consumer_never_attaches_gets_an_error() {
+    let name = unique("no-consumer");
+    let guard = ShmGuard::new(&[&name]);
+    let c = ChannelConfig {
+        slots: 2,
+        attach_timeout: Duration::from_millis(300),
+        ..cfg()
+    };
+    let mut tx = Sender::create(&name, &c).unwrap();
+    let t0 = Instant::now();
+    let mut result = Ok(());
+    for i in 0..4 {
+        result = tx.send_timeout(
+            MessageBuilder::new().meta_i64("n", i),
+            Duration::from_secs(5),
+        );
+        if result.is_err() {
+            break;
+        }
+    }
+    let e = result.unwrap_err();
+    assert!(matches!(e, Error::NoConsumer { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("ChannelConfig::attach_timeout"),
+        "{e}"
+    );
+    let waited = t0.elapsed();
+    assert!(waited >= Duration::from_millis(300), "{waited:?}");
+    assert!(waited < Duration::from_secs(3), "{waited:?}");
+    drop(tx);
+    guard.assert_gone();
+}
+
+#[test]
+fn blocks_of_a_skipped_corrupt_record_come_back() {
+    let name = unique("skip-blocks");
+    let guard = ShmGuard::new(&[&name]);
+    let c = ChannelConfig {
+        blocks: 1,
+        block_size: 4096,
+        transfer: Transfer::ZeroCopy,
+        ..cfg()
+    };
+    let l = layout(&c);
+    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    let data = [1.5f32; 16];
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("x", &[16], &data)
+            .unwrap(),
+    )
+    .unwrap();
+    // The record header's slot count: far more than published, so the consumer must skip.
+    poke(&name, l.desc_slots, &1000u32.to_le_bytes());
+    match rx.recv_timeout(Duration::from_secs(2)) {
+        Err(Error::Corrupt(_)) => {}
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    // The only block went out with the skipped record: it must come back.
+    for i in 0..4 {
+        tx.send_timeout(
+            MessageBuilder::new()
+                .array_slice("x", &[16], &data)
+                .unwrap(),
+            Duration::from_secs(2),
+        )
+        .unwrap_or_else(|e| panic!("send {i}: {e:?}"));
+        let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+        assert_eq!(m.record(0).unwrap().array::<f32>("x").unwrap()[[3]], 1.5);
+    }
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn a_hostile_completion_head_is_an_error_not_a_panic() {
+    let name = unique("comp-head");
+    let guard = ShmGuard::new(&[&name]);
+    let c = ChannelConfig {
+        transfer: Transfer::ZeroCopy,
+        ..cfg()
+    };
+    let l = layout(&c);
+    let mut tx = Sender::create(&name, &c).unwrap();
+    poke(&name, l.comp_head, &0x7fff_0000u32.to_le_bytes());
+    let mut rx = Receiver::open(&name).unwrap();
+    let data = [2.5f32; 16];
+    for _ in 0..2 {
+        tx.send(
+            MessageBuilder::new()
+                .array_slice("x", &[16], &data)
+                .unwrap(),
+        )
+        .unwrap();
+    }
+    let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
+    drop(m); // hands its block back through the poisoned completion ring
+    match rx.recv_timeout(Duration::from_secs(2)) {
+        Err(Error::Corrupt(why)) => assert!(why.contains("completion"), "{why}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn a_hostile_geometry_is_an_error_not_a_panic() {
+    let name = unique("geometry");
+    let guard = ShmGuard::new(&[&name]);
+    let c = cfg();
+    let l = layout(&c);
+    let tx = Sender::create(&name, &c).unwrap();
+    // blocks = 0 (so the block size is not range-checked) and a block size near u64::MAX.
+    poke(&name, l.geometry + 8, &0u32.to_le_bytes());
+    poke(&name, l.geometry + 16, &(u64::MAX - 62).to_le_bytes());
+    match Receiver::open(&name) {
+        Err(Error::Corrupt(_)) => {}
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    drop(tx);
+    guard.assert_gone();
+}
+
+#[test]
+fn configurations_whose_lengths_do_not_fit_the_encoding_are_refused() {
+    let ok = |c: ChannelConfig| channel_layout(&c).is_ok();
+    let blocks = |block_size: usize| ChannelConfig {
+        blocks: 1,
+        block_size,
+        ..ChannelConfig::default()
+    };
+    assert!(ok(blocks((1 << 32) - 64)));
+    assert!(
+        !ok(blocks(1 << 32)),
+        "a block whose body length overflows u32"
+    );
+    let ring = |slot_size: u32| ChannelConfig {
+        slots: 1 << 20,
+        slot_size,
+        ..ChannelConfig::default()
+    };
+    assert!(ok(ring(4096)));
+    assert!(
+        !ok(ring(8192)),
+        "a ring whose inline body length overflows u32"
+    );
+}
+
+#[test]
+fn duplicate_field_names_are_refused_by_the_sender() {
+    let name = unique("dup-send");
+    let guard = ShmGuard::new(&[&name]);
+    let mut tx = Sender::create(&name, &cfg()).unwrap();
+    let data = [1f32; 4];
+    let msg = MessageBuilder::new()
+        .meta_i64("x", 1)
+        .array_slice("x", &[4], &data)
+        .unwrap();
+    match tx.send(msg) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("'x'"), "{why}"),
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // The same name in two records is fine.
+    tx.send(
+        MessageBuilder::new()
+            .meta_i64("x", 1)
+            .next_record()
+            .meta_i64("x", 2),
+    )
+    .unwrap();
+    drop(tx);
+    guard.assert_gone();
+}
+
+#[test]
+fn duplicate_field_names_are_refused_by_the_receiver() {
+    let name = unique("dup-recv");
+    let guard = ShmGuard::new(&[&name]);
+    let c = cfg();
+    let l = layout(&c);
+    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    let a = [1f64; 2];
+    let b = [2f32; 4];
+    let msg = MessageBuilder::new()
+        .array_slice("xa", &[2], &a)
+        .unwrap()
+        .array_slice("xb", &[4], &b)
+        .unwrap();
+    tx.send(msg).unwrap();
+    // Field 1: header, one dim, name "xa" padded to 8, 16 data bytes; then field 2's header,
+    // one dim, and its name: rename "xb" to "xa".
+    let f2 = first_body(&l) + l.body_header + l.body_record_header + l.field_header + 8 + 8 + 16;
+    poke(&name, f2 + l.field_header + 8 + 1, b"a");
+    match rx.recv_timeout(Duration::from_secs(2)) {
+        Err(Error::Corrupt(why)) => assert!(why.contains("twice"), "{why}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("xa", &[2], &a)
+            .unwrap()
+            .array_slice("xb", &[4], &b)
+            .unwrap(),
+    )
+    .unwrap();
+    poke(
+        &name,
+        l.desc_slots
+            + 3 * l.slot_size
+            + l.record_header
+            + (f2 - first_body(&l))
+            + l.field_header
+            + 9,
+        b"a",
+    );
+    let mut seen = None;
+    let _ = rx.recv_batch(1, Some(Duration::from_secs(2)), |m| {
+        seen = Some(m.record(0).and_then(|r| r.array::<f32>("xa").map(|_| ())));
+    });
+    assert!(
+        matches!(seen, Some(Err(Error::Corrupt(_))) | None),
+        "in-place read of a duplicated name: {seen:?}"
+    );
+    drop((tx, rx));
+    guard.assert_gone();
+}

@@ -1,0 +1,117 @@
+//! `reclaim_stale` removes exactly the segments whose creator is gone: it never blocks on a
+//! FIFO, never misjudges a live creator it cannot see, never leaves a half-built segment under
+//! a name, and leaves segments of other layout versions alone.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Peer, ShmGuard, peer_cmd, shm_path, unique};
+use shm_ring::{ChannelConfig, Sender};
+
+fn exists(name: &str) -> bool {
+    Path::new(&shm_path(name)).exists()
+}
+
+fn corrupt(name: &str, offset: u64, bytes: &[u8]) {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let (ok, out, err) =
+        Peer::spawn(&["corrupt", name, &offset.to_string(), &hex]).finish(Duration::from_secs(10));
+    assert!(ok && out.contains("corrupted"), "peer failed: {err}");
+}
+
+/// In a private mount namespace (so no other program on the machine meets our FIFO), a FIFO and
+/// a symlink to a FIFO named like ours must not hang a create (which runs `reclaim_stale`);
+/// `timeout` bounds the run so a regression fails instead of hanging the suite.
+#[test]
+fn fifo_named_like_ours_does_not_hang_create_or_reclaim() {
+    if !rustix::process::geteuid().is_root() {
+        eprintln!("SKIPPED: needs root for a private mount namespace (unshare)");
+        return;
+    }
+    let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
+    let p = shm_ring::NAME_PREFIX;
+    let script = format!(
+        "mount -t tmpfs -o size=16m tmpfs /dev/shm && mkfifo /dev/shm/{p}fifo \
+         && ln -s /dev/shm/{p}fifo /dev/shm/{p}fifolink \
+         && timeout -s KILL 5 {peer} create 1048576 chan && test -p /dev/shm/{p}fifo \
+         && test -L /dev/shm/{p}fifolink && echo fifo-kept"
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("created") && stdout.contains("fifo-kept"),
+        "status {:?}: {stdout} {stderr}",
+        out.status
+    );
+}
+
+/// The creator pid in the header says "dead" (no such process), but the creator is alive and
+/// holds its lock: the segment stays. Once the holder is killed, it goes.
+#[test]
+fn live_lock_holder_is_kept_whatever_its_header_says() {
+    let name = unique("bogus-pid");
+    let guard = ShmGuard::new(&[&name]);
+    let mut creator = Peer::spawn(&["produce-hang", &name]);
+    assert_eq!(creator.line(), "ready");
+    // pid_max is at most 2^22: this pid never exists.
+    corrupt(&name, 16, &0x7fff_fff0u32.to_le_bytes());
+    shm_ring::reclaim_stale().unwrap();
+    assert!(exists(&name), "reclaimed the segment of a live creator");
+    creator.kill();
+    assert!(shm_ring::reclaim_stale().unwrap() >= 1);
+    guard.assert_gone();
+}
+
+/// A creator killed after reserving the memory and before writing the header leaves neither
+/// the name taken nor any file behind once the next create has run.
+#[test]
+fn creator_killed_mid_creation_leaves_the_name_free() {
+    let name = unique("orphan");
+    let guard = ShmGuard::new(&[&name]);
+    let dying = Peer::spawn_cmd(
+        peer_cmd()
+            .env("SHM_RING_TEST_KILL_AFTER_RESERVE", &name)
+            .args(["create-die", &name]),
+    );
+    let pid = dying.pid();
+    let (ok, out, _) = dying.finish(Duration::from_secs(10));
+    assert!(
+        !ok && !out.contains("ready"),
+        "the creator was not killed: {out}"
+    );
+    let tx = Sender::create(&name, &ChannelConfig::default())
+        .expect("the name of a half-built segment must not stay taken");
+    drop(tx);
+    guard.assert_gone();
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains(&name) || n.contains(&format!(".tmp-{pid}-")))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// A segment of another layout version may come from a build that does not lock its
+/// segments: it is not ours to judge, even when nobody holds a lock on it.
+#[test]
+fn segments_of_another_layout_version_are_left_alone() {
+    let name = unique("version");
+    let guard = ShmGuard::new(&[&name]);
+    let mut creator = Peer::spawn(&["produce-hang", &name]);
+    assert_eq!(creator.line(), "ready");
+    corrupt(&name, 8, &99u32.to_le_bytes());
+    creator.kill();
+    shm_ring::reclaim_stale().unwrap();
+    assert!(
+        exists(&name),
+        "reclaimed a segment of another layout version"
+    );
+    drop(guard);
+}
