@@ -156,6 +156,8 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
     let rows = report::rows(&run);
     println!("{}", placement_line(&run));
     print!("{}", report::table(&rows));
+    println!("{}", report::legend(&rows));
+    println!("{}", transport_legend(&plan.transports));
     let goals = report::goals(&run);
     if !goals.is_empty() {
         println!("\nGoals (ratios of per-round medians):");
@@ -170,6 +172,15 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
     );
     write_outputs(&a.run, csv, &title, &rows)?;
     failures(&run)
+}
+
+/// The one-line legend of the transport rows of a table.
+fn transport_legend(transports: &[Transport]) -> String {
+    let parts: Vec<String> = transports
+        .iter()
+        .map(|t| format!("{} = {}", t.name(), t.describe()))
+        .collect();
+    format!("(rows: {})", parts.join("; "))
 }
 
 /// `demo`: 1M-float arrays, copy vs zero-copy vs adaptive with memcpy and a Unix socket.
@@ -190,6 +201,8 @@ pub fn demo(a: &DemoArgs) -> Result<(), BoxError> {
     let rows = report::rows(&run);
     println!("{}", placement_line(&run));
     print!("{}", report::table(&rows));
+    println!("{}", report::legend(&rows));
+    println!("{}", transport_legend(&plan.transports));
     let n = a.elements;
     let r = |x: Transport, y: Transport| report::ratio(&run, x.name(), y.name(), n);
     let fmt = |v: Option<f64>| v.map_or_else(|| "n/a".to_string(), |v| format!("{v:.2}x"));
@@ -277,6 +290,13 @@ pub fn pipeline(a: &PipelineArgs) -> Result<(), BoxError> {
     let rows = report::rows(&run);
     println!("{}", placement_line(&run));
     print!("{}", report::table(&rows));
+    println!("{}", report::legend(&rows));
+    println!(
+        "(rows: memcpy = one thread copying the array, the yardstick; <topology> w<N> <batch> \
+         <transfer> = the pipeline with steps check and scale, fused (every worker runs both) or \
+         staged (one stage per step), N worker processes per stage, batches of about <batch> \
+         bytes, arrays sent by copy, zero-copy, adaptive or over a Unix socket)"
+    );
     let title = format!(
         "shmpipe pipeline, f32 arrays through check + scale steps (ping-pong {:.0} ns, {})",
         rows.first().map_or(f64::NAN, |r| r.pingpong_ns),
@@ -330,6 +350,13 @@ pub fn timeseries(a: &PipelineArgs) -> Result<(), BoxError> {
     println!("{}", placement_line(&run));
     println!("(size = f32 elements per window of the batches; msgs/s = windows/s)");
     print!("{}", report::table(&rows));
+    println!("{}", report::legend(&rows));
+    println!(
+        "(rows: json = JSON lines parsed on every pass (in the pipeline: emitters read the lines, \
+         workers parse them); memory = parsed once at start, every pass reads the parsed entries; \
+         in-process = the whole loader in this process; w<N> = through the pipeline with N worker \
+         processes)"
+    );
     println!();
     for input in ["json", "memory"] {
         for &w in &a.workers {

@@ -267,6 +267,23 @@ pub fn table(rows: &[Row]) -> String {
     out
 }
 
+/// The one-line legend of [`table`]'s columns (the ratio columns the rows have).
+pub fn legend(rows: &[Row]) -> String {
+    let mut peers = vec!["memcpy", "unix-socket"];
+    if rows.iter().any(|r| r.ratio_to_channel.is_some()) {
+        peers.push("channel");
+    }
+    if rows.iter().any(|r| r.ratio_to_iceoryx2.is_some()) {
+        peers.push("iceoryx2");
+    }
+    format!(
+        "(msgs/s: median over the rounds, [min .. max] over the rounds; GB/s: f32 payload per \
+         second at the median; x <peer>: median of the per-round ratios to {} at the same size \
+         in the same round, above 1x = faster)",
+        peers.join(", ")
+    )
+}
+
 /// One performance goal and whether the run met it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Goal {

@@ -65,6 +65,21 @@ impl Transport {
         }
     }
 
+    /// What the row of this transport is, in a few words (the table legend).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Transport::Memcpy => "one thread copying the array (the yardstick)",
+            Transport::Channel => "in-process channel between two threads, nothing copied",
+            Transport::RingMin => "a minimal hand-written shared-memory ring",
+            Transport::ShmZeroCopy => "shm-ring, array written in place (Transfer::ZeroCopy)",
+            Transport::ShmCopy => "shm-ring, array copied in (Transfer::Copy)",
+            Transport::ShmAdaptive => "shm-ring's default, copy or zero-copy by size",
+            Transport::Pipe => "a pipe between the two processes",
+            Transport::UnixSocket => "a Unix stream socket",
+            Transport::Iceoryx2 => "iceoryx2 publish-subscribe",
+        }
+    }
+
     /// Whether this binary can run the transport (iceoryx2 needs the cargo feature).
     pub fn is_built(self) -> bool {
         self != Transport::Iceoryx2 || cfg!(feature = "iceoryx2")

@@ -191,6 +191,17 @@ fn transport_smoke_writes_csv_and_plot() {
             .all(|row| ["near", "far", "mixed"].contains(&row[placement]))
     );
     assert!(out.contains("ping-pong"), "{out}");
+    // The table explains itself: a legend of the columns and one of the rows.
+    assert!(
+        out.contains("(msgs/s: median over the rounds") && out.contains("x <peer>:"),
+        "{out}"
+    );
+    for name in transports {
+        assert!(
+            out.contains(&format!("{name} = ")),
+            "no legend for {name}: {out}"
+        );
+    }
     let plot = std::fs::read_to_string(&svg).unwrap();
     assert!(plot.starts_with("<svg") && plot.contains("shm-zero-copy"));
 }

@@ -4,12 +4,15 @@
 //!
 //! `cargo run --release -p shmpipe --example pipeline_bench [quick]`
 
+use std::process::ExitCode;
 use std::time::Instant;
 
 use shmpipe::{
     Item, Pipeline, PipelineBuilder, Registry, Source, SourceError, StepError, Topology, Transfer,
     map, ndarray::Array1, part_range,
 };
+
+type BoxError = Box<dyn std::error::Error>;
 
 /// Generates items on demand: `x` = `len` floats.
 struct Gen {
@@ -56,31 +59,43 @@ fn registry() -> Registry {
 }
 
 /// Steady-state items/s: from the first output to the last (process start-up excluded).
-fn measure(b: PipelineBuilder, n: usize) -> f64 {
-    let p = b.start().expect("start");
+fn measure(b: PipelineBuilder, n: usize) -> Result<f64, BoxError> {
+    let p = b.start()?;
     let mut t0 = None;
     let mut got = 0usize;
     for it in p {
-        it.expect("pipeline error");
+        it?;
         t0.get_or_insert_with(Instant::now);
         got += 1;
     }
-    assert_eq!(got, n);
-    (n - 1) as f64 / t0.map_or(1e-9, |t| t.elapsed().as_secs_f64())
+    if got != n {
+        return Err(format!("{got} outputs for {n} inputs").into());
+    }
+    Ok((n - 1) as f64 / t0.map_or(1e-9, |t| t.elapsed().as_secs_f64()))
 }
 
 /// Best of `reps` runs (the VM is noisy; the best run is the least disturbed).
-fn best(reps: usize, f: impl Fn() -> f64) -> f64 {
-    (0..reps).map(|_| f()).fold(0.0, f64::max)
+fn best(reps: usize, f: impl Fn() -> Result<f64, BoxError>) -> Result<f64, BoxError> {
+    (0..reps).try_fold(0.0, |b, _| Ok(f()?.max(b)))
 }
 
-fn main() {
+fn main() -> ExitCode {
     let reg = registry();
     shmpipe::init(&reg);
+    match run(&reg) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pipeline_bench: {e}"); // Display, not Debug: the message says what to change
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(reg: &Registry) -> Result<(), BoxError> {
     let quick = std::env::args().any(|a| a == "quick");
     let reps = if quick { 1 } else { 3 };
     let base = |n: usize, len: usize| {
-        Pipeline::builder(&reg)
+        Pipeline::builder(reg)
             .source_named("gen", serde_json::json!({"n": n, "len": len}))
             .child_args(Vec::<String>::new())
     };
@@ -97,8 +112,12 @@ fn main() {
             )
         })
     };
-    let (w1, w2) = (cpu(1), cpu(2));
+    let (w1, w2) = (cpu(1)?, cpu(2)?);
     println!("## worker scaling (CPU-bound step, {n} items)");
+    println!(
+        "(items/s: outputs per second at the consumer from the first output to the last, best \
+         of {reps} runs, here and below; the step `burn` maps sin over 256 floats 200 times)"
+    );
     println!("| workers | items/s | vs 1 worker |\n|---|---|---|");
     println!("| 1 | {w1:.0} | 1.00x |\n| 2 | {w2:.0} | {:.2}x |", w2 / w1);
 
@@ -115,10 +134,10 @@ fn main() {
             )
         })
     };
-    let fused = two(Topology::Fused);
+    let fused = two(Topology::Fused)?;
     let staged = two(Topology::Staged {
         workers: vec![1, 1],
-    });
+    })?;
     let light = if quick { 20_000 } else { 100_000 };
     let cheap = |topo: Topology| {
         best(reps, || {
@@ -132,11 +151,15 @@ fn main() {
             )
         })
     };
-    let fused_l = cheap(Topology::Fused);
+    let fused_l = cheap(Topology::Fused)?;
     let staged_l = cheap(Topology::Staged {
         workers: vec![1, 1],
-    });
+    })?;
     println!("\n## fused vs staged (2 steps, 2 worker processes)");
+    println!(
+        "(fused: each worker runs both steps; staged: one worker per step, with a queue between \
+         them)"
+    );
     println!("| workload | fused items/s | staged items/s | staged / fused |\n|---|---|---|---|");
     println!(
         "| CPU-bound ({n} items) | {fused:.0} | {staged:.0} | {:.2}x |",
@@ -149,6 +172,10 @@ fn main() {
 
     // 3. Batch size sweep: trivial step, small items (overhead-bound).
     println!("\n## batch size (trivial step, 16-float items, {light} items, 2 workers)");
+    println!(
+        "(batch bytes: items cross processes in batches of about this many bytes; vs best: \
+         items/s over the fastest batch size)"
+    );
     println!("| batch bytes | items/s | vs best |\n|---|---|---|");
     let sizes = [256usize, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10];
     let rates: Vec<f64> = sizes
@@ -161,7 +188,7 @@ fn main() {
                 )
             })
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     let top = rates.iter().copied().fold(0.0, f64::max);
     for (bb, r) in sizes.iter().zip(&rates) {
         println!("| {bb} | {r:.0} | {:.2}x |", r / top);
@@ -169,6 +196,11 @@ fn main() {
 
     // 4. Transfer mode by array size (trivial step).
     println!("\n## transfer mode by array size (trivial step, 2 workers)");
+    println!(
+        "(copy: arrays copied into the channel; zero-copy: written once into a shared pool block \
+         and read in place; adaptive: zero-copy from 64 KiB up; adaptive / best: adaptive over \
+         the better of copy and zero-copy)"
+    );
     println!(
         "| floats per array | copy items/s | zero-copy | adaptive (64 KiB) | zero-copy / copy | adaptive / best |"
     );
@@ -187,15 +219,16 @@ fn main() {
                 )
             })
         };
-        let c = run(Transfer::Copy);
-        let z = run(Transfer::ZeroCopy);
+        let c = run(Transfer::Copy)?;
+        let z = run(Transfer::ZeroCopy)?;
         let a = run(Transfer::Adaptive {
             threshold: 64 << 10,
-        });
+        })?;
         println!(
             "| {len} | {c:.0} | {z:.0} | {a:.0} | {:.2}x | {:.2}x |",
             z / c,
             a / c.max(z)
         );
     }
+    Ok(())
 }

@@ -14,8 +14,14 @@
 //! its end markers after it holds the markers of all its inputs and has sent its last output.
 //! A process that dies is an error at the consumer, never an end.
 //!
-//! ```no_run
-//! use shmpipe::{map, Item, JsonLines, Pipeline, Registry, ndarray::Array1};
+//! Without a source the caller feeds the pipeline: [`Pipeline::run`] for the common case, or
+//! the [`Input`] handle of [`Pipeline::input`], whose drop closes the input. Items hold arrays
+//! of [`Element`] types (no bool: store it as `u8`). Every [`Error`]'s `Display` names what
+//! failed and where: print errors with `{}`, not `{:?}`. A tour of the whole API, compiled and
+//! run as doc tests: `docs/pipeline-api.md`.
+//!
+//! ```
+//! use shmpipe::{map, Item, JsonLines, Pipeline, Registry};
 //!
 //! fn registry() -> Registry {
 //!     Registry::new().step("double", |_cx| Ok(map(|mut it: Item| {
@@ -27,16 +33,24 @@
 //! fn main() -> Result<(), shmpipe::Error> {
 //!     let reg = registry();
 //!     shmpipe::init(&reg); // children run their role here and exit
+//!
+//!     // A small JSON-lines file: one record per line, number arrays become f32 arrays.
+//!     let data = std::env::temp_dir().join(format!("shmpipe-root-{}.jsonl", std::process::id()));
+//!     std::fs::write(&data, "{\"item_id\": \"a\", \"target\": [1, 2]}\n\
+//!                            {\"item_id\": \"b\", \"target\": [3, 4]}\n").expect("write data");
+//!
 //!     let p = Pipeline::builder(&reg)
-//!         .source(JsonLines::new("data.jsonl"))
+//!         .source(JsonLines::new(&data))
 //!         .emitters(2)
 //!         .step("double")
 //!         .workers(2)
 //!         .start()?;
 //!     for item in p {
 //!         let item = item?;
-//!         println!("{:?}", item.array::<f32>("target"));
+//!         let x = item.array::<f32>("target").expect("every record has a target");
+//!         println!("{}: {x}", item.str("item_id").unwrap_or("?"));
 //!     }
+//!     std::fs::remove_file(&data).expect("remove data");
 //!     Ok(())
 //! }
 //! ```
@@ -83,3 +97,12 @@ const _: () = {
     send_sync::<Item>();
     send::<Pipeline>();
 };
+
+// The Rust blocks of README.md and docs/pipeline-api.md run as doc tests of this crate
+// (`cargo test -p shmpipe --doc`), so the docs cannot drift from the code.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/pipeline-api.md")]
+struct ApiTourDoctests;

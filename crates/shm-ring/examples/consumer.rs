@@ -1,22 +1,31 @@
 //! Consumer half of the two-process example (see `producer.rs`): verifies every element of
 //! every array and prints messages/s and GB/s.
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use shm_ring::{Error, Receiver};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let name = std::env::args().nth(1).unwrap_or_else(|| "demo".into());
-    // Wait up to 30 s for the producer to create the channel.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut rx = loop {
-        match Receiver::open(&name) {
-            Ok(rx) => break rx,
-            Err(Error::NotFound(_)) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(20))
-            }
-            Err(e) => return Err(e.into()),
+/// How long the consumer waits for the producer to create the channel.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("consumer: {e}"); // Display, not Debug: the message says what to change
+            ExitCode::FAILURE
         }
-    };
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
+    let name = std::env::args().nth(1).unwrap_or_else(|| "demo".into());
+    eprintln!(
+        "consumer: waiting up to {}s for a producer to create channel '{name}' \
+         (cargo run --release -p shm-ring --example producer -- {name})",
+        WAIT.as_secs()
+    );
+    let mut rx = Receiver::open_timeout(&name, WAIT)?;
     eprintln!(
         "consumer: attached to '{name}' (producer pid {})",
         rx.producer_pid()
@@ -30,8 +39,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Err(Error::Disconnected) => break,
             Err(e) => return Err(e.into()),
         };
-        let t0 = *start.get_or_insert_with(Instant::now);
-        let _ = t0;
+        start.get_or_insert_with(Instant::now);
         let rec = msg.record(0)?;
         let s = rec.meta_i64("seq").ok_or("no seq")? as u64;
         if s != n {

@@ -6,13 +6,26 @@
 //! ```
 //! Element `i` of message `s` is `(31 s + i) mod 2^24` (exact in f32), so the consumer can verify every
 //! element of every array.
-use std::time::Instant;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use shm_ring::{ChannelConfig, MessageBuilder, Sender, Transfer};
 
 const ELEMS: usize = 1_000_000;
+/// How long the producer waits for a consumer to attach.
+const WAIT: Duration = Duration::from_secs(30);
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("producer: {e}"); // Display, not Debug: the message says what to change
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let name = args.next().unwrap_or_else(|| "demo".into());
     let count: u64 = args.next().map_or(Ok(2000), |s| s.parse())?;
@@ -23,8 +36,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..ChannelConfig::default()
     };
     let mut tx = Sender::create(&name, &cfg)?;
+    if tx.consumer_pid().is_none() {
+        eprintln!(
+            "producer: channel '{name}' ready; waiting up to {}s for a consumer \
+             (cargo run --release -p shm-ring --example consumer -- {name})",
+            WAIT.as_secs()
+        );
+    }
+    let pid = tx
+        .wait_for_consumer(WAIT)
+        .map_err(|_| format!("no consumer opened '{name}' within {}s", WAIT.as_secs()))?;
     eprintln!(
-        "producer: channel '{name}' ready; sending {count} arrays of {ELEMS} f32 (zero-copy)"
+        "producer: consumer pid {pid} attached; sending {count} arrays of {ELEMS} f32 (zero-copy)"
     );
     let start = Instant::now();
     for s in 0..count {

@@ -1,16 +1,23 @@
 //! # shm-ring: zero-copy numeric arrays between processes
 //!
 //! A [`Sender`] creates a channel in POSIX shared memory (`/dev/shm/shmpipe-<name>`); a
-//! [`Receiver`] in another process opens it by name. Messages are sets of named n-dimensional
-//! arrays (f32, f64, i8..i64, u8..u64, f16, bf16, bool) with small metadata. Small arrays are
-//! copied inline through a lock-free ring; large ones travel zero-copy: the producer fills a
-//! block of its pool in place ([`Sender::loan`]) and the consumer reads that very memory through
-//! an [`ndarray::ArrayView`], handing the block back when the [`Message`] is dropped.
+//! [`Receiver`] in another process opens it by name ([`Receiver::open_timeout`] waits for a
+//! producer that starts later). Messages are sets of named n-dimensional arrays (f32, f64,
+//! i8..i64, u8..u64, f16, bf16 through [`Element`]; bool as one checked byte per element
+//! through [`MessageBuilder::array_bool`] and [`RecordView::array_bool`]) with small metadata.
+//! Small arrays are copied inline through a lock-free ring; large ones travel zero-copy: the
+//! producer fills a block of its pool in place ([`Sender::loan`]) and the consumer reads that
+//! very memory through an [`ndarray::ArrayView`], handing the block back when the [`Message`]
+//! is dropped.
 //!
 //! Everything read from shared memory is validated before use: a buggy or hostile peer yields
 //! [`Error::Corrupt`], never undefined behaviour or an out-of-bounds read. A peer that dies is
 //! reported as [`Error::PeerDied`] within [`WaitConfig::liveness_check`] of a blocked call, and
-//! a producer takes back every block a dead consumer held.
+//! a producer takes back every block a dead consumer held. Every [`Error`]'s `Display` says what
+//! to change: print errors with `{}`, not `{:?}`.
+//!
+//! A tour of the whole API, compiled and run as doc tests: `docs/shm-ring-api.md`; two real
+//! processes: the examples `quickstart_send` and `quickstart_recv` (the README's quick start).
 //!
 //! ## Quick start
 //! ```
@@ -74,3 +81,9 @@ pub use pool::{ArrayLoan, ArrayLoanUninit};
 pub use segment::{NAME_PREFIX, Segment, SegmentInfo, reclaim_stale};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
+
+// The Rust blocks of docs/shm-ring-api.md run as doc tests of this crate
+// (`cargo test -p shm-ring --doc`), so the page cannot drift from the code.
+#[cfg(all(doctest, not(loom)))]
+#[doc = include_str!("../../../docs/shm-ring-api.md")]
+struct ApiTourDoctests;
