@@ -23,6 +23,7 @@
 //! ```
 #![deny(missing_docs, missing_debug_implementations)]
 
+pub mod arrow;
 pub mod batch;
 pub mod entry;
 pub mod error;

@@ -1,0 +1,724 @@
+//! GluonTS's Arrow and Parquet datasets (`gluonts.dataset.arrow`), read with arrow-rs.
+//!
+//! GluonTS's `ArrowWriter` (IPC file, `.feather`, or IPC stream) and `ParquetWriter`
+//! write one row per series, one column per field of the first entry:
+//! - `start`: `timestamp[us]` (GluonTS turns the `Period` into its start time), or the
+//!   string the user gave when writing raw records;
+//! - `item_id`: string (or integer);
+//! - `target`, `feat_static_real`, ...: `list<float>` (`list<double>` with nulls from raw
+//!   Python lists; `list<int32>` for categorical fields);
+//! - a 2-D field (`feat_dynamic_real`, a multivariate `target`) is flattened row-major
+//!   into its column, its shape in a `<field>._np_shape` column (`list<int64>`), so it
+//!   reads back without copying; with `flatten_arrays=False` it is `list<list<float>>`.
+//!
+//! [`ArrowDataset`] holds the record batches and reads row `i` as the same
+//! [`DataEntry`] the JSON-lines reader gives for that series (`target` first, then the
+//! known fields in column order; other columns skipped; Arrow nulls inside arrays
+//! become NaN). [`ArrowDataset::map`] memory-maps an IPC file: the arrays point into
+//! the mapping, and [`ArrowDataset::values`] hands a `float32` array without nulls out
+//! as a borrowed slice of it (no copy). Compressed IPC buffers (`compression="lz4"` or
+//! `"zstd"`) are not supported: arrow-rs reports them as an error.
+//!
+//! Parquet needs the `parquet` cargo feature ([`ArrowDataset::open_parquet`]).
+//!
+//! # Examples
+//! ```
+//! use shmpipe_timeseries::arrow::ArrowDataset;
+//! let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/arrow/daily.feather");
+//! let ds = ArrowDataset::open(path, "D".parse().unwrap()).unwrap();
+//! assert_eq!(ds.len(), 3);
+//! let e = ds.entry(0).unwrap();
+//! assert_eq!(e.item_id.as_deref(), Some("x"));
+//! assert_eq!(e.get("target").unwrap().time_len(), 400);
+//! ```
+
+use std::borrow::Cow;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use arrow_array::{Array as ArrowArray, RecordBatch};
+use arrow_buffer::Buffer;
+use arrow_schema::{DataType, SchemaRef, TimeUnit};
+
+use crate::entry::{Array, DataEntry, MAX_NDIM, field};
+use crate::period::{DateTime, Freq, Period};
+
+/// Suffix GluonTS gives the shape column of a flattened n-d field.
+pub const SHAPE_SUFFIX: &str = "._np_shape";
+
+/// The array fields read from a dataset (as the JSON-lines reader), and whether
+/// each is static (1-D) or dynamic (2-D). `target` may be 1-D or 2-D.
+const KNOWN_FIELDS: [(&str, Dim); 6] = [
+    (field::TARGET, Dim::Either),
+    (field::FEAT_STATIC_CAT, Dim::One),
+    (field::FEAT_STATIC_REAL, Dim::One),
+    (field::FEAT_DYNAMIC_REAL, Dim::Two),
+    (field::FEAT_DYNAMIC_CAT, Dim::Two),
+    (field::PAST_FEAT_DYNAMIC_REAL, Dim::Two),
+];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Dim {
+    One,
+    Two,
+    Either,
+}
+
+/// Reading an Arrow or Parquet dataset failed: where and what.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArrowError {
+    /// The file.
+    pub path: PathBuf,
+    /// 0-based row (series) number, when the problem is in one row.
+    pub row: Option<usize>,
+    /// The column, when known.
+    pub field: Option<String>,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ArrowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some(r) = self.row {
+            write!(f, ": row {r}")?;
+        }
+        if let Some(c) = &self.field {
+            write!(f, ": field {c:?}")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ArrowError {}
+
+/// Which format a file is in, from its first bytes (as GluonTS's `File.infer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FileKind {
+    /// Arrow IPC file (random access), starts with `ARROW1`.
+    IpcFile,
+    /// Arrow IPC stream.
+    IpcStream,
+    /// Parquet, starts with `PAR1`.
+    Parquet,
+}
+
+impl FileKind {
+    /// The kind of the file at `path`.
+    ///
+    /// # Errors
+    /// If the file cannot be read.
+    pub fn of(path: impl AsRef<Path>) -> std::io::Result<FileKind> {
+        let mut head = [0u8; 6];
+        let mut f = std::fs::File::open(path)?;
+        let n = f.read(&mut head)?;
+        Ok(match &head[..n] {
+            b"ARROW1" => FileKind::IpcFile,
+            h if h.starts_with(b"PAR1") => FileKind::Parquet,
+            _ => FileKind::IpcStream,
+        })
+    }
+}
+
+/// Where each known field lives in the schema.
+#[derive(Clone, Debug)]
+struct Columns {
+    start: Option<usize>,
+    item_id: Option<usize>,
+    /// `(field name, values column, shape column)` in column order, `target` first.
+    arrays: Vec<(&'static str, usize, Option<usize>, Dim)>,
+}
+
+impl Columns {
+    fn resolve(schema: &SchemaRef) -> Columns {
+        let idx = |name: &str| schema.index_of(name).ok();
+        let mut arrays: Vec<_> = KNOWN_FIELDS
+            .iter()
+            .filter_map(|&(name, dim)| {
+                idx(name).map(|c| (name, c, idx(&format!("{name}{SHAPE_SUFFIX}")), dim))
+            })
+            .collect();
+        arrays.sort_by_key(|&(name, c, _, _)| (name != field::TARGET, c));
+        Columns {
+            start: idx("start"),
+            item_id: idx("item_id"),
+            arrays,
+        }
+    }
+}
+
+/// A GluonTS dataset read from an Arrow IPC file or stream, or from Parquet.
+#[derive(Debug)]
+pub struct ArrowDataset {
+    path: PathBuf,
+    freq: Freq,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    /// `ends[b]` = rows in batches `0..=b`.
+    ends: Vec<usize>,
+    columns: Columns,
+}
+
+impl ArrowDataset {
+    /// Reads the file at `path` (IPC file, IPC stream or, with the `parquet` feature,
+    /// Parquet: told apart by their first bytes) into memory.
+    ///
+    /// # Errors
+    /// If the file cannot be read or is not a valid dataset (no `target` column,
+    /// compressed IPC buffers, Parquet without the feature).
+    pub fn open(path: impl AsRef<Path>, freq: Freq) -> Result<ArrowDataset, ArrowError> {
+        let path = path.as_ref();
+        match FileKind::of(path).map_err(|e| err(path, e))? {
+            FileKind::Parquet => Self::open_parquet(path, freq),
+            _ => {
+                let bytes = std::fs::read(path).map_err(|e| err(path, e))?;
+                Self::from_ipc_buffer(path, Buffer::from_vec(bytes), freq)
+            }
+        }
+    }
+
+    /// Memory-maps the Arrow IPC file or stream at `path`: the arrays are read in place,
+    /// and every process that maps the file shares one copy of it (the page cache).
+    ///
+    /// # Safety
+    /// The file must not be modified or truncated while the dataset (or any array taken
+    /// from it) is alive: Arrow arrays validated at open would then change under the
+    /// reader (undefined behaviour), and a truncated mapping raises SIGBUS. GluonTS
+    /// datasets are written once and then only read; for a file that others may
+    /// change, use [`ArrowDataset::open`].
+    ///
+    /// # Errors
+    /// As [`ArrowDataset::open`]; a Parquet file is an error (it is not laid out in
+    /// memory as Arrow arrays: use `open`).
+    pub unsafe fn map(path: impl AsRef<Path>, freq: Freq) -> Result<ArrowDataset, ArrowError> {
+        let path = path.as_ref();
+        let file = std::fs::File::open(path).map_err(|e| err(path, e))?;
+        // SAFETY: Delegated to the caller (the file is not modified while mapped).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| err(path, e))?;
+        let len = map.len();
+        if len == 0 {
+            return Err(err(path, "empty file"));
+        }
+        let ptr = NonNull::new(map.as_ptr().cast_mut()).ok_or_else(|| err(path, "null map"))?;
+        // SAFETY: `ptr` is valid for `len` bytes for as long as the mapping lives, and the
+        // buffer keeps the mapping alive (it owns the `Arc`); the bytes do not change
+        // (the caller's contract above).
+        let buf = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) };
+        if buf.as_slice().starts_with(b"PAR1") {
+            return Err(err(
+                path,
+                "a Parquet file cannot be memory-mapped; use open",
+            ));
+        }
+        Self::from_ipc_buffer(path, buf, freq)
+    }
+
+    /// Decodes an IPC file or stream held in `buf` (zero-copy: arrays point into it).
+    fn from_ipc_buffer(path: &Path, buf: Buffer, freq: Freq) -> Result<ArrowDataset, ArrowError> {
+        let (schema, batches) = if buf.as_slice().starts_with(b"ARROW1") {
+            decode_ipc_file(&buf)
+        } else {
+            decode_ipc_stream(buf)
+        }
+        .map_err(|e| err(path, e))?;
+        Self::from_batches(path, schema, batches, freq)
+    }
+
+    /// Reads a Parquet file (needs the `parquet` cargo feature).
+    ///
+    /// # Errors
+    /// If the file cannot be read or decoded, or the feature is off.
+    #[cfg(feature = "parquet")]
+    pub fn open_parquet(path: impl AsRef<Path>, freq: Freq) -> Result<ArrowDataset, ArrowError> {
+        use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        let path = path.as_ref();
+        let file = std::fs::File::open(path).map_err(|e| err(path, e))?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| err(path, e))?;
+        let schema = builder.schema().clone();
+        let reader = builder.build().map_err(|e| err(path, e))?;
+        let batches = reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| err(path, e))?;
+        Self::from_batches(path, schema, batches, freq)
+    }
+
+    /// Reads a Parquet file (needs the `parquet` cargo feature).
+    ///
+    /// # Errors
+    /// Always, without the `parquet` feature.
+    #[cfg(not(feature = "parquet"))]
+    pub fn open_parquet(path: impl AsRef<Path>, _freq: Freq) -> Result<ArrowDataset, ArrowError> {
+        Err(err(
+            path.as_ref(),
+            "Parquet support is off: build shmpipe-timeseries with --features parquet",
+        ))
+    }
+
+    /// A dataset over record batches of one schema (`path` names it in errors).
+    ///
+    /// # Errors
+    /// If the schema has no `target` column.
+    pub fn from_batches(
+        path: impl AsRef<Path>,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        freq: Freq,
+    ) -> Result<ArrowDataset, ArrowError> {
+        let path = path.as_ref().to_path_buf();
+        let columns = Columns::resolve(&schema);
+        if columns.arrays.first().map(|a| a.0) != Some(field::TARGET) {
+            return Err(ArrowError {
+                path,
+                row: None,
+                field: Some(field::TARGET.into()),
+                message: "no such column".into(),
+            });
+        }
+        let mut ends = Vec::with_capacity(batches.len());
+        let mut n = 0;
+        for b in &batches {
+            n += b.num_rows();
+            ends.push(n);
+        }
+        Ok(ArrowDataset {
+            path,
+            freq,
+            schema,
+            batches,
+            ends,
+            columns,
+        })
+    }
+
+    /// Number of series.
+    pub fn len(&self) -> usize {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Whether the dataset has no series.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// The frequency periods are read in.
+    pub fn freq(&self) -> Freq {
+        self.freq
+    }
+
+    /// Batch and row within it of series `i`.
+    fn locate(&self, i: usize) -> Result<(&RecordBatch, usize), ArrowError> {
+        let b = self.ends.partition_point(|&e| e <= i);
+        let batch = self
+            .batches
+            .get(b)
+            .ok_or_else(|| self.row_err(i, None, format!("out of range (len {})", self.len())))?;
+        let first = if b == 0 { 0 } else { self.ends[b - 1] };
+        Ok((batch, i - first))
+    }
+
+    fn row_err(&self, row: usize, field: Option<&str>, message: impl fmt::Display) -> ArrowError {
+        ArrowError {
+            path: self.path.clone(),
+            row: Some(row),
+            field: field.map(str::to_owned),
+            message: message.to_string(),
+        }
+    }
+
+    /// The values of array field `name` of series `i`, flat (row-major), as `f32`:
+    /// borrowed from the batch (for a memory-mapped file: from the mapping) when the
+    /// column is `float32` without nulls in this row, converted otherwise (nulls are
+    /// NaN). `None` if the dataset has no such column or the row's value is null.
+    ///
+    /// # Errors
+    /// Out-of-range `i`, or a column of an unsupported type.
+    pub fn values(&self, i: usize, name: &str) -> Result<Option<Cow<'_, [f32]>>, ArrowError> {
+        let Some(&(_, col, _, _)) = self.columns.arrays.iter().find(|a| a.0 == name) else {
+            return Ok(None);
+        };
+        let (batch, r) = self.locate(i)?;
+        list_values(batch.column(col).as_ref(), r).map_err(|m| self.row_err(i, Some(name), m))
+    }
+
+    /// Series `i` as the JSON-lines reader would give it.
+    ///
+    /// # Errors
+    /// Out-of-range `i`; a missing `start` or `target`; a value of an unsupported type;
+    /// a shape that does not match the values; a dynamic field that is not 2-D.
+    pub fn entry(&self, i: usize) -> Result<DataEntry, ArrowError> {
+        let (batch, r) = self.locate(i)?;
+        let mut e = DataEntry::default();
+        let start_col = self
+            .columns
+            .start
+            .ok_or_else(|| self.row_err(i, Some("start"), "no such column"))?;
+        e.start = Some(
+            read_start(batch.column(start_col).as_ref(), r, self.freq)
+                .map_err(|m| self.row_err(i, Some("start"), m))?,
+        );
+        if let Some(c) = self.columns.item_id {
+            e.item_id = read_item_id(batch.column(c).as_ref(), r)
+                .map_err(|m| self.row_err(i, Some("item_id"), m))?;
+        }
+        for &(name, col, shape_col, dim) in &self.columns.arrays {
+            let a = read_array(batch, col, shape_col, r, dim)
+                .map_err(|m| self.row_err(i, Some(name), m))?;
+            match a {
+                Some(a) => e.insert(name, a),
+                None if name == field::TARGET => {
+                    return Err(self.row_err(i, Some(name), "required field is null"));
+                }
+                None => {}
+            }
+        }
+        Ok(e)
+    }
+
+    /// Every series, in order.
+    ///
+    /// # Errors
+    /// The first row that cannot be read.
+    pub fn entries(&self) -> Result<Vec<DataEntry>, ArrowError> {
+        (0..self.len()).map(|i| self.entry(i)).collect()
+    }
+}
+
+fn err(path: &Path, e: impl fmt::Display) -> ArrowError {
+    ArrowError {
+        path: path.to_path_buf(),
+        row: None,
+        field: None,
+        message: e.to_string(),
+    }
+}
+
+/// Decodes an IPC file: footer, dictionaries, record batches (arrays point into `buf`).
+fn decode_ipc_file(buf: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), String> {
+    use arrow_ipc::reader::{FileDecoder, read_footer_length};
+    let bytes = buf.as_slice();
+    let trailer_start = bytes.len().checked_sub(10).ok_or("file too short")?;
+    let trailer: [u8; 10] = bytes[trailer_start..]
+        .try_into()
+        .map_err(|_| "file too short")?;
+    let footer_len = read_footer_length(trailer).map_err(|e| e.to_string())?;
+    let footer_start = trailer_start
+        .checked_sub(footer_len)
+        .ok_or("footer longer than the file")?;
+    let footer = arrow_ipc::root_as_footer(&bytes[footer_start..trailer_start])
+        .map_err(|e| format!("bad footer: {e}"))?;
+    let schema = Arc::new(arrow_ipc::convert::fb_to_schema(
+        footer.schema().ok_or("footer without a schema")?,
+    ));
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    let block_slice = |b: &arrow_ipc::Block| -> Result<Buffer, String> {
+        let start = usize::try_from(b.offset()).map_err(|_| "negative block offset")?;
+        let len = usize::try_from(b.metaDataLength())
+            .ok()
+            .zip(usize::try_from(b.bodyLength()).ok())
+            .and_then(|(m, body)| m.checked_add(body))
+            .ok_or("bad block length")?;
+        if start.checked_add(len).is_none_or(|end| end > bytes.len()) {
+            return Err("block outside the file".into());
+        }
+        Ok(buf.slice_with_length(start, len))
+    };
+    for block in footer.dictionaries().iter().flatten() {
+        decoder
+            .read_dictionary(block, &block_slice(block)?)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut batches = Vec::new();
+    for block in footer.recordBatches().iter().flatten() {
+        if let Some(b) = decoder
+            .read_record_batch(block, &block_slice(block)?)
+            .map_err(|e| e.to_string())?
+        {
+            batches.push(b);
+        }
+    }
+    Ok((schema, batches))
+}
+
+/// Decodes an IPC stream (arrays point into `buf`).
+fn decode_ipc_stream(mut buf: Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), String> {
+    let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+    let mut batches = Vec::new();
+    while !buf.is_empty() {
+        match decoder.decode(&mut buf).map_err(|e| e.to_string())? {
+            Some(b) => batches.push(b),
+            None if buf.is_empty() => break,
+            None => {}
+        }
+    }
+    decoder.finish().map_err(|e| e.to_string())?;
+    let schema = decoder.schema().ok_or("stream without a schema")?;
+    Ok((schema, batches))
+}
+
+/// The values child and the element range of row `r` of a list column; `None` for null.
+fn list_row(
+    col: &dyn ArrowArray,
+    r: usize,
+) -> Result<Option<(&dyn ArrowArray, usize, usize)>, String> {
+    if r >= col.len() {
+        return Err(format!("row {r} out of range"));
+    }
+    if col.is_null(r) {
+        return Ok(None);
+    }
+    let range = |s: usize, e: usize| -> Result<(usize, usize), String> {
+        if s > e {
+            Err("decreasing list offsets".into())
+        } else {
+            Ok((s, e))
+        }
+    };
+    let (values, (s, e)): (&dyn ArrowArray, _) = match col.data_type() {
+        DataType::List(_) => {
+            let l = col.as_list::<i32>();
+            let o = l.value_offsets();
+            (
+                l.values().as_ref(),
+                range(o[r] as usize, o[r + 1] as usize)?,
+            )
+        }
+        DataType::LargeList(_) => {
+            let l = col.as_list::<i64>();
+            let o = l.value_offsets();
+            (
+                l.values().as_ref(),
+                range(o[r] as usize, o[r + 1] as usize)?,
+            )
+        }
+        DataType::FixedSizeList(_, n) => {
+            let l = col.as_fixed_size_list();
+            let n = *n as usize;
+            let s = l.value_offset(r) as usize;
+            (l.values().as_ref(), (s, s + n))
+        }
+        t => return Err(format!("expected a list column, found {t}")),
+    };
+    if e > values.len() {
+        return Err("list offsets outside the values".into());
+    }
+    Ok(Some((values, s, e)))
+}
+
+/// Elements `s..e` of a numeric array as `f32` (borrowed for `float32` without nulls).
+fn to_f32(values: &dyn ArrowArray, s: usize, e: usize) -> Result<Cow<'_, [f32]>, String> {
+    let has_nulls = values
+        .logical_nulls()
+        .is_some_and(|n| n.slice(s, e - s).null_count() > 0);
+    macro_rules! convert {
+        ($t:ty) => {{
+            let a = values.as_primitive::<$t>();
+            let v = &a.values()[s..e];
+            if has_nulls {
+                (s..e)
+                    .map(|i| {
+                        if a.is_null(i) {
+                            f32::NAN
+                        } else {
+                            a.value(i) as f32
+                        }
+                    })
+                    .collect()
+            } else {
+                v.iter().map(|&x| x as f32).collect()
+            }
+        }};
+    }
+    Ok(match values.data_type() {
+        DataType::Float32 if !has_nulls => {
+            Cow::Borrowed(&values.as_primitive::<Float32Type>().values()[s..e])
+        }
+        DataType::Float32 => Cow::Owned(convert!(Float32Type)),
+        DataType::Float64 => Cow::Owned(convert!(Float64Type)),
+        DataType::Int8 => Cow::Owned(convert!(Int8Type)),
+        DataType::Int16 => Cow::Owned(convert!(Int16Type)),
+        DataType::Int32 => Cow::Owned(convert!(Int32Type)),
+        DataType::Int64 => Cow::Owned(convert!(Int64Type)),
+        DataType::UInt8 => Cow::Owned(convert!(UInt8Type)),
+        DataType::UInt16 => Cow::Owned(convert!(UInt16Type)),
+        DataType::UInt32 => Cow::Owned(convert!(UInt32Type)),
+        DataType::UInt64 => Cow::Owned(convert!(UInt64Type)),
+        t => return Err(format!("unsupported element type {t}")),
+    })
+}
+
+/// Row `r` of a list column as flat `f32` values; `None` when the row is null.
+fn list_values(col: &dyn ArrowArray, r: usize) -> Result<Option<Cow<'_, [f32]>>, String> {
+    match list_row(col, r)? {
+        None => Ok(None),
+        Some((values, s, e)) => {
+            if matches!(
+                values.data_type(),
+                DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+            ) {
+                // Nested rows, concatenated.
+                let mut out = Vec::new();
+                for k in s..e {
+                    match list_values(values, k)? {
+                        Some(row) => out.extend_from_slice(&row),
+                        None => return Err("null row in a 2-D array".into()),
+                    }
+                }
+                Ok(Some(Cow::Owned(out)))
+            } else {
+                to_f32(values, s, e).map(Some)
+            }
+        }
+    }
+}
+
+/// Row `r` of an array field, with its shape (from the shape column, from nesting, or 1-D).
+fn read_array(
+    batch: &RecordBatch,
+    col: usize,
+    shape_col: Option<usize>,
+    r: usize,
+    dim: Dim,
+) -> Result<Option<Array>, String> {
+    let column = batch.column(col).as_ref();
+    let Some(data) = list_values(column, r)? else {
+        return Ok(None);
+    };
+    let data = data.into_owned();
+    let shape: Vec<usize> = if let Some(sc) = shape_col {
+        match list_row(batch.column(sc).as_ref(), r)? {
+            None => vec![data.len()],
+            Some((v, s, e)) => {
+                let dims = v
+                    .as_primitive_opt::<Int64Type>()
+                    .ok_or("shape column is not list<int64>")?;
+                dims.values()[s..e]
+                    .iter()
+                    .map(|&d| usize::try_from(d).map_err(|_| format!("negative dimension {d}")))
+                    .collect::<Result<_, _>>()?
+            }
+        }
+    } else if let Some((rows, s, e)) = nested_rows(column, r)? {
+        let n = e - s;
+        let t = if n == 0 { 0 } else { data.len() / n };
+        for k in s..e {
+            let (_, rs, re) = list_row(rows, k)?.ok_or("null row in a 2-D array")?;
+            if re - rs != t {
+                return Err("rows of different lengths".into());
+            }
+        }
+        vec![n, t]
+    } else {
+        vec![data.len()]
+    };
+    if shape.len() > MAX_NDIM {
+        return Err(format!("{} dimensions (at most {MAX_NDIM})", shape.len()));
+    }
+    if shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)) != Some(data.len()) {
+        return Err(format!(
+            "shape {shape:?} does not match {} values",
+            data.len()
+        ));
+    }
+    let a = Array::new(&shape, data);
+    match dim {
+        Dim::One if a.ndim() != 1 => Err("expected a 1-D array".into()),
+        Dim::Two if a.ndim() != 2 => {
+            if a.data().is_empty() {
+                Ok(Some(Array::zeros(&[0, 0])))
+            } else {
+                Err("expected a 2-D array".into())
+            }
+        }
+        Dim::Either if a.ndim() > 2 => Err("expected a 1-D or 2-D array".into()),
+        _ => Ok(Some(a)),
+    }
+}
+
+/// The inner list array and row range when row `r` of `col` is a list of lists.
+fn nested_rows(
+    col: &dyn ArrowArray,
+    r: usize,
+) -> Result<Option<(&dyn ArrowArray, usize, usize)>, String> {
+    match list_row(col, r)? {
+        Some((v, s, e))
+            if matches!(
+                v.data_type(),
+                DataType::List(_) | DataType::LargeList(_) | DataType::FixedSizeList(..)
+            ) =>
+        {
+            Ok(Some((v, s, e)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// `start` of row `r`: a timestamp (any unit; a time zone is read as UTC), a date or a string.
+fn read_start(col: &dyn ArrowArray, r: usize, freq: Freq) -> Result<Period, String> {
+    if r >= col.len() || col.is_null(r) {
+        return Err("required field is null".into());
+    }
+    let secs = match col.data_type() {
+        DataType::Timestamp(unit, _) => {
+            use arrow_array::types::{
+                TimestampMicrosecondType as Us, TimestampMillisecondType as Ms,
+                TimestampNanosecondType as Ns, TimestampSecondType as S,
+            };
+            match unit {
+                TimeUnit::Second => col.as_primitive::<S>().value(r),
+                TimeUnit::Millisecond => col.as_primitive::<Ms>().value(r).div_euclid(1_000),
+                TimeUnit::Microsecond => col.as_primitive::<Us>().value(r).div_euclid(1_000_000),
+                TimeUnit::Nanosecond => col.as_primitive::<Ns>().value(r).div_euclid(1_000_000_000),
+            }
+        }
+        DataType::Date32 => {
+            i64::from(
+                col.as_primitive::<arrow_array::types::Date32Type>()
+                    .value(r),
+            ) * 86_400
+        }
+        DataType::Date64 => col
+            .as_primitive::<arrow_array::types::Date64Type>()
+            .value(r)
+            .div_euclid(1_000),
+        DataType::Utf8 => {
+            return Period::parse(col.as_string::<i32>().value(r), freq).map_err(|e| e.to_string());
+        }
+        DataType::LargeUtf8 => {
+            return Period::parse(col.as_string::<i64>().value(r), freq).map_err(|e| e.to_string());
+        }
+        t => return Err(format!("unsupported type {t}")),
+    };
+    let t = DateTime {
+        days: secs.div_euclid(86_400),
+        secs: secs.rem_euclid(86_400) as u32,
+    };
+    Ok(Period::containing(t, freq))
+}
+
+/// `item_id` of row `r`: a string, or an integer kept as its decimal text.
+fn read_item_id(col: &dyn ArrowArray, r: usize) -> Result<Option<Arc<str>>, String> {
+    if r >= col.len() || col.is_null(r) {
+        return Ok(None);
+    }
+    Ok(Some(match col.data_type() {
+        DataType::Utf8 => Arc::from(col.as_string::<i32>().value(r)),
+        DataType::LargeUtf8 => Arc::from(col.as_string::<i64>().value(r)),
+        DataType::Int64 => Arc::from(col.as_primitive::<Int64Type>().value(r).to_string()),
+        DataType::Int32 => Arc::from(col.as_primitive::<Int32Type>().value(r).to_string()),
+        DataType::UInt64 => Arc::from(col.as_primitive::<UInt64Type>().value(r).to_string()),
+        t => return Err(format!("unsupported type {t}")),
+    }))
+}

@@ -1,0 +1,287 @@
+//! Arrow IPC (file and stream) and Parquet files written by GluonTS 0.17's own
+//! `ArrowWriter`/`ParquetWriter` (`tools/gluonts_fixtures.py --arrow`) read as the
+//! same entries as the JSON lines of the same datasets, and give the same windows
+//! as GluonTS in the golden fixtures.
+//!
+//! The Parquet cases run with `--features parquet`; without it, opening a Parquet
+//! file must fail with an error naming the feature.
+
+use serde_json::Value;
+use shmpipe_timeseries::arrow::{ArrowDataset, FileKind};
+use shmpipe_timeseries::features::time_features_for;
+use shmpipe_timeseries::sampler::PredictionSplitSampler;
+use shmpipe_timeseries::transform::{
+    AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
+    InstanceSplitter, VstackFeatures,
+};
+use shmpipe_timeseries::workload::{ChainConfig, deepar_chain};
+use shmpipe_timeseries::{DataEntry, Freq, field, jsonl};
+
+fn fixture_dir() -> String {
+    format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn load(path: &str) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// `(manifest entry, its JSON-lines cases)` for every dataset.
+fn datasets() -> Vec<(Value, Vec<Value>)> {
+    let manifest = load(&format!("{}/arrow/manifest.json", fixture_dir()));
+    let cases = load(&format!("{}/gluonts_transforms.json", fixture_dir()));
+    let cases = cases["cases"].as_array().unwrap().clone();
+    let sets = manifest["datasets"].as_array().unwrap().clone();
+    assert!(sets.len() >= 5, "manifest lists {} datasets", sets.len());
+    sets.into_iter()
+        .map(|d| {
+            let names: Vec<&str> = d["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.as_str().unwrap())
+                .collect();
+            let mine = cases
+                .iter()
+                .filter(|c| names.contains(&c["name"].as_str().unwrap()))
+                .cloned()
+                .collect::<Vec<_>>();
+            assert_eq!(mine.len(), names.len());
+            (d, mine)
+        })
+        .collect()
+}
+
+fn json_entries(case: &Value, freq: Freq) -> Vec<DataEntry> {
+    let lines: String = case["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| format!("{}\n", l.as_str().unwrap()))
+        .collect();
+    jsonl::parse_lines(lines.as_bytes(), freq).unwrap()
+}
+
+/// NaN-aware equality of entries (the derived `PartialEq` says NaN != NaN).
+fn assert_same(what: &str, got: &DataEntry, want: &DataEntry) {
+    assert_eq!(got.start, want.start, "{what}: start");
+    assert_eq!(got.item_id, want.item_id, "{what}: item_id");
+    assert_eq!(
+        got.forecast_start, want.forecast_start,
+        "{what}: forecast_start"
+    );
+    let g: Vec<&str> = got.fields().map(|(n, _)| n).collect();
+    let w: Vec<&str> = want.fields().map(|(n, _)| n).collect();
+    assert_eq!(g, w, "{what}: fields");
+    for (name, a) in want.fields() {
+        let b = got.get(name).unwrap();
+        assert_eq!(b.shape(), a.shape(), "{what}.{name}: shape");
+        for (i, (x, y)) in b.data().iter().zip(a.data()).enumerate() {
+            assert!(
+                x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                "{what}.{name}[{i}]: {x} vs {y}"
+            );
+        }
+    }
+}
+
+fn open(dir: &str, file: &str, freq: Freq) -> Vec<DataEntry> {
+    let path = format!("{dir}/arrow/{file}");
+    let ds = ArrowDataset::open(&path, freq).unwrap_or_else(|e| panic!("{e}"));
+    ds.entries().unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn gluonts_arrow_files_read_as_the_json_entries() {
+    let dir = fixture_dir();
+    let mut files_checked = 0;
+    for (d, cases) in datasets() {
+        let freq: Freq = d["freq"].as_str().unwrap().parse().unwrap();
+        let want = json_entries(&cases[0], freq);
+        for f in d["files"].as_array().unwrap() {
+            let file = f["file"].as_str().unwrap();
+            let path = format!("{dir}/arrow/{file}");
+            let kind = FileKind::of(&path).unwrap();
+            let expected_kind = match f["kind"].as_str().unwrap() {
+                "ArrowFile" => FileKind::IpcFile,
+                "ArrowStreamFile" => FileKind::IpcStream,
+                "ParquetFile" => FileKind::Parquet,
+                k => panic!("unknown kind {k}"),
+            };
+            assert_eq!(kind, expected_kind, "{file}: kind as GluonTS infers it");
+            if kind == FileKind::Parquet && !cfg!(feature = "parquet") {
+                let e = ArrowDataset::open(&path, freq).unwrap_err();
+                assert!(e.to_string().contains("--features parquet"), "{e}");
+                continue;
+            }
+            let got = open(&dir, file, freq);
+            assert_eq!(got.len(), want.len(), "{file}: series");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_same(&format!("{file}[{i}]"), g, w);
+            }
+            if kind != FileKind::Parquet {
+                // SAFETY: the fixture files are not modified while the test runs.
+                let mapped = unsafe { ArrowDataset::map(&path, freq) }.unwrap();
+                for (i, w) in want.iter().enumerate() {
+                    assert_same(&format!("{file}[{i}] mapped"), &mapped.entry(i).unwrap(), w);
+                }
+            }
+            files_checked += 1;
+        }
+    }
+    let expected = if cfg!(feature = "parquet") { 17 } else { 12 };
+    assert_eq!(files_checked, expected, "files read");
+}
+
+/// A `float32` target without nulls is handed out as a slice of the mapped file.
+#[test]
+fn mapped_float32_targets_are_borrowed_from_the_mapping() {
+    let path = format!("{}/arrow/daily.feather", fixture_dir());
+    let freq: Freq = "D".parse().unwrap();
+    // SAFETY: the fixture file is not modified while the test runs.
+    let ds = unsafe { ArrowDataset::map(&path, freq) }.unwrap();
+    let file_len = std::fs::metadata(&path).unwrap().len() as usize;
+    for i in 0..ds.len() {
+        let v = ds.values(i, field::TARGET).unwrap().unwrap();
+        assert!(matches!(v, std::borrow::Cow::Borrowed(_)), "row {i} copied");
+        assert_eq!(
+            v.len(),
+            ds.entry(i).unwrap().get(field::TARGET).unwrap().time_len()
+        );
+    }
+    // The raw file (float64 with nulls) must convert.
+    let raw = format!("{}/arrow/daily-raw.feather", fixture_dir());
+    // SAFETY: as above.
+    let raw = unsafe { ArrowDataset::map(&raw, freq) }.unwrap();
+    let v = raw.values(0, field::TARGET).unwrap().unwrap();
+    assert!(matches!(v, std::borrow::Cow::Owned(_)));
+    assert!(v.iter().any(|x| x.is_nan()), "nulls become NaN");
+    assert!(file_len > 0);
+}
+
+/// The map chain and splitter of the golden cases (validation and test splits) give the
+/// same windows from Arrow as from JSON, and as many as GluonTS wrote.
+#[test]
+fn chain_outputs_from_arrow_match_the_golden_fixtures() {
+    let dir = fixture_dir();
+    let mut cases_checked = 0;
+    for (d, cases) in datasets() {
+        let freq: Freq = d["freq"].as_str().unwrap().parse().unwrap();
+        let file = d["files"][0]["file"].as_str().unwrap();
+        let from_arrow = open(&dir, file, freq);
+        for case in &cases {
+            let s = &case["sampler"];
+            let kind = s["kind"].as_str().unwrap();
+            let u = |v: &Value| v.as_u64().unwrap() as usize;
+            let sampler = match kind {
+                "validation" => {
+                    PredictionSplitSampler::validation(u(&s["min_past"]), u(&s["min_future"]))
+                }
+                "test" => PredictionSplitSampler::test(u(&s["min_past"])),
+                _ => continue,
+            };
+            let pred = u(&case["pred_length"]);
+            let inputs: Vec<&str> = case["vstack_inputs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_str().unwrap())
+                .collect();
+            let chain = || {
+                Chain::new()
+                    .then(AsNumpyArray::new(field::TARGET, u(&case["target_ndim"])))
+                    .then(AddObservedValuesIndicator::new(
+                        field::TARGET,
+                        field::OBSERVED_VALUES,
+                    ))
+                    .then(AddTimeFeatures::new(
+                        field::TARGET,
+                        field::FEAT_TIME,
+                        time_features_for(freq),
+                        pred,
+                    ))
+                    .then(AddAgeFeature::new(
+                        field::TARGET,
+                        field::FEAT_AGE,
+                        pred,
+                        true,
+                    ))
+                    .then(VstackFeatures::new(field::FEAT_TIME, &inputs))
+                    .then(InstanceSplitter::new(
+                        field::TARGET,
+                        field::IS_PAD,
+                        Box::new(sampler.clone()),
+                        u(&case["past_length"]),
+                        u(&case["future_length"]),
+                        &[field::FEAT_TIME, field::OBSERVED_VALUES],
+                    ))
+            };
+            let is_train = case["is_train"].as_bool().unwrap();
+            let run = |entries: &[DataEntry]| {
+                let mut c = chain();
+                let mut out = Vec::new();
+                for e in entries {
+                    c.apply(e.clone(), is_train, &mut out).unwrap();
+                }
+                out
+            };
+            let name = case["name"].as_str().unwrap();
+            let got = run(&from_arrow);
+            let want = run(&json_entries(case, freq));
+            let golden = case["windows"].as_array().unwrap();
+            assert_eq!(got.len(), golden.len(), "{name}: windows (GluonTS)");
+            assert_eq!(got.len(), want.len(), "{name}: windows (JSON)");
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_same(&format!("{name}: window {i}"), g, w);
+                // Values copied from the input (no arithmetic): exact against GluonTS.
+                let gw = &golden[i]["fields"]["past_target"]["data"];
+                let pt = g.get("past_target").unwrap().data();
+                for (k, (x, y)) in pt.iter().zip(gw.as_array().unwrap()).enumerate() {
+                    let y = y.as_f64().unwrap_or(f64::NAN) as f32;
+                    assert!(
+                        x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()),
+                        "{name}: window {i} past_target[{k}]"
+                    );
+                }
+            }
+            cases_checked += 1;
+        }
+    }
+    assert_eq!(cases_checked, 6, "validation and test cases");
+}
+
+/// The DeepAR training chain (seeded sampler) gives identical windows from the Arrow
+/// file and from the JSON lines.
+#[test]
+fn deepar_chain_is_identical_from_arrow_and_json() {
+    let dir = fixture_dir();
+    let (d, cases) = datasets()
+        .into_iter()
+        .find(|(d, _)| d["dataset"] == "daily")
+        .unwrap();
+    let freq: Freq = d["freq"].as_str().unwrap().parse().unwrap();
+    let cfg = ChainConfig {
+        freq,
+        context_length: 14,
+        prediction_length: 7,
+        num_instances: 5.0,
+        fused: false,
+    };
+    for file in ["daily.feather", "daily-stream.arrow", "daily-raw.feather"] {
+        let run = |entries: Vec<DataEntry>| {
+            let mut c = deepar_chain(&cfg, 11);
+            let mut out = Vec::new();
+            for e in entries {
+                c.apply(e, true, &mut out).unwrap();
+            }
+            out
+        };
+        let got = run(open(&dir, file, freq));
+        let want = run(json_entries(&cases[0], freq));
+        assert!(!got.is_empty());
+        assert_eq!(got.len(), want.len(), "{file}");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_same(&format!("{file}: window {i}"), g, w);
+        }
+    }
+}
