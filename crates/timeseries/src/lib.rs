@@ -33,6 +33,7 @@ pub mod jsonl;
 pub mod memstat;
 pub mod period;
 pub mod pipeline;
+pub mod rows;
 pub mod sampler;
 pub mod serde_reader;
 pub mod shared;
