@@ -608,12 +608,16 @@ impl SharedDataset {
             return Err(corrupt("not a regular file"));
         }
         let file = File::from(fd);
+        // Populated: every page is mapped at once (page-table entries to the one copy;
+        // nothing is copied), so each mapper is charged its share of all of it.
         // SAFETY: the memfd is sealed against writes, shrinking and growing (checked
         // above, and the seals cannot be removed): its bytes cannot change and the
         // mapping cannot be truncated under us (no SIGBUS).
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| SharedError::Os {
-            what: "mmap shared dataset".into(),
-            source: e,
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.map_err(|e| {
+            SharedError::Os {
+                what: "mmap shared dataset".into(),
+                source: e,
+            }
         })?;
         let l = Layout::parse(&map)?;
         let (n_series, freq) = (l.len(), l.freq());
