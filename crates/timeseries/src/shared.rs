@@ -245,7 +245,7 @@ impl<'a> Layout<'a> {
             let len = n
                 .checked_mul(size as u64)
                 .ok_or_else(|| corrupt(format!("{what} table size overflows")))?;
-            if off % 8 != 0 || !fits(off, len, total) {
+            if !off.is_multiple_of(8) || !fits(off, len, total) {
                 return Err(corrupt(format!("{what} table outside the mapping")));
             }
             Ok(())
@@ -255,7 +255,7 @@ impl<'a> Layout<'a> {
         if !fits(h.strings_off, h.strings_len, total) || h.strings_len > u64::from(u32::MAX) {
             return Err(corrupt("strings outside the mapping"));
         }
-        if h.data_off % PAGE as u64 != 0 || !fits(h.data_off, h.data_len, total) {
+        if !h.data_off.is_multiple_of(PAGE as u64) || !fits(h.data_off, h.data_len, total) {
             return Err(corrupt("data section outside the mapping or misaligned"));
         }
         let mut l = Layout {
@@ -356,7 +356,9 @@ impl<'a> Layout<'a> {
             .len
             .checked_mul(4)
             .ok_or_else(|| corrupt("length overflows"))?;
-        if f.data_off % ARRAY_ALIGN as u64 != 0 || !fits(f.data_off, nbytes, self.header.data_len) {
+        if !f.data_off.is_multiple_of(ARRAY_ALIGN as u64)
+            || !fits(f.data_off, nbytes, self.header.data_len)
+        {
             return Err(corrupt("values outside the data section or misaligned"));
         }
         let start = (self.header.data_off + f.data_off) as usize;
