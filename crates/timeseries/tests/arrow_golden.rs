@@ -285,3 +285,40 @@ fn deepar_chain_is_identical_from_arrow_and_json() {
         }
     }
 }
+
+/// Every single-byte change of a GluonTS Arrow file (three values per byte), and every
+/// truncation, is an error or still reads: never a panic, never a hang.
+#[test]
+fn corrupted_arrow_files_are_errors_never_panics() {
+    let freq: Freq = "h".parse().unwrap();
+    let try_read = |bytes: &[u8], name: &str| {
+        let r = std::panic::catch_unwind(|| {
+            if let Ok(ds) = ArrowDataset::from_ipc_bytes(name, bytes.to_vec(), freq) {
+                for i in 0..ds.len() {
+                    let _ = ds.entry(i);
+                    let _ = ds.values(i, field::TARGET);
+                }
+            }
+        });
+        assert!(r.is_ok(), "{name}: panicked");
+    };
+    for file in [
+        "hourly.feather",
+        "hourly-stream.arrow",
+        "hourly-nested.feather",
+    ] {
+        let bytes = std::fs::read(format!("{}/arrow/{file}", fixture_dir())).unwrap();
+        for pos in 0..bytes.len() {
+            for v in [0u8, 0xFF, bytes[pos] ^ 0x01] {
+                if v != bytes[pos] {
+                    let mut b = bytes.clone();
+                    b[pos] = v;
+                    try_read(&b, &format!("{file}-{pos}-{v}"));
+                }
+            }
+        }
+        for len in 0..bytes.len() {
+            try_read(&bytes[..len], &format!("{file}-len{len}"));
+        }
+    }
+}
