@@ -472,7 +472,7 @@ fn decode_ipc_file(buf: &Buffer) -> Result<(SchemaRef, Vec<RecordBatch>), String
         let meta_len = b.metaDataLength() as usize;
         // The format aligns blocks and pads metadata to 8 bytes; misaligned arrays
         // trip assertions in arrow-rs.
-        if start % 8 != 0 || meta_len % 8 != 0 {
+        if !start.is_multiple_of(8) || !meta_len.is_multiple_of(8) {
             return Err("misaligned block".into());
         }
         check_message(&bytes[start..start + meta_len], len - meta_len)?;
@@ -591,14 +591,14 @@ fn check_stream(bytes: &[u8]) -> Result<(), String> {
         }
         let len = usize::try_from(len).map_err(|_| "negative message size")?;
         let meta_len = hdr + len;
-        if meta_len % 8 != 0 {
+        if !meta_len.is_multiple_of(8) {
             return Err("message metadata not padded to 8 bytes".into());
         }
         let meta = rest.get(..meta_len).ok_or("message outside the stream")?;
         let m = arrow_ipc::root_as_message(message_flatbuffer(meta)?)
             .map_err(|e| format!("bad message: {e}"))?;
         let body_len = usize::try_from(m.bodyLength()).map_err(|_| "negative body length")?;
-        if body_len % 8 != 0
+        if !body_len.is_multiple_of(8)
             || meta_len
                 .checked_add(body_len)
                 .is_none_or(|end| end > rest.len())

@@ -322,3 +322,12 @@ fn corrupted_arrow_files_are_errors_never_panics() {
         }
     }
 }
+
+/// GluonTS's `ArrowWriter(compression="lz4")` output is refused with a message that
+/// says how to write a readable file.
+#[test]
+fn compressed_gluonts_files_are_a_clear_error() {
+    let path = format!("{}/arrow/hourly-lz4.feather", fixture_dir());
+    let e = ArrowDataset::open(&path, "h".parse().unwrap()).unwrap_err();
+    assert!(e.to_string().contains("compression=None"), "{e}");
+}
