@@ -331,3 +331,66 @@ fn compressed_gluonts_files_are_a_clear_error() {
     let e = ArrowDataset::open(&path, "h".parse().unwrap()).unwrap_err();
     assert!(e.to_string().contains("compression=None"), "{e}");
 }
+
+/// `start` as naive or UTC timestamps of any unit, dates and strings all give the same
+/// period; a zoned timestamp other than UTC is an error naming the zone; integer
+/// `item_id`s read as their text; a null target is an error naming row and field.
+#[test]
+fn start_item_id_and_null_variants() {
+    use arrow_array::builder::{Float32Builder, ListBuilder};
+    use arrow_array::{
+        ArrayRef, Date32Array, Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray,
+        TimestampSecondArray,
+    };
+    use std::sync::Arc;
+
+    let freq: Freq = "h".parse().unwrap();
+    // 2021-03-04 05:00:00 = 1614834000 s.
+    let secs = 1_614_834_000i64;
+    let mut t = ListBuilder::new(Float32Builder::new());
+    t.values().append_slice(&[1.0, 2.0]);
+    t.append(true);
+    t.append(false); // a null target
+    let target: ArrayRef = Arc::new(t.finish());
+    let ids: ArrayRef = Arc::new(Int64Array::from(vec![7, 8]));
+    let read = |start: ArrayRef| {
+        let b = RecordBatch::try_from_iter([
+            ("start", start),
+            ("item_id", ids.clone()),
+            ("target", target.clone()),
+        ])
+        .unwrap();
+        let ds = ArrowDataset::from_batches("mem", b.schema(), vec![b], freq).unwrap();
+        (ds.entry(0), ds.entry(1))
+    };
+    let want = shmpipe_timeseries::Period::parse("2021-03-04 05:00:00", freq).unwrap();
+    let starts: Vec<ArrayRef> = vec![
+        Arc::new(TimestampSecondArray::from(vec![secs, secs])),
+        Arc::new(TimestampMicrosecondArray::from(vec![secs * 1_000_000; 2])),
+        Arc::new(TimestampMicrosecondArray::from(vec![secs * 1_000_000; 2]).with_timezone("UTC")),
+        Arc::new(StringArray::from(vec!["2021-03-04 05:00:00"; 2])),
+    ];
+    for s in starts {
+        let (e0, e1) = read(s);
+        let e0 = e0.unwrap();
+        assert_eq!(e0.start, Some(want));
+        assert_eq!(e0.item_id.as_deref(), Some("7"));
+        assert_eq!(e0.get("target").unwrap().data(), &[1.0, 2.0]);
+        let err = e1.unwrap_err();
+        assert_eq!(
+            (err.row, err.field.as_deref()),
+            (Some(1), Some("target")),
+            "{err}"
+        );
+    }
+    let (e0, _) = read(Arc::new(Date32Array::from(vec![18_690, 18_690])));
+    assert_eq!(
+        e0.unwrap().start,
+        shmpipe_timeseries::Period::parse("2021-03-04", freq).ok()
+    );
+    let (e0, _) = read(Arc::new(
+        TimestampSecondArray::from(vec![secs, secs]).with_timezone("Europe/Berlin"),
+    ));
+    let err = e0.unwrap_err();
+    assert!(err.to_string().contains("Europe/Berlin"), "{err}");
+}

@@ -216,13 +216,21 @@ fn nested_rows(
     }
 }
 
-/// `start` of row `r`: a timestamp (any unit; a time zone is read as UTC), a date or a string.
+/// `start` of row `r`: a timestamp (any unit; naive or UTC), a date or a string.
 pub(super) fn read_start(col: &dyn ArrowArray, r: usize, freq: Freq) -> Result<Period, String> {
     if r >= col.len() || col.is_null(r) {
         return Err("required field is null".into());
     }
     let secs = match col.data_type() {
-        DataType::Timestamp(unit, _) => {
+        DataType::Timestamp(unit, tz) => {
+            // Naive timestamps (GluonTS's) and UTC are wall-clock time; another zone
+            // would need its offset rules to find the wall-clock period pandas uses.
+            if let Some(tz) = tz
+                .as_deref()
+                .filter(|z| !matches!(*z, "UTC" | "Z" | "+00:00" | "Etc/UTC"))
+            {
+                return Err(format!("timestamps in time zone {tz:?} are not supported"));
+            }
             use arrow_array::types::{
                 TimestampMicrosecondType as Us, TimestampMillisecondType as Ms,
                 TimestampNanosecondType as Ns, TimestampSecondType as S,
