@@ -161,7 +161,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mapped = run("arrow (mmap)", &unsafe { RowStore::arrow_mapped(&arrow) })?;
     let shared = SharedDataset::create(&ds.entries()?, chain.freq)?;
     drop(ds);
-    let shared = run("shared memfd", &RowStore::Shared(shared))?;
+    let shared = run("shared memfd", &RowStore::shared(shared))?;
 
     if a.no_gluonts {
         return Ok(());

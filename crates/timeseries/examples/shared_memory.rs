@@ -94,7 +94,7 @@ fn shared_pss(
     let series = entries.len();
     let ds = SharedDataset::create(&entries, chain().freq)?;
     drop(entries);
-    let store = RowStore::Shared(ds);
+    let store = RowStore::shared(ds);
     let cfg = RowsWorkload {
         chain: chain(),
         batch_size: 32,

@@ -40,27 +40,32 @@ use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, training_chain}
 pub const SOURCE_ROWS: &str = "gluonts_rows";
 /// Step: look rows up in the store named by the args, run the chain (unless
 /// `"transform": false`) and batch (unless `"batch": false`).
-/// Store args: `{"arrow_path", "mapped"}` or `{"shared_pid", "shared_fd"}`.
+/// Store args: `{"arrow_path", "mapped"}` or `{"shared_pid", "shared_fd"}`. Passing
+/// `"mapped": true` by hand takes on the contract of [`RowStore::arrow_mapped`] (the
+/// file is not modified while the pipeline runs).
 pub const STEP_ROWS: &str = "gluonts_train_rows";
 /// Name of the `i64` array of row numbers sent by [`SOURCE_ROWS`].
 pub const ROWS_FIELD: &str = "series_rows";
 
 /// Where the workers find the series.
 #[derive(Debug)]
-pub enum RowStore {
-    /// A GluonTS Arrow IPC file or stream, or Parquet file. Each worker reads it into
-    /// memory (one copy per worker) unless `mapped`.
-    Arrow {
-        /// The file.
-        path: PathBuf,
-        /// Memory-map it in each worker (see [`RowStore::arrow_mapped`]).
-        mapped: bool,
-    },
+pub struct RowStore(StoreSpec);
+
+#[derive(Debug)]
+enum StoreSpec {
+    /// A GluonTS Arrow IPC file or stream, or Parquet file; memory-mapped by each
+    /// worker when `mapped` (only set by the unsafe [`RowStore::arrow_mapped`]).
+    Arrow { path: PathBuf, mapped: bool },
     /// A dataset in a sealed memfd of this process, opened by the workers.
     Shared(SharedDataset),
 }
 
 impl RowStore {
+    /// A dataset in a sealed memfd of this process: the workers open and map it.
+    pub fn shared(ds: SharedDataset) -> RowStore {
+        RowStore(StoreSpec::Shared(ds))
+    }
+
     /// An Arrow IPC file or stream that every worker memory-maps (one copy in the page
     /// cache, arrays read in place).
     ///
@@ -68,34 +73,34 @@ impl RowStore {
     /// As [`ArrowDataset::map`]: the file must not be modified or truncated while
     /// the pipeline runs.
     pub unsafe fn arrow_mapped(path: impl AsRef<Path>) -> RowStore {
-        RowStore::Arrow {
+        RowStore(StoreSpec::Arrow {
             path: path.as_ref().to_path_buf(),
             mapped: true,
-        }
+        })
     }
 
     /// An Arrow (or Parquet) file that every worker reads into its own memory.
     pub fn arrow_read(path: impl AsRef<Path>) -> RowStore {
-        RowStore::Arrow {
+        RowStore(StoreSpec::Arrow {
             path: path.as_ref().to_path_buf(),
             mapped: false,
-        }
+        })
     }
 
     /// Number of series (opens the file for an Arrow store).
     fn rows(&self, freq: Freq) -> Result<usize, String> {
-        match self {
-            RowStore::Arrow { path, mapped } => Ok(open_arrow(path, *mapped, freq)?.len()),
-            RowStore::Shared(ds) => Ok(ds.len()),
+        match &self.0 {
+            StoreSpec::Arrow { path, mapped } => Ok(open_arrow(path, *mapped, freq)?.len()),
+            StoreSpec::Shared(ds) => Ok(ds.len()),
         }
     }
 
     fn args(&self) -> serde_json::Value {
-        match self {
-            RowStore::Arrow { path, mapped } => {
+        match &self.0 {
+            StoreSpec::Arrow { path, mapped } => {
                 json!({"arrow_path": path.display().to_string(), "mapped": mapped})
             }
-            RowStore::Shared(ds) => {
+            StoreSpec::Shared(ds) => {
                 let (pid, fd) = ds.handle();
                 json!({"shared_pid": pid, "shared_fd": fd})
             }
@@ -105,9 +110,9 @@ impl RowStore {
 
 fn open_arrow(path: &Path, mapped: bool, freq: Freq) -> Result<ArrowDataset, String> {
     if mapped {
-        // SAFETY: Delegated to the creator of the `RowStore` (`RowStore::arrow_mapped`
-        // is unsafe with the contract that the file is not modified during the run;
-        // `mapped: true` arrives here only from it, through the step args).
+        // SAFETY: Delegated to whoever asked for a mapping: `RowStore::arrow_mapped` is
+        // unsafe with the contract that the file is not modified during the run, and
+        // `STEP_ROWS` documents that the step arg `"mapped": true` carries it too.
         unsafe { ArrowDataset::map(path, freq) }.map_err(|e| e.to_string())
     } else {
         ArrowDataset::open(path, freq).map_err(|e| e.to_string())

@@ -108,7 +108,7 @@ fn shared_memfd_dataset_through_the_pipeline() {
         ..GenConfig::default()
     };
     let entries = jsonl::parse_lines(&to_bytes(&g), g.freq).unwrap();
-    let store = RowStore::Shared(SharedDataset::create(&entries, g.freq).unwrap());
+    let store = RowStore::shared(SharedDataset::create(&entries, g.freq).unwrap());
     check_passthrough(&reg, &store, &entries, g.freq);
     let cfg = workload(g.freq, true);
     let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
