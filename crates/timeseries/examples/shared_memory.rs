@@ -2,7 +2,7 @@
 //!
 //! Runs the DeepAR-style training workload with 2 and 4 workers over the same
 //! dataset held two ways, and samples the summed PSS (`/proc/<pid>/smaps_rollup`) of
-//! the parent and every child (workers and emitters) half-way through the run:
+//! the parent and every child (workers and emitters) at 75% of the run:
 //! - **shared memfd**: parsed once by the parent into a sealed memfd that every
 //!   worker maps read-only ([`SharedDataset`]);
 //! - **per-worker copies**: every worker parses the file and holds its own entries
@@ -35,6 +35,9 @@ struct Args {
     /// Series to generate.
     #[arg(long, default_value_t = 2000)]
     series: usize,
+    /// Windows per run (sets the epochs).
+    #[arg(long, default_value_t = 600_000)]
+    windows: usize,
     /// Worker counts to measure.
     #[arg(long, value_delimiter = ',', default_value = "2,4")]
     workers: Vec<usize>,
@@ -59,15 +62,17 @@ fn group_pss_kib() -> u64 {
     pss_kib(me).unwrap_or(0) + kids
 }
 
-/// Calls `f` with a progress callback that samples the group PSS once, when half of
-/// `expected` windows have arrived; returns the sample (KiB).
+/// Calls `f` with a progress callback that samples the group PSS once, at 75% of
+/// `expected` windows (steady state: every worker has long loaded what it holds;
+/// a worker of the per-worker mode briefly holds the JSON text too while it parses,
+/// which an earlier sample can catch on a loaded machine); returns the sample (KiB).
 fn sampled(
     expected: u64,
     f: impl FnOnce(&mut dyn FnMut(&WorkloadStats)) -> Result<WorkloadStats, Box<dyn std::error::Error>>,
 ) -> Result<u64, Box<dyn std::error::Error>> {
     let mut sample = None;
     let mut cb = |s: &WorkloadStats| {
-        if sample.is_none() && s.windows >= expected / 2 {
+        if sample.is_none() && s.windows * 4 >= expected * 3 {
             sample = Some(group_pss_kib());
         }
     };
@@ -75,9 +80,14 @@ fn sampled(
     sample.ok_or_else(|| "the run ended before the sample".into())
 }
 
-/// Epochs so that a run yields about 30k windows (one per series and epoch).
+/// Windows per run (one per series and epoch on average): long enough (several
+/// seconds) that every worker has loaded its data well before the sample, even when
+/// workers start late on a loaded machine.
+static WINDOWS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(600_000);
+
+/// Epochs so that a run yields about [`WINDOWS`] windows.
 fn epochs_for(series: usize) -> usize {
-    (30_000 / series.max(1)).clamp(3, 2000)
+    (WINDOWS.load(std::sync::atomic::Ordering::Relaxed) / series.max(1)).max(3)
 }
 
 fn chain() -> ChainConfig {
@@ -136,6 +146,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reg = register_rows(register(shmpipe::Registry::new()));
     shmpipe::init(&reg); // worker and emitter processes run here and exit
     let a = Args::parse();
+    WINDOWS.store(a.windows, std::sync::atomic::Ordering::Relaxed);
 
     let dir = std::env::temp_dir().join(format!("shmpipe-ts-pss-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -168,7 +179,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     drop(text);
     println!(
-        "dataset: {series} series, {:.1} MB of parsed arrays ({}); PSS summed over parent, emitter and workers, sampled half-way",
+        "dataset: {series} series, {:.1} MB of parsed arrays ({}); PSS summed over parent, emitter and workers at 75% of the run",
         data_kib as f64 / 1024.0,
         path.display()
     );
