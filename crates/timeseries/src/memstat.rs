@@ -93,3 +93,25 @@ pub fn children(pid: u32) -> Vec<u32> {
         })
         .collect()
 }
+
+/// CPU time (user + system) of this process and of its children that have exited and
+/// been waited for (`/proc/self/stat`: utime, stime, cutime, cstime).
+///
+/// # Errors
+/// If `/proc/self/stat` cannot be read or parsed.
+pub fn cpu_with_children() -> io::Result<std::time::Duration> {
+    let s = std::fs::read_to_string("/proc/self/stat")?;
+    let bad = || io::Error::other("unexpected /proc/self/stat");
+    // Fields after the command (which may hold spaces and parentheses): state is the
+    // first; utime, stime, cutime, cstime are the 12th to 15th.
+    let rest = &s[s.rfind(')').ok_or_else(bad)? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f
+        .get(11..15)
+        .ok_or_else(bad)?
+        .iter()
+        .map(|x| x.parse::<u64>().map_err(|_| bad()))
+        .sum::<io::Result<u64>>()?;
+    let hz = rustix::param::clock_ticks_per_second().max(1);
+    Ok(std::time::Duration::from_secs_f64(ticks as f64 / hz as f64))
+}
