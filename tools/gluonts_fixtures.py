@@ -5,13 +5,20 @@ Runs GluonTS 0.17's own reader and transformations on small datasets with
 deterministic samplers and writes the inputs and the expected arrays as JSON
 into crates/timeseries/tests/fixtures/. The Rust tests read only those files.
 
-    pip install gluonts==0.17.0 pandas numpy packaging
-    python3 tools/gluonts_fixtures.py
+    pip install gluonts==0.17.0 pandas numpy packaging pyarrow
+    python3 tools/gluonts_fixtures.py            # JSON fixtures, then the Arrow ones
+    python3 tools/gluonts_fixtures.py --arrow    # only the Arrow/Parquet fixtures
+
+The Arrow/Parquet fixtures (tests/fixtures/arrow/) are the datasets of the JSON
+cases (their `lines`), written by GluonTS's own `ArrowWriter` (IPC file and
+stream) and `ParquetWriter`, with 2-D fields flattened (`<field>._np_shape`,
+GluonTS's default) and, for one dataset, as nested lists (`flatten_arrays=False`).
 """
 
 import json
 import math
 import os
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -272,5 +279,78 @@ def main():
         print(f"{p}: {p.stat().st_size} bytes")
 
 
+def write_arrow_fixtures():
+    """GluonTS's Arrow/Parquet writers on the datasets of the JSON cases."""
+    from gluonts.dataset.arrow import ArrowWriter, ParquetWriter, File
+
+    with open(OUT / "gluonts_transforms.json") as f:
+        cases = json.load(f)["cases"]
+    datasets = {}
+    for c in cases:
+        key = (c["freq"], c["target_ndim"], tuple(c["lines"]))
+        datasets.setdefault(key, []).append(c["name"])
+    out = OUT / "arrow"
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = []
+    for (freq, ndim, lines), names in datasets.items():
+        name = names[0].split("_")[0]
+        path = write_lines(lines)
+        try:
+            entries = list(FileDataset(path, freq=freq, one_dim_target=(ndim == 1)))
+        finally:
+            os.unlink(path)
+        for e in entries:
+            # Arrow columns have one type: GluonTS cannot write a column mixing
+            # string and integer ids, so ids become their JSON text, as the Rust
+            # JSON reader keeps them.
+            if "item_id" in e and e["item_id"] is not None:
+                e["item_id"] = str(e["item_id"])
+        files = []
+        writers = [
+            (f"{name}.feather", ArrowWriter()),
+            (f"{name}-stream.arrow", ArrowWriter(stream=True)),
+            (f"{name}.parquet", ParquetWriter()),
+        ]
+        if name == "hourly":
+            writers.append((f"{name}-nested.feather", ArrowWriter(flatten_arrays=False)))
+        for fname, writer in writers:
+            writer.write_to_file(entries, out / fname)
+            # GluonTS reads back what it wrote: the same entries.
+            back = list(FileDataset(out / fname, freq=freq, one_dim_target=(ndim == 1)))
+            assert len(back) == len(entries), fname
+            for a, b in zip(entries, back):
+                for k, v in a.items():
+                    if isinstance(v, np.ndarray):
+                        assert np.array_equal(v, b[k], equal_nan=True), (fname, k)
+            files.append({"file": fname, "kind": type(File.infer(out / fname)).__name__})
+        if name == "hourly":
+            # Compressed buffers: not supported by the Rust reader (a clear error);
+            # not in the manifest's file list.
+            ArrowWriter(compression="lz4").write_to_file(entries, out / f"{name}-lz4.feather")
+        if name == "daily":
+            # Raw records as a user would write them (string `start`, Python
+            # floats with None for missing values): float64 lists with Arrow nulls.
+            raw = []
+            for line in lines:
+                r = json.loads(line)
+                r["target"] = [None if isinstance(x, str) or x is None else float(x)
+                               for x in r["target"]]
+                raw.append(r)
+            fname = f"{name}-raw.feather"
+            ArrowWriter().write_to_file(raw, out / fname)
+            back = list(FileDataset(out / fname, freq=freq))
+            for a, b in zip(entries, back):
+                assert np.array_equal(a["target"], b["target"], equal_nan=True), fname
+            files.append({"file": fname, "kind": type(File.infer(out / fname)).__name__})
+        manifest.append({"dataset": name, "freq": freq, "target_ndim": ndim,
+                         "cases": names, "files": files})
+    with open(out / "manifest.json", "w") as f:
+        json.dump({"gluonts_version": gluonts.__version__, "datasets": manifest}, f, indent=1)
+    for p in sorted(out.iterdir()):
+        print(f"{p}: {p.stat().st_size} bytes")
+
+
 if __name__ == "__main__":
-    main()
+    if "--arrow" not in sys.argv[1:]:
+        main()
+    write_arrow_fixtures()

@@ -23,16 +23,20 @@
 //! ```
 #![deny(missing_docs, missing_debug_implementations)]
 
+pub mod arrow;
 pub mod batch;
 pub mod entry;
 pub mod error;
 pub mod features;
 pub mod fused;
 pub mod jsonl;
+pub mod memstat;
 pub mod period;
 pub mod pipeline;
+pub mod rows;
 pub mod sampler;
 pub mod serde_reader;
+pub mod shared;
 pub mod synth;
 pub mod transform;
 pub mod workload;

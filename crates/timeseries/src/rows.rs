@@ -1,0 +1,368 @@
+//! The workload over datasets that every worker reads in place: a GluonTS Arrow file
+//! (memory-mapped by each worker: the page cache holds it once) or a
+//! [`SharedDataset`] (a sealed memfd made by the parent). Emitters send only row
+//! numbers; workers look the series up, run the chain and batch.
+//!
+//! ```no_run
+//! use shmpipe_timeseries::rows::{register_rows, run_rows, RowStore, RowsWorkload};
+//! use shmpipe_timeseries::workload::ChainConfig;
+//!
+//! let reg = register_rows(shmpipe::Registry::new());
+//! shmpipe::init(&reg); // worker and emitter processes run their role here and exit
+//! // SAFETY: the file is not modified while the pipeline runs.
+//! let store = unsafe { RowStore::arrow_mapped("data.feather") };
+//! let cfg = RowsWorkload { chain: ChainConfig::default(), batch_size: 32, epochs: 3,
+//!     workers: 2, emitters: 1, group: 16, seed: 0, transform: true };
+//! let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
+//! println!("{:.0} windows/s", stats.windows_per_sec());
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde_json::json;
+use shmpipe::ndarray::Array1;
+use shmpipe::{
+    Epochs, Item, Pipeline, Registry, Source, SourceContext, SourceError, Step, StepContext,
+    StepError,
+};
+
+use crate::arrow::ArrowDataset;
+use crate::batch::Batcher;
+use crate::entry::DataEntry;
+use crate::period::Freq;
+use crate::pipeline::{batch_rows, batch_to_item, entry_to_item};
+use crate::shared::SharedDataset;
+use crate::transform::Chain;
+use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, training_chain};
+
+/// Source: the row numbers `0..rows` (`{"rows", "group"}`), `group` per record.
+pub const SOURCE_ROWS: &str = "gluonts_rows";
+/// Step: look rows up in the store named by the args, run the chain (unless
+/// `"transform": false`) and batch (unless `"batch": false`).
+/// Store args: `{"arrow_path", "mapped"}` or `{"shared_pid", "shared_fd"}`. Passing
+/// `"mapped": true` by hand takes on the contract of [`RowStore::arrow_mapped`] (the
+/// file is not modified while the pipeline runs).
+pub const STEP_ROWS: &str = "gluonts_train_rows";
+/// Name of the `i64` array of row numbers sent by [`SOURCE_ROWS`].
+pub const ROWS_FIELD: &str = "series_rows";
+
+/// Where the workers find the series.
+#[derive(Debug)]
+pub struct RowStore(StoreSpec);
+
+#[derive(Debug)]
+enum StoreSpec {
+    /// A GluonTS Arrow IPC file or stream, or Parquet file; memory-mapped by each
+    /// worker when `mapped` (only set by the unsafe [`RowStore::arrow_mapped`]).
+    Arrow { path: PathBuf, mapped: bool },
+    /// A dataset in a sealed memfd of this process, opened by the workers.
+    Shared(SharedDataset),
+}
+
+impl RowStore {
+    /// A dataset in a sealed memfd of this process: the workers open and map it.
+    pub fn shared(ds: SharedDataset) -> RowStore {
+        RowStore(StoreSpec::Shared(ds))
+    }
+
+    /// An Arrow IPC file or stream that every worker memory-maps (one copy in the page
+    /// cache, arrays read in place).
+    ///
+    /// # Safety
+    /// As [`ArrowDataset::map`]: the file must not be modified or truncated while
+    /// the pipeline runs.
+    pub unsafe fn arrow_mapped(path: impl AsRef<Path>) -> RowStore {
+        RowStore(StoreSpec::Arrow {
+            path: path.as_ref().to_path_buf(),
+            mapped: true,
+        })
+    }
+
+    /// An Arrow (or Parquet) file that every worker reads into its own memory.
+    pub fn arrow_read(path: impl AsRef<Path>) -> RowStore {
+        RowStore(StoreSpec::Arrow {
+            path: path.as_ref().to_path_buf(),
+            mapped: false,
+        })
+    }
+
+    /// Number of series (opens the file for an Arrow store).
+    fn rows(&self, freq: Freq) -> Result<usize, String> {
+        match &self.0 {
+            StoreSpec::Arrow { path, mapped } => Ok(open_arrow(path, *mapped, freq)?.len()),
+            StoreSpec::Shared(ds) => Ok(ds.len()),
+        }
+    }
+
+    fn args(&self) -> serde_json::Value {
+        match &self.0 {
+            StoreSpec::Arrow { path, mapped } => {
+                json!({"arrow_path": path.display().to_string(), "mapped": mapped})
+            }
+            StoreSpec::Shared(ds) => {
+                let (pid, fd) = ds.handle();
+                json!({"shared_pid": pid, "shared_fd": fd})
+            }
+        }
+    }
+}
+
+fn open_arrow(path: &Path, mapped: bool, freq: Freq) -> Result<ArrowDataset, String> {
+    if mapped {
+        // SAFETY: Delegated to whoever asked for a mapping: `RowStore::arrow_mapped` is
+        // unsafe with the contract that the file is not modified during the run, and
+        // `STEP_ROWS` documents that the step arg `"mapped": true` carries it too.
+        unsafe { ArrowDataset::map(path, freq) }.map_err(|e| e.to_string())
+    } else {
+        ArrowDataset::open(path, freq).map_err(|e| e.to_string())
+    }
+}
+
+/// What the worker holds.
+#[derive(Debug)]
+enum Store {
+    Arrow(ArrowDataset),
+    Shared(SharedDataset),
+}
+
+impl Store {
+    fn from_args(a: &serde_json::Value, freq: Freq) -> Result<Store, StepError> {
+        if let Some(p) = a["arrow_path"].as_str() {
+            let mapped = a["mapped"].as_bool().unwrap_or(false);
+            return open_arrow(Path::new(p), mapped, freq)
+                .map(Store::Arrow)
+                .map_err(StepError::new);
+        }
+        match (a["shared_pid"].as_u64(), a["shared_fd"].as_i64()) {
+            (Some(pid), Some(fd)) => {
+                let ds = SharedDataset::open_proc(pid as u32, fd as i32).map_err(StepError::new)?;
+                if ds.freq() != freq {
+                    return Err(StepError::new(format!(
+                        "shared dataset has frequency {}, the chain {freq}",
+                        ds.freq()
+                    )));
+                }
+                Ok(Store::Shared(ds))
+            }
+            _ => Err(StepError::new(
+                "gluonts_train_rows needs \"arrow_path\" or \"shared_pid\" and \"shared_fd\"",
+            )),
+        }
+    }
+
+    fn entry(&self, i: usize) -> Result<DataEntry, StepError> {
+        match self {
+            Store::Arrow(d) => d.entry(i).map_err(StepError::new),
+            Store::Shared(d) => d.entry(i).map_err(StepError::new),
+        }
+    }
+}
+
+/// Chain parameters from step args (defaults from [`ChainConfig::default`]).
+fn chain_config(a: &serde_json::Value) -> Result<ChainConfig, StepError> {
+    let d = ChainConfig::default();
+    let usize_or = |k: &str, v: usize| a[k].as_u64().map_or(v, |x| x as usize);
+    Ok(ChainConfig {
+        freq: a["freq"]
+            .as_str()
+            .unwrap_or("h")
+            .parse()
+            .map_err(StepError::new)?,
+        context_length: usize_or("context_length", d.context_length),
+        prediction_length: usize_or("prediction_length", d.prediction_length),
+        num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
+        fused: a["fused"].as_bool().unwrap_or(d.fused),
+    })
+}
+
+/// Worker step: rows -> entries -> chain -> batches.
+struct RowsStep {
+    store: Store,
+    chain: Option<Chain>,
+    batcher: Option<Batcher>,
+    windows: Vec<DataEntry>,
+}
+
+impl Step for RowsStep {
+    fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        let rows = item
+            .take_array::<i64>(ROWS_FIELD)
+            .ok_or_else(|| StepError::new(format!("expected an i64 array {ROWS_FIELD:?}")))?;
+        for &r in rows.iter() {
+            let r = usize::try_from(r).map_err(|_| StepError::new(format!("row {r}")))?;
+            let e = self.store.entry(r)?;
+            self.windows.clear();
+            match &mut self.chain {
+                Some(c) => c
+                    .apply(e, true, &mut self.windows)
+                    .map_err(StepError::new)?,
+                None => self.windows.push(e),
+            }
+            for w in self.windows.drain(..) {
+                match &mut self.batcher {
+                    Some(b) => {
+                        if let Some(b) = b.push(w) {
+                            out.push(batch_to_item(b.map_err(StepError::new)?));
+                        }
+                    }
+                    None => out.push(entry_to_item(w).with_i64(ROW_META, r as i64)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
+        if let Some(b) = self.batcher.as_mut().and_then(Batcher::finish) {
+            out.push(batch_to_item(b.map_err(StepError::new)?));
+        }
+        Ok(())
+    }
+}
+
+/// Metadata of an unbatched output: the row it came from.
+pub const ROW_META: &str = "row";
+
+/// The part's row numbers, `group` per record.
+struct RowsSource {
+    records: Vec<Vec<i64>>,
+}
+
+impl Source for RowsSource {
+    fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        let r = self
+            .records
+            .get(index)
+            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
+        Ok(Item::new().with_array(ROWS_FIELD, Array1::from(r.clone())))
+    }
+}
+
+/// Adds [`SOURCE_ROWS`] and [`STEP_ROWS`] to a registry.
+pub fn register_rows(reg: Registry) -> Registry {
+    reg.step(STEP_ROWS, |cx: &StepContext<'_>| {
+        let a = cx.args;
+        let cfg = chain_config(a)?;
+        let store = Store::from_args(a, cfg.freq)?;
+        let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
+        Ok(RowsStep {
+            store,
+            chain: a["transform"]
+                .as_bool()
+                .unwrap_or(true)
+                .then(|| training_chain(&cfg, cx.worker.seed)),
+            batcher: a["batch"]
+                .as_bool()
+                .unwrap_or(true)
+                .then(|| Batcher::new(batch_size)),
+            windows: Vec::new(),
+        })
+    })
+    .source(SOURCE_ROWS, |cx: &SourceContext<'_>| {
+        let rows = cx.args["rows"]
+            .as_u64()
+            .ok_or_else(|| SourceError::Other("gluonts_rows needs \"rows\"".into()))?;
+        let group = cx.args["group"].as_u64().map_or(1, |g| g.max(1)) as usize;
+        let part: Vec<i64> = shmpipe::part_range(rows as usize, cx.part, cx.parts)
+            .map(|r| r as i64)
+            .collect();
+        Ok(RowsSource {
+            records: part.chunks(group).map(<[i64]>::to_vec).collect(),
+        })
+    })
+}
+
+/// What to run over a [`RowStore`].
+#[derive(Clone, Debug)]
+pub struct RowsWorkload {
+    /// The chain.
+    pub chain: ChainConfig,
+    /// Windows per batch.
+    pub batch_size: usize,
+    /// Passes over the data.
+    pub epochs: usize,
+    /// Worker processes.
+    pub workers: usize,
+    /// Emitter processes (they send row numbers only).
+    pub emitters: usize,
+    /// Rows per record sent to a worker.
+    pub group: usize,
+    /// Seed of the samplers.
+    pub seed: u64,
+    /// Run the chain and batch (`false`: the workers send the entries themselves).
+    pub transform: bool,
+}
+
+/// Starts the pipeline over `store` (the caller reads the outputs).
+///
+/// # Errors
+/// If the store cannot be opened or the pipeline cannot start.
+pub fn start_rows(
+    reg: &Registry,
+    store: &RowStore,
+    cfg: &RowsWorkload,
+) -> Result<Pipeline, WorkloadError> {
+    let c = &cfg.chain;
+    let rows = store.rows(c.freq).map_err(WorkloadError::Pipeline)?;
+    let mut args = json!({
+        "freq": c.freq.to_string(),
+        "context_length": c.context_length,
+        "prediction_length": c.prediction_length,
+        "num_instances": c.num_instances,
+        "fused": c.fused,
+        "batch_size": cfg.batch_size,
+        "transform": cfg.transform,
+        "batch": cfg.transform,
+    });
+    if let (Some(a), serde_json::Value::Object(s)) = (args.as_object_mut(), store.args()) {
+        a.extend(s);
+    }
+    Pipeline::builder(reg)
+        .source_named(SOURCE_ROWS, json!({"rows": rows, "group": cfg.group}))
+        .emitters(cfg.emitters.max(1))
+        .epochs(Epochs::Finite(cfg.epochs as u64))
+        .seed(cfg.seed)
+        .step_with(STEP_ROWS, args)
+        .workers(cfg.workers.max(1))
+        .start()
+        .map_err(|e| WorkloadError::Pipeline(e.to_string()))
+}
+
+/// Runs the training workload over `store`, calling `progress` after every batch
+/// (rates from the first batch to the last, as [`crate::pipeline::run_workload`]).
+///
+/// # Errors
+/// As [`start_rows`], or the pipeline's error.
+pub fn run_rows(
+    reg: &Registry,
+    store: &RowStore,
+    cfg: &RowsWorkload,
+    mut progress: impl FnMut(&WorkloadStats),
+) -> Result<WorkloadStats, WorkloadError> {
+    let mut p = start_rows(reg, store, cfg)?;
+    let mut stats = WorkloadStats::default();
+    let mut t0: Option<Instant> = None;
+    while let Some(item) = p
+        .dequeue()
+        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
+    {
+        match t0 {
+            None => t0 = Some(Instant::now()),
+            Some(t) => {
+                stats.batches += 1;
+                stats.windows += batch_rows(&item) as u64;
+                stats.batch_bytes += item.nbytes() as u64;
+                stats.elapsed = t.elapsed();
+                progress(&stats);
+            }
+        }
+    }
+    let m = p.metrics();
+    stats.step_time = m.steps.iter().map(|s| s.2).sum();
+    Ok(stats)
+}
