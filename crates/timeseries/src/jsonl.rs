@@ -343,6 +343,46 @@ impl<'a> Parser<'a> {
     /// Kept free of the large error type so the hot loop stays small.
     #[inline(always)]
     fn number_raw(&mut self) -> Option<f64> {
+        let d = self.scan_number()?;
+        self.decimal_to_f64(&d)
+    }
+
+    /// A JSON number rounded to `f32` exactly as `str::parse::<f64>()` then
+    /// `as f32` would: the hot path of every array element.
+    #[inline(always)]
+    fn number_f32(&mut self) -> Option<f32> {
+        let d = self.scan_number()?;
+        if d.ndig <= 19 && (-22..=22).contains(&d.exp) {
+            if let Some(v) = decimal_to_f32(d.mant, d.exp) {
+                return Some(if d.neg { -v } else { v });
+            }
+        }
+        self.decimal_to_f64(&d).map(|v| v as f32)
+    }
+
+    /// The decimal just scanned by [`Self::scan_number`] as a correctly rounded `f64`.
+    #[inline(always)]
+    fn decimal_to_f64(&self, d: &Decimal) -> Option<f64> {
+        if d.ndig <= 15 && (-22..=22).contains(&d.exp) {
+            // Clinger's fast path: `mant < 10^15 < 2^53` is exact, and so is
+            // `10^|exp|`; one IEEE operation rounds correctly.
+            let m = d.mant as f64;
+            let v = if d.exp < 0 {
+                m / POW10[(-d.exp) as usize]
+            } else {
+                m * POW10[d.exp as usize]
+            };
+            return Some(if d.neg { -v } else { v });
+        }
+        // More digits or a larger exponent: the standard parser rounds exactly.
+        let text = std::str::from_utf8(&self.b[d.start..self.i]).ok()?;
+        text.parse::<f64>().ok()
+    }
+
+    /// Scans a JSON number at `self.i` into its decimal parts and moves past it;
+    /// `None` (with `self.i` at the problem) if malformed.
+    #[inline(always)]
+    fn scan_number(&mut self) -> Option<Decimal> {
         let b = self.b;
         let start = self.i;
         let mut i = start;
@@ -399,27 +439,22 @@ impl<'a> Parser<'a> {
             exp += if eneg { -e } else { e };
         }
         self.i = i;
-        if ndig <= 15 && (-22..=22).contains(&exp) {
-            // Clinger's fast path: `mant < 10^15 < 2^53` is exact, and so is
-            // `10^|exp|`; one IEEE operation rounds correctly.
-            let m = mant as f64;
-            let v = if exp < 0 {
-                m / POW10[(-exp) as usize]
-            } else {
-                m * POW10[exp as usize]
-            };
-            return Some(if neg { -v } else { v });
-        }
-        // Slow path: more digits or a larger exponent; the standard parser rounds exactly.
-        let text = std::str::from_utf8(&b[start..i]).ok()?;
-        text.parse::<f64>().ok()
+        Some(Decimal {
+            neg,
+            mant,
+            exp,
+            ndig,
+            start,
+        })
     }
 
     /// One array element: a number, `null` (NaN) or a numeric string (`"NaN"`).
     #[inline]
     fn scalar(&mut self, c: u8) -> Result<f32, ParseError> {
         match c {
-            b'-' | b'0'..=b'9' => Ok(self.number()? as f32),
+            b'-' | b'0'..=b'9' => self
+                .number_f32()
+                .ok_or_else(|| self.err(ParseErrorKind::BadNumber)),
             b'n' => {
                 self.literal(b"null")?;
                 Ok(f32::NAN)
@@ -452,8 +487,8 @@ impl<'a> Parser<'a> {
             // Hot path: a number, then `,` or `]` after optional spaces.
             let c = self.peek()?;
             let v = if c == b'-' || c.is_ascii_digit() {
-                match self.number_raw() {
-                    Some(v) => v as f32,
+                match self.number_f32() {
+                    Some(v) => v,
                     None => return Err(self.err(ParseErrorKind::BadNumber)),
                 }
             } else {
@@ -556,6 +591,60 @@ impl<'a> Parser<'a> {
             _ => self.number().map(drop),
         }
     }
+}
+
+/// A scanned JSON number: `(-1)^neg * mant * 10^exp`, `ndig` digits (the
+/// mantissa is exact while `ndig <= 19`), its text starting at `start`.
+struct Decimal {
+    neg: bool,
+    mant: u64,
+    exp: i64,
+    ndig: u32,
+    start: usize,
+}
+
+/// `10^-k` rounded to the nearest `f64`.
+const NEG_POW10: [f64; 23] = [
+    1e0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14,
+    1e-15, 1e-16, 1e-17, 1e-18, 1e-19, 1e-20, 1e-21, 1e-22,
+];
+
+/// How close (in units of the last place of `f64`) the estimate in
+/// [`decimal_to_f32`] may come to an `f32` rounding boundary before it defers.
+const F32_MARGIN: u64 = 16;
+
+/// `mant * 10^exp` (`mant < 2^64`, `|exp| <= 22`) rounded as the standard
+/// library's `f64` parse followed by `as f32`, or `None` when this shortcut
+/// cannot prove it (about one number in 2^24: then the caller parses exactly).
+///
+/// Why it is exact: the estimate `x~ = f64(mant) * f64(10^exp)` takes three
+/// roundings, so `|x~ - x| <= 3u|x|` (u = 2^-53), and the correctly rounded
+/// `f64(x)` is within `u|x|` of `x`: `x~` and `f64(x)` are less than 4 units in
+/// the last place (ulp) of `x~` apart. Rounding an `f64` to `f32` drops its
+/// 29 low mantissa bits and changes direction only at the midpoints between
+/// two `f32`s, whose 29 low bits are exactly `1 << 28`. If those bits of `x~`
+/// are more than [`F32_MARGIN`] ulps away from `1 << 28`, no midpoint lies
+/// between `x~` and `f64(x)`, so both round to the same `f32`. (Near a power of
+/// two, where the ulp changes size, the low bits are near 0 or `2^29`: an
+/// `f32` value, not a midpoint.) Results outside `f32`'s normal range are
+/// deferred too.
+#[inline(always)]
+fn decimal_to_f32(mant: u64, exp: i64) -> Option<f32> {
+    if mant == 0 {
+        return Some(0.0);
+    }
+    let m = mant as f64;
+    let x = if exp < 0 {
+        m * NEG_POW10[(-exp) as usize]
+    } else {
+        m * POW10[exp as usize]
+    };
+    let low = x.to_bits() & ((1 << 29) - 1);
+    let normal = (f64::from(f32::MIN_POSITIVE) * 2.0..f64::from(f32::MAX) * 0.5).contains(&x);
+    if low.abs_diff(1 << 28) <= F32_MARGIN || !normal {
+        return None;
+    }
+    Some(x as f32)
 }
 
 /// Integer powers of ten for folding digit groups into a mantissa.

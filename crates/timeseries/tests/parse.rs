@@ -34,6 +34,37 @@ proptest! {
         }
     }
 
+    /// Numbers within a few `f64` ulps of a midpoint between two `f32`s (where
+    /// rounding through `f64` and straight to `f32` can differ, and where a fast
+    /// estimate must defer to the exact parse), written as Python's `json` writes
+    /// float64 (shortest round-trip text, 16-17 digits) and cut to fewer digits.
+    #[test]
+    fn numbers_near_f32_midpoints_round_like_the_standard_library(
+        bits in any::<u32>(),
+        steps in prop::collection::vec(-40i64..=40, 1..30),
+        cut in 8usize..20,
+    ) {
+        let a = f32::from_bits(bits & 0x7F7F_FFFF); // finite, exponent below the top
+        let b = f32::from_bits(a.to_bits() + 1);
+        let mid = (f64::from(a) + f64::from(b)) / 2.0; // exact in f64
+        let mut texts = Vec::new();
+        for k in &steps {
+            let x = f64::from_bits((mid.to_bits() as i64 + k) as u64);
+            texts.push(format!("{x}"));
+            texts.push(format!("{x:e}"));
+            texts.push(format!("{x:.cut$e}"));
+            texts.push(format!("-{x:.cut$e}"));
+        }
+        let line = format!(r#"{{"start":"2020-01-01","target":[{}]}}"#, texts.join(", "));
+        let e = parse_entry(line.as_bytes(), hourly()).unwrap();
+        let got = e.get("target").unwrap().data();
+        prop_assert_eq!(got.len(), texts.len());
+        for (g, t) in got.iter().zip(&texts) {
+            let want = t.parse::<f64>().unwrap() as f32;
+            prop_assert_eq!(g.to_bits(), want.to_bits(), "{}", t);
+        }
+    }
+
     /// Arbitrary bytes never panic: they parse or give an error.
     #[test]
     fn garbage_is_an_error_not_a_panic(bytes in prop::collection::vec(any::<u8>(), 0..200)) {
