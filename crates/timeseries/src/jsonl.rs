@@ -485,7 +485,10 @@ impl<'a> Parser<'a> {
         }
         loop {
             // Hot path: a number, then `,` or `]` after optional spaces.
-            let c = self.peek()?;
+            let c = match self.b.get(self.i) {
+                Some(&c) if c > b' ' => c,
+                _ => self.peek()?,
+            };
             let v = if c == b'-' || c.is_ascii_digit() {
                 match self.number_f32() {
                     Some(v) => v,
@@ -495,6 +498,15 @@ impl<'a> Parser<'a> {
                 self.scalar(c)?
             };
             out.push(v);
+            // `, ` (Python's separator) or `,` without a call to `peek`.
+            if self.b.get(self.i) == Some(&b',') {
+                self.i += if self.b.get(self.i + 1) == Some(&b' ') {
+                    2
+                } else {
+                    1
+                };
+                continue;
+            }
             match self.peek()? {
                 b',' => self.i += 1,
                 b']' => {
