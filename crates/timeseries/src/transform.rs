@@ -228,6 +228,9 @@ impl Transform for AddTimeFeatures {
 
 /// Adds a `(1, T)` age feature: `log10(2 + t)`, or `t` without log scale (`AddAgeFeature`).
 ///
+/// `log10` is computed in `f64` and rounded once (the correctly rounded `f32`);
+/// GluonTS uses numpy's `float32` `log10`, so values may differ by up to 2 ULP.
+///
 /// # Examples
 /// ```
 /// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::AddAgeFeature};
@@ -287,7 +290,8 @@ impl Transform for AddAgeFeature {
             is_train,
         );
         for t in self.cache.len()..len {
-            // GluonTS computes in float32: log10(2.0 + arange(len, dtype=float32)).
+            // GluonTS: log10(2.0 + arange(len, dtype=float32)) in numpy's float32 log10,
+            // not always correctly rounded; this is (within 2 ULP of it, see docs).
             let x = 2.0f32 + t as f32;
             self.cache.push(if self.log_scale {
                 f64::from(x).log10() as f32
