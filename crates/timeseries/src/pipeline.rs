@@ -42,7 +42,8 @@ use crate::workload::{
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
-/// Args: `{"freq", "context_length", "prediction_length", "num_instances", "fused", "batch_size"}`.
+/// Args: [`ChainConfig::to_args`] (`{"freq", "context_length", "prediction_length",
+/// "num_instances", "fused", "split", "min_past", "min_future"}`) and `"batch_size"`.
 pub const STEP_TRAIN: &str = "gluonts_train";
 /// Step: parse raw lines into entries only (for the staged layout).
 pub const STEP_PARSE: &str = "gluonts_parse";
@@ -223,6 +224,8 @@ struct TrainStep {
     /// The file whose byte ranges the step reads itself, and a reusable buffer.
     file: Option<(std::fs::File, PathBuf, Vec<u8>)>,
     chain: Option<Chain>,
+    /// `false` for the test split (features extended into the future).
+    is_train: bool,
     batcher: Option<Batcher>,
     windows: Vec<DataEntry>,
 }
@@ -234,22 +237,7 @@ impl TrainStep {
         batch: bool,
     ) -> Result<TrainStep, StepError> {
         let a = cx.args;
-        let d = ChainConfig::default();
-        let cfg = ChainConfig {
-            freq: a["freq"]
-                .as_str()
-                .unwrap_or("h")
-                .parse()
-                .map_err(StepError::new)?,
-            context_length: a["context_length"]
-                .as_u64()
-                .map_or(d.context_length, |v| v as usize),
-            prediction_length: a["prediction_length"]
-                .as_u64()
-                .map_or(d.prediction_length, |v| v as usize),
-            num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
-            fused: a["fused"].as_bool().unwrap_or(d.fused),
-        };
+        let cfg = ChainConfig::from_args(a).map_err(StepError::new)?;
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
         let cache = match a["cache_path"].as_str() {
             Some(path) => Some(load_cache(Path::new(path), cfg.freq)?),
@@ -267,6 +255,7 @@ impl TrainStep {
             freq: cfg.freq,
             cache,
             file,
+            is_train: cfg.is_train(),
             chain: transform.then(|| training_chain(&cfg, cx.worker.seed)),
             batcher: batch.then(|| Batcher::new(batch_size)),
             windows: Vec::new(),
@@ -355,7 +344,7 @@ impl TrainStep {
         self.windows.clear();
         match &mut self.chain {
             Some(chain) => chain
-                .apply(entry, true, &mut self.windows)
+                .apply(entry, self.is_train, &mut self.windows)
                 .map_err(StepError::new)?,
             None => self.windows.push(entry),
         }
@@ -723,14 +712,8 @@ pub fn run_workload_with(
         }
     };
     let c = &cfg.chain;
-    let mut step_args = json!({
-        "freq": c.freq.to_string(),
-        "context_length": c.context_length,
-        "prediction_length": c.prediction_length,
-        "num_instances": c.num_instances,
-        "fused": c.fused,
-        "batch_size": cfg.batch_size,
-    });
+    let mut step_args = c.to_args();
+    step_args["batch_size"] = json!(cfg.batch_size);
     match &cfg.source {
         WorkloadSource::InWorkers(p) => step_args["cache_path"] = json!(p.display().to_string()),
         WorkloadSource::JsonLinesInWorkers(p) => {
