@@ -684,18 +684,17 @@ fn digits(b: &[u8], mut i: usize, mant: &mut u64) -> (usize, u32) {
     let mut count = 0u32;
     while let Some(chunk) = b.get(i..i + 8) {
         let v = u64::from_le_bytes(chunk.try_into().expect("8-byte slice"));
-        // A byte is a digit iff its high nibble is 3 and its low nibble + 6 does
-        // not carry into bit 4; neither test crosses a byte boundary.
-        let hi = (v & 0xF0F0_F0F0_F0F0_F0F0) ^ 0x3030_3030_3030_3030;
-        let lo = ((v & 0x0F0F_0F0F_0F0F_0F0F) + 0x0606_0606_0606_0606) & 0x1010_1010_1010_1010;
-        let bad = hi | lo;
-        // High bit of each nonzero (non-digit) byte.
-        let nz =
-            (((bad & 0x7F7F_7F7F_7F7F_7F7F) + 0x7F7F_7F7F_7F7F_7F7F) | bad) & 0x8080_8080_8080_8080;
+        // Byte values minus '0'. A borrow can only come from a byte below '0',
+        // a non-digit, and only moves into later bytes: every byte up to and
+        // including the first non-digit is exact, which is all that is used.
+        let t = v.wrapping_sub(0x3030_3030_3030_3030);
+        // High bit of each byte above 9 (wrapped bytes already have it; 10..=0x7F
+        // get it from + 0x76; digits 0..=9 reach at most 0x7F, without carry).
+        let nz = (t | t.wrapping_add(0x7676_7676_7676_7676)) & 0x8080_8080_8080_8080;
         let k = if nz == 0 { 8 } else { nz.trailing_zeros() / 8 };
         if k > 0 {
             // Digit values in the top `k` bytes (first digit lowest), zeros below.
-            let d = (v & 0x0F0F_0F0F_0F0F_0F0F) << (8 * (8 - k));
+            let d = t << (8 * (8 - k));
             *mant = mant
                 .wrapping_mul(POW10_U64[k as usize])
                 .wrapping_add(eight_digits(d));
@@ -857,6 +856,12 @@ mod tests {
             "1/",
             "9:",
             "99999999",
+            "12\u{e9}3",
+            "1234567\u{e9}",
+            "7\u{0}",
+            "123 ",
+            "0.5",
+            "5-",
         ];
         for c in cases {
             for pad in ["", "]", ", 1.5]", "        "] {
