@@ -682,22 +682,31 @@ const POW10_U64: [u64; 9] = [
 #[inline(always)]
 fn digits(b: &[u8], mut i: usize, mant: &mut u64) -> (usize, u32) {
     let mut count = 0u32;
+    // Two words at a time: the second load does not wait for the first word's
+    // digit count, which shortens the dependency chain of long fractions.
+    while let Some(chunk) = b.get(i..i + 16) {
+        let (t1, k1) = digit_run(u64::from_le_bytes(chunk[..8].try_into().expect("8 bytes")));
+        let (t2, k2) = digit_run(u64::from_le_bytes(chunk[8..].try_into().expect("8 bytes")));
+        if k1 < 8 {
+            if k1 > 0 {
+                *mant = fold(*mant, t1, k1);
+            }
+            return (i + k1 as usize, count + k1);
+        }
+        *mant = fold(*mant, t1, 8);
+        if k2 > 0 {
+            *mant = fold(*mant, t2, k2);
+        }
+        count += 8 + k2;
+        i += 8 + k2 as usize;
+        if k2 < 8 {
+            return (i, count);
+        }
+    }
     while let Some(chunk) = b.get(i..i + 8) {
-        let v = u64::from_le_bytes(chunk.try_into().expect("8-byte slice"));
-        // Byte values minus '0'. A borrow can only come from a byte below '0',
-        // a non-digit, and only moves into later bytes: every byte up to and
-        // including the first non-digit is exact, which is all that is used.
-        let t = v.wrapping_sub(0x3030_3030_3030_3030);
-        // High bit of each byte above 9 (wrapped bytes already have it; 10..=0x7F
-        // get it from + 0x76; digits 0..=9 reach at most 0x7F, without carry).
-        let nz = (t | t.wrapping_add(0x7676_7676_7676_7676)) & 0x8080_8080_8080_8080;
-        let k = if nz == 0 { 8 } else { nz.trailing_zeros() / 8 };
+        let (t, k) = digit_run(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
         if k > 0 {
-            // Digit values in the top `k` bytes (first digit lowest), zeros below.
-            let d = t << (8 * (8 - k));
-            *mant = mant
-                .wrapping_mul(POW10_U64[k as usize])
-                .wrapping_add(eight_digits(d));
+            *mant = fold(*mant, t, k);
         }
         count += k;
         i += k as usize;
@@ -715,6 +724,30 @@ fn digits(b: &[u8], mut i: usize, mant: &mut u64) -> (usize, u32) {
         i += 1;
     }
     (i, count)
+}
+
+/// For eight bytes `v` (first byte lowest): the bytes minus `'0'` and how many
+/// leading bytes are ASCII digits.
+#[inline(always)]
+fn digit_run(v: u64) -> (u64, u32) {
+    // A borrow can only come from a byte below '0', a non-digit, and only moves
+    // into later bytes: every byte up to and including the first non-digit is
+    // exact, which is all that is used.
+    let t = v.wrapping_sub(0x3030_3030_3030_3030);
+    // High bit of each byte above 9 (wrapped bytes already have it; 10..=0x7F
+    // get it from + 0x76; digits 0..=9 reach at most 0x7F, without carry).
+    let nz = (t | t.wrapping_add(0x7676_7676_7676_7676)) & 0x8080_8080_8080_8080;
+    let k = if nz == 0 { 8 } else { nz.trailing_zeros() / 8 };
+    (t, k)
+}
+
+/// `mant * 10^k + (the first k digit values of t)`, wrapping; `1 <= k <= 8`.
+#[inline(always)]
+fn fold(mant: u64, t: u64, k: u32) -> u64 {
+    // Digit values in the top `k` bytes (first digit lowest), zeros below.
+    let d = t << (8 * (8 - k));
+    mant.wrapping_mul(POW10_U64[k as usize])
+        .wrapping_add(eight_digits(d))
 }
 
 /// Value of eight digit values packed little-endian (first digit in the lowest byte).
@@ -862,9 +895,16 @@ mod tests {
             "123 ",
             "0.5",
             "5-",
+            "123456789012345",
+            "1234567890123456",
+            "12345678901234567",
+            "1234567890123456789",
+            "0000000000000000123",
+            "123456789a12345678",
+            "12345678901234\u{e9}",
         ];
         for c in cases {
-            for pad in ["", "]", ", 1.5]", "        "] {
+            for pad in ["", "]", ", 1.5]", "        ", ", 123.456, 789.0123]"] {
                 let text = format!("{c}{pad}");
                 let mut m = 0u64;
                 let (end, n) = digits(text.as_bytes(), 0, &mut m);
