@@ -352,10 +352,11 @@ impl<'a> Parser<'a> {
     #[inline(always)]
     fn number_f32(&mut self) -> Option<f32> {
         let d = self.scan_number()?;
-        if d.ndig <= 19 && (-22..=22).contains(&d.exp) {
-            if let Some(v) = decimal_to_f32(d.mant, d.exp) {
-                return Some(if d.neg { -v } else { v });
-            }
+        if d.ndig <= 19
+            && (-22..=22).contains(&d.exp)
+            && let Some(v) = decimal_to_f32(d.mant, d.exp)
+        {
+            return Some(if d.neg { -v } else { v });
         }
         self.decimal_to_f64(&d).map(|v| v as f32)
     }

@@ -381,10 +381,14 @@ mod tests {
             total += w as u64;
             let p = (num_instances / (total as f64 / n as f64)).min(1.0);
             // Binomial(w, p) probabilities by the recurrence on k.
-            let mut pk = (1.0 - p).powi(w as i32);
-            for k in 0..=max_k.min(w) {
-                count_exp[k] += pk;
-                pk *= (w - k) as f64 / (k + 1) as f64 * p / (1.0 - p);
+            if p >= 1.0 {
+                count_exp[w.min(max_k)] += 1.0;
+            } else {
+                let mut pk = (1.0 - p).powi(w as i32);
+                for (k, e) in count_exp.iter_mut().enumerate().take(max_k.min(w) + 1) {
+                    *e += pk;
+                    pk *= (w - k) as f64 / (k + 1) as f64 * p / (1.0 - p);
+                }
             }
             count_obs[out.len().min(max_k)] += 1.0;
             for e in &mut pos_exp[..w] {
