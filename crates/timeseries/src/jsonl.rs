@@ -392,7 +392,7 @@ impl<'a> Parser<'a> {
             i += 1;
         }
         let mut mant: u64 = 0;
-        let (next, ndig_int) = digits(b, i, &mut mant);
+        let (next, ndig_int) = digits_short(b, i, &mut mant);
         if ndig_int == 0 {
             self.i = next;
             return None;
@@ -725,6 +725,21 @@ fn digits(b: &[u8], mut i: usize, mant: &mut u64) -> (usize, u32) {
         i += 1;
     }
     (i, count)
+}
+
+/// [`digits`] for runs that are usually short (integer parts): one word at a time.
+#[inline(always)]
+fn digits_short(b: &[u8], i: usize, mant: &mut u64) -> (usize, u32) {
+    if let Some(chunk) = b.get(i..i + 8) {
+        let (t, k) = digit_run(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
+        if k < 8 {
+            if k > 0 {
+                *mant = fold(*mant, t, k);
+            }
+            return (i + k as usize, k);
+        }
+    }
+    digits(b, i, mant)
 }
 
 /// For eight bytes `v` (first byte lowest): the bytes minus `'0'` and how many
