@@ -922,12 +922,14 @@ mod tests {
         for c in cases {
             for pad in ["", "]", ", 1.5]", "        ", ", 123.456, 789.0123]"] {
                 let text = format!("{c}{pad}");
-                let mut m = 0u64;
-                let (end, n) = digits(text.as_bytes(), 0, &mut m);
-                let run = text.bytes().take_while(u8::is_ascii_digit).count();
-                assert_eq!((end, n as usize), (run, run), "{text:?}");
-                let want = text[..run].parse::<u64>().unwrap_or(0);
-                assert_eq!(m, want, "{text:?}");
+                for f in [digits, digits_short] {
+                    let mut m = 0u64;
+                    let (end, n) = f(text.as_bytes(), 0, &mut m);
+                    let run = text.bytes().take_while(u8::is_ascii_digit).count();
+                    assert_eq!((end, n as usize), (run, run), "{text:?}");
+                    let want = text[..run].parse::<u64>().unwrap_or(0);
+                    assert_eq!(m, want, "{text:?}");
+                }
             }
         }
     }
