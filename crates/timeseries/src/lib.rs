@@ -24,6 +24,7 @@
 #![deny(missing_docs, missing_debug_implementations)]
 
 pub mod batch;
+mod chain;
 pub mod entry;
 pub mod error;
 pub mod features;

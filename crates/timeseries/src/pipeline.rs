@@ -292,21 +292,25 @@ impl Step for TrainStep {
             self.file = Some((file, path, buf));
             result?;
         } else if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
+            // Taken out for the loop (`run_ref` borrows `self`), put back after.
             let cache = self
                 .cache
-                .as_ref()
+                .take()
                 .ok_or_else(|| StepError::new("series_lines needs the step arg cache_path"))?;
-            let mut entries = Vec::with_capacity(numbers.len());
+            let mut result = Ok(());
             for &n in numbers.iter() {
-                match cache.get((n as usize).wrapping_sub(1)) {
-                    Some(Some(Ok(e))) => entries.push(e.clone()),
-                    Some(Some(Err(msg))) => return Err(StepError::new(format!("line {n}: {msg}"))),
-                    _ => return Err(StepError::new(format!("no series on line {n}"))),
+                result = match cache.get((n as usize).wrapping_sub(1)) {
+                    // Read in place: the worker's copy is not copied again each pass.
+                    Some(Some(Ok(e))) => self.run_ref(e, out),
+                    Some(Some(Err(msg))) => Err(StepError::new(format!("line {n}: {msg}"))),
+                    _ => Err(StepError::new(format!("no series on line {n}"))),
+                };
+                if result.is_err() {
+                    break;
                 }
             }
-            for e in entries {
-                self.run(e, out)?;
-            }
+            self.cache = Some(cache);
+            result?;
         } else if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
             let bytes = lines
                 .as_slice()
@@ -348,6 +352,23 @@ impl TrainStep {
                 .map_err(StepError::new)?,
             None => self.windows.push(entry),
         }
+        self.flush_windows(out)
+    }
+
+    /// [`TrainStep::run`] on a borrowed entry (the fused chain reads it in place).
+    fn run_ref(&mut self, entry: &DataEntry, out: &mut Vec<Item>) -> Result<(), StepError> {
+        self.windows.clear();
+        match &mut self.chain {
+            Some(chain) => chain
+                .apply_ref(entry, self.is_train, &mut self.windows)
+                .map_err(StepError::new)?,
+            None => self.windows.push(entry.clone()),
+        }
+        self.flush_windows(out)
+    }
+
+    /// Batches (or forwards) the windows of the last entry.
+    fn flush_windows(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
         for w in self.windows.drain(..) {
             match &mut self.batcher {
                 Some(batcher) => {

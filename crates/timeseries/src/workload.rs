@@ -5,6 +5,7 @@
 //! multi-process version built on the pipeline crate is
 //! [`crate::pipeline::run_workload`].
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -422,38 +423,45 @@ pub fn run_in_process(
     let mut batcher = Batcher::new(cfg.batch_size);
     let mut windows = Vec::new();
     let mut parsed: Option<Vec<DataEntry>> = None;
-    let mut emit =
-        |e: DataEntry, stats: &mut WorkloadStats, chain: &mut Chain| -> Result<(), WorkloadError> {
-            stats.series += 1;
-            windows.clear();
-            chain
-                .apply(e, cfg.chain.is_train(), &mut windows)
-                .map_err(WorkloadError::Transform)?;
-            for w in windows.drain(..) {
-                stats.windows += 1;
-                if let Some(b) = batcher.push(w) {
-                    let b = b.map_err(WorkloadError::Batch)?;
-                    stats.batches += 1;
-                    stats.batch_bytes += b.nbytes() as u64;
-                    stats.elapsed = t0.elapsed();
-                    progress(stats);
-                }
+    let mut emit = |e: Cow<'_, DataEntry>,
+                    stats: &mut WorkloadStats,
+                    chain: &mut Chain|
+     -> Result<(), WorkloadError> {
+        stats.series += 1;
+        windows.clear();
+        let is_train = cfg.chain.is_train();
+        match e {
+            Cow::Owned(e) => chain.apply(e, is_train, &mut windows),
+            // Series held in memory are read in place, not copied each pass.
+            Cow::Borrowed(e) => chain.apply_ref(e, is_train, &mut windows),
+        }
+        .map_err(WorkloadError::Transform)?;
+        for w in windows.drain(..) {
+            stats.windows += 1;
+            if let Some(b) = batcher.push(w) {
+                let b = b.map_err(WorkloadError::Batch)?;
+                stats.batches += 1;
+                stats.batch_bytes += b.nbytes() as u64;
+                stats.elapsed = t0.elapsed();
+                progress(stats);
             }
-            Ok(())
-        };
+        }
+        Ok(())
+    };
     for _ in 0..cfg.epochs {
         match &cfg.source {
             WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
                 let mut reader =
                     JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
                 for e in reader.by_ref() {
-                    emit(e.map_err(WorkloadError::Read)?, &mut stats, &mut chain)?;
+                    let e = e.map_err(WorkloadError::Read)?;
+                    emit(Cow::Owned(e), &mut stats, &mut chain)?;
                 }
                 stats.input_bytes += reader.bytes_read();
             }
             WorkloadSource::Memory(entries) => {
                 for e in entries.iter() {
-                    emit(e.clone(), &mut stats, &mut chain)?;
+                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
                 }
             }
             WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
@@ -465,7 +473,7 @@ pub fn run_in_process(
                     ),
                 };
                 for e in entries.iter() {
-                    emit(e.clone(), &mut stats, &mut chain)?;
+                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
                 }
             }
         }

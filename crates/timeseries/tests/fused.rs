@@ -51,18 +51,28 @@ proptest! {
         };
         let mut a = deepar_chain(&cfg, seed);
         let mut b = deepar_chain_fused(&cfg, seed);
-        let (mut wa, mut wb) = (Vec::new(), Vec::new());
+        // The same chains on borrowed entries (`apply_ref`: the fused step reads
+        // the target in place, the step-by-step chain copies it).
+        let mut c = deepar_chain_fused(&cfg, seed);
+        let mut d = deepar_chain(&cfg, seed);
+        let (mut wa, mut wb, mut wc, mut wd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (values, start, st) in &series {
             let e = entry(values, *start, freq, *st);
             // The test split's sampler fails on a series shorter than `min_past`.
+            let rc = c.apply_ref(&e, is_train, &mut wc);
+            let rd = d.apply_ref(&e, is_train, &mut wd);
             let ra = a.apply(e.clone(), is_train, &mut wa);
             let rb = b.apply(e, is_train, &mut wb);
             prop_assert_eq!(ra.is_ok(), rb.is_ok());
+            prop_assert_eq!(ra.is_ok(), rc.is_ok());
+            prop_assert_eq!(ra.is_ok(), rd.is_ok());
         }
         prop_assert_eq!(wa.len(), wb.len());
         for (x, y) in wa.iter().zip(&wb) {
             prop_assert_eq!(x, y);
         }
+        prop_assert_eq!(&wb, &wc);
+        prop_assert_eq!(&wa, &wd);
         // Stack runs of windows with the same fields, as a batcher would.
         let same: Vec<DataEntry> = wa.iter().filter(|w| !w.contains("feat_static_cat")).cloned().collect();
         let same_b: Vec<DataEntry> = wb.iter().filter(|w| !w.contains("feat_static_cat")).cloned().collect();
