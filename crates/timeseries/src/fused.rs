@@ -109,14 +109,17 @@ impl FusedDeepAr {
 /// `target[lo..hi]` with NaN -> 0 and its observed mask, after `pad` zeros each.
 fn imputed(target: &[f32], pad: usize, lo: usize, hi: usize) -> (Array, Array) {
     let n = pad + hi - lo;
-    let mut values = Vec::with_capacity(n);
-    let mut mask = Vec::with_capacity(n);
-    values.resize(pad, 0.0);
-    mask.resize(pad, 0.0);
-    for &v in &target[lo..hi] {
-        let observed = !v.is_nan();
-        values.push(if observed { v } else { 0.0 });
-        mask.push(if observed { 1.0 } else { 0.0 });
+    let mut values = vec![0.0f32; n];
+    let mut mask = vec![0.0f32; n];
+    // Branch-free, so the loop vectorizes.
+    for ((v, m), &x) in values[pad..]
+        .iter_mut()
+        .zip(&mut mask[pad..])
+        .zip(&target[lo..hi])
+    {
+        let observed = !x.is_nan();
+        *v = if observed { x } else { 0.0 };
+        *m = if observed { 1.0 } else { 0.0 };
     }
     (Array::from_vec(values), Array::from_vec(mask))
 }
