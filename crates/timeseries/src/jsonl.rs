@@ -646,7 +646,13 @@ fn decimal_to_f32(mant: u64, exp: i64) -> Option<f32> {
     if mant == 0 {
         return Some(0.0);
     }
-    let m = mant as f64;
+    // Signed conversion (one instruction on x86-64) when the top bit is clear;
+    // both round to nearest.
+    let m = if (mant as i64) >= 0 {
+        mant as i64 as f64
+    } else {
+        mant as f64
+    };
     let x = if exp < 0 {
         m * NEG_POW10[(-exp) as usize]
     } else {
