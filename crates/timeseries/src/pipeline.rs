@@ -34,7 +34,7 @@ use shmpipe::{
 
 use crate::batch::{Batch, Batcher};
 use crate::entry::{Array, DataEntry};
-use crate::jsonl::parse_entry;
+use crate::jsonl::{parse_entry, split_lines};
 use crate::period::{Freq, Period};
 use crate::transform::Chain;
 use crate::workload::{
@@ -316,7 +316,7 @@ impl Step for TrainStep {
                 .as_slice()
                 .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
             let first = item.i64(LINE_NO_META).unwrap_or(1);
-            for (line_no, line) in (first..).zip(bytes.split(|&b| b == b'\n')) {
+            for (line_no, line) in (first..).zip(split_lines(bytes)) {
                 if !line.iter().all(u8::is_ascii_whitespace) {
                     let e = parse_entry(line, self.freq)
                         .map_err(|e| StepError::new(format!("line {line_no}: {e}")))?;
@@ -441,8 +441,7 @@ fn load_cache(
 ) -> Result<Vec<Option<Result<DataEntry, String>>>, StepError> {
     let data =
         std::fs::read(path).map_err(|e| StepError::new(format!("{}: {e}", path.display())))?;
-    Ok(data
-        .split(|&b| b == b'\n')
+    Ok(split_lines(&data)
         .map(|line| {
             (!line.iter().all(u8::is_ascii_whitespace))
                 .then(|| parse_entry(line, freq).map_err(|e| e.to_string()))
@@ -549,14 +548,12 @@ fn read_part(path: &Path, part: usize, parts: usize) -> Result<Part, SourceError
         .ok_or_else(|| SourceError::Other(format!("part {part} of {parts}")))?;
     let data = std::fs::read(path).map_err(io)?;
     let (start, end) = (r.start as usize, (r.end as usize).min(data.len()));
-    let first_line = data[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let first_line = memchr::memchr_iter(b'\n', &data[..start]).count() as u64 + 1;
     let mut lines = Vec::new();
     let mut s = start;
-    for (i, &b) in data[start..end].iter().enumerate() {
-        if b == b'\n' {
-            lines.push(s..start + i);
-            s = start + i + 1;
-        }
+    for i in memchr::memchr_iter(b'\n', &data[start..end]) {
+        lines.push(s..start + i);
+        s = start + i + 1;
     }
     if s < end {
         lines.push(s..end);
