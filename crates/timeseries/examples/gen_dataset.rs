@@ -39,7 +39,15 @@ struct Args {
     long: bool,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the error's message (not its `Debug` form) and exits with status 1.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("gen_dataset: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
     let cfg = if a.long {
         GenConfig {

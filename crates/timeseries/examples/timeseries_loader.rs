@@ -147,7 +147,15 @@ fn report(label: &str, s: &WorkloadStats, workers: &str) {
     );
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the error's message (not its `Debug` form) and exits with status 1.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("timeseries_loader: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let reg = register(shmpipe::Registry::new());
     shmpipe::init(&reg); // worker and emitter processes run here and exit
     let a = Args::parse();
