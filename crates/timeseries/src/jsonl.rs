@@ -839,6 +839,37 @@ impl<R: BufRead> Iterator for JsonLinesReader<R> {
 
     fn next(&mut self) -> Option<Self::Item> {
         loop {
+            // Fast path: a whole line in the reader's buffer is parsed in place.
+            let avail = match self.reader.fill_buf() {
+                Ok(avail) => avail,
+                Err(source) => {
+                    return Some(Err(ReadError::Io {
+                        path: self.path.clone(),
+                        source,
+                    }));
+                }
+            };
+            if avail.is_empty() {
+                return None;
+            }
+            if let Some(p) = memchr::memchr(b'\n', avail) {
+                let line = &avail[..p];
+                self.bytes += p as u64 + 1;
+                self.line += 1;
+                let parsed = (!line.iter().all(u8::is_ascii_whitespace)).then(|| {
+                    parse_entry(line, self.freq).map_err(|source| ReadError::Parse {
+                        path: self.path.clone(),
+                        line: self.line,
+                        source,
+                    })
+                });
+                self.reader.consume(p + 1);
+                match parsed {
+                    Some(r) => return Some(r),
+                    None => continue,
+                }
+            }
+            // The line continues past the buffer (or is the last, without `\n`).
             self.buf.clear();
             match self.reader.read_until(b'\n', &mut self.buf) {
                 Ok(0) => return None,

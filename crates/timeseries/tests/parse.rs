@@ -116,3 +116,38 @@ fn read_errors_name_the_line() {
         other => panic!("{other:?}"),
     }
 }
+
+/// Lines parsed in place in the reader's buffer and lines that straddle its end
+/// (copied) give the same entries, line numbers, errors and byte counts.
+#[test]
+fn reader_gives_the_same_entries_whatever_its_buffer_size() {
+    use shmpipe_timeseries::jsonl::JsonLinesReader;
+    use std::io::BufReader;
+    let g = GenConfig {
+        num_series: 30,
+        min_len: 0,
+        max_len: 40,
+        missing_prob: 0.2,
+        ..GenConfig::default()
+    };
+    let mut data = to_bytes(&g);
+    // Blank lines, CRLF, a bad line and a last line without newline.
+    data.extend_from_slice(b"\n  \n{\"start\":\"2020-01-01\",\"target\":[1,2]}\r\n");
+    data.extend_from_slice(b"{\"start\":\"2020-01-01\",\"target\":[1,,2]}\n");
+    data.extend_from_slice(b"{\"start\":\"2020-01-01\",\"target\":[3]}");
+    let show = |r: &Result<shmpipe_timeseries::DataEntry, ReadError>| match r {
+        Ok(e) => format!("{e:?}"),
+        Err(e) => e.to_string(),
+    };
+    let want: Vec<String> = JsonLinesReader::new(&data[..], hourly(), "x")
+        .map(|r| show(&r))
+        .collect();
+    assert_eq!(want.len(), 30 + 3);
+    assert!(want[31].contains("x:34:"), "{}", want[31]);
+    for cap in [1, 7, 64, 1000, 1 << 20] {
+        let mut r = JsonLinesReader::new(BufReader::with_capacity(cap, &data[..]), hourly(), "x");
+        let got: Vec<String> = r.by_ref().map(|r| show(&r)).collect();
+        assert_eq!(got, want, "capacity {cap}");
+        assert_eq!(r.bytes_read(), data.len() as u64, "capacity {cap}");
+    }
+}
