@@ -66,6 +66,8 @@ struct Parser<'a> {
 }
 
 impl<'a> Parser<'a> {
+    #[cold]
+    #[inline(never)]
     fn err(&self, kind: ParseErrorKind) -> ParseError {
         ParseError {
             field: self.field.map(str::to_owned),
@@ -450,7 +452,8 @@ impl<'a> Parser<'a> {
     }
 
     /// One array element: a number, `null` (NaN) or a numeric string (`"NaN"`).
-    #[inline]
+    /// Out of line: the hot loop of [`Self::row`] handles plain numbers itself.
+    #[inline(never)]
     fn scalar(&mut self, c: u8) -> Result<f32, ParseError> {
         match c {
             b'-' | b'0'..=b'9' => self
