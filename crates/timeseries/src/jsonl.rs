@@ -762,8 +762,8 @@ fn digit_run(v: u64) -> (u64, u32) {
     // High bit of each byte above 9 (wrapped bytes already have it; 10..=0x7F
     // get it from + 0x76; digits 0..=9 reach at most 0x7F, without carry).
     let nz = (t | t.wrapping_add(0x7676_7676_7676_7676)) & 0x8080_8080_8080_8080;
-    let k = if nz == 0 { 8 } else { nz.trailing_zeros() / 8 };
-    (t, k)
+    // `trailing_zeros(0) == 64`: eight digits.
+    (t, nz.trailing_zeros() / 8)
 }
 
 /// `mant * 10^k + (the first k digit values of t)`, wrapping; `1 <= k <= 8`.
