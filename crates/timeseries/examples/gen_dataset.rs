@@ -3,7 +3,7 @@
 //! `cargo run --release -p shmpipe-timeseries --example gen_dataset -- --out data.jsonl --series 5000`
 
 use clap::Parser;
-use shmpipe_timeseries::synth::{GenConfig, write_file};
+use shmpipe_timeseries::synth::{FloatFormat, GenConfig, write_file};
 
 /// Synthetic series of varied lengths with missing values, one JSON object per line.
 #[derive(Parser, Debug)]
@@ -29,18 +29,46 @@ struct Args {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Write floats as Python's `json` writes float64 (shortest round trip,
+    /// 16-17 digits) instead of with 3 decimals.
+    #[arg(long)]
+    full_precision: bool,
+    /// The long-series preset: 2,000 series of 500-5,000 points, 1% missing,
+    /// full precision (~100 MB); other options given explicitly are ignored.
+    #[arg(long)]
+    long: bool,
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the error's message (not its `Debug` form) and exits with status 1.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("gen_dataset: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
-    let cfg = GenConfig {
-        num_series: a.series,
-        min_len: a.min_len,
-        max_len: a.max_len,
-        freq: a.freq.parse()?,
-        missing_prob: a.missing,
-        seed: a.seed,
-        ..GenConfig::default()
+    let cfg = if a.long {
+        GenConfig {
+            seed: a.seed,
+            ..GenConfig::long_series()
+        }
+    } else {
+        GenConfig {
+            num_series: a.series,
+            min_len: a.min_len,
+            max_len: a.max_len,
+            freq: a.freq.parse()?,
+            missing_prob: a.missing,
+            seed: a.seed,
+            floats: if a.full_precision {
+                FloatFormat::Shortest
+            } else {
+                FloatFormat::Fixed3
+            },
+            ..GenConfig::default()
+        }
     };
     let t = std::time::Instant::now();
     let bytes = write_file(&cfg, &a.out)?;

@@ -2,10 +2,16 @@
 //!
 //! Generates a synthetic hourly dataset in a temporary directory (removed at the
 //! end), then runs the DeepAR-style chain (context 168, prediction 24, batch 32)
-//! twice: parsing the JSON lines on every pass, and from entries parsed once and
-//! kept in memory. Prints windows/s, batches/s and MB/s for each, with a progress bar.
+//! four ways, one table row each (see [`ROWS`]): from JSON lines parsed on every
+//! pass (the emitter reads the file and ships lines, or each worker reads its
+//! byte ranges itself) and from series parsed once and kept in memory (by the
+//! emitter, or by every worker). Prints windows/s, MB/s and the worker count for
+//! each, with a progress bar.
 //!
-//! `cargo run --release -p shmpipe-timeseries --example timeseries_loader -- --workers 2`
+//! ```text
+//! cargo run --release -p shmpipe-timeseries --example timeseries_loader -- --workers 2
+//! cargo run --release -p shmpipe-timeseries --example timeseries_loader -- --long
+//! ```
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -18,8 +24,37 @@ use shmpipe_timeseries::workload::{
     ChainConfig, WorkloadConfig, WorkloadSource, WorkloadStats, run_in_process,
 };
 
-/// Loads batches of windows from a generated dataset and reports throughput.
+/// The four rows: label, what it measures.
+const ROWS: [(&str, &str); 4] = [
+    (
+        "json: emitter reads, workers parse",
+        "the emitter reads the file and sends raw lines; workers parse them every pass",
+    ),
+    (
+        "json: workers read + parse",
+        "the emitter sends byte ranges only; each worker reads and parses its lines every pass",
+    ),
+    (
+        "memory: emitter parsed once",
+        "the emitter parses the file once, then sends parsed series every pass",
+    ),
+    (
+        "memory: each worker parsed once",
+        "every worker parses the whole file once and keeps it; the emitter sends line numbers",
+    ),
+];
+
+/// Loads batches of training windows from a generated dataset (or `--data`) and
+/// reports throughput.
+///
+/// Four rows, the same chain and data each time:
+///   json: emitter reads, workers parse  -- raw lines shipped, parsed on every pass
+///   json: workers read + parse          -- byte ranges shipped, workers read the file
+///   memory: emitter parsed once         -- parsed series shipped on every pass
+///   memory: each worker parsed once     -- line numbers shipped, each worker has a copy
+/// With --in-process everything runs in this process (no emitter, no workers).
 #[derive(Parser, Debug)]
+#[command(verbatim_doc_comment)]
 struct Args {
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
@@ -30,9 +65,13 @@ struct Args {
     /// Series (or JSON lines) per record from emitter to worker.
     #[arg(long, default_value_t = shmpipe_timeseries::pipeline::DEFAULT_GROUP)]
     group: usize,
-    /// Series in the generated dataset.
-    #[arg(long, default_value_t = 4000)]
-    series: usize,
+    /// Series in the generated dataset (default 4000, or 2000 with --long).
+    #[arg(long)]
+    series: Option<usize>,
+    /// Generate long series with full-precision floats: 500-5,000 points, 1%
+    /// missing, 17-digit floats as Python's json writes float64 (~100 MB).
+    #[arg(long)]
+    long: bool,
     /// Passes when parsing JSON lines on every pass.
     #[arg(long, default_value_t = 4)]
     json_epochs: usize,
@@ -79,7 +118,7 @@ fn bar(expected: u64, label: &str) -> ProgressBar {
     let pb = ProgressBar::new(expected);
     pb.set_style(
         ProgressStyle::with_template(
-            "{prefix:>16} [{bar:30}] {pos}/{len} windows ({per_sec}, eta {eta})",
+            "{prefix:>34} [{bar:30}] {pos}/{len} windows ({per_sec}, eta {eta})",
         )
         .expect("valid template")
         .progress_chars("=> "),
@@ -89,31 +128,41 @@ fn bar(expected: u64, label: &str) -> ProgressBar {
     pb
 }
 
-fn report(label: &str, s: &WorkloadStats) {
+/// One row: windows/s, MB/s of batches and of JSON, workers.
+fn report(label: &str, s: &WorkloadStats, workers: &str) {
     let cpu = if s.cpu_time.is_zero() {
         String::new()
     } else {
-        format!(" ({:.0} per CPU-s)", s.windows_per_cpu_sec())
+        format!(" ({:.0}/CPU-s)", s.windows_per_cpu_sec())
+    };
+    let json = if s.input_bytes > 0 {
+        format!("{:.0}", s.input_mb_per_sec())
+    } else {
+        "-".to_owned()
     };
     println!(
-        "{label:>16}: {:>9.0} windows/s{cpu}  {:>8.1} batches/s  {:>7.1} MB/s of batches{}",
+        "{label:>34} | {:>9.0} windows/s{cpu} | {:>7.1} MB/s batches | {json:>5} MB/s JSON | {workers}",
         s.windows_per_sec(),
-        s.batches_per_sec(),
         s.batch_mb_per_sec(),
-        if s.input_bytes > 0 {
-            format!("  {:.1} MB/s of JSON", s.input_mb_per_sec())
-        } else {
-            String::new()
-        }
     );
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Prints the error's message (not its `Debug` form) and exits with status 1.
+fn main() {
+    if let Err(e) = run() {
+        eprintln!("timeseries_loader: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn run() -> Result<(), Box<dyn std::error::Error>> {
     let reg = register(shmpipe::Registry::new());
     shmpipe::init(&reg); // worker and emitter processes run here and exit
     let a = Args::parse();
 
     let _guard;
+    // Windows per pass, for the progress bars (about one per series).
+    let series = a.series.unwrap_or(if a.long { 2000 } else { 4000 });
     let path = match &a.data {
         Some(p) => p.clone(),
         None => {
@@ -121,18 +170,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             std::fs::create_dir_all(&dir)?;
             _guard = TempDir(dir.clone());
             let path = dir.join("train.jsonl");
+            let base = if a.long {
+                GenConfig::long_series()
+            } else {
+                GenConfig {
+                    num_series: 4000,
+                    ..GenConfig::default()
+                }
+            };
             let g = GenConfig {
-                num_series: a.series,
+                num_series: series,
                 seed: a.seed,
-                ..GenConfig::default()
+                ..base
             };
             let bytes = write_file(&g, &path)?;
             println!(
-                "generated {} hourly series ({}..={} points, {:.0}% missing), {:.1} MB",
+                "generated {} hourly series ({}..={} points, {:.0}% missing, {}), {:.1} MB",
                 g.num_series,
                 g.min_len,
                 g.max_len,
                 g.missing_prob * 100.0,
+                if a.long {
+                    "17-digit floats"
+                } else {
+                    "3-decimal floats"
+                },
                 bytes as f64 / 1e6
             );
             path
@@ -155,28 +217,55 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (None, false) => format!("{} worker processes", a.workers),
         }
     );
-    for (label, source, epochs) in [
-        (
-            "json lines",
-            WorkloadSource::JsonLines(path.clone()),
-            a.json_epochs,
-        ),
-        (
-            "json in workers",
-            WorkloadSource::JsonLinesInWorkers(path.clone()),
-            a.json_epochs,
-        ),
-        (
-            "in memory",
-            WorkloadSource::ParsedOnce(path.clone()),
-            a.memory_epochs,
-        ),
-        (
-            "in workers",
-            WorkloadSource::InWorkers(path.clone()),
-            a.memory_epochs,
-        ),
-    ] {
+    let sources = [
+        WorkloadSource::JsonLines(path.clone()),
+        WorkloadSource::JsonLinesInWorkers(path.clone()),
+        WorkloadSource::ParsedOnce(path.clone()),
+        WorkloadSource::InWorkers(path.clone()),
+    ];
+    let epochs = [
+        a.json_epochs,
+        a.json_epochs,
+        a.memory_epochs,
+        a.memory_epochs,
+    ];
+    let workers = if a.in_process {
+        "in this process".to_owned()
+    } else if let Some(w) = &a.staged {
+        format!("{} workers (staged)", w.iter().sum::<usize>())
+    } else {
+        format!("{} workers, {} emitter(s)", a.workers, a.emitters)
+    };
+    // Rows 2 and 4 equal rows 1 and 3 in one process.
+    let rows = if a.in_process {
+        vec![0, 2]
+    } else {
+        vec![0, 1, 2, 3]
+    };
+    println!(
+        "legend: windows/s of training windows (wall clock); MB/s of stacked batches and of JSON read; rows:"
+    );
+    for &r in &rows {
+        let (label, what) = match (a.in_process, r) {
+            (true, 0) => (
+                "json: this process parses",
+                "this process reads and parses the file every pass",
+            ),
+            (true, _) => (
+                "memory: this process parsed once",
+                "this process parses the file once, then reads memory",
+            ),
+            (false, _) => ROWS[r],
+        };
+        println!("  {label}: {what}");
+    }
+    for r in rows {
+        let label = match (a.in_process, r) {
+            (true, 0) => "json: this process parses",
+            (true, _) => "memory: this process parsed once",
+            (false, _) => ROWS[r].0,
+        };
+        let (source, epochs) = (sources[r].clone(), epochs[r]);
         let cfg = WorkloadConfig {
             source,
             chain: chain.clone(),
@@ -187,7 +276,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             group: a.group,
             seed: a.seed,
         };
-        let pb = bar((a.series * epochs) as u64, label);
+        let pb = bar((series * epochs) as u64, label);
         let update = |s: &WorkloadStats| pb.set_position(s.windows);
         let stats = if a.in_process {
             run_in_process(&cfg, update)?
@@ -200,7 +289,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             run_workload_with(&reg, &cfg, layout, update)?
         };
         pb.finish_and_clear();
-        report(label, &stats);
+        report(label, &stats, &workers);
     }
     Ok(())
 }

@@ -109,35 +109,34 @@ impl FusedDeepAr {
 /// `target[lo..hi]` with NaN -> 0 and its observed mask, after `pad` zeros each.
 fn imputed(target: &[f32], pad: usize, lo: usize, hi: usize) -> (Array, Array) {
     let n = pad + hi - lo;
-    let mut values = Vec::with_capacity(n);
-    let mut mask = Vec::with_capacity(n);
-    values.resize(pad, 0.0);
-    mask.resize(pad, 0.0);
-    for &v in &target[lo..hi] {
-        let observed = !v.is_nan();
-        values.push(if observed { v } else { 0.0 });
-        mask.push(if observed { 1.0 } else { 0.0 });
+    let mut values = vec![0.0f32; n];
+    let mut mask = vec![0.0f32; n];
+    // Branch-free, so the loop vectorizes.
+    for ((v, m), &x) in values[pad..]
+        .iter_mut()
+        .zip(&mut mask[pad..])
+        .zip(&target[lo..hi])
+    {
+        let observed = !x.is_nan();
+        *v = if observed { x } else { 0.0 };
+        *m = if observed { 1.0 } else { 0.0 };
     }
     (Array::from_vec(values), Array::from_vec(mask))
 }
 
-impl Transform for FusedDeepAr {
-    fn name(&self) -> &'static str {
-        "FusedDeepAr"
-    }
+/// Fields the step-by-step chain writes and then consumes: dropped from the input.
+const DROPPED: [&str; 3] = [field::OBSERVED_VALUES, field::FEAT_TIME, field::FEAT_AGE];
 
-    fn apply(
+impl FusedDeepAr {
+    /// The windows of `target`; every window carries a copy of `rest` (the
+    /// entry without its target and without [`DROPPED`]).
+    fn windows(
         &mut self,
+        target: &Array,
         mut entry: DataEntry,
         is_train: bool,
         out: &mut Vec<DataEntry>,
     ) -> Result<(), TransformError> {
-        let target = entry
-            .remove(field::TARGET)
-            .ok_or_else(|| TransformError::MissingField {
-                step: "AsNumpyArray",
-                field: field::TARGET.into(),
-            })?;
         if target.ndim() != 1 {
             return Err(TransformError::BadNdim {
                 step: "AsNumpyArray",
@@ -149,10 +148,6 @@ impl Transform for FusedDeepAr {
         let start = entry.start.ok_or(TransformError::MissingStart {
             step: "AddTimeFeatures",
         })?;
-        // Fields the step-by-step chain writes and then consumes.
-        for f in [field::OBSERVED_VALUES, field::FEAT_TIME, field::FEAT_AGE] {
-            entry.remove(f);
-        }
         let len = target.time_len();
         let feat_len = len + if is_train { 0 } else { self.pred_length };
         self.grow_age(feat_len);
@@ -194,6 +189,58 @@ impl Transform for FusedDeepAr {
         }
         self.points = points;
         Ok(())
+    }
+}
+
+impl Transform for FusedDeepAr {
+    fn name(&self) -> &'static str {
+        "FusedDeepAr"
+    }
+
+    fn apply(
+        &mut self,
+        mut entry: DataEntry,
+        is_train: bool,
+        out: &mut Vec<DataEntry>,
+    ) -> Result<(), TransformError> {
+        let target = entry
+            .remove(field::TARGET)
+            .ok_or_else(|| TransformError::MissingField {
+                step: "AsNumpyArray",
+                field: field::TARGET.into(),
+            })?;
+        // Fields the step-by-step chain writes and then consumes.
+        for f in DROPPED {
+            entry.remove(f);
+        }
+        self.windows(&target, entry, is_train, out)
+    }
+
+    /// Reads the target in place and copies only the other (small) fields: no
+    /// work proportional to the series length except the sampler's, which is
+    /// proportional to the windows drawn.
+    fn apply_ref(
+        &mut self,
+        entry: &DataEntry,
+        is_train: bool,
+        out: &mut Vec<DataEntry>,
+    ) -> Result<(), TransformError> {
+        let target = entry
+            .get(field::TARGET)
+            .ok_or_else(|| TransformError::MissingField {
+                step: "AsNumpyArray",
+                field: field::TARGET.into(),
+            })?;
+        let mut rest = DataEntry::default();
+        rest.item_id = entry.item_id.clone();
+        rest.start = entry.start;
+        rest.forecast_start = entry.forecast_start;
+        for (name, a) in entry.fields() {
+            if name != field::TARGET && !DROPPED.contains(&name) {
+                rest.insert(name, a.clone());
+            }
+        }
+        self.windows(target, rest, is_train, out)
     }
 
     fn reseed(&mut self, seed: u64) {

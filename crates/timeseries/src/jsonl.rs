@@ -8,30 +8,28 @@
 //! GluonTS, numbers are read as `f64` and rounded to `f32`.
 //!
 //! JSON parsing dominates the cost of this workload, so this is a hand-written
-//! single-pass parser: numbers go straight into `Vec<f32>` with Clinger's exact
-//! fast path (at most 15 significant digits and a power of ten up to 1e22, where
-//! one `f64` multiplication or division is correctly rounded), falling back to the
-//! standard library's parser otherwise; strings are borrowed unless escaped.
+//! single-pass parser: digits are read eight bytes at a time, and numbers go
+//! straight into `Vec<f32>` through a fast estimate that is proven to round like
+//! the exact parse unless it lies near an `f32` rounding midpoint (see
+//! `decimal_to_f32`: up to 18 significant digits and powers of ten up to 1e22),
+//! falling back to the standard library's parser otherwise; strings are borrowed
+//! unless escaped.
 //! [`crate::serde_reader`] is the `serde_json` reference it is measured against.
 
+mod number;
+mod reader;
+
 use std::borrow::Cow;
-use std::fs::File;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::entry::{Array, DataEntry, field};
-use crate::error::{ParseError, ParseErrorKind, ReadError};
+use crate::error::{ParseError, ParseErrorKind};
+
 use crate::period::{Freq, Period};
+pub use reader::{JsonLinesReader, parse_lines, read_file, split_lines};
 
 /// Nesting limit for skipped values (protects the stack from hostile input).
 const MAX_DEPTH: usize = 128;
-
-/// Exact powers of ten representable in `f64`.
-const POW10: [f64; 23] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16,
-    1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
-];
 
 /// Parses one JSON line into a [`DataEntry`] whose `start` has frequency `freq`.
 ///
@@ -66,6 +64,8 @@ struct Parser<'a> {
 }
 
 impl<'a> Parser<'a> {
+    #[cold]
+    #[inline(never)]
     fn err(&self, kind: ParseErrorKind) -> ParseError {
         ParseError {
             field: self.field.map(str::to_owned),
@@ -343,83 +343,42 @@ impl<'a> Parser<'a> {
     /// Kept free of the large error type so the hot loop stays small.
     #[inline(always)]
     fn number_raw(&mut self) -> Option<f64> {
-        let b = self.b;
-        let start = self.i;
-        let mut i = start;
-        let neg = b.get(i) == Some(&b'-');
-        if neg {
-            i += 1;
-        }
-        let mut mant: u64 = 0;
-        let (next, ndig_int) = digits(b, i, &mut mant);
-        if ndig_int == 0 {
-            self.i = next;
-            return None;
-        }
-        i = next;
-        let mut ndig = ndig_int;
-        let mut exp: i64 = 0;
-        if b.get(i) == Some(&b'.') {
-            let (next, nfrac) = digits(b, i + 1, &mut mant);
-            if nfrac == 0 {
-                self.i = next;
-                return None;
+        match number::scan(self.b, self.i) {
+            Ok(d) => {
+                self.i = d.end;
+                number::to_f64(self.b, &d)
             }
-            i = next;
-            ndig += nfrac;
-            exp -= i64::from(nfrac);
-        }
-        if let Some(b'e' | b'E') = b.get(i) {
-            i += 1;
-            let eneg = match b.get(i) {
-                Some(b'-') => {
-                    i += 1;
-                    true
-                }
-                Some(b'+') => {
-                    i += 1;
-                    false
-                }
-                _ => false,
-            };
-            let es = i;
-            let mut e: i64 = 0;
-            while let Some(&c) = b.get(i) {
-                let d = c.wrapping_sub(b'0');
-                if d > 9 {
-                    break;
-                }
-                e = (e * 10 + i64::from(d)).min(1_000_000);
-                i += 1;
+            Err(at) => {
+                self.i = at;
+                None
             }
-            if i == es {
-                self.i = i;
-                return None;
+        }
+    }
+
+    /// A JSON number rounded to `f32` exactly as `str::parse::<f64>()` then
+    /// `as f32` would; `None` (with `self.i` at the problem) if malformed.
+    #[inline(always)]
+    fn number_f32(&mut self) -> Option<f32> {
+        match number::scan(self.b, self.i) {
+            Ok(d) => {
+                self.i = d.end;
+                number::to_f32(self.b, &d)
             }
-            exp += if eneg { -e } else { e };
+            Err(at) => {
+                self.i = at;
+                None
+            }
         }
-        self.i = i;
-        if ndig <= 15 && (-22..=22).contains(&exp) {
-            // Clinger's fast path: `mant < 10^15 < 2^53` is exact, and so is
-            // `10^|exp|`; one IEEE operation rounds correctly.
-            let m = mant as f64;
-            let v = if exp < 0 {
-                m / POW10[(-exp) as usize]
-            } else {
-                m * POW10[exp as usize]
-            };
-            return Some(if neg { -v } else { v });
-        }
-        // Slow path: more digits or a larger exponent; the standard parser rounds exactly.
-        let text = std::str::from_utf8(&b[start..i]).ok()?;
-        text.parse::<f64>().ok()
     }
 
     /// One array element: a number, `null` (NaN) or a numeric string (`"NaN"`).
-    #[inline]
+    /// Out of line: the hot loop of [`Self::row`] handles plain numbers itself.
+    #[inline(never)]
     fn scalar(&mut self, c: u8) -> Result<f32, ParseError> {
         match c {
-            b'-' | b'0'..=b'9' => Ok(self.number()? as f32),
+            b'-' | b'0'..=b'9' => self
+                .number_f32()
+                .ok_or_else(|| self.err(ParseErrorKind::BadNumber)),
             b'n' => {
                 self.literal(b"null")?;
                 Ok(f32::NAN)
@@ -450,16 +409,28 @@ impl<'a> Parser<'a> {
         }
         loop {
             // Hot path: a number, then `,` or `]` after optional spaces.
-            let c = self.peek()?;
+            let c = match self.b.get(self.i) {
+                Some(&c) if c > b' ' => c,
+                _ => self.peek()?,
+            };
             let v = if c == b'-' || c.is_ascii_digit() {
-                match self.number_raw() {
-                    Some(v) => v as f32,
+                match self.number_f32() {
+                    Some(v) => v,
                     None => return Err(self.err(ParseErrorKind::BadNumber)),
                 }
             } else {
                 self.scalar(c)?
             };
             out.push(v);
+            // `, ` (Python's separator) or `,` without a call to `peek`.
+            if self.b.get(self.i) == Some(&b',') {
+                self.i += if self.b.get(self.i + 1) == Some(&b' ') {
+                    2
+                } else {
+                    1
+                };
+                continue;
+            }
             match self.peek()? {
                 b',' => self.i += 1,
                 b']' => {
@@ -558,215 +529,28 @@ impl<'a> Parser<'a> {
     }
 }
 
-/// Integer powers of ten for folding digit groups into a mantissa.
-const POW10_U64: [u64; 9] = [
-    1,
-    10,
-    100,
-    1_000,
-    10_000,
-    100_000,
-    1_000_000,
-    10_000_000,
-    100_000_000,
-];
-
-/// Reads the run of ASCII digits at `b[i..]`, folding it into `mant`
-/// (`mant = mant * 10^k + value`, wrapping: only used while the digit count is
-/// small enough for the fast path). Returns the end of the run and its length.
-///
-/// Eight bytes at a time (SWAR): one word load finds how many leading bytes are
-/// digits and converts them with three multiplications, the technique of
-/// simdjson's `parse_eight_digits_unrolled`.
-#[inline(always)]
-fn digits(b: &[u8], mut i: usize, mant: &mut u64) -> (usize, u32) {
-    let mut count = 0u32;
-    while let Some(chunk) = b.get(i..i + 8) {
-        let v = u64::from_le_bytes(chunk.try_into().expect("8-byte slice"));
-        // A byte is a digit iff its high nibble is 3 and its low nibble + 6 does
-        // not carry into bit 4; neither test crosses a byte boundary.
-        let hi = (v & 0xF0F0_F0F0_F0F0_F0F0) ^ 0x3030_3030_3030_3030;
-        let lo = ((v & 0x0F0F_0F0F_0F0F_0F0F) + 0x0606_0606_0606_0606) & 0x1010_1010_1010_1010;
-        let bad = hi | lo;
-        // High bit of each nonzero (non-digit) byte.
-        let nz =
-            (((bad & 0x7F7F_7F7F_7F7F_7F7F) + 0x7F7F_7F7F_7F7F_7F7F) | bad) & 0x8080_8080_8080_8080;
-        let k = if nz == 0 { 8 } else { nz.trailing_zeros() / 8 };
-        if k > 0 {
-            // Digit values in the top `k` bytes (first digit lowest), zeros below.
-            let d = (v & 0x0F0F_0F0F_0F0F_0F0F) << (8 * (8 - k));
-            *mant = mant
-                .wrapping_mul(POW10_U64[k as usize])
-                .wrapping_add(eight_digits(d));
-        }
-        count += k;
-        i += k as usize;
-        if k < 8 {
-            return (i, count);
-        }
-    }
-    while let Some(&c) = b.get(i) {
-        let d = c.wrapping_sub(b'0');
-        if d > 9 {
-            break;
-        }
-        *mant = mant.wrapping_mul(10).wrapping_add(u64::from(d));
-        count += 1;
-        i += 1;
-    }
-    (i, count)
-}
-
-/// Value of eight digit values packed little-endian (first digit in the lowest byte).
-#[inline(always)]
-fn eight_digits(v: u64) -> u64 {
-    // Pairs: byte 2j holds 10 * d(2j) + d(2j+1).
-    let v = (v.wrapping_mul(10) + (v >> 8)) & 0x00FF_00FF_00FF_00FF;
-    // Quads and then the whole number.
-    let v = (v.wrapping_mul(100) + (v >> 16)) & 0x0000_FFFF_0000_FFFF;
-    (v.wrapping_mul(10_000) + (v >> 32)) & 0xFFFF_FFFF
-}
-
-/// Iterates over the entries of a JSON-lines stream.
-///
-/// Blank lines are skipped. After an error the iterator continues with the next
-/// line, so a caller can choose to fail on the first error or skip and count.
-#[derive(Debug)]
-pub struct JsonLinesReader<R> {
-    reader: R,
-    freq: Freq,
-    path: PathBuf,
-    line: u64,
-    buf: Vec<u8>,
-    bytes: u64,
-}
-
-impl JsonLinesReader<BufReader<File>> {
-    /// Opens a file.
-    ///
-    /// # Errors
-    /// [`ReadError::Io`] if it cannot be opened.
-    pub fn open(path: impl AsRef<Path>, freq: Freq) -> Result<Self, ReadError> {
-        let path = path.as_ref().to_path_buf();
-        let f = File::open(&path).map_err(|source| ReadError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(JsonLinesReader::new(
-            BufReader::with_capacity(1 << 20, f),
-            freq,
-            path,
-        ))
-    }
-}
-
-impl<R: BufRead> JsonLinesReader<R> {
-    /// Reads from any buffered reader; `path` is used in error messages only.
-    pub fn new(reader: R, freq: Freq, path: impl Into<PathBuf>) -> Self {
-        JsonLinesReader {
-            reader,
-            freq,
-            path: path.into(),
-            line: 0,
-            buf: Vec::with_capacity(1 << 16),
-            bytes: 0,
-        }
-    }
-
-    /// Bytes consumed so far.
-    pub fn bytes_read(&self) -> u64 {
-        self.bytes
-    }
-}
-
-impl<R: BufRead> Iterator for JsonLinesReader<R> {
-    type Item = Result<DataEntry, ReadError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        loop {
-            self.buf.clear();
-            match self.reader.read_until(b'\n', &mut self.buf) {
-                Ok(0) => return None,
-                Ok(n) => {
-                    self.bytes += n as u64;
-                    self.line += 1;
-                }
-                Err(source) => {
-                    return Some(Err(ReadError::Io {
-                        path: self.path.clone(),
-                        source,
-                    }));
-                }
-            }
-            if self.buf.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            return Some(
-                parse_entry(&self.buf, self.freq).map_err(|source| ReadError::Parse {
-                    path: self.path.clone(),
-                    line: self.line,
-                    source,
-                }),
-            );
-        }
-    }
-}
-
-/// Parses every line of an in-memory JSON-lines buffer.
-///
-/// # Errors
-/// The first malformed line, as [`ReadError::Parse`] with an empty path.
-pub fn parse_lines(bytes: &[u8], freq: Freq) -> Result<Vec<DataEntry>, ReadError> {
-    JsonLinesReader::new(bytes, freq, "").collect()
-}
-
-/// Reads a whole JSON-lines file.
-///
-/// # Errors
-/// [`ReadError`] for the first unreadable or malformed line.
-pub fn read_file(path: impl AsRef<Path>, freq: Freq) -> Result<Vec<DataEntry>, ReadError> {
-    JsonLinesReader::open(path, freq)?.collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ReadError;
 
     fn hourly() -> Freq {
         "h".parse().unwrap()
     }
 
     #[test]
-    fn swar_digits_match_a_simple_loop() {
-        let cases = [
-            "0",
-            "7",
-            "12",
-            "123",
-            "1234",
-            "12345",
-            "123456",
-            "1234567",
-            "12345678",
-            "123456789",
-            "9876543210123",
-            "00012",
-            "5x",
-            "12345678,",
-            "1/",
-            "9:",
-            "99999999",
-        ];
-        for c in cases {
-            for pad in ["", "]", ", 1.5]", "        "] {
-                let text = format!("{c}{pad}");
-                let mut m = 0u64;
-                let (end, n) = digits(text.as_bytes(), 0, &mut m);
-                let run = text.bytes().take_while(u8::is_ascii_digit).count();
-                assert_eq!((end, n as usize), (run, run), "{text:?}");
-                let want = text[..run].parse::<u64>().unwrap_or(0);
-                assert_eq!(m, want, "{text:?}");
-            }
+    fn split_lines_is_split_on_newlines() {
+        for text in [
+            &b""[..],
+            b"\n",
+            b"a",
+            b"a\n",
+            b"a\nb",
+            b"\n\na\n\nbc\n",
+            b"{\"x\": 1}\r\n{}\n\n",
+        ] {
+            let want: Vec<&[u8]> = text.split(|&b| b == b'\n').collect();
+            assert_eq!(split_lines(text).collect::<Vec<_>>(), want, "{text:?}");
         }
     }
 

@@ -25,6 +25,7 @@
 
 pub mod arrow;
 pub mod batch;
+mod chain;
 pub mod entry;
 pub mod error;
 pub mod features;

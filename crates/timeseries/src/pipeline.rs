@@ -34,7 +34,7 @@ use shmpipe::{
 
 use crate::batch::{Batch, Batcher};
 use crate::entry::{Array, DataEntry};
-use crate::jsonl::parse_entry;
+use crate::jsonl::{parse_entry, split_lines};
 use crate::period::{Freq, Period};
 use crate::transform::Chain;
 use crate::workload::{
@@ -42,7 +42,8 @@ use crate::workload::{
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
-/// Args: `{"freq", "context_length", "prediction_length", "num_instances", "fused", "batch_size"}`.
+/// Args: [`ChainConfig::to_args`] (`{"freq", "context_length", "prediction_length",
+/// "num_instances", "fused", "split", "min_past", "min_future"}`) and `"batch_size"`.
 pub const STEP_TRAIN: &str = "gluonts_train";
 /// Step: parse raw lines into entries only (for the staged layout).
 pub const STEP_PARSE: &str = "gluonts_parse";
@@ -223,6 +224,8 @@ struct TrainStep {
     /// The file whose byte ranges the step reads itself, and a reusable buffer.
     file: Option<(std::fs::File, PathBuf, Vec<u8>)>,
     chain: Option<Chain>,
+    /// `false` for the test split (features extended into the future).
+    is_train: bool,
     batcher: Option<Batcher>,
     windows: Vec<DataEntry>,
 }
@@ -234,22 +237,7 @@ impl TrainStep {
         batch: bool,
     ) -> Result<TrainStep, StepError> {
         let a = cx.args;
-        let d = ChainConfig::default();
-        let cfg = ChainConfig {
-            freq: a["freq"]
-                .as_str()
-                .unwrap_or("h")
-                .parse()
-                .map_err(StepError::new)?,
-            context_length: a["context_length"]
-                .as_u64()
-                .map_or(d.context_length, |v| v as usize),
-            prediction_length: a["prediction_length"]
-                .as_u64()
-                .map_or(d.prediction_length, |v| v as usize),
-            num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
-            fused: a["fused"].as_bool().unwrap_or(d.fused),
-        };
+        let cfg = ChainConfig::from_args(a).map_err(StepError::new)?;
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
         let cache = match a["cache_path"].as_str() {
             Some(path) => Some(load_cache(Path::new(path), cfg.freq)?),
@@ -267,6 +255,7 @@ impl TrainStep {
             freq: cfg.freq,
             cache,
             file,
+            is_train: cfg.is_train(),
             chain: transform.then(|| training_chain(&cfg, cx.worker.seed)),
             batcher: batch.then(|| Batcher::new(batch_size)),
             windows: Vec::new(),
@@ -303,27 +292,31 @@ impl Step for TrainStep {
             self.file = Some((file, path, buf));
             result?;
         } else if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
+            // Taken out for the loop (`run_ref` borrows `self`), put back after.
             let cache = self
                 .cache
-                .as_ref()
+                .take()
                 .ok_or_else(|| StepError::new("series_lines needs the step arg cache_path"))?;
-            let mut entries = Vec::with_capacity(numbers.len());
+            let mut result = Ok(());
             for &n in numbers.iter() {
-                match cache.get((n as usize).wrapping_sub(1)) {
-                    Some(Some(Ok(e))) => entries.push(e.clone()),
-                    Some(Some(Err(msg))) => return Err(StepError::new(format!("line {n}: {msg}"))),
-                    _ => return Err(StepError::new(format!("no series on line {n}"))),
+                result = match cache.get((n as usize).wrapping_sub(1)) {
+                    // Read in place: the worker's copy is not copied again each pass.
+                    Some(Some(Ok(e))) => self.run_ref(e, out),
+                    Some(Some(Err(msg))) => Err(StepError::new(format!("line {n}: {msg}"))),
+                    _ => Err(StepError::new(format!("no series on line {n}"))),
+                };
+                if result.is_err() {
+                    break;
                 }
             }
-            for e in entries {
-                self.run(e, out)?;
-            }
+            self.cache = Some(cache);
+            result?;
         } else if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
             let bytes = lines
                 .as_slice()
                 .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
             let first = item.i64(LINE_NO_META).unwrap_or(1);
-            for (line_no, line) in (first..).zip(bytes.split(|&b| b == b'\n')) {
+            for (line_no, line) in (first..).zip(split_lines(bytes)) {
                 if !line.iter().all(u8::is_ascii_whitespace) {
                     let e = parse_entry(line, self.freq)
                         .map_err(|e| StepError::new(format!("line {line_no}: {e}")))?;
@@ -355,10 +348,27 @@ impl TrainStep {
         self.windows.clear();
         match &mut self.chain {
             Some(chain) => chain
-                .apply(entry, true, &mut self.windows)
+                .apply(entry, self.is_train, &mut self.windows)
                 .map_err(StepError::new)?,
             None => self.windows.push(entry),
         }
+        self.flush_windows(out)
+    }
+
+    /// [`TrainStep::run`] on a borrowed entry (the fused chain reads it in place).
+    fn run_ref(&mut self, entry: &DataEntry, out: &mut Vec<Item>) -> Result<(), StepError> {
+        self.windows.clear();
+        match &mut self.chain {
+            Some(chain) => chain
+                .apply_ref(entry, self.is_train, &mut self.windows)
+                .map_err(StepError::new)?,
+            None => self.windows.push(entry.clone()),
+        }
+        self.flush_windows(out)
+    }
+
+    /// Batches (or forwards) the windows of the last entry.
+    fn flush_windows(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
         for w in self.windows.drain(..) {
             match &mut self.batcher {
                 Some(batcher) => {
@@ -431,8 +441,7 @@ fn load_cache(
 ) -> Result<Vec<Option<Result<DataEntry, String>>>, StepError> {
     let data =
         std::fs::read(path).map_err(|e| StepError::new(format!("{}: {e}", path.display())))?;
-    Ok(data
-        .split(|&b| b == b'\n')
+    Ok(split_lines(&data)
         .map(|line| {
             (!line.iter().all(u8::is_ascii_whitespace))
                 .then(|| parse_entry(line, freq).map_err(|e| e.to_string()))
@@ -539,14 +548,12 @@ fn read_part(path: &Path, part: usize, parts: usize) -> Result<Part, SourceError
         .ok_or_else(|| SourceError::Other(format!("part {part} of {parts}")))?;
     let data = std::fs::read(path).map_err(io)?;
     let (start, end) = (r.start as usize, (r.end as usize).min(data.len()));
-    let first_line = data[..start].iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let first_line = memchr::memchr_iter(b'\n', &data[..start]).count() as u64 + 1;
     let mut lines = Vec::new();
     let mut s = start;
-    for (i, &b) in data[start..end].iter().enumerate() {
-        if b == b'\n' {
-            lines.push(s..start + i);
-            s = start + i + 1;
-        }
+    for i in memchr::memchr_iter(b'\n', &data[start..end]) {
+        lines.push(s..start + i);
+        s = start + i + 1;
     }
     if s < end {
         lines.push(s..end);
@@ -723,14 +730,8 @@ pub fn run_workload_with(
         }
     };
     let c = &cfg.chain;
-    let mut step_args = json!({
-        "freq": c.freq.to_string(),
-        "context_length": c.context_length,
-        "prediction_length": c.prediction_length,
-        "num_instances": c.num_instances,
-        "fused": c.fused,
-        "batch_size": cfg.batch_size,
-    });
+    let mut step_args = c.to_args();
+    step_args["batch_size"] = json!(cfg.batch_size);
     match &cfg.source {
         WorkloadSource::InWorkers(p) => step_args["cache_path"] = json!(p.display().to_string()),
         WorkloadSource::JsonLinesInWorkers(p) => {

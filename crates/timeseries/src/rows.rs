@@ -159,21 +159,9 @@ impl Store {
     }
 }
 
-/// Chain parameters from step args (defaults from [`ChainConfig::default`]).
+/// Chain parameters from step args (missing keys take [`ChainConfig::default`]'s values).
 fn chain_config(a: &serde_json::Value) -> Result<ChainConfig, StepError> {
-    let d = ChainConfig::default();
-    let usize_or = |k: &str, v: usize| a[k].as_u64().map_or(v, |x| x as usize);
-    Ok(ChainConfig {
-        freq: a["freq"]
-            .as_str()
-            .unwrap_or("h")
-            .parse()
-            .map_err(StepError::new)?,
-        context_length: usize_or("context_length", d.context_length),
-        prediction_length: usize_or("prediction_length", d.prediction_length),
-        num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
-        fused: a["fused"].as_bool().unwrap_or(d.fused),
-    })
+    ChainConfig::from_args(a).map_err(StepError::new)
 }
 
 /// Worker step: rows -> entries -> chain -> batches.
@@ -309,18 +297,16 @@ pub fn start_rows(
 ) -> Result<Pipeline, WorkloadError> {
     let c = &cfg.chain;
     let rows = store.rows(c.freq).map_err(WorkloadError::Pipeline)?;
-    let mut args = json!({
-        "freq": c.freq.to_string(),
-        "context_length": c.context_length,
-        "prediction_length": c.prediction_length,
-        "num_instances": c.num_instances,
-        "fused": c.fused,
-        "batch_size": cfg.batch_size,
-        "transform": cfg.transform,
-        "batch": cfg.transform,
-    });
-    if let (Some(a), serde_json::Value::Object(s)) = (args.as_object_mut(), store.args()) {
-        a.extend(s);
+    let mut args = c.to_args();
+    if let Some(a) = args.as_object_mut() {
+        a.extend([
+            ("batch_size".to_string(), json!(cfg.batch_size)),
+            ("transform".to_string(), json!(cfg.transform)),
+            ("batch".to_string(), json!(cfg.transform)),
+        ]);
+        if let serde_json::Value::Object(s) = store.args() {
+            a.extend(s);
+        }
     }
     Pipeline::builder(reg)
         .source_named(SOURCE_ROWS, json!({"rows": rows, "group": cfg.group}))

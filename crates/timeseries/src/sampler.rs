@@ -322,6 +322,97 @@ mod tests {
         }
     }
 
+    /// Upper critical value of chi-square with `df` degrees of freedom at about
+    /// `z` standard deviations (Wilson-Hilferty).
+    fn chi2_critical(df: f64, z: f64) -> f64 {
+        let a = 2.0 / (9.0 * df);
+        df * (1.0 - a + z * a.sqrt()).powi(3)
+    }
+
+    /// Chi-square statistic of observed counts against expected counts, pooling
+    /// bins (in order) until each expects at least 10; returns (statistic, bins).
+    fn chi2(observed: &[f64], expected: &[f64]) -> (f64, usize) {
+        let (mut stat, mut bins, mut o, mut e) = (0.0, 0, 0.0, 0.0);
+        for (&ob, &ex) in observed.iter().zip(expected) {
+            o += ob;
+            e += ex;
+            if e >= 10.0 {
+                stat += (o - e) * (o - e) / e;
+                bins += 1;
+                (o, e) = (0.0, 0.0);
+            }
+        }
+        if e > 0.0 {
+            stat += (o - e) * (o - e) / e;
+            bins += 1;
+        }
+        (stat, bins)
+    }
+
+    /// GluonTS's `ExpectedNumInstanceSampler` draws one uniform per admissible
+    /// position and keeps those below `p = num_instances / running average`: the
+    /// count of series `s` is Binomial(W_s, p_s) and each position is kept with
+    /// probability p_s. Given the lengths, W_s and p_s are known exactly, so the
+    /// expected histogram of counts per series and of hits per position follow;
+    /// the geometric-gap sampler must match both (chi-square, fixed seed).
+    #[test]
+    fn expected_num_instances_matches_gluonts_distribution() {
+        let (min_past, min_future, num_instances) = (5usize, 7usize, 2.5);
+        let mut s = ExpectedNumInstanceSampler::new(num_instances, min_past, min_future, 11);
+        let mut lengths = Rng::new(5);
+        let max_w = 150;
+        let max_k = 40;
+        let mut count_obs = vec![0.0; max_k + 1];
+        let mut count_exp = vec![0.0; max_k + 1];
+        let mut pos_obs = vec![0.0; max_w];
+        let mut pos_exp = vec![0.0; max_w];
+        let (mut total, mut n) = (0u64, 0u64);
+        let mut out = Vec::new();
+        for _ in 0..30_000 {
+            let len = lengths.range_inclusive(0, min_past + min_future + max_w - 1);
+            out.clear();
+            s.sample(len, &mut out);
+            let w = (len as i64 - (min_past + min_future) as i64 + 1).max(0) as usize;
+            if w == 0 {
+                assert!(out.is_empty());
+                continue;
+            }
+            n += 1;
+            total += w as u64;
+            let p = (num_instances / (total as f64 / n as f64)).min(1.0);
+            // Binomial(w, p) probabilities by the recurrence on k.
+            if p >= 1.0 {
+                count_exp[w.min(max_k)] += 1.0;
+            } else {
+                let mut pk = (1.0 - p).powi(w as i32);
+                for (k, e) in count_exp.iter_mut().enumerate().take(max_k.min(w) + 1) {
+                    *e += pk;
+                    pk *= (w - k) as f64 / (k + 1) as f64 * p / (1.0 - p);
+                }
+            }
+            count_obs[out.len().min(max_k)] += 1.0;
+            for e in &mut pos_exp[..w] {
+                *e += p;
+            }
+            for &i in &out {
+                assert!((min_past..min_past + w).contains(&i));
+                pos_obs[i - min_past] += 1.0;
+            }
+        }
+        let (stat, bins) = chi2(&count_obs, &count_exp);
+        let crit = chi2_critical((bins - 1) as f64, 4.0);
+        assert!(
+            stat < crit,
+            "counts per series: chi2 {stat:.1} over {bins} bins (< {crit:.1})"
+        );
+        let (stat, bins) = chi2(&pos_obs, &pos_exp);
+        let crit = chi2_critical((bins - 1) as f64, 4.0);
+        assert!(
+            stat < crit,
+            "hits per position: chi2 {stat:.1} over {bins} bins (< {crit:.1})"
+        );
+    }
+
     #[test]
     fn running_average_and_min_instances() {
         // After a long series the average window grows, so a short series gets p < 1.

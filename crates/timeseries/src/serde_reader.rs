@@ -30,6 +30,28 @@ pub fn parse_entry_serde(line: &[u8], freq: Freq) -> Result<DataEntry, ParseErro
     let mut de = serde_json::Deserializer::from_slice(line);
     let raw = de.deserialize_map(EntryVisitor).map_err(json_err)?;
     de.end().map_err(json_err)?;
+    finish(raw, freq)
+}
+
+/// Reads one entry from any serde [`Deserializer`] (e.g. another JSON crate's),
+/// with the same visitors as [`parse_entry_serde`]: `parse_bench` uses it to
+/// measure other parsers doing exactly the same work.
+///
+/// # Errors
+/// A [`ParseError`] without field or offset for the deserializer's errors.
+pub fn parse_entry_with<'de, D: Deserializer<'de>>(
+    d: D,
+    freq: Freq,
+) -> Result<DataEntry, ParseError> {
+    let raw = d.deserialize_map(EntryVisitor).map_err(|_| ParseError {
+        field: None,
+        offset: 0,
+        kind: ParseErrorKind::WrongType("a GluonTS data entry"),
+    })?;
+    finish(raw, freq)
+}
+
+fn finish(raw: RawEntry, freq: Freq) -> Result<DataEntry, ParseError> {
     let missing = |name: &str| ParseError {
         field: Some(name.into()),
         offset: 0,

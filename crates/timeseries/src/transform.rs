@@ -12,6 +12,8 @@ use crate::error::TransformError;
 use crate::features::{TimeFeature, fill_time_features};
 use crate::sampler::InstanceSampler;
 
+pub use crate::chain::Chain;
+
 /// A flat-map over entries.
 pub trait Transform: Send + fmt::Debug {
     /// The step's name (GluonTS's class name), used in errors.
@@ -27,6 +29,22 @@ pub trait Transform: Send + fmt::Debug {
         is_train: bool,
         out: &mut Vec<DataEntry>,
     ) -> Result<(), TransformError>;
+
+    /// Transforms a borrowed `entry`, as [`Transform::apply`] on a copy of it
+    /// (the default). Steps that read only windows of the series (the fused
+    /// chain) override it so that a dataset held in memory is not copied series
+    /// by series on every pass.
+    ///
+    /// # Errors
+    /// As [`Transform::apply`].
+    fn apply_ref(
+        &mut self,
+        entry: &DataEntry,
+        is_train: bool,
+        out: &mut Vec<DataEntry>,
+    ) -> Result<(), TransformError> {
+        self.apply(entry.clone(), is_train, out)
+    }
 
     /// Sets the seed of any random stream in the step (no-op by default).
     fn reseed(&mut self, _seed: u64) {}
@@ -228,6 +246,9 @@ impl Transform for AddTimeFeatures {
 
 /// Adds a `(1, T)` age feature: `log10(2 + t)`, or `t` without log scale (`AddAgeFeature`).
 ///
+/// `log10` is computed in `f64` and rounded once (the correctly rounded `f32`);
+/// GluonTS uses numpy's `float32` `log10`, so values may differ by up to 2 ULP.
+///
 /// # Examples
 /// ```
 /// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::AddAgeFeature};
@@ -287,7 +308,8 @@ impl Transform for AddAgeFeature {
             is_train,
         );
         for t in self.cache.len()..len {
-            // GluonTS computes in float32: log10(2.0 + arange(len, dtype=float32)).
+            // GluonTS: log10(2.0 + arange(len, dtype=float32)) in numpy's float32 log10,
+            // not always correctly rounded; this is (within 2 ULP of it, see docs).
             let x = 2.0f32 + t as f32;
             self.cache.push(if self.log_scale {
                 f64::from(x).log10() as f32
@@ -645,100 +667,5 @@ impl Transform for InstanceSplitter {
 
     fn reseed(&mut self, seed: u64) {
         self.sampler.reseed(seed);
-    }
-}
-
-/// Steps applied one after another (`Chain`, or `+` in GluonTS).
-///
-/// # Examples
-/// ```
-/// use shmpipe_timeseries::{Chain, DataEntry, Array, Period};
-/// use shmpipe_timeseries::transform::{AddObservedValuesIndicator, AsNumpyArray};
-/// let mut chain = Chain::new()
-///     .then(AsNumpyArray::new("target", 1))
-///     .then(AddObservedValuesIndicator::new("target", "observed_values"));
-/// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![1.0, f32::NAN]));
-/// let mut out = vec![];
-/// chain.apply(e, true, &mut out).unwrap();
-/// assert_eq!(out[0].get("target").unwrap().data(), &[1.0, 0.0]);
-/// assert_eq!(out[0].get("observed_values").unwrap().data(), &[1.0, 0.0]);
-/// ```
-#[derive(Debug, Default)]
-pub struct Chain {
-    steps: Vec<Box<dyn Transform>>,
-    scratch: Vec<Vec<DataEntry>>,
-}
-
-impl Chain {
-    /// An empty chain (the identity).
-    pub fn new() -> Self {
-        Chain::default()
-    }
-
-    /// Appends a step.
-    pub fn then(mut self, step: impl Transform + 'static) -> Self {
-        self.steps.push(Box::new(step));
-        self.scratch.push(Vec::new());
-        self
-    }
-
-    /// Appends a boxed step.
-    pub fn then_boxed(mut self, step: Box<dyn Transform>) -> Self {
-        self.steps.push(step);
-        self.scratch.push(Vec::new());
-        self
-    }
-
-    /// Number of steps.
-    pub fn len(&self) -> usize {
-        self.steps.len()
-    }
-
-    /// Whether the chain has no steps.
-    pub fn is_empty(&self) -> bool {
-        self.steps.is_empty()
-    }
-
-    /// Reseeds every step (e.g. with a per-worker seed).
-    pub fn reseed(&mut self, seed: u64) {
-        for (i, s) in self.steps.iter_mut().enumerate() {
-            s.reseed(seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        }
-    }
-
-    /// Runs `entry` through all steps, pushing the outputs to `out`.
-    ///
-    /// # Errors
-    /// The first step error.
-    pub fn apply(
-        &mut self,
-        entry: DataEntry,
-        is_train: bool,
-        out: &mut Vec<DataEntry>,
-    ) -> Result<(), TransformError> {
-        if self.steps.is_empty() {
-            out.push(entry);
-            return Ok(());
-        }
-        // scratch[i] is step i's input buffer, reused across calls.
-        let last = self.steps.len() - 1;
-        let mut cur = std::mem::take(&mut self.scratch[0]);
-        cur.clear();
-        cur.push(entry);
-        for i in 0..last {
-            let mut next = std::mem::take(&mut self.scratch[i + 1]);
-            next.clear();
-            for e in cur.drain(..) {
-                self.steps[i].apply(e, is_train, &mut next)?;
-            }
-            self.scratch[i] = cur;
-            cur = next;
-        }
-        for e in cur.drain(..) {
-            self.steps[last].apply(e, is_train, out)?;
-        }
-        self.scratch[last] = cur;
-        Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! multi-process version built on the pipeline crate is
 //! [`crate::pipeline::run_workload`].
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,13 +17,85 @@ use crate::features::time_features_for;
 use crate::fused::FusedDeepAr;
 use crate::jsonl::JsonLinesReader;
 use crate::period::{Freq, FreqUnit};
-use crate::sampler::ExpectedNumInstanceSampler;
+use crate::sampler::{ExpectedNumInstanceSampler, InstanceSampler, PredictionSplitSampler};
 use crate::transform::{
     AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
     InstanceSplitter, VstackFeatures,
 };
 
+/// Which loader the chain is for: GluonTS's three instance splitters, as its
+/// estimators (e.g. DeepAR's `_create_instance_splitter`) build them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// Training: `ExpectedNumInstanceSampler(num_instances, min_past, min_future)`,
+    /// random windows, `is_train = true`.
+    #[default]
+    Train,
+    /// Validation: `ValidationSplitSampler(min_past, min_future)`: the last window
+    /// that has `min_future` points after it (series shorter than that give none),
+    /// `is_train = true`.
+    Validation,
+    /// Test (prediction): `TestSplitSampler(min_past)`: the window ending at the
+    /// end of each series (every series must have `min_past` points), time and
+    /// age features extended by `prediction_length`, `is_train = false`.
+    Test,
+}
+
+impl Split {
+    /// `"train"`, `"validation"` or `"test"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Validation => "validation",
+            Split::Test => "test",
+        }
+    }
+}
+
+impl std::str::FromStr for Split {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "train" => Ok(Split::Train),
+            "validation" => Ok(Split::Validation),
+            "test" => Ok(Split::Test),
+            _ => Err(format!(
+                "unknown split {s:?}: expected \"train\", \"validation\" or \"test\""
+            )),
+        }
+    }
+}
+
 /// Parameters of the transformation chain.
+///
+/// One chain for each of GluonTS's three loaders: set [`ChainConfig::split`];
+/// `min_past` and `min_future` default as in GluonTS's DeepAR estimator
+/// (0, and `prediction_length` for training and validation).
+///
+/// # Examples
+/// A training, a validation and a test loader over the same series:
+/// ```
+/// use std::sync::Arc;
+/// use shmpipe_timeseries::{jsonl, synth, workload::*};
+/// let g = synth::GenConfig { num_series: 20, ..Default::default() };
+/// let series = Arc::new(jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap());
+/// let loader = |split, epochs| WorkloadConfig {
+///     source: WorkloadSource::Memory(series.clone()),
+///     chain: ChainConfig { context_length: 168, prediction_length: 24, split, ..ChainConfig::default() },
+///     batch_size: 32, epochs, workers: 2, emitters: 1, group: 16, seed: 0,
+/// };
+/// // Random windows, `num_instances` per series on average, for 3 epochs.
+/// let train = run_in_process(&loader(Split::Train, 3), |_| {}).unwrap();
+/// // The last 24 points of each series as the future (`ValidationSplitSampler`).
+/// let validation = run_in_process(&loader(Split::Validation, 1), |_| {}).unwrap();
+/// // A window ending at each series' end, features extended 24 steps (`TestSplitSampler`).
+/// let test = run_in_process(&loader(Split::Test, 1), |_| {}).unwrap();
+/// assert!(train.windows > 0);
+/// assert_eq!((validation.windows, test.windows), (20, 20));
+/// ```
+/// With [`crate::pipeline::run_workload`] instead of [`run_in_process`] the same
+/// configurations run in worker processes.
 #[derive(Clone, Debug)]
 pub struct ChainConfig {
     /// Frequency of the data.
@@ -31,15 +104,23 @@ pub struct ChainConfig {
     pub context_length: usize,
     /// Future window (`future_length`, and the extra feature length in inference).
     pub prediction_length: usize,
-    /// Average windows per series (`ExpectedNumInstanceSampler.num_instances`).
+    /// Average windows per series (`ExpectedNumInstanceSampler.num_instances`;
+    /// training only).
     pub num_instances: f64,
     /// Use [`FusedDeepAr`] (same outputs, computed for the windows only)
     /// instead of the step-by-step chain.
     pub fused: bool,
+    /// Training, validation or test windows.
+    pub split: Split,
+    /// Points required before a split point (GluonTS's `min_past`; default 0).
+    pub min_past: usize,
+    /// Points required after a split point (GluonTS's `min_future`); `None` is
+    /// GluonTS's default, see [`ChainConfig::min_future`].
+    pub min_future: Option<usize>,
 }
 
 impl Default for ChainConfig {
-    /// Hourly, context 168, prediction 24, one window per series on average.
+    /// Hourly, context 168, prediction 24, one window per series on average, training.
     fn default() -> Self {
         ChainConfig {
             freq: Freq {
@@ -50,15 +131,89 @@ impl Default for ChainConfig {
             prediction_length: 24,
             num_instances: 1.0,
             fused: true,
+            split: Split::Train,
+            min_past: 0,
+            min_future: None,
         }
     }
 }
 
-/// The DeepAR-style training chain, with the sampler seeded by `seed`:
+impl ChainConfig {
+    /// `min_future` in effect: as set, else `prediction_length` for training and
+    /// validation; always 0 for the test split (`TestSplitSampler` has none).
+    pub fn min_future(&self) -> usize {
+        match self.split {
+            Split::Test => 0,
+            _ => self.min_future.unwrap_or(self.prediction_length),
+        }
+    }
+
+    /// The `is_train` flag the split's loader passes to the transformations.
+    pub fn is_train(&self) -> bool {
+        self.split != Split::Test
+    }
+
+    /// The split's instance sampler, seeded by `seed` (only training draws).
+    pub fn sampler(&self, seed: u64) -> Box<dyn InstanceSampler> {
+        match self.split {
+            Split::Train => Box::new(ExpectedNumInstanceSampler::new(
+                self.num_instances,
+                self.min_past,
+                self.min_future(),
+                seed,
+            )),
+            Split::Validation => Box::new(PredictionSplitSampler::validation(
+                self.min_past,
+                self.min_future(),
+            )),
+            Split::Test => Box::new(PredictionSplitSampler::test(self.min_past)),
+        }
+    }
+
+    /// The configuration as pipeline step arguments (read by [`ChainConfig::from_args`]).
+    pub fn to_args(&self) -> serde_json::Value {
+        serde_json::json!({
+            "freq": self.freq.to_string(),
+            "context_length": self.context_length,
+            "prediction_length": self.prediction_length,
+            "num_instances": self.num_instances,
+            "fused": self.fused,
+            "split": self.split.as_str(),
+            "min_past": self.min_past,
+            "min_future": self.min_future,
+        })
+    }
+
+    /// Reads step arguments; missing keys take their default.
+    ///
+    /// # Errors
+    /// A bad `freq` or `split`.
+    pub fn from_args(a: &serde_json::Value) -> Result<Self, String> {
+        let d = ChainConfig::default();
+        let size = |k: &str, d: usize| a[k].as_u64().map_or(d, |v| v as usize);
+        Ok(ChainConfig {
+            freq: a["freq"]
+                .as_str()
+                .unwrap_or("h")
+                .parse()
+                .map_err(|e| format!("freq: {e}"))?,
+            context_length: size("context_length", d.context_length),
+            prediction_length: size("prediction_length", d.prediction_length),
+            num_instances: a["num_instances"].as_f64().unwrap_or(d.num_instances),
+            fused: a["fused"].as_bool().unwrap_or(d.fused),
+            split: a["split"].as_str().unwrap_or("train").parse()?,
+            min_past: size("min_past", d.min_past),
+            min_future: a["min_future"].as_u64().map(|v| v as usize),
+        })
+    }
+}
+
+/// The DeepAR-style chain, with the split's sampler seeded by `seed`:
 /// `AsNumpyArray(target)`, `AddObservedValuesIndicator`, `AddTimeFeatures`,
 /// `AddAgeFeature(log_scale)`, `VstackFeatures(time_feat, [time_feat, age])`,
-/// `InstanceSplitter(ExpectedNumInstanceSampler(min_future = prediction_length),
-/// time_series_fields = [time_feat, observed_values])`.
+/// `InstanceSplitter(sampler, time_series_fields = [time_feat, observed_values])`
+/// with [`ChainConfig::sampler`] (training: `ExpectedNumInstanceSampler(min_future =
+/// prediction_length)` by default).
 pub fn deepar_chain(cfg: &ChainConfig, seed: u64) -> Chain {
     let p = cfg.prediction_length;
     Chain::new()
@@ -81,12 +236,7 @@ pub fn deepar_chain(cfg: &ChainConfig, seed: u64) -> Chain {
         .then(InstanceSplitter::new(
             field::TARGET,
             field::IS_PAD,
-            Box::new(ExpectedNumInstanceSampler::new(
-                cfg.num_instances,
-                0,
-                p,
-                seed,
-            )),
+            cfg.sampler(seed),
             cfg.context_length,
             p,
             &[field::FEAT_TIME, field::OBSERVED_VALUES],
@@ -95,17 +245,11 @@ pub fn deepar_chain(cfg: &ChainConfig, seed: u64) -> Chain {
 
 /// The same chain as [`deepar_chain`] as one [`FusedDeepAr`] step.
 pub fn deepar_chain_fused(cfg: &ChainConfig, seed: u64) -> Chain {
-    let p = cfg.prediction_length;
     Chain::new().then(FusedDeepAr::new(
         time_features_for(cfg.freq),
-        Box::new(ExpectedNumInstanceSampler::new(
-            cfg.num_instances,
-            0,
-            p,
-            seed,
-        )),
+        cfg.sampler(seed),
         cfg.context_length,
-        p,
+        cfg.prediction_length,
     ))
 }
 
@@ -279,38 +423,45 @@ pub fn run_in_process(
     let mut batcher = Batcher::new(cfg.batch_size);
     let mut windows = Vec::new();
     let mut parsed: Option<Vec<DataEntry>> = None;
-    let mut emit =
-        |e: DataEntry, stats: &mut WorkloadStats, chain: &mut Chain| -> Result<(), WorkloadError> {
-            stats.series += 1;
-            windows.clear();
-            chain
-                .apply(e, true, &mut windows)
-                .map_err(WorkloadError::Transform)?;
-            for w in windows.drain(..) {
-                stats.windows += 1;
-                if let Some(b) = batcher.push(w) {
-                    let b = b.map_err(WorkloadError::Batch)?;
-                    stats.batches += 1;
-                    stats.batch_bytes += b.nbytes() as u64;
-                    stats.elapsed = t0.elapsed();
-                    progress(stats);
-                }
+    let mut emit = |e: Cow<'_, DataEntry>,
+                    stats: &mut WorkloadStats,
+                    chain: &mut Chain|
+     -> Result<(), WorkloadError> {
+        stats.series += 1;
+        windows.clear();
+        let is_train = cfg.chain.is_train();
+        match e {
+            Cow::Owned(e) => chain.apply(e, is_train, &mut windows),
+            // Series held in memory are read in place, not copied each pass.
+            Cow::Borrowed(e) => chain.apply_ref(e, is_train, &mut windows),
+        }
+        .map_err(WorkloadError::Transform)?;
+        for w in windows.drain(..) {
+            stats.windows += 1;
+            if let Some(b) = batcher.push(w) {
+                let b = b.map_err(WorkloadError::Batch)?;
+                stats.batches += 1;
+                stats.batch_bytes += b.nbytes() as u64;
+                stats.elapsed = t0.elapsed();
+                progress(stats);
             }
-            Ok(())
-        };
+        }
+        Ok(())
+    };
     for _ in 0..cfg.epochs {
         match &cfg.source {
             WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
                 let mut reader =
                     JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
                 for e in reader.by_ref() {
-                    emit(e.map_err(WorkloadError::Read)?, &mut stats, &mut chain)?;
+                    let e = e.map_err(WorkloadError::Read)?;
+                    emit(Cow::Owned(e), &mut stats, &mut chain)?;
                 }
                 stats.input_bytes += reader.bytes_read();
             }
             WorkloadSource::Memory(entries) => {
                 for e in entries.iter() {
-                    emit(e.clone(), &mut stats, &mut chain)?;
+                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
                 }
             }
             WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
@@ -322,7 +473,7 @@ pub fn run_in_process(
                     ),
                 };
                 for e in entries.iter() {
-                    emit(e.clone(), &mut stats, &mut chain)?;
+                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
                 }
             }
         }

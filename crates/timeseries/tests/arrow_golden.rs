@@ -266,6 +266,7 @@ fn deepar_chain_is_identical_from_arrow_and_json() {
         prediction_length: 7,
         num_instances: 5.0,
         fused: false,
+        ..ChainConfig::default()
     };
     for file in ["daily.feather", "daily-stream.arrow", "daily-raw.feather"] {
         let run = |entries: Vec<DataEntry>| {

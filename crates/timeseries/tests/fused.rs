@@ -2,7 +2,7 @@
 
 use proptest::prelude::*;
 use shmpipe_timeseries::batch::stack;
-use shmpipe_timeseries::workload::{ChainConfig, deepar_chain, deepar_chain_fused};
+use shmpipe_timeseries::workload::{ChainConfig, Split, deepar_chain, deepar_chain_fused};
 use shmpipe_timeseries::{Array, DataEntry, Period};
 
 fn entry(values: &[Option<f32>], start: i64, freq: &str, with_static: bool) -> DataEntry {
@@ -35,6 +35,9 @@ proptest! {
         num_instances in 0.5f64..4.0,
         is_train in any::<bool>(),
         seed in any::<u64>(),
+        split in prop::sample::select(vec![Split::Train, Split::Validation, Split::Test]),
+        min_past in 0usize..8,
+        min_future in prop::option::of(0usize..8),
     ) {
         let cfg = ChainConfig {
             freq: freq.parse().unwrap(),
@@ -42,24 +45,44 @@ proptest! {
             prediction_length: prediction,
             num_instances,
             fused: false,
+            split,
+            min_past,
+            min_future,
         };
         let mut a = deepar_chain(&cfg, seed);
         let mut b = deepar_chain_fused(&cfg, seed);
-        let (mut wa, mut wb) = (Vec::new(), Vec::new());
+        // The same chains on borrowed entries (`apply_ref`: the fused step reads
+        // the target in place, the step-by-step chain copies it).
+        let mut c = deepar_chain_fused(&cfg, seed);
+        let mut d = deepar_chain(&cfg, seed);
+        let (mut wa, mut wb, mut wc, mut wd) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (values, start, st) in &series {
             let e = entry(values, *start, freq, *st);
-            a.apply(e.clone(), is_train, &mut wa).unwrap();
-            b.apply(e, is_train, &mut wb).unwrap();
+            // The test split's sampler fails on a series shorter than `min_past`.
+            let rc = c.apply_ref(&e, is_train, &mut wc);
+            let rd = d.apply_ref(&e, is_train, &mut wd);
+            let ra = a.apply(e.clone(), is_train, &mut wa);
+            let rb = b.apply(e, is_train, &mut wb);
+            prop_assert_eq!(ra.is_ok(), rb.is_ok());
+            prop_assert_eq!(ra.is_ok(), rc.is_ok());
+            prop_assert_eq!(ra.is_ok(), rd.is_ok());
         }
         prop_assert_eq!(wa.len(), wb.len());
         for (x, y) in wa.iter().zip(&wb) {
             prop_assert_eq!(x, y);
         }
+        prop_assert_eq!(&wb, &wc);
+        prop_assert_eq!(&wa, &wd);
         // Stack runs of windows with the same fields, as a batcher would.
         let same: Vec<DataEntry> = wa.iter().filter(|w| !w.contains("feat_static_cat")).cloned().collect();
         let same_b: Vec<DataEntry> = wb.iter().filter(|w| !w.contains("feat_static_cat")).cloned().collect();
         if !same.is_empty() && is_train {
-            prop_assert_eq!(stack(&same).unwrap(), stack(&same_b).unwrap());
+            // Windows of different lengths (a `min_future` below the prediction
+            // length) do not stack, for either chain.
+            match (stack(&same), stack(&same_b)) {
+                (Ok(x), Ok(y)) => prop_assert_eq!(x, y),
+                (x, y) => prop_assert!(x.is_err() && y.is_err()),
+            }
         }
     }
 }

@@ -167,3 +167,163 @@ fn remove_fields_and_batch_mismatch() {
     assert_eq!(b.starts.len(), 2);
     assert_eq!(b.get("target").unwrap().shape(), &[2, 2]);
 }
+
+mod splits {
+    //! The convenience API's three loaders: `ChainConfig::split` with GluonTS's
+    //! defaults for `min_past`/`min_future`, as DeepAR's estimator builds them.
+    use std::sync::Arc;
+
+    use shmpipe_timeseries::sampler::{ExpectedNumInstanceSampler, PredictionSplitSampler};
+    use shmpipe_timeseries::transform::Chain;
+    use shmpipe_timeseries::workload::{
+        ChainConfig, Split, WorkloadConfig, WorkloadSource, run_in_process, training_chain,
+    };
+    use shmpipe_timeseries::{DataEntry, Period, synth};
+
+    fn entries() -> Vec<DataEntry> {
+        let g = synth::GenConfig {
+            num_series: 40,
+            min_len: 1,
+            max_len: 120,
+            missing_prob: 0.1,
+            ..Default::default()
+        };
+        shmpipe_timeseries::jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap()
+    }
+
+    fn windows(chain: &mut Chain, is_train: bool) -> Vec<DataEntry> {
+        let mut out = Vec::new();
+        for e in entries() {
+            chain.apply(e, is_train, &mut out).unwrap();
+        }
+        out
+    }
+
+    fn cfg(split: Split, fused: bool) -> ChainConfig {
+        ChainConfig {
+            context_length: 10,
+            prediction_length: 6,
+            split,
+            fused,
+            ..ChainConfig::default()
+        }
+    }
+
+    #[test]
+    fn defaults_are_gluonts_deepar_samplers() {
+        let c = cfg(Split::Train, true);
+        assert_eq!((c.min_past, c.min_future()), (0, 6));
+        assert_eq!(cfg(Split::Validation, true).min_future(), 6);
+        assert_eq!(cfg(Split::Test, true).min_future(), 0);
+        assert!(c.is_train() && cfg(Split::Validation, true).is_train());
+        assert!(!cfg(Split::Test, true).is_train());
+    }
+
+    #[test]
+    fn validation_and_test_splits_equal_the_step_by_step_chain() {
+        use shmpipe_timeseries::features::time_features_for;
+        use shmpipe_timeseries::fused::FusedDeepAr;
+        for (split, sampler_is_train) in [(Split::Validation, true), (Split::Test, false)] {
+            for fused in [true, false] {
+                let c = cfg(split, fused);
+                let sampler = match split {
+                    Split::Validation => PredictionSplitSampler::validation(0, 6),
+                    _ => PredictionSplitSampler::test(0),
+                };
+                let mut reference = Chain::new().then(FusedDeepAr::new(
+                    time_features_for(c.freq),
+                    Box::new(sampler),
+                    10,
+                    6,
+                ));
+                let got = windows(&mut training_chain(&c, 1), c.is_train());
+                let want = windows(&mut reference, sampler_is_train);
+                assert_eq!(got, want, "{split:?} fused={fused}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_window_per_series_at_the_split_point() {
+        let es = entries();
+        let test = windows(&mut training_chain(&cfg(Split::Test, true), 1), false);
+        assert_eq!(test.len(), es.len(), "TestSplitSampler: every series");
+        for (w, e) in test.iter().zip(&es) {
+            let len = e.get("target").unwrap().time_len() as i64;
+            assert_eq!(w.forecast_start, Some(e.start.unwrap().shifted(len)));
+            assert_eq!(w.get("future_time_feat").unwrap().shape()[0], 6);
+        }
+        let val = windows(&mut training_chain(&cfg(Split::Validation, true), 1), true);
+        let long: Vec<&DataEntry> = es
+            .iter()
+            .filter(|e| e.get("target").unwrap().time_len() >= 6)
+            .collect();
+        assert_eq!(
+            val.len(),
+            long.len(),
+            "ValidationSplitSampler skips short series"
+        );
+        for (w, e) in val.iter().zip(long) {
+            let len = e.get("target").unwrap().time_len() as i64;
+            let start: Period = e.start.unwrap();
+            assert_eq!(w.forecast_start, Some(start.shifted(len - 6)));
+            assert_eq!(w.get("future_target").unwrap().shape()[0], 6);
+        }
+        // min_past and min_future are honoured by the training sampler too.
+        let mut c = cfg(Split::Train, true);
+        c.min_past = 30;
+        c.min_future = Some(10);
+        c.num_instances = 1e6; // every admissible point
+        let mut reference = Chain::new().then(shmpipe_timeseries::fused::FusedDeepAr::new(
+            shmpipe_timeseries::features::time_features_for(c.freq),
+            Box::new(ExpectedNumInstanceSampler::new(1e6, 30, 10, 1)),
+            10,
+            6,
+        ));
+        let got = windows(&mut training_chain(&c, 1), true);
+        assert_eq!(got, windows(&mut reference, true));
+        let admissible: usize = es
+            .iter()
+            .map(|e| (e.get("target").unwrap().time_len() + 1).saturating_sub(40))
+            .sum();
+        assert_eq!(got.len(), admissible);
+    }
+
+    #[test]
+    fn the_workload_runs_each_split() {
+        let es = Arc::new(entries());
+        let run = |split| {
+            let cfg = WorkloadConfig {
+                source: WorkloadSource::Memory(es.clone()),
+                chain: cfg(split, true),
+                batch_size: 8,
+                epochs: 1,
+                workers: 1,
+                emitters: 1,
+                group: 4,
+                seed: 0,
+            };
+            run_in_process(&cfg, |_| {}).unwrap().windows
+        };
+        assert_eq!(run(Split::Test), es.len() as u64);
+        assert!(run(Split::Validation) < es.len() as u64);
+    }
+
+    /// The pipeline's workers get the chain as step arguments.
+    #[test]
+    fn step_args_round_trip() {
+        let c = ChainConfig {
+            split: Split::Validation,
+            min_past: 3,
+            min_future: Some(2),
+            num_instances: 2.5,
+            ..cfg(Split::Test, false)
+        };
+        let d = ChainConfig::from_args(&c.to_args()).unwrap();
+        assert_eq!(format!("{c:?}"), format!("{d:?}"));
+        let e = ChainConfig::from_args(&serde_json::json!({"split": "valid"})).unwrap_err();
+        assert!(e.contains("\"validation\""), "{e}");
+        let d = ChainConfig::from_args(&serde_json::json!({})).unwrap();
+        assert_eq!(format!("{d:?}"), format!("{:?}", ChainConfig::default()));
+    }
+}
