@@ -47,3 +47,8 @@ pub use entry::{Array, DataEntry, field};
 pub use error::{BatchError, ParseError, ReadError, TimeError, TransformError};
 pub use period::{DateTime, Freq, FreqUnit, Period};
 pub use transform::{Chain, Transform};
+
+/// docs/timeseries.md, whose Rust blocks run as doc tests (so the guide cannot drift).
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/timeseries.md")]
+struct TimeseriesGuide;
