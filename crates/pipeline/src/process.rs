@@ -93,10 +93,17 @@ pub(crate) fn unlink_segments(names: &[String]) {
     }
 }
 
-/// Starts one child.
-pub(crate) fn spawn(spec: &ChildSpec, args: &[String]) -> Result<Child, Error> {
+/// Starts one child: `program` (default: the current executable) with `args`.
+pub(crate) fn spawn(
+    spec: &ChildSpec,
+    program: Option<&std::path::Path>,
+    args: &[String],
+) -> Result<Child, Error> {
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().map_err(Error::Spawn)?;
+    let exe = match program {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe().map_err(Error::Spawn)?,
+    };
     let json = serde_json::to_string(spec).map_err(|e| Error::Config(e.to_string()))?;
     Command::new(exe)
         .args(args)
