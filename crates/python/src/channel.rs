@@ -416,7 +416,7 @@ impl Sender {
 
 /// What keeps a received message (and its pool blocks) alive: the base object of its arrays.
 #[derive(Debug)]
-#[pyclass(module = "shmpipe._native", frozen)]
+#[pyclass(module = "shmpipe._native", frozen, weakref)]
 pub struct Lease {
     msg: shm_ring::Message,
     held: Arc<AtomicUsize>,
@@ -524,9 +524,10 @@ impl Receiver {
                 match f.map_err(ring_err)? {
                     shm_ring::FieldRef::Array(a) => {
                         // SAFETY: the bytes live in the message (its heap body or its leased
-                        // pool blocks), which `lease` owns and never moves or mutates.
+                        // pool blocks), which `lease` owns and never moves; the sender does not
+                        // touch a leased block until the lease returns it, so writes are ours.
                         let arr = unsafe {
-                            dtype::array_over(py, a.dtype, &a.shape, a.bytes, lease.clone().into_any(), false)?
+                            dtype::array_over(py, a.dtype, &a.shape, a.bytes, lease.clone().into_any(), true)?
                         };
                         arrays.set_item(a.name, arr)?;
                     }
@@ -634,7 +635,8 @@ impl Receiver {
     }
 }
 
-/// A received message: `msg["x"]` is a read-only numpy view into shared memory.
+/// A received message: `msg["x"]` is a numpy view into shared memory (writable: the block is
+/// this message's alone until it is released, and the sender never reads it back).
 #[derive(Debug)]
 #[pyclass(module = "shmpipe._native", frozen, mapping)]
 pub struct Message {

@@ -114,18 +114,14 @@ pub unsafe fn array_over<'py>(
                 let v: Vec<$t> = bytemuck::pod_collect_to_vec(bytes);
                 let a = ndarray::ArrayD::from_shape_vec(IxDyn(shape), v)
                     .map_err(|e| PyValueError::new_err(e.to_string()))?;
-                return Ok(PyArray::from_owned_array(py, a).into_any());
+                return Ok(read_only(PyArray::from_owned_array(py, a).into_any(), writable));
             }
             // SAFETY: `ptr` is aligned for the element type and points at `n` elements that
             // the caller keeps alive with `owner`; every bit pattern is a valid value.
             let v = unsafe { ArrayViewD::from_shape_ptr(IxDyn(shape), ptr as *const $t) };
             // SAFETY: `owner` keeps the memory alive and in place (caller's contract).
             let a: Bound<'py, PyArrayDyn<$t>> = unsafe { PyArray::borrow_from_array(&v, owner) };
-            if !writable {
-                // SAFETY: clearing a flag of the array we just created, before anyone sees it.
-                unsafe { (*a.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
-            }
-            a.into_any()
+            read_only(a.into_any(), writable)
         }};
     }
     Ok(match dt {
@@ -153,7 +149,16 @@ pub unsafe fn array_over<'py>(
                 .collect::<PyResult<Vec<bool>>>()?;
             let a = ndarray::ArrayD::from_shape_vec(IxDyn(shape), v)
                 .map_err(|e| PyValueError::new_err(e.to_string()))?;
-            PyArray::from_owned_array(py, a).into_any()
+            read_only(PyArray::from_owned_array(py, a).into_any(), writable)
         }
     })
+}
+
+/// Clears the writeable flag of a new array unless `writable`.
+fn read_only(a: Bound<'_, PyAny>, writable: bool) -> Bound<'_, PyAny> {
+    if !writable && let Ok(u) = a.cast::<PyUntypedArray>() {
+        // SAFETY: clearing a flag of an array we just created, before anyone sees it.
+        unsafe { (*u.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
+    }
+    a
 }
