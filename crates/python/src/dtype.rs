@@ -46,25 +46,6 @@ pub fn from_py(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
     from_descr(d.cast::<PyArrayDescr>()?)
 }
 
-/// The numpy dtype of `dt` (`bf16` is shown as `uint16`: numpy has no bfloat16).
-pub fn descr(py: Python<'_>, dt: DType) -> Bound<'_, PyArrayDescr> {
-    use numpy::dtype;
-    match dt {
-        DType::F32 => dtype::<f32>(py),
-        DType::F64 => dtype::<f64>(py),
-        DType::I8 => dtype::<i8>(py),
-        DType::I16 => dtype::<i16>(py),
-        DType::I32 => dtype::<i32>(py),
-        DType::I64 => dtype::<i64>(py),
-        DType::U8 => dtype::<u8>(py),
-        DType::U16 | DType::BF16 => dtype::<u16>(py),
-        DType::U32 => dtype::<u32>(py),
-        DType::U64 => dtype::<u64>(py),
-        DType::F16 => dtype::<f16>(py),
-        DType::Bool => dtype::<bool>(py),
-    }
-}
-
 /// The raw parts of a C-contiguous numpy array: (dtype, shape, bytes).
 ///
 /// # Safety

@@ -9,6 +9,9 @@ use pyo3::prelude::*;
 mod channel;
 mod dtype;
 mod errors;
+mod item;
+mod pipeline;
+mod worker;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -18,5 +21,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<channel::Message>()?;
     m.add_class::<channel::Loan>()?;
     m.add_class::<channel::Lease>()?;
+    m.add_class::<item::ItemLease>()?;
+    m.add_class::<pipeline::PipelineRun>()?;
+    m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
+    m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
     Ok(())
 }
