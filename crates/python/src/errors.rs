@@ -75,6 +75,7 @@ pub fn ring_err(e: shm_ring::Error) -> PyErr {
 pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
     use shmpipe::Error as E;
     let msg = e.to_string();
+    let _ = &msg;
     match e {
         E::Step {
             step,
@@ -83,7 +84,16 @@ pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
             input,
             message,
         } => {
-            let err = StepError::new_err(msg);
+            // A Python step's message starts with the callable's name (see `worker::PyStep`).
+            let (step, message) = match message.split_once('\n') {
+                Some((name, rest)) if step == crate::worker::PY_STEP => {
+                    (name.to_owned(), rest.to_owned())
+                }
+                _ => (step, message),
+            };
+            let err = StepError::new_err(format!(
+                "step {step:?} failed in worker {worker} (stage {stage}) on input {input}:\n{message}"
+            ));
             let v = err.value(py);
             let _ = v.setattr("step", step);
             let _ = v.setattr("stage", stage);

@@ -20,7 +20,12 @@ pub const PY_SOURCE: &str = "python_sequence";
 fn describe(py: Python<'_>, e: PyErr) -> String {
     let tb = py
         .import("traceback")
-        .and_then(|t| t.call_method1("format_exception", (e.value(py),)))
+        .and_then(|t| {
+            t.call_method1(
+                "format_exception",
+                (e.get_type(py), e.value(py), e.traceback(py)),
+            )
+        })
         .and_then(|l| l.extract::<Vec<String>>())
         .map(|l| l.concat());
     tb.unwrap_or_else(|_| e.to_string())
@@ -29,6 +34,9 @@ fn describe(py: Python<'_>, e: PyErr) -> String {
 /// A Python callable run as a step (through `shmpipe._steps.Runner`).
 struct PyStep {
     runner: Py<PyAny>,
+    /// The callable's qualified name: the first line of every error message, which
+    /// `errors::pipe_err` turns into the exception's `step` attribute.
+    name: String,
 }
 
 impl PyStep {
@@ -47,7 +55,7 @@ impl Step for PyStep {
             let r = item::to_py(py, it)
                 .and_then(|d| self.runner.bind(py).call_method1("process", (d,)))
                 .and_then(|r| Self::outputs(py, r, out));
-            r.map_err(|e| StepError::new(describe(py, e)))
+            r.map_err(|e| StepError::new(format!("{}\n{}", self.name, describe(py, e))))
         })
     }
 
@@ -58,7 +66,7 @@ impl Step for PyStep {
                 .bind(py)
                 .call_method0("finish")
                 .and_then(|r| Self::outputs(py, r, out));
-            r.map_err(|e| StepError::new(describe(py, e)))
+            r.map_err(|e| StepError::new(format!("{}\n{}", self.name, describe(py, e))))
         })
     }
 }
@@ -94,7 +102,10 @@ fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
         let w = cx.worker;
         py.import("shmpipe._steps")
             .and_then(|m| m.call_method1("load_step", (args, w.worker, w.workers, w.seed)))
-            .map(|r| PyStep { runner: r.unbind() })
+            .map(|r| PyStep {
+                runner: r.unbind(),
+                name: cx.args["name"].as_str().unwrap_or("python").to_owned(),
+            })
             .map_err(|e| StepError::new(describe(py, e)))
     })
 }
