@@ -11,6 +11,7 @@ mod dtype;
 mod errors;
 mod item;
 mod pipeline;
+mod timeseries;
 mod worker;
 
 #[pymodule]
