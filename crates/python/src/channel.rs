@@ -7,9 +7,9 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use half::f16;
@@ -39,8 +39,12 @@ fn closed() -> PyErr {
 fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
     match timeout {
         None => Ok(None),
-        Some(t) if t.is_finite() && t >= 0.0 => Ok(Some(Instant::now() + Duration::from_secs_f64(t))),
-        Some(t) => Err(PyValueError::new_err(format!("timeout must be >= 0 seconds, not {t}"))),
+        Some(t) if t.is_finite() && t >= 0.0 => {
+            Ok(Some(Instant::now() + Duration::from_secs_f64(t)))
+        }
+        Some(t) => Err(PyValueError::new_err(format!(
+            "timeout must be >= 0 seconds, not {t}"
+        ))),
     }
 }
 
@@ -151,7 +155,11 @@ impl Sender {
 /// One array to send: a view of numpy memory, or a loan to hand over.
 #[derive(Debug)]
 enum Part {
-    Raw { dt: DType, shape: Vec<usize>, bytes: &'static [u8] },
+    Raw {
+        dt: DType,
+        shape: Vec<usize>,
+        bytes: &'static [u8],
+    },
     Loan(AnyLoan),
 }
 
@@ -184,7 +192,9 @@ impl Sender {
         threshold: Option<usize>,
     ) -> PyResult<Sender> {
         let cfg = config(slots, blocks, block_size, threshold);
-        let tx = py.detach(|| shm_ring::Sender::create(name, &cfg)).map_err(ring_err)?;
+        let tx = py
+            .detach(|| shm_ring::Sender::create(name, &cfg))
+            .map_err(ring_err)?;
         Sender::new(tx, cfg, false)
     }
 
@@ -199,20 +209,25 @@ impl Sender {
         threshold: Option<usize>,
     ) -> PyResult<Sender> {
         let cfg = config(slots, blocks, block_size, threshold);
-        let tx = py.detach(|| shm_ring::Sender::anonymous(&cfg)).map_err(ring_err)?;
+        let tx = py
+            .detach(|| shm_ring::Sender::anonymous(&cfg))
+            .map_err(ring_err)?;
         Sender::new(tx, cfg, true)
     }
 
     /// The memfd of an anonymous channel (owned by the sender: dup it to keep it).
     fn fileno(&self) -> PyResult<RawFd> {
-        self.fd
-            .ok_or_else(|| PyValueError::new_err("a named channel has no descriptor: open it by name"))
+        self.fd.ok_or_else(|| {
+            PyValueError::new_err("a named channel has no descriptor: open it by name")
+        })
     }
 
     /// The channel's name (`None` if anonymous).
     #[getter]
     fn name(&self) -> Option<String> {
-        lock(&self.inner).as_ref().and_then(|t| t.name().map(str::to_owned))
+        lock(&self.inner)
+            .as_ref()
+            .and_then(|t| t.name().map(str::to_owned))
     }
 
     /// Number of pool blocks.
@@ -236,7 +251,12 @@ impl Sender {
     fn stats(&self) -> PyResult<(u64, u64, u64, u64)> {
         let g = lock(&self.inner);
         let s = g.as_ref().ok_or_else(closed)?.stats();
-        Ok((s.messages, s.zero_copy_arrays, s.copied_arrays, s.array_bytes))
+        Ok((
+            s.messages,
+            s.zero_copy_arrays,
+            s.copied_arrays,
+            s.array_bytes,
+        ))
     }
 
     /// Waits up to `timeout` seconds for a consumer to attach; returns its pid.
@@ -274,7 +294,9 @@ impl Sender {
             let r = py.detach(|| {
                 let mut g = lock(&this.inner);
                 let tx = g.as_mut().ok_or_else(closed)?;
-                AnyLoan::new(tx, dt, &shape, s).map(|(l, p, n)| (l, p as usize, n)).map_err(ring_err)
+                AnyLoan::new(tx, dt, &shape, s)
+                    .map(|(l, p, n)| (l, p as usize, n))
+                    .map_err(ring_err)
             });
             match r {
                 Err(e) if e.is_instance_of::<pyo3::exceptions::PyTimeoutError>(py) => {
@@ -327,9 +349,14 @@ impl Sender {
                 // SAFETY: reading the data pointer of a live array.
                 let data = unsafe { (*a.as_array_ptr()).data } as usize;
                 let l = loan.get();
-                if data == l.ptr && a.is_c_contiguous() && a.len() * a.dtype().itemsize() == l.nbytes {
+                if data == l.ptr
+                    && a.is_c_contiguous()
+                    && a.len() * a.dtype().itemsize() == l.nbytes
+                {
                     let taken = lock(&l.inner).take().ok_or_else(|| {
-                        PyRuntimeError::new_err(format!("the loaned array {name:?} was already sent"))
+                        PyRuntimeError::new_err(format!(
+                            "the loaned array {name:?} was already sent"
+                        ))
                     })?;
                     // The block now belongs to the message: no more writes through this array.
                     // SAFETY: clearing a flag of a live array we hold.
@@ -346,7 +373,8 @@ impl Sender {
             // SAFETY: `arr` is kept in `keep` until the message is sent.
             let (dt, shape, bytes) = unsafe { dtype::raw_parts(a)? };
             // SAFETY: the 'static lifetime never escapes this call (see `keep`).
-            let bytes: &'static [u8] = unsafe { std::mem::transmute::<&[u8], &'static [u8]>(bytes) };
+            let bytes: &'static [u8] =
+                unsafe { std::mem::transmute::<&[u8], &'static [u8]>(bytes) };
             keep.push(arr.clone());
             parts.push((name, Part::Raw { dt, shape, bytes }));
         }
@@ -358,7 +386,9 @@ impl Sender {
         }
         let has_loans = parts.iter().any(|(_, p)| matches!(p, Part::Loan(_)));
         let end = deadline(timeout)?;
-        let build = |parts: &mut Vec<(String, Part)>, metas: &[(String, MetaValue<'static>)]| -> Result<MessageBuilder<'static>, shm_ring::Error> {
+        let build = |parts: &mut Vec<(String, Part)>,
+                     metas: &[(String, MetaValue<'static>)]|
+         -> Result<MessageBuilder<'static>, shm_ring::Error> {
             let mut b = MessageBuilder::new();
             for (n, v) in metas {
                 b = b.meta(n.clone(), v.clone());
@@ -377,7 +407,9 @@ impl Sender {
             let b = build(&mut parts, &metas).map_err(ring_err)?;
             return match end {
                 None => self.with(py, move |tx| tx.send(b)),
-                Some(d) => self.with(py, move |tx| tx.send_timeout(b, d.saturating_duration_since(Instant::now()))),
+                Some(d) => self.with(py, move |tx| {
+                    tx.send_timeout(b, d.saturating_duration_since(Instant::now()))
+                }),
             };
         }
         let raw: Vec<(String, DType, Vec<usize>, &'static [u8])> = parts
@@ -393,7 +425,16 @@ impl Sender {
             };
             let mut ps: Vec<(String, Part)> = raw
                 .iter()
-                .map(|(n, dt, shape, bytes)| (n.clone(), Part::Raw { dt: *dt, shape: shape.clone(), bytes }))
+                .map(|(n, dt, shape, bytes)| {
+                    (
+                        n.clone(),
+                        Part::Raw {
+                            dt: *dt,
+                            shape: shape.clone(),
+                            bytes,
+                        },
+                    )
+                })
                 .collect();
             let b = build(&mut ps, &metas).map_err(ring_err)?;
             match self.with(py, move |tx| tx.send_timeout(b, s)) {
@@ -424,7 +465,8 @@ pub struct Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        self.held.fetch_sub(self.msg.leased_blocks(), Ordering::Relaxed);
+        self.held
+            .fetch_sub(self.msg.leased_blocks(), Ordering::Relaxed);
     }
 }
 
@@ -471,7 +513,11 @@ impl Receiver {
     }
 
     /// Waits for the next message (skipping the hello), with signal checks between slices.
-    fn next_msg(&self, py: Python<'_>, end: Option<Instant>) -> PyResult<Option<shm_ring::Message>> {
+    fn next_msg(
+        &self,
+        py: Python<'_>,
+        end: Option<Instant>,
+    ) -> PyResult<Option<shm_ring::Message>> {
         loop {
             let s = slice(end);
             let r = py.detach(|| {
@@ -479,7 +525,9 @@ impl Receiver {
                 let rx = g.as_mut().ok_or_else(closed)?;
                 Ok::<_, PyErr>(match s {
                     Some(s) => rx.recv_timeout(s),
-                    None => rx.try_recv().and_then(|m| m.ok_or(shm_ring::Error::Timeout)),
+                    None => rx
+                        .try_recv()
+                        .and_then(|m| m.ok_or(shm_ring::Error::Timeout)),
                 })
             })?;
             match r {
@@ -527,7 +575,14 @@ impl Receiver {
                         // pool blocks), which `lease` owns and never moves; the sender does not
                         // touch a leased block until the lease returns it, so writes are ours.
                         let arr = unsafe {
-                            dtype::array_over(py, a.dtype, &a.shape, a.bytes, lease.clone().into_any(), true)?
+                            dtype::array_over(
+                                py,
+                                a.dtype,
+                                &a.shape,
+                                a.bytes,
+                                lease.clone().into_any(),
+                                true,
+                            )?
                         };
                         arrays.set_item(a.name, arr)?;
                     }
@@ -584,7 +639,9 @@ impl Receiver {
         }
         // SAFETY: the caller hands over ownership of an open descriptor (documented).
         let file = unsafe { File::from_raw_fd(fd) };
-        shm_ring::Receiver::from_file(file).map(Receiver::new).map_err(ring_err)
+        shm_ring::Receiver::from_file(file)
+            .map(Receiver::new)
+            .map_err(ring_err)
     }
 
     /// The next message; `timeout` in seconds (None: wait as long as it takes).
@@ -613,7 +670,10 @@ impl Receiver {
     /// Pid of the producer process.
     #[getter]
     fn producer_pid(&self) -> PyResult<u32> {
-        lock(&self.inner).as_ref().map(|r| r.producer_pid()).ok_or_else(closed)
+        lock(&self.inner)
+            .as_ref()
+            .map(|r| r.producer_pid())
+            .ok_or_else(closed)
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -654,7 +714,11 @@ pub struct Message {
 }
 
 impl Message {
-    fn new(arrays: Bound<'_, PyDict>, meta: Bound<'_, PyDict>, records: Option<Py<PyList>>) -> Message {
+    fn new(
+        arrays: Bound<'_, PyDict>,
+        meta: Bound<'_, PyDict>,
+        records: Option<Py<PyList>>,
+    ) -> Message {
         Message {
             arrays: arrays.unbind(),
             meta: meta.unbind(),
@@ -683,7 +747,11 @@ impl Message {
         self.arrays.bind(py).len()
     }
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.arrays.bind(py).as_any().try_iter().map(Bound::into_any)
+        self.arrays
+            .bind(py)
+            .as_any()
+            .try_iter()
+            .map(Bound::into_any)
     }
     /// Array names.
     fn keys<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
@@ -699,7 +767,9 @@ impl Message {
         let py = slf.py();
         match &slf.get().records {
             Some(r) => r.bind(py).clone().into_any(),
-            None => PyList::new(py, [slf.clone()]).map(Bound::into_any).unwrap_or_else(|_| py.None().into_bound(py)),
+            None => PyList::new(py, [slf.clone()])
+                .map(Bound::into_any)
+                .unwrap_or_else(|_| py.None().into_bound(py)),
         }
     }
     fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
@@ -708,7 +778,25 @@ impl Message {
             let a = v.cast::<PyUntypedArray>()?;
             parts.push(format!("{}: {}{:?}", k, a.dtype().str()?, a.shape()));
         }
-        Ok(format!("Message({}, meta={})", parts.join(", "), self.meta.bind(py).repr()?))
+        Ok(format!(
+            "Message({}, meta={})",
+            parts.join(", "),
+            self.meta.bind(py).repr()?
+        ))
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits_are_cut_into_slices_that_end_at_the_deadline() {
+        assert_eq!(slice(None), Some(SLICE));
+        assert_eq!(slice(Some(Instant::now() - Duration::from_millis(1))), None);
+        let s = slice(Some(Instant::now() + Duration::from_millis(10))).unwrap();
+        assert!(s <= Duration::from_millis(10) && s > Duration::ZERO);
+        let s = slice(Some(Instant::now() + Duration::from_secs(10))).unwrap();
+        assert_eq!(s, SLICE);
+    }
+}

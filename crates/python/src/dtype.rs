@@ -51,7 +51,9 @@ pub fn from_py(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 /// # Safety
 /// The returned slice borrows the array's memory: the caller keeps `arr` alive (and does not
 /// let Python resize it) while the slice is used.
-pub unsafe fn raw_parts<'a>(arr: &Bound<'_, PyUntypedArray>) -> PyResult<(DType, Vec<usize>, &'a [u8])> {
+pub unsafe fn raw_parts<'a>(
+    arr: &Bound<'_, PyUntypedArray>,
+) -> PyResult<(DType, Vec<usize>, &'a [u8])> {
     if !arr.is_c_contiguous() {
         return Err(PyValueError::new_err("array is not C-contiguous"));
     }
@@ -95,7 +97,10 @@ pub unsafe fn array_over<'py>(
                 let v: Vec<$t> = bytemuck::pod_collect_to_vec(bytes);
                 let a = ndarray::ArrayD::from_shape_vec(IxDyn(shape), v)
                     .map_err(|e| PyValueError::new_err(e.to_string()))?;
-                return Ok(read_only(PyArray::from_owned_array(py, a).into_any(), writable));
+                return Ok(read_only(
+                    PyArray::from_owned_array(py, a).into_any(),
+                    writable,
+                ));
             }
             // SAFETY: `ptr` is aligned for the element type and points at `n` elements that
             // the caller keeps alive with `owner`; every bit pattern is a valid value.

@@ -4,8 +4,8 @@ use numpy::{PyArray, PyUntypedArray};
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString};
-use shmpipe::{Array, Element, Item, Meta};
 use shm_ring::DType;
+use shmpipe::{Array, Element, Item, Meta};
 
 use crate::dtype;
 
@@ -80,7 +80,9 @@ pub fn to_py<'py>(py: Python<'py>, mut item: Item) -> PyResult<Bound<'py, PyDict
                     // SAFETY: the bytes are in a pool block held by the item, which `owner`
                     // keeps alive and never touches again (only drops it); the block is this
                     // consumer's alone until then, so numpy may write to it.
-                    let a = unsafe { dtype::array_over(py, dt, &shape, bytes, owner.clone().into_any(), true)? };
+                    let a = unsafe {
+                        dtype::array_over(py, dt, &shape, bytes, owner.clone().into_any(), true)?
+                    };
                     d.set_item(&n, a)?;
                 }
                 None => {
@@ -101,7 +103,10 @@ pub fn from_py(py: Python<'_>, d: &Bound<'_, PyAny>) -> PyResult<Item> {
     let d = d.cast::<PyDict>().map_err(|_| {
         PyTypeError::new_err(format!(
             "pipeline items are dicts, not {}",
-            d.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            d.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
         ))
     })?;
     let np = py.import("numpy")?;

@@ -5,10 +5,10 @@
 //! slices. Closing drops the queue (the thread then drops the pipeline, which stops every
 //! process and removes every segment); a pipeline stuck in a step is killed after a grace.
 
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -64,7 +64,9 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
         b = b.on_bad_record(OnBadRecord::Skip);
     }
     if let Some(t) = spec["threshold"].as_u64() {
-        b = b.transfer(Transfer::Adaptive { threshold: t as usize });
+        b = b.transfer(Transfer::Adaptive {
+            threshold: t as usize,
+        });
     }
     if let Some(c) = spec["channel"].as_array() {
         let g = |i: usize| c.get(i).and_then(Value::as_u64).unwrap_or(0);
@@ -76,12 +78,17 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
     let src = &spec["source"];
     b = match src["kind"].as_str() {
         Some("jsonl") => b.source(JsonLines::new(src["path"].as_str().unwrap_or_default())),
-        Some("named") => b.source_named(src["name"].as_str().unwrap_or_default(), src["args"].clone()),
+        Some("named") => b.source_named(
+            src["name"].as_str().unwrap_or_default(),
+            src["args"].clone(),
+        ),
         Some("sequence") => b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": src["fd"]})),
         _ => return Err(cfg_err("source: a path, a sequence or a named source")),
     };
     for s in spec["steps"].as_array().into_iter().flatten() {
-        let name = s["name"].as_str().ok_or_else(|| cfg_err("step without a name"))?;
+        let name = s["name"]
+            .as_str()
+            .ok_or_else(|| cfg_err("step without a name"))?;
         b = b.step_with(name, s["args"].clone());
     }
     Ok(b)
@@ -93,7 +100,13 @@ impl PipelineRun {
     /// children being `program args..` (the Python interpreter running `shmpipe._worker`).
     #[staticmethod]
     #[pyo3(signature = (spec, program, args, prefetch=8))]
-    fn start(py: Python<'_>, spec: &str, program: String, args: Vec<String>, prefetch: usize) -> PyResult<PipelineRun> {
+    fn start(
+        py: Python<'_>,
+        spec: &str,
+        program: String,
+        args: Vec<String>,
+        prefetch: usize,
+    ) -> PyResult<PipelineRun> {
         let spec: Value = serde_json::from_str(spec).map_err(cfg_err)?;
         let b = build(&spec, program, args)?;
         let p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;

@@ -32,7 +32,9 @@ pub struct EvalStep {
 
 impl std::fmt::Debug for EvalStep {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EvalStep").field("is_train", &self.is_train).finish_non_exhaustive()
+        f.debug_struct("EvalStep")
+            .field("is_train", &self.is_train)
+            .finish_non_exhaustive()
     }
 }
 
@@ -40,7 +42,11 @@ impl EvalStep {
     /// Builds the step from its arguments.
     pub fn from_context(cx: &StepContext<'_>) -> Result<EvalStep, StepError> {
         let a = cx.args;
-        let freq: Freq = a["freq"].as_str().unwrap_or("h").parse().map_err(StepError::new)?;
+        let freq: Freq = a["freq"]
+            .as_str()
+            .unwrap_or("h")
+            .parse()
+            .map_err(StepError::new)?;
         let ctx = a["context_length"].as_u64().unwrap_or(168) as usize;
         let pred = a["prediction_length"].as_u64().unwrap_or(24) as usize;
         let bs = a["batch_size"].as_u64().unwrap_or(32) as usize;
@@ -49,14 +55,34 @@ impl EvalStep {
         let (sampler, is_train) = match a["mode"].as_str() {
             Some("validation") => (PredictionSplitSampler::validation(0, pred), true),
             Some("test") => (PredictionSplitSampler::test(0), false),
-            m => return Err(StepError::new(format!("mode: validation or test, not {m:?}"))),
+            m => {
+                return Err(StepError::new(format!(
+                    "mode: validation or test, not {m:?}"
+                )));
+            }
         };
         let chain = Chain::new()
             .then(AsNumpyArray::new(field::TARGET, 1))
-            .then(AddObservedValuesIndicator::new(field::TARGET, field::OBSERVED_VALUES))
-            .then(AddTimeFeatures::new(field::TARGET, field::FEAT_TIME, time_features_for(freq), pred))
-            .then(AddAgeFeature::new(field::TARGET, field::FEAT_AGE, pred, true))
-            .then(VstackFeatures::new(field::FEAT_TIME, &[field::FEAT_TIME, field::FEAT_AGE]))
+            .then(AddObservedValuesIndicator::new(
+                field::TARGET,
+                field::OBSERVED_VALUES,
+            ))
+            .then(AddTimeFeatures::new(
+                field::TARGET,
+                field::FEAT_TIME,
+                time_features_for(freq),
+                pred,
+            ))
+            .then(AddAgeFeature::new(
+                field::TARGET,
+                field::FEAT_AGE,
+                pred,
+                true,
+            ))
+            .then(VstackFeatures::new(
+                field::FEAT_TIME,
+                &[field::FEAT_TIME, field::FEAT_AGE],
+            ))
             .then(InstanceSplitter::new(
                 field::TARGET,
                 field::IS_PAD,
@@ -65,7 +91,13 @@ impl EvalStep {
                 pred,
                 &[field::FEAT_TIME, field::OBSERVED_VALUES],
             ));
-        Ok(EvalStep { freq, chain, is_train, batcher: Batcher::new(bs), windows: Vec::new() })
+        Ok(EvalStep {
+            freq,
+            chain,
+            is_train,
+            batcher: Batcher::new(bs),
+            windows: Vec::new(),
+        })
     }
 }
 
@@ -74,15 +106,20 @@ impl Step for EvalStep {
         let lines = item
             .take_array::<u8>(LINE_FIELD)
             .ok_or_else(|| StepError::new("gluonts_eval reads raw lines (source gluonts_lines)"))?;
-        let bytes = lines.as_slice().ok_or_else(|| StepError::new("json_line is not contiguous"))?;
+        let bytes = lines
+            .as_slice()
+            .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
         let first = item.i64(LINE_NO_META).unwrap_or(1);
         for (no, line) in (first..).zip(bytes.split(|&b| b == b'\n')) {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let e = parse_entry(line, self.freq).map_err(|e| StepError::new(format!("line {no}: {e}")))?;
+            let e = parse_entry(line, self.freq)
+                .map_err(|e| StepError::new(format!("line {no}: {e}")))?;
             self.windows.clear();
-            self.chain.apply(e, self.is_train, &mut self.windows).map_err(StepError::new)?;
+            self.chain
+                .apply(e, self.is_train, &mut self.windows)
+                .map_err(StepError::new)?;
             for w in self.windows.drain(..) {
                 if let Some(b) = self.batcher.push(w) {
                     out.push(batch_to_item(b.map_err(StepError::new)?));

@@ -86,12 +86,13 @@ impl Source for PySource {
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         Python::attach(|py| {
             let d = self.seq.bind(py).get_item(self.start + index);
-            d.and_then(|d| item::from_py(py, &d)).map_err(|e| SourceError::BadRecord {
-                file: "python sequence".into(),
-                line: (self.start + index + 1) as u64,
-                field: None,
-                message: describe(py, e),
-            })
+            d.and_then(|d| item::from_py(py, &d))
+                .map_err(|e| SourceError::BadRecord {
+                    file: "python sequence".into(),
+                    line: (self.start + index + 1) as u64,
+                    field: None,
+                    message: describe(py, e),
+                })
         })
     }
 }
@@ -131,7 +132,10 @@ fn py_source(cx: &SourceContext<'_>) -> Result<PySource, SourceError> {
 pub fn registry() -> Registry {
     let reg = Registry::new()
         .step(PY_STEP, py_step)
-        .step(crate::timeseries::STEP_EVAL, crate::timeseries::EvalStep::from_context)
+        .step(
+            crate::timeseries::STEP_EVAL,
+            crate::timeseries::EvalStep::from_context,
+        )
         .source(PY_SOURCE, py_source);
     shmpipe_timeseries::pipeline::register(reg)
 }

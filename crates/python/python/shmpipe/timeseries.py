@@ -129,4 +129,5 @@ class TestLoader(_EvalLoader):
     """``InferenceDataLoader``: one window per series ending at its end, with
     ``prediction_length`` steps of future features (``TestSplitSampler``)."""
 
+    __test__ = False  # not a pytest test class despite its name
     _mode = "test"
