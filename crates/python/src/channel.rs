@@ -419,6 +419,26 @@ impl Sender {
                 Part::Loan(_) => None,
             })
             .collect();
+        let rebuild = |raw: &[(String, DType, Vec<usize>, &'static [u8])]| -> Vec<(String, Part)> {
+            raw.iter()
+                .map(|(n, dt, shape, bytes)| {
+                    (
+                        n.clone(),
+                        Part::Raw {
+                            dt: *dt,
+                            shape: shape.clone(),
+                            bytes,
+                        },
+                    )
+                })
+                .collect()
+        };
+        // Fast path: room in the ring and pool right now, sent without releasing the GIL.
+        let b = build(&mut rebuild(&raw), &metas).map_err(ring_err)?;
+        match lock(&self.inner).as_mut().ok_or_else(closed)?.try_send(b) {
+            Err(shm_ring::Error::Full) => {}
+            r => return r.map_err(ring_err),
+        }
         loop {
             let Some(s) = slice(end) else {
                 return Err(ring_err(shm_ring::Error::Timeout));
@@ -499,6 +519,15 @@ impl Receiver {
         }
     }
 
+    /// Records the pool geometry announced by the sender's first message.
+    fn hello(&self, m: &shm_ring::Message) -> PyResult<()> {
+        let rec = m.record(0).map_err(ring_err)?;
+        let b = rec.meta_i64("blocks").unwrap_or(0).max(0) as u64;
+        let sz = rec.meta_i64("block_size").unwrap_or(0).max(0) as u64;
+        *lock(&self.pool) = Some((b, sz));
+        Ok(())
+    }
+
     fn hoarding(&self) -> Option<PyErr> {
         let held = self.held.load(Ordering::Relaxed) as u64;
         let (blocks, size) = (*lock(&self.pool))?;
@@ -518,6 +547,14 @@ impl Receiver {
         py: Python<'_>,
         end: Option<Instant>,
     ) -> PyResult<Option<shm_ring::Message>> {
+        // Fast path: a message already waiting is taken without releasing the GIL.
+        let first = lock(&self.inner).as_mut().ok_or_else(closed)?.try_recv();
+        match first {
+            Ok(Some(m)) if m.tag() != HELLO_TAG => return Ok(Some(m)),
+            Ok(Some(m)) => self.hello(&m)?,
+            Ok(None) => {}
+            Err(e) => return Err(ring_err(e)),
+        }
         loop {
             let s = slice(end);
             let r = py.detach(|| {
@@ -531,12 +568,7 @@ impl Receiver {
                 })
             })?;
             match r {
-                Ok(m) if m.tag() == HELLO_TAG => {
-                    let rec = m.record(0).map_err(ring_err)?;
-                    let b = rec.meta_i64("blocks").unwrap_or(0).max(0) as u64;
-                    let sz = rec.meta_i64("block_size").unwrap_or(0).max(0) as u64;
-                    *lock(&self.pool) = Some((b, sz));
-                }
+                Ok(m) if m.tag() == HELLO_TAG => self.hello(&m)?,
                 Ok(m) => return Ok(Some(m)),
                 Err(shm_ring::Error::Timeout) => {
                     py.check_signals()?;
@@ -563,7 +595,7 @@ impl Receiver {
         )?;
         let l = lease.get();
         let view = l.msg.view();
-        let records = PyList::empty(py);
+        let mut records = Vec::with_capacity(1);
         for rec in view.records() {
             let rec = rec.map_err(ring_err)?;
             let arrays = PyDict::new(py);
@@ -593,18 +625,25 @@ impl Receiver {
                     },
                 }
             }
-            records.append(Bound::new(py, Message::new(arrays, meta, None))?)?;
+            records.push((arrays, meta));
         }
-        let (arrays, meta) = match records.len() {
-            0 => (PyDict::new(py), PyDict::new(py)),
+        let tag = view.tag();
+        // One record (every message sent from Python): the message is that record.
+        let mut m = match records.len() {
+            0 => Message::new(PyDict::new(py), PyDict::new(py), None),
+            1 => {
+                let (a, m) = records.pop().expect("one record");
+                Message::new(a, m, None)
+            }
             _ => {
-                let first = records.get_item(0)?;
-                let first = first.cast::<Message>()?.get();
-                (first.arrays.bind(py).clone(), first.meta.bind(py).clone())
+                let (a, m) = (records[0].0.clone(), records[0].1.clone());
+                let list = PyList::empty(py);
+                for (a, m) in records {
+                    list.append(Bound::new(py, Message::new(a, m, None))?)?;
+                }
+                Message::new(a, m, Some(list.unbind()))
             }
         };
-        let tag = view.tag();
-        let mut m = Message::new(arrays, meta, Some(records.unbind()));
         m.tag = tag;
         Bound::new(py, m)
     }
