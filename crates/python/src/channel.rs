@@ -108,6 +108,24 @@ pub struct Sender {
     inner: Mutex<Option<shm_ring::Sender>>,
     cfg: ChannelConfig,
     fd: Option<RawFd>,
+    /// Live `Loan` objects: numpy arrays may point into the pool, so the mapping stays until
+    /// the last one is gone (a sent loan no longer holds the segment itself).
+    live_loans: AtomicUsize,
+    /// `close()` was called while loans were alive: the last one closes the channel.
+    closing: std::sync::atomic::AtomicBool,
+    /// After a close with live loan arrays: a one-byte loan whose token holds the segment
+    /// mapped (the arrays stay readable) while the channel itself is already closed.
+    keepalive: Mutex<Option<AnyLoan>>,
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        let s = self._sender.get();
+        if s.live_loans.fetch_sub(1, Ordering::SeqCst) == 1 && s.closing.load(Ordering::SeqCst) {
+            lock(&s.inner).take();
+            lock(&s.keepalive).take();
+        }
+    }
 }
 
 fn config(slots: u32, blocks: u32, block_size: usize, threshold: Option<usize>) -> ChannelConfig {
@@ -135,6 +153,9 @@ impl Sender {
             inner: Mutex::new(Some(tx)),
             cfg,
             fd,
+            live_loans: AtomicUsize::new(0),
+            closing: std::sync::atomic::AtomicBool::new(false),
+            keepalive: Mutex::new(None),
         })
     }
 
@@ -146,9 +167,20 @@ impl Sender {
     ) -> PyResult<R> {
         py.detach(|| {
             let mut g = lock(&self.inner);
-            let tx = g.as_mut().ok_or_else(closed)?;
+            let tx = self.open_end(&mut g)?;
             f(tx).map_err(ring_err)
         })
+    }
+
+    /// The sender, unless `close()` was called.
+    fn open_end<'g>(
+        &self,
+        g: &'g mut std::sync::MutexGuard<'_, Option<shm_ring::Sender>>,
+    ) -> PyResult<&'g mut shm_ring::Sender> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(closed());
+        }
+        g.as_mut().ok_or_else(closed)
     }
 }
 
@@ -293,7 +325,7 @@ impl Sender {
             };
             let r = py.detach(|| {
                 let mut g = lock(&this.inner);
-                let tx = g.as_mut().ok_or_else(closed)?;
+                let tx = this.open_end(&mut g)?;
                 AnyLoan::new(tx, dt, &shape, s)
                     .map(|(l, p, n)| (l, p as usize, n))
                     .map_err(ring_err)
@@ -305,6 +337,7 @@ impl Sender {
                 r => break r?,
             }
         };
+        this.live_loans.fetch_add(1, Ordering::SeqCst);
         let owner = Bound::new(
             py,
             Loan {
@@ -435,7 +468,7 @@ impl Sender {
         };
         // Fast path: room in the ring and pool right now, sent without releasing the GIL.
         let b = build(&mut rebuild(&raw), &metas).map_err(ring_err)?;
-        match lock(&self.inner).as_mut().ok_or_else(closed)?.try_send(b) {
+        match self.open_end(&mut lock(&self.inner))?.try_send(b) {
             Err(shm_ring::Error::Full) => {}
             r => return r.map_err(ring_err),
         }
@@ -470,8 +503,21 @@ impl Sender {
     }
 
     /// Closes the channel: the receiver drains what was sent, then gets `Disconnected`.
+    ///
+    /// Arrays from `loan` that are still alive (sent or not) stay readable: a one-byte loan
+    /// keeps the pool mapped until the last of them is garbage. If no block is free for it,
+    /// the close itself waits for that moment.
     fn close(&self) {
-        lock(&self.inner).take();
+        self.closing.store(true, Ordering::SeqCst);
+        let mut g = lock(&self.inner);
+        if self.live_loans.load(Ordering::SeqCst) > 0 {
+            let Some(tx) = g.as_mut() else { return };
+            match AnyLoan::new(tx, DType::U8, &[1], Duration::ZERO) {
+                Ok((keep, _, _)) => *lock(&self.keepalive) = Some(keep),
+                Err(_) => return,
+            }
+        }
+        g.take();
     }
 }
 

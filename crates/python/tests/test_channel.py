@@ -260,3 +260,32 @@ def test_interop_torch_dlpack_and_asarray(chan_name):
     del t
     gc.collect()
     assert lease() is None and tx.free_blocks() == 16
+
+
+def test_a_sent_loan_stays_readable_after_the_sender_closes(chan_name):
+    # Run in a child: before the fix this read unmapped memory (SIGSEGV).
+    code = """
+import gc, sys, numpy as np, shmpipe
+tx = shmpipe.Sender.create(sys.argv[1])
+rx = shmpipe.Receiver.open(sys.argv[1])
+buf = tx.loan((1 << 16,), np.float32)
+buf[:] = 2
+tx.send({"x": buf})
+tx.close()
+m = rx.recv(timeout=5)
+assert float(buf.sum()) == 2 * (1 << 16)  # the producer's own array of the sent block
+try:
+    rx.recv(timeout=5)
+    raise SystemExit("no disconnect")
+except shmpipe.Disconnected:
+    pass  # closed at once; the pool stays mapped for `buf`
+del m
+gc.collect()
+assert float(buf.sum()) == 2 * (1 << 16)
+del buf
+gc.collect()
+print("ok")
+"""
+    r = subprocess.run([sys.executable, "-c", code, chan_name], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stderr[-2000:])
