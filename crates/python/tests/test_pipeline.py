@@ -203,3 +203,39 @@ def test_jsonl_source_with_python_steps(tmp_path):
     path.write_text("".join(f'{{"n": {i}, "x": [{i}, {i}]}}\n' for i in range(50)))
     out = list(shmpipe.Pipeline(str(path), steps=[fan], workers=2, emitters=2))
     assert len(out) == sum(i % 3 for i in range(50))
+
+
+def test_a_function_of_the_main_script_runs_in_the_workers(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import shmpipe
+
+        def square(item):
+            item["x"] = item["x"] ** 2
+            return item
+
+        if __name__ == "__main__":
+            data = [{"x": np.full(3, float(i))} for i in range(10)]
+            out = list(shmpipe.Pipeline(data, steps=[square], workers=2, ordered=True))
+            print(",".join(str(int(o["x"][0])) for o in out))
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == ",".join(str(i * i) for i in range(10))
+
+
+def test_a_function_of_an_interactive_session_is_refused_at_construction():
+    # `python -c` has no main file, like a notebook or the REPL.
+    code = textwrap.dedent("""
+        import shmpipe
+        def step(item):
+            return item
+        try:
+            shmpipe.Pipeline([{"n": 1}], steps=[step])
+        except ValueError as e:
+            print(e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "notebook or an interactive session" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert "top level of a module" in r.stdout
