@@ -51,3 +51,8 @@ class Pairs:
 
 def items(n, width=4):
     return [{"n": i, "x": np.full(width, i, np.float32)} for i in range(n)]
+
+
+def shout(item):
+    print(f"step saw {item['n']}")
+    return item

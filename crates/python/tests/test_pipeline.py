@@ -239,3 +239,17 @@ def test_a_function_of_an_interactive_session_is_refused_at_construction():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert "notebook or an interactive session" in r.stdout, (r.stdout, r.stderr[-2000:])
     assert "top level of a module" in r.stdout
+
+
+def test_prints_of_a_step_are_not_lost():
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import shmpipe
+        from pipeline_steps import items, shout
+        list(shmpipe.Pipeline(items(3), steps=[shout], workers=1))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, HERE], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(r.stdout.split("\n"))[-3:] == ["step saw 0", "step saw 1", "step saw 2"]

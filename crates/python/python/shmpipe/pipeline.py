@@ -127,7 +127,11 @@ class Pipeline:
 
     def _child_args(self) -> list[str]:
         paths = [p for p in sys.path if p]
+        # Line-buffered output: a worker ends with a process exit that flushes no Python
+        # buffer, so prints of a step must not wait in one.
         code = (f"import sys; sys.path[:0] = {json.dumps(paths)}; "
+                "sys.stdout.reconfigure(line_buffering=True); "
+                "sys.stderr.reconfigure(line_buffering=True); "
                 "from shmpipe._native import worker_main; worker_main()")
         return ["-c", code]
 
