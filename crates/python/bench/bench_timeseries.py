@@ -95,8 +95,12 @@ def gluonts_loader(path: str, batches: int) -> float | None:
                          past_length=CONTEXT, future_length=PRED,
                          time_series_fields=[FieldName.FEAT_TIME, FieldName.OBSERVED_VALUES]),
     ])
+    def stack(rows):
+        return {k: np.stack([r[k] for r in rows]) if isinstance(rows[0][k], np.ndarray)
+                else [r[k] for r in rows] for k in rows[0]}
+
     ds = FileDataset(path, freq="h")
-    loader = TrainDataLoader(ds, transform=chain, batch_size=BATCH,
+    loader = TrainDataLoader(ds, transform=chain, batch_size=BATCH, stack_fn=stack,
                              num_batches_per_epoch=batches)
     t0 = time.perf_counter()
     n = sum(b["past_target"].shape[0] for b in loader)
