@@ -218,11 +218,14 @@ def rust_zero_copy() -> dict[str, float]:
            "--sizes", "16,1M", "--transports", "shm-zero-copy", "--rounds", "3", "--no-progress"]
     res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=1800)
     out = {}
-    for line in res.stdout.splitlines():
-        m = re.match(r"\|\s*([\d,]+)\s*\|\s*shm-zero-copy\s*\|\s*([\d.]+)\s*([kM]?)", line)
-        if m:
-            size = int(m.group(1).replace(",", ""))
-            rate = float(m.group(2)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(3)]
+    size = None
+    for line in res.stdout.splitlines():  # sections "16 f32 (64 B)", rows "  shm-zero-copy  602 k ..."
+        h = re.match(r"^(\d+) f32", line)
+        if h:
+            size = int(h.group(1))
+        m = re.match(r"^\s*shm-zero-copy\s+([\d.]+)\s*([kM]?)\s", line)
+        if m and size is not None:
+            rate = float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)]
             out["16" if size == 16 else "1M"] = rate
     if not out:
         print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
@@ -246,6 +249,7 @@ def main():
             for k in order:
                 res.setdefault((label, k), []).append(run(k, n, args.duration))
     med = {key: float(np.median(v)) for key, v in res.items()}
+    # The Rust harness right after the Python rounds, in the same invocation.
     rust = rust_zero_copy() if args.rust else {}
     print("| floats | transport | msgs/s | GB/s | shmpipe / this |")
     print("|---|---|---|---|---|")
