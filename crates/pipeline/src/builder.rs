@@ -41,6 +41,7 @@ pub struct PipelineBuilder {
     world_size: usize,
     on_bad_record: OnBadRecord,
     child_args: Option<Vec<String>>,
+    child_program: Option<std::path::PathBuf>,
     transport: TransportKind,
     channel: ChannelPlan,
     ctrl_c: bool,
@@ -70,6 +71,7 @@ impl PipelineBuilder {
             world_size: 1,
             on_bad_record: OnBadRecord::Fail,
             child_args: None,
+            child_program: None,
             transport: TransportKind::Shm,
             channel: ChannelPlan {
                 slots: 256,
@@ -184,6 +186,20 @@ impl PipelineBuilder {
     {
         self.child_args = Some(args.into_iter().map(Into::into).collect());
         self
+    }
+    /// Spawns the children as `program args..` instead of re-executing the current executable
+    /// with [`child_args`](PipelineBuilder::child_args). For hosts whose executable is not
+    /// the program that calls [`init`](crate::init), e.g. a Python interpreter, whose
+    /// children run `python -m some_worker_module`; `program` must call `init` with a
+    /// registry holding the same steps and sources.
+    pub fn child_program<P, I, S>(mut self, program: P, args: I) -> Self
+    where
+        P: Into<std::path::PathBuf>,
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.child_program = Some(program.into());
+        self.child_args(args)
     }
     /// Use Unix sockets instead of shared memory (a slower reference transport).
     pub fn socket_transport(mut self, on: bool) -> Self {
@@ -392,7 +408,7 @@ impl PipelineBuilder {
                 ctrl_fd: -1,
             };
             let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
-            let child = process::spawn(&mut spec, &args, theirs)?;
+            let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
             shared
                 .children
                 .lock()

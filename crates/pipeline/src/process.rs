@@ -81,11 +81,19 @@ pub(crate) fn is_child() -> bool {
     std::env::var_os(ROLE_ENV).is_some()
 }
 
-/// Starts one child with `ctrl`, its end of its control socket, as its only inherited
-/// descriptor besides the standard ones.
-pub(crate) fn spawn(spec: &mut ChildSpec, args: &[String], ctrl: OwnedFd) -> Result<Child, Error> {
+/// Starts one child, `program` (default: the current executable) with `args`, and `ctrl`, its
+/// end of its control socket, as its only inherited descriptor besides the standard ones.
+pub(crate) fn spawn(
+    spec: &mut ChildSpec,
+    program: Option<&std::path::Path>,
+    args: &[String],
+    ctrl: OwnedFd,
+) -> Result<Child, Error> {
     use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().map_err(Error::Spawn)?;
+    let exe = match program {
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe().map_err(Error::Spawn)?,
+    };
     let raw = ctrl.as_raw_fd();
     spec.ctrl_fd = raw;
     let json = serde_json::to_string(spec).map_err(|e| Error::Config(e.to_string()))?;

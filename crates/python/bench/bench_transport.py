@@ -1,0 +1,275 @@
+"""Arrays between two Python processes: shmpipe vs multiprocessing.Queue, vs
+multiprocessing.shared_memory with names passed on a queue, vs a pipe. Ratios printed.
+
+Work per message, the same for every transport (as in the Rust harness, crates/bench): the
+producer writes every element of message ``seq`` (value ``seq % 4 + 1``), the consumer reads
+every element (a numpy sum) and checks it. The consumer times from the end of a warm-up to
+the last message.
+
+    python crates/python/bench/bench_transport.py                   # 16 and 1M floats
+    python crates/python/bench/bench_transport.py --rust            # + the Rust harness's shm-zero-copy figure in the same run
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+
+import shmpipe
+
+WARMUP = 0.1
+
+
+def _check(x: np.ndarray, seq: int) -> None:
+    want = float((seq % 4 + 1) * x.size)
+    got = float(x.sum(dtype=np.float64))
+    if got != want:
+        raise AssertionError(f"message {seq}: sum {got} != {want}")
+
+
+class _Clock:
+    def __init__(self):
+        self.t0 = None
+        self.n0 = 0
+        self.start = time.perf_counter()
+
+    def tick(self, n: int) -> None:
+        if self.t0 is None and time.perf_counter() - self.start > WARMUP:
+            self.t0, self.n0 = time.perf_counter(), n
+
+    def rate(self, n: int) -> float:
+        t0, n0 = (self.t0, self.n0) if self.t0 is not None else (self.start, 0)
+        return (n - n0) / (time.perf_counter() - t0)
+
+
+# --- shmpipe ---------------------------------------------------------------------------
+
+def shm_producer(name, n, duration, ready):
+    tx = shmpipe.Sender.create(name, blocks=8, block_size=max(1 << 20, n * 4), threshold=1 << 16)
+    ready.set()
+    tx.wait_for_consumer(30)
+    end = time.perf_counter() + duration
+    seq = 0
+    loan = n * 4 >= 1 << 16
+    small = np.empty(n, np.float32)
+    while time.perf_counter() < end:
+        if loan:
+            buf = tx.loan((n,), np.float32)
+            buf.fill(seq % 4 + 1)
+        else:
+            small.fill(seq % 4 + 1)
+            buf = small
+        tx.send({"x": buf})
+        seq += 1
+    tx.close()
+
+
+def shm_consumer(name, q):
+    rx = shmpipe.Receiver.open(name, timeout=30)
+    clock, seq = _Clock(), 0
+    for m in rx:
+        _check(m["x"], seq)
+        seq += 1
+        clock.tick(seq)
+    q.put(clock.rate(seq))
+
+
+# --- multiprocessing.Queue ---------------------------------------------------------------
+
+def queue_producer(q, n, duration):
+    end = time.perf_counter() + duration
+    seq = 0
+    while time.perf_counter() < end:
+        q.put(np.full(n, seq % 4 + 1, np.float32))
+        seq += 1
+    q.put(None)
+
+
+def queue_consumer(q, out):
+    clock, seq = _Clock(), 0
+    while (x := q.get()) is not None:
+        _check(x, seq)
+        seq += 1
+        clock.tick(seq)
+    out.put(clock.rate(seq))
+
+
+# --- multiprocessing.shared_memory, names on a queue --------------------------------------
+
+SLOTS = 8
+
+
+def sm_producer(q, free, n, duration, names):
+    from multiprocessing import shared_memory
+    segs = [shared_memory.SharedMemory(name=nm) for nm in names]
+    arrs = [np.ndarray((n,), np.float32, buffer=s.buf) for s in segs]
+    end = time.perf_counter() + duration
+    seq = 0
+    while time.perf_counter() < end:
+        i = free.get()
+        arrs[i].fill(seq % 4 + 1)
+        q.put((names[i], i))
+        seq += 1
+    q.put(None)
+    del arrs
+    for s in segs:
+        s.close()
+
+
+def sm_consumer(q, free, n, out):
+    from multiprocessing import shared_memory
+    attached = {}
+    clock, seq = _Clock(), 0
+    while (msg := q.get()) is not None:
+        nm, i = msg
+        if nm not in attached:  # attach once per segment, like a real user would cache
+            s = shared_memory.SharedMemory(name=nm)
+            attached[nm] = (s, np.ndarray((n,), np.float32, buffer=s.buf))
+        _check(attached[nm][1], seq)
+        free.put(i)
+        seq += 1
+        clock.tick(seq)
+    out.put(clock.rate(seq))
+    for s, a in attached.values():
+        del a
+    attached.clear()
+
+
+# --- a pipe ---------------------------------------------------------------------------------
+
+def pipe_producer(conn, n, duration):
+    end = time.perf_counter() + duration
+    seq = 0
+    while time.perf_counter() < end:
+        conn.send_bytes(np.full(n, seq % 4 + 1, np.float32))
+        seq += 1
+    conn.send_bytes(b"")
+    conn.close()
+
+
+def pipe_consumer(conn, out):
+    clock, seq = _Clock(), 0
+    while b := conn.recv_bytes():
+        _check(np.frombuffer(b, np.float32), seq)
+        seq += 1
+        clock.tick(seq)
+    out.put(clock.rate(seq))
+
+
+def run(kind: str, n: int, duration: float) -> float:
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = []
+    cleanup = []
+    if kind == "shmpipe":
+        name = f"bench-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        ready = ctx.Event()
+        procs = [ctx.Process(target=shm_producer, args=(name, n, duration, ready))]
+        procs[0].start()
+        ready.wait(30)
+        procs.append(ctx.Process(target=shm_consumer, args=(name, out)))
+        procs[1].start()
+    elif kind == "mp.Queue":
+        q = ctx.Queue(maxsize=64)
+        procs = [ctx.Process(target=queue_producer, args=(q, n, duration)),
+                 ctx.Process(target=queue_consumer, args=(q, out))]
+    elif kind == "shared_memory":
+        from multiprocessing import shared_memory
+        segs = [shared_memory.SharedMemory(create=True, size=n * 4) for _ in range(SLOTS)]
+        cleanup = segs
+        q, free = ctx.Queue(), ctx.Queue()
+        for i in range(SLOTS):
+            free.put(i)
+        names = [s.name for s in segs]
+        procs = [ctx.Process(target=sm_producer, args=(q, free, n, duration, names)),
+                 ctx.Process(target=sm_consumer, args=(q, free, n, out))]
+    elif kind == "pipe":
+        r, w = ctx.Pipe(duplex=False)
+        procs = [ctx.Process(target=pipe_producer, args=(w, n, duration)),
+                 ctx.Process(target=pipe_consumer, args=(r, out))]
+    for p in procs:
+        if not p.is_alive() and p.exitcode is None:
+            p.start()
+    try:
+        rate = out.get(timeout=duration + 60)
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        for s in cleanup:
+            s.close()
+            s.unlink()
+    return rate
+
+
+def rust_zero_copy() -> dict[str, float]:
+    """msgs/s of the Rust harness's shm-zero-copy transport at 16 and 1M floats (same run)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    cmd = ["cargo", "run", "--release", "-q", "-p", "shmpipe-bench", "--", "transport",
+           "--sizes", "16,1M", "--transports", "shm-zero-copy", "--rounds", "3", "--no-progress"]
+    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=1800)
+    out = {}
+    size = None
+    for line in res.stdout.splitlines():  # sections "16 f32 (64 B)", rows "  shm-zero-copy  602 k ..."
+        h = re.match(r"^(\d+) f32", line)
+        if h:
+            size = int(h.group(1))
+        m = re.match(r"^\s*shm-zero-copy\s+([\d.]+)\s*([kM]?)\s", line)
+        if m and size is not None:
+            rate = float(m.group(1)) * {"": 1, "k": 1e3, "M": 1e6}[m.group(2)]
+            out["16" if size == 16 else "1M"] = rate
+    if not out:
+        print(res.stdout[-2000:], res.stderr[-2000:], file=sys.stderr)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=1.0, help="seconds per measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median taken)")
+    ap.add_argument("--rust", action="store_true", help="also run the Rust harness (cargo)")
+    args = ap.parse_args()
+    kinds = ["shmpipe", "mp.Queue", "shared_memory", "pipe"]
+    sizes = {"16": 16, "1M": 1 << 20}
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} load {os.getloadavg()[0]:.2f} "
+          f"cpus {os.cpu_count()} python {sys.version.split()[0]}")
+    res: dict = {}
+    for r in range(args.rounds):
+        for label, n in sizes.items():
+            order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
+            for k in order:
+                res.setdefault((label, k), []).append(run(k, n, args.duration))
+    med = {key: float(np.median(v)) for key, v in res.items()}
+    # The Rust harness right after the Python rounds, in the same invocation.
+    rust = rust_zero_copy() if args.rust else {}
+    print("| floats | transport | msgs/s | GB/s | shmpipe / this |")
+    print("|---|---|---|---|---|")
+    for label, n in sizes.items():
+        base = med[(label, "shmpipe")]
+        for k in kinds:
+            v = med[(label, k)]
+            print(f"| {label} | {k} | {v:,.0f} | {v * n * 4 / 1e9:.2f} | {base / v:.2f}x |")
+        if label in rust:
+            print(f"| {label} | Rust harness shm-zero-copy | {rust[label]:,.0f} | "
+                  f"{rust[label] * n * 4 / 1e9:.2f} | {base / rust[label]:.2f}x |")
+    print(f"# load at end {os.getloadavg()[0]:.2f}")
+    q16 = med[("16", "shmpipe")] / med[("16", "mp.Queue")]
+    q1m = med[("1M", "shmpipe")] / med[("1M", "mp.Queue")]
+    print(f"goal 16 floats >= 10x mp.Queue: {q16:.1f}x {'met' if q16 >= 10 else 'NOT met'}")
+    print(f"goal 1M floats >= 50x mp.Queue: {q1m:.1f}x {'met' if q1m >= 50 else 'NOT met'}")
+    if "1M" in rust:
+        r = med[("1M", "shmpipe")] / rust["1M"]
+        print(f"goal 1M floats >= 0.8x Rust zero-copy: {r:.2f}x {'met' if r >= 0.8 else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

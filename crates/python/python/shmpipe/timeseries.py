@@ -1,0 +1,133 @@
+"""GluonTS-compatible data loaders whose transformations run in Rust, in worker processes.
+
+Drop-ins for ``gluonts.dataset.loader.TrainDataLoader`` / ``ValidationDataLoader`` /
+``InferenceDataLoader`` with the DeepAR-style chain (``AsNumpyArray``,
+``AddObservedValuesIndicator``, ``AddTimeFeatures``, ``AddAgeFeature(log_scale)``,
+``VstackFeatures``, ``InstanceSplitter``) of ``crates/timeseries``. Batches are dicts of
+numpy arrays with GluonTS's names, dtypes (float32) and layouts: ``past_target`` (batch, T),
+``past_time_feat`` (batch, T, C), ``past_observed_values``, ``past_is_pad``,
+``future_target``, ``future_time_feat``, ``future_observed_values``, plus
+``forecast_start`` (int64 period ordinals of ``freq``).
+
+``data`` is a GluonTS JSON-lines file (``start``, ``target`` with ``null``/``"NaN"``
+missing values, ``item_id``, ``feat_static_cat``, ...) or a list of such dicts.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from .pipeline import NamedSource, Pipeline
+
+__all__ = ["TrainLoader", "ValidationLoader", "TestLoader"]
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return [None if isinstance(x, float) and x != x else x for x in v.tolist()]
+    if hasattr(v, "isoformat"):
+        return str(v)
+    return str(v) if type(v).__name__ == "Period" else v
+
+
+class _Loader:
+    _step = ""
+
+    def __init__(self, data, *, freq: str, context_length: int, prediction_length: int,
+                 batch_size: int = 32, workers: int = 2, emitters: int = 1, seed: int = 0,
+                 **kw):
+        self._tmp = None
+        if isinstance(data, (str, os.PathLike)):
+            path = os.fspath(data)
+        else:
+            self._tmp = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
+            for d in data:
+                self._tmp.write(json.dumps({k: _jsonable(v) for k, v in d.items()}) + "\n")
+            self._tmp.close()
+            path = self._tmp.name
+        self.args = {"freq": freq, "context_length": context_length,
+                     "prediction_length": prediction_length, "batch_size": batch_size}
+        self._pipe_kw = dict(workers=workers, emitters=emitters, seed=seed, **kw)
+        self._path = path
+
+    def _pipeline(self, args: dict, **kw) -> Pipeline:
+        src = NamedSource("gluonts_lines", {"path": self._path, "group": 16})
+        return Pipeline(src, steps=[(self._step, args)], **dict(self._pipe_kw, **kw))
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            try:
+                os.unlink(self._tmp.name)
+            except FileNotFoundError:
+                pass
+            self._tmp = None
+
+    def __del__(self):
+        self.close()
+
+
+class TrainLoader(_Loader):
+    """``TrainDataLoader(dataset, transform=deepar_chain, batch_size=..., num_batches_per_epoch=...)``.
+
+    Endless and shuffled like GluonTS's: the data is cycled (each pass with its own
+    permutation, ``seed``), windows are sampled by ``ExpectedNumInstanceSampler(
+    num_instances)``; iterating yields ``num_batches_per_epoch`` batches, and the next
+    iteration continues the same stream. Batches are full (``batch_size`` rows).
+    """
+
+    _step = "gluonts_train"
+
+    def __init__(self, data, *, num_batches_per_epoch: int = 50, num_instances: float = 1.0,
+                 shuffle: bool = True, **kw):
+        super().__init__(data, **kw)
+        self.num_batches_per_epoch = num_batches_per_epoch
+        args = dict(self.args, num_instances=num_instances, fused=True)
+        self._pipe = self._pipeline(args, epochs=None, shuffle=shuffle)
+        self._it: Iterator[dict] | None = None
+
+    def __iter__(self) -> Iterator[dict]:
+        if self._it is None:
+            self._it = iter(self._pipe)
+        return itertools.islice(self._it, self.num_batches_per_epoch)
+
+    def close(self) -> None:
+        if getattr(self, "_pipe", None) is not None:
+            self._pipe.close()
+        self._it = None
+        super().close()
+
+
+class _EvalLoader(_Loader):
+    _step = "gluonts_eval"
+    _mode = ""
+
+    def __init__(self, data, *, workers: int = 1, **kw):
+        super().__init__(data, workers=workers, **kw)
+
+    def __iter__(self) -> Iterator[dict]:
+        """One pass, series in file order (with one worker, batches as GluonTS forms them;
+        with more, each batch holds windows of one worker)."""
+        args = dict(self.args, mode=self._mode)
+        yield from self._pipeline(args, epochs=1, ordered=True)
+
+
+class ValidationLoader(_EvalLoader):
+    """``ValidationDataLoader``: the last ``prediction_length`` points of each series are the
+    future window (``ValidationSplitSampler``, training-mode transformation)."""
+
+    _mode = "validation"
+
+
+class TestLoader(_EvalLoader):
+    """``InferenceDataLoader``: one window per series ending at its end, with
+    ``prediction_length`` steps of future features (``TestSplitSampler``)."""
+
+    __test__ = False  # not a pytest test class despite its name
+    _mode = "test"

@@ -1,0 +1,168 @@
+//! The registry shared by the parent and the worker processes: the Python step adapter, the
+//! Python sequence source and the built-in Rust steps (those of `shmpipe-timeseries`).
+//!
+//! Workers are `python -m shmpipe._worker`, which calls [`worker_main`]: the pipeline child
+//! role runs with the GIL released and takes it for each call into Python.
+
+use pyo3::exceptions::PyRuntimeError;
+use pyo3::prelude::*;
+use pyo3::types::PyList;
+use shmpipe::{Item, Registry, Source, SourceContext, SourceError, Step, StepContext, StepError};
+
+use crate::item;
+
+/// Step name of a Python callable (args: `{"pickle": base64, "main_path": str|null}`).
+pub const PY_STEP: &str = "python";
+/// Source name of a pickled Python sequence in an inherited memfd (args: `{"fd": int}`).
+pub const PY_SOURCE: &str = "python_sequence";
+
+/// A Python exception as text: type, message and the worker's traceback.
+fn describe(py: Python<'_>, e: PyErr) -> String {
+    let tb = py
+        .import("traceback")
+        .and_then(|t| {
+            t.call_method1(
+                "format_exception",
+                (e.get_type(py), e.value(py), e.traceback(py)),
+            )
+        })
+        .and_then(|l| l.extract::<Vec<String>>())
+        .map(|l| l.concat());
+    tb.unwrap_or_else(|_| e.to_string())
+}
+
+/// A Python callable run as a step (through `shmpipe._steps.Runner`).
+struct PyStep {
+    runner: Py<PyAny>,
+    /// The callable's qualified name: the first line of every error message, which
+    /// `errors::pipe_err` turns into the exception's `step` attribute.
+    name: String,
+}
+
+impl PyStep {
+    fn outputs(py: Python<'_>, r: Bound<'_, PyAny>, out: &mut Vec<Item>) -> PyResult<()> {
+        let list = r.cast::<PyList>()?;
+        for d in list.iter() {
+            out.push(item::from_py(py, &d)?);
+        }
+        Ok(())
+    }
+}
+
+impl Step for PyStep {
+    fn process(&mut self, it: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        Python::attach(|py| {
+            let r = item::to_py(py, it)
+                .and_then(|d| self.runner.bind(py).call_method1("process", (d,)))
+                .and_then(|r| Self::outputs(py, r, out));
+            r.map_err(|e| StepError::new(format!("{}\n{}", self.name, describe(py, e))))
+        })
+    }
+
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
+        Python::attach(|py| {
+            let r = self
+                .runner
+                .bind(py)
+                .call_method0("finish")
+                .and_then(|r| Self::outputs(py, r, out));
+            r.map_err(|e| StepError::new(format!("{}\n{}", self.name, describe(py, e))))
+        })
+    }
+}
+
+/// A pickled Python sequence (`len` + indexing), one contiguous part per emitter.
+struct PySource {
+    seq: Py<PyAny>,
+    start: usize,
+    len: usize,
+}
+
+impl Source for PySource {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+        Python::attach(|py| {
+            let d = self.seq.bind(py).get_item(self.start + index);
+            d.and_then(|d| item::from_py(py, &d))
+                .map_err(|e| SourceError::BadRecord {
+                    file: "python sequence".into(),
+                    line: (self.start + index + 1) as u64,
+                    field: None,
+                    message: describe(py, e),
+                })
+        })
+    }
+}
+
+fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
+    Python::attach(|py| {
+        let args = serde_json::to_string(cx.args).unwrap_or_default();
+        let w = cx.worker;
+        py.import("shmpipe._steps")
+            .and_then(|m| m.call_method1("load_step", (args, w.worker, w.workers, w.seed)))
+            .map(|r| PyStep {
+                runner: r.unbind(),
+                name: cx.args["name"].as_str().unwrap_or("python").to_owned(),
+            })
+            .map_err(|e| StepError::new(describe(py, e)))
+    })
+}
+
+fn py_source(cx: &SourceContext<'_>) -> Result<PySource, SourceError> {
+    let fd = cx.args["fd"].as_i64().unwrap_or(-1);
+    Python::attach(|py| {
+        let seq = py
+            .import("shmpipe._steps")
+            .and_then(|m| m.call_method1("load_source", (fd,)))
+            .map_err(|e| SourceError::Other(describe(py, e)))?;
+        let n = seq.len().map_err(|e| SourceError::Other(describe(py, e)))?;
+        let r = shmpipe::part_range(n, cx.part, cx.parts);
+        Ok(PySource {
+            seq: seq.unbind(),
+            start: r.start,
+            len: r.len(),
+        })
+    })
+}
+
+/// Every step and source a Python pipeline can name.
+pub fn registry() -> Registry {
+    let reg = Registry::new()
+        .step(PY_STEP, py_step)
+        .step(
+            crate::timeseries::STEP_EVAL,
+            crate::timeseries::EvalStep::from_context,
+        )
+        .source(PY_SOURCE, py_source);
+    shmpipe_timeseries::pipeline::register(reg)
+}
+
+/// The entry point of `python -m shmpipe._worker`: runs the pipeline child role and exits.
+#[pyfunction]
+pub fn worker_main(py: Python<'_>) -> PyResult<()> {
+    let reg = registry();
+    py.detach(|| shmpipe::init(&reg));
+    Err(PyRuntimeError::new_err(
+        "shmpipe._worker is started by shmpipe.Pipeline, not by hand",
+    ))
+}
+
+/// Names of the built-in (Rust) steps.
+#[pyfunction]
+pub fn builtin_steps() -> Vec<String> {
+    let reg = registry();
+    [
+        shmpipe_timeseries::pipeline::STEP_TRAIN,
+        shmpipe_timeseries::pipeline::STEP_PARSE,
+        shmpipe_timeseries::pipeline::STEP_TRANSFORM,
+        shmpipe_timeseries::pipeline::STEP_BATCH,
+        crate::timeseries::STEP_EVAL,
+    ]
+    .iter()
+    .filter(|n| reg.has_step(n))
+    .map(|s| (*s).to_owned())
+    .collect()
+}

@@ -1,0 +1,58 @@
+"""Steps used by test_pipeline.py (importable by the worker processes)."""
+
+import os
+import time
+
+import numpy as np
+
+
+def double(item):
+    item["x"] = item["x"] * 2
+    return item
+
+
+def fan(item):
+    """0, 1 or 2 outputs per input."""
+    return [dict(item, sub=j) for j in range(item["n"] % 3)]
+
+
+def fail_on_7(item):
+    if item["n"] == 7:
+        raise ZeroDivisionError("seven is right out")
+    return item
+
+
+def tag_pid(item):
+    item["pid"] = os.getpid()
+    return item
+
+
+def slow(item):
+    time.sleep(0.05)
+    return item
+
+
+class Pairs:
+    """Stateful: emits inputs in pairs; a last odd one at the end (finish)."""
+
+    def __init__(self):
+        self.held = []
+
+    def __call__(self, item):
+        self.held.append(item)
+        if len(self.held) == 2:
+            out, self.held = self.held, []
+            return out
+        return None
+
+    def finish(self):
+        return self.held
+
+
+def items(n, width=4):
+    return [{"n": i, "x": np.full(width, i, np.float32)} for i in range(n)]
+
+
+def shout(item):
+    print(f"step saw {item['n']}")
+    return item

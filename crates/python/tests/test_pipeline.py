@@ -1,0 +1,256 @@
+"""shmpipe.Pipeline from Python: Python and Rust steps in worker processes."""
+
+import gc
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import weakref
+
+import numpy as np
+import pytest
+
+import shmpipe
+from pipeline_steps import Pairs, double, fail_on_7, fan, items, slow, tag_pid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def shm_entries(needle):
+    return [n for n in os.listdir("/dev/shm") if needle in n]
+
+
+def test_flat_map_exact_end_of_stream_ordered():
+    p = shmpipe.Pipeline(items(200), steps=[double, fan], workers=2, ordered=True)
+    out = list(p)
+    expected = [(i, j) for i in range(200) for j in range(i % 3)]
+    assert [(o["n"], o["sub"]) for o in out] == expected
+    assert all(np.all(o["x"] == 2 * o["n"]) and o["x"].dtype == np.float32 for o in out)
+
+
+def test_unordered_gives_the_same_multiset_and_uses_every_worker():
+    out = list(shmpipe.Pipeline(items(40), steps=[slow, tag_pid], workers=2, emitters=1,
+                                batch_bytes=64))
+    assert sorted(o["n"] for o in out) == list(range(40))
+    assert len({o["pid"] for o in out}) == 2
+
+
+def test_stateful_class_step_with_finish():
+    out = list(shmpipe.Pipeline(items(5), steps=[Pairs], workers=1, ordered=True))
+    assert [o["n"] for o in out] == [0, 1, 2, 3, 4]
+
+
+def test_seeded_shuffle_is_reproducible_and_epochs_repeat():
+    def run(seed):
+        p = shmpipe.Pipeline(items(100), steps=[double], workers=1, shuffle=True, seed=seed,
+                             epochs=2, ordered=True)
+        return [o["n"] for o in p]
+    a, b, c = run(1), run(1), run(2)
+    assert a == b and a != c
+    assert sorted(a) == sorted(list(range(100)) * 2)
+    assert a[:100] != list(range(100))
+
+
+def test_sharding_from_rank_and_world_size(monkeypatch):
+    seen = []
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        part = sorted(o["n"] for o in shmpipe.Pipeline(items(30), steps=[double], workers=1,
+                                                       shard="env"))
+        assert part
+        seen += part
+    assert sorted(seen) == list(range(30))
+    monkeypatch.delenv("RANK")
+    with pytest.raises(ValueError, match="RANK"):
+        shmpipe.Pipeline(items(3), steps=[double], shard="env")
+
+
+def test_a_step_exception_is_reraised_with_step_worker_input_and_traceback():
+    p = shmpipe.Pipeline(items(20), steps=[double, fail_on_7], workers=2)
+    with pytest.raises(shmpipe.StepError) as ei:
+        list(p)
+    e = ei.value
+    assert e.step == "fail_on_7"
+    assert e.worker in (0, 1)
+    assert "record" in e.input
+    assert "ZeroDivisionError: seven is right out" in e.message
+    assert "pipeline_steps.py" in e.message and "in fail_on_7" in e.message
+    assert all(_gone(pid) for pid in p.pids)
+
+
+def test_lambdas_and_nested_functions_are_refused_at_construction():
+    with pytest.raises(ValueError, match="lambda.*top level of a module"):
+        shmpipe.Pipeline(items(3), steps=[lambda d: d])
+
+    def nested(d):
+        return d
+    with pytest.raises(ValueError, match="inside a function"):
+        shmpipe.Pipeline(items(3), steps=[nested])
+    with pytest.raises(ValueError, match="no built-in step"):
+        shmpipe.Pipeline(items(3), steps=["no_such_step"])
+
+
+def test_a_sigkilled_worker_raises_within_a_second():
+    p = shmpipe.Pipeline(items(1000), steps=[slow], workers=2, batch_bytes=256)
+    it = iter(p)
+    next(it)
+    pid = p.pids[-1]
+    t0 = time.monotonic()
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(shmpipe.WorkerDied) as ei:
+        for _ in it:
+            pass
+    assert time.monotonic() - t0 < 1.0
+    assert "signal 9" in str(ei.value)
+
+
+def _gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_killing_the_parent_leaves_no_process_and_no_segment():
+    code = textwrap.dedent("""
+        import sys, time
+        sys.path.insert(0, sys.argv[1])
+        import shmpipe
+        from pipeline_steps import items, slow
+        p = shmpipe.Pipeline(items(2000), steps=[slow], workers=2, emitters=1,
+                              batch_bytes=256)
+        it = iter(p)
+        next(it)
+        print(*p.pids, flush=True)
+        time.sleep(60)
+    """)
+    before = set(shm_entries("shmpipe"))
+    parent = subprocess.Popen([sys.executable, "-c", code, HERE], stdout=subprocess.PIPE, text=True)
+    try:
+        line = parent.stdout.readline().split()
+        assert line, "the parent did not start its pipeline"
+        pids = [int(x) for x in line]
+        assert len(pids) == 3
+        # Pipelines name nothing: their channels are anonymous memfds.
+        assert set(shm_entries("shmpipe")) <= before
+        parent.kill()
+        parent.wait()
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5 and not all(_gone(p) for p in pids):
+            time.sleep(0.02)
+        assert all(_gone(p) for p in pids), "children outlived their parent"
+        assert set(shm_entries("shmpipe")) <= before, "shared memory left in /dev/shm"
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def test_ctrl_c_stops_a_pipeline_with_keyboard_interrupt():
+    code = textwrap.dedent("""
+        import sys, time
+        sys.path.insert(0, sys.argv[1])
+        import shmpipe
+        from pipeline_steps import items, slow
+        p = shmpipe.Pipeline(items(2000), steps=[slow], workers=1, batch_bytes=256)
+        it = iter(p)
+        next(it)
+        print("running", flush=True)
+        try:
+            for _ in it:
+                pass
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code, HERE], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "running"
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        line = proc.stdout.readline().split()
+        assert line and line[0] == "interrupted"
+        assert float(line[1]) - t0 < 0.2
+        assert proc.wait(10) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_consumer_arrays_are_views_that_hold_their_block():
+    big = [{"n": i, "x": np.full(1 << 16, i, np.float32)} for i in range(20)]
+    p = shmpipe.Pipeline(big, steps=[double], workers=1, ordered=True)
+    it = iter(p)
+    first = next(it)
+    x = first["x"]
+    assert x.flags.writeable and x[0] == 0
+    lease = x.base
+    assert isinstance(lease, shmpipe._native.ItemLease), "read in place in shared memory"
+    alive = weakref.ref(lease)
+    rest = [int(o["x"][0]) for o in it]
+    assert rest == [2 * i for i in range(1, 20)]
+    del first, lease
+    gc.collect()
+    assert alive() is not None, "the view holds the block"
+    del x
+    gc.collect()
+    assert alive() is None
+
+
+def test_jsonl_source_with_python_steps(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(f'{{"n": {i}, "x": [{i}, {i}]}}\n' for i in range(50)))
+    out = list(shmpipe.Pipeline(str(path), steps=[fan], workers=2, emitters=2))
+    assert len(out) == sum(i % 3 for i in range(50))
+
+
+def test_a_function_of_the_main_script_runs_in_the_workers(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np
+        import shmpipe
+
+        def square(item):
+            item["x"] = item["x"] ** 2
+            return item
+
+        if __name__ == "__main__":
+            data = [{"x": np.full(3, float(i))} for i in range(10)]
+            out = list(shmpipe.Pipeline(data, steps=[square], workers=2, ordered=True))
+            print(",".join(str(int(o["x"][0])) for o in out))
+    """))
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == ",".join(str(i * i) for i in range(10))
+
+
+def test_a_function_of_an_interactive_session_is_refused_at_construction():
+    # `python -c` has no main file, like a notebook or the REPL.
+    code = textwrap.dedent("""
+        import shmpipe
+        def step(item):
+            return item
+        try:
+            shmpipe.Pipeline([{"n": 1}], steps=[step])
+        except ValueError as e:
+            print(e)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert "notebook or an interactive session" in r.stdout, (r.stdout, r.stderr[-2000:])
+    assert "top level of a module" in r.stdout
+
+
+def test_prints_of_a_step_are_not_lost():
+    code = textwrap.dedent("""
+        import sys
+        sys.path.insert(0, sys.argv[1])
+        import shmpipe
+        from pipeline_steps import items, shout
+        list(shmpipe.Pipeline(items(3), steps=[shout], workers=1))
+    """)
+    r = subprocess.run([sys.executable, "-c", code, HERE], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert sorted(r.stdout.split("\n"))[-3:] == ["step saw 0", "step saw 1", "step saw 2"]
