@@ -82,6 +82,12 @@ impl Drop for LoanToken {
 /// An array loaned from the sender's pool, not yet initialised: fill it, then turn it into an
 /// [`ArrayLoan`] and send it with `MessageBuilder::array_loan`. Zero-copy: the consumer reads
 /// the very memory written here. Dropping it unsent returns the block to the pool.
+///
+/// # Shared memory
+/// The slices and views this hands out are zero-copy views of shared memory. The consumer's
+/// process maps the same pages writable: a buggy or hostile consumer can change the values
+/// while you fill or read them (so re-read nothing you need to trust), never their bounds or
+/// where they are (a block of this sender's pool, sized when loaned).
 #[derive(Debug)]
 pub struct ArrayLoanUninit<T: Element> {
     pub(crate) token: LoanToken,
@@ -125,8 +131,12 @@ impl<T: Element> ArrayLoanUninit<T> {
             .home
             .block_ptr(self.token.block)
             .cast::<MaybeUninit<T>>();
-        // SAFETY: the block is ours alone until sent (the consumer never sees an unsent block),
-        // at least `len * size_of::<T>()` bytes long (checked at loan time) and 64-byte aligned.
+        // SAFETY: the block is at least `len * size_of::<T>()` bytes long (checked at loan
+        // time), 64-byte aligned and mapped while the loan holds its `PoolHome`. No other
+        // handle of ours touches it until it is sent. The consumer's process could write it
+        // (it maps the pool): this is the documented zero-copy view, whose values a hostile
+        // consumer may change and whose bounds it cannot; T is plain old data, so any bytes
+        // it writes are valid values.
         unsafe { std::slice::from_raw_parts_mut(ptr, self.token.len) }
     }
 

@@ -55,8 +55,10 @@ const _: () = assert!(std::mem::size_of::<RingHeader>() == 512);
 ///
 /// # Safety
 /// Implementors guarantee that `header()` and the `capacity * slot_size` bytes at `slots()`
-/// stay valid (and at the same address) for the lifetime of `self`, that the slot memory is
-/// aligned to 8 bytes, and that nothing but the ring's own producer and consumer write to it.
+/// stay valid (and at the same address) for the lifetime of `self`, and that the slot memory
+/// is aligned to 8 bytes. The other side may be another process, buggy or hostile, writing
+/// anything anywhere: the ring validates every index it loads and hands out slot *pointers*
+/// only, which callers read once into locals (or copy) before validating.
 pub unsafe trait Storage {
     /// The shared indices.
     fn header(&self) -> &RingHeader;

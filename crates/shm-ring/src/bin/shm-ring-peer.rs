@@ -11,6 +11,8 @@
 //! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created"
 //! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
+//! shm-ring-peer scribble NAME MS SEED BLOCKS BLOCK_SIZE   for MS ms write random bytes at random
+//!                                         offsets of channel NAME (headers, rings, pool), print "done N"
 //! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
 //! shm-ring-peer fill-anon BYTES           create an anonymous channel whose pool totals BYTES,
 //!                                         write every pool byte; print "filled BYTES"
@@ -208,6 +210,54 @@ mod real {
                 }
                 Err(e) => Err(e.to_string()),
             },
+            "scribble" => (|| {
+                let ms: u64 = arg(2).parse().map_err(|_| "bad ms")?;
+                let mut x: u64 = arg(3).parse::<u64>().map_err(|_| "bad seed")? | 1;
+                let cfg = ChannelConfig {
+                    blocks: arg(4).parse().map_err(|_| "bad blocks")?,
+                    block_size: arg(5).parse().map_err(|_| "bad block size")?,
+                    ..ChannelConfig::default()
+                };
+                let l = shm_ring::channel_layout(&cfg).map_err(|e| e.to_string())?;
+                let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .map_err(|e| format!("{path}: {e}"))?;
+                let mut rnd = move || {
+                    // xorshift64
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x
+                };
+                // Hot spots: the channel header, both rings' indices, record headers and
+                // bodies in the descriptor slots, completion entries, and anywhere at all.
+                let desc_bytes = l.slots * l.slot_size;
+                let deadline = std::time::Instant::now() + Duration::from_millis(ms);
+                let mut n = 0u64;
+                while std::time::Instant::now() < deadline {
+                    let r = rnd();
+                    let off = match r % 64 {
+                        0 => l.channel_header + (r >> 8) as usize % 64,
+                        1 => [l.desc_ring, l.desc_head, l.comp_ring, l.comp_head]
+                            [(r >> 8) as usize % 4],
+                        2..=40 => l.desc_slots + (r >> 8) as usize % desc_bytes,
+                        41..=46 => l.comp_slots + (r >> 8) as usize % 64,
+                        47..=56 => l.pool + (r >> 8) as usize % (l.total - l.pool).max(1),
+                        _ => 64 + (r >> 8) as usize % (l.total - 64),
+                    };
+                    let v = rnd().to_le_bytes();
+                    let len = 1 + (r >> 40) as usize % 8;
+                    let _ = std::os::unix::fs::FileExt::write_all_at(&f, &v[..len], off as u64);
+                    n += 1;
+                    if n.is_multiple_of(4) {
+                        std::thread::sleep(Duration::from_micros(500));
+                    }
+                }
+                say(&format!("done {n}"));
+                Ok(())
+            })(),
             "corrupt" => (|| {
                 let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
                 let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;

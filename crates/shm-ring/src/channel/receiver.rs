@@ -439,6 +439,7 @@ impl Receiver {
     /// Where the body of a record at our read position lies: `len` bytes at the pointer, in
     /// memory the producer can write at any time (so: never a reference, only copies and the
     /// documented zero-copy array views).
+    #[inline]
     fn body_src(&self, rec: &Rec) -> (*const u8, usize) {
         match *rec {
             // Validated in `peek`: the record's slots are published, contiguous, and hold
@@ -573,6 +574,10 @@ impl Receiver {
     /// Waits for at least one message, then lets `f` read up to `max` messages in place, all
     /// released together at the end (one index store). Returns how many were read.
     ///
+    /// Names, metadata and shapes are read from a private copy of each message; array data is
+    /// read where it lies in shared memory (zero-copy), so a hostile producer can change array
+    /// values during `f`, never their bounds.
+    ///
     /// # Errors
     /// As [`Receiver::recv_timeout`]; a corrupt message ends the batch with [`Error::Corrupt`]
     /// after the messages before it were handed to `f`.
@@ -606,8 +611,8 @@ impl Receiver {
                 // validated as private data.
                 unsafe { message::copy_for_parse(src, len, body) };
                 let body: &[u8] = body;
-                // SAFETY: `len` bytes at `src` stay mapped while `self` is borrowed here.
-                let data = unsafe { DataRef::shared(src, len) };
+                // SAFETY: the `len` body bytes at `src` stay mapped while `self` is borrowed.
+                let data = unsafe { DataRef::shared(src) };
                 let view = MessageView::parse_with(body, data, self.shared.pool());
                 let mut ok = view.and_then(|v| v.for_each_block(|b| blocks.push(b)).map(|_| v));
                 if let Ok(v) = ok.as_mut() {

@@ -16,7 +16,7 @@ use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::sys::{self, PeerProcess};
+use crate::sys;
 
 /// Counters of a sender.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -83,6 +83,10 @@ impl std::os::fd::AsFd for Sender {
         self.seg.file().as_fd()
     }
 }
+
+mod watch;
+
+use watch::Watch;
 
 impl Sender {
     /// Creates the channel segment `/dev/shm/shmpipe-<name>` and returns its producer end.
@@ -241,125 +245,6 @@ impl Sender {
             self.free.append(&mut o);
         }
         Ok(())
-    }
-
-    fn consumer_gone(&mut self) -> Result<(), Error> {
-        let h = self.header();
-        if h.consumer_closed.load(Ordering::SeqCst) != 0 {
-            return Err(Error::Disconnected);
-        }
-        // SYNC POINT (Acquire): pairs with the consumer's claiming CAS; pid and start time
-        // arrive together in one word.
-        let word = h.consumer.load(Ordering::Acquire);
-        if word == 0 {
-            let since = *self.unattached_since.get_or_insert_with(Instant::now);
-            let waited = since.elapsed();
-            if waited >= self.cfg.attach_timeout {
-                return Err(Error::NoConsumer { waited });
-            }
-            return Ok(());
-        }
-        self.unattached_since = None;
-        if self.consumer.as_ref().map(|c| c.0) != Some(word) {
-            let watch = self.judge_claim(word)?;
-            self.consumer = Some((word, watch));
-        }
-        let dead = match &self.consumer {
-            Some((_, Watch::Peer(p))) => p.is_dead(),
-            Some((_, Watch::Dead)) => true,
-            _ => false,
-        };
-        if dead {
-            return Err(self.reclaim_dead_consumer(word));
-        }
-        Ok(())
-    }
-
-    /// Validates a consumer claim read from shared memory (see `ChannelHeader::consumer`).
-    fn judge_claim(&self, word: u64) -> Result<Watch, Error> {
-        let (pid, start_lo) = super::consumer_claim(word);
-        if pid == 0 {
-            return Err(corrupt(format!("consumer claim {word:#x} names no pid")));
-        }
-        if pid == sys::pid() {
-            // A consumer in this very process: believe it only if one has this channel open.
-            return if super::own_receiver(self.ident, None) {
-                Ok(Watch::Own)
-            } else {
-                Err(corrupt(format!(
-                    "consumer claim names this process ({pid}), which has no receiver on the channel"
-                )))
-            };
-        }
-        Ok(match sys::process_start_time(pid) {
-            // The pid and the start time must name one live process: anything else (no such
-            // process, a recycled pid, garbage) is a consumer that is gone.
-            Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
-            _ => Watch::Dead,
-        })
-    }
-
-    /// The consumer died: everything in flight comes back, the ring is emptied, and a new
-    /// consumer may attach.
-    fn reclaim_dead_consumer(&mut self, word: u64) -> Error {
-        let pid = super::consumer_claim(word).0;
-        let _ = self.collect_returns();
-        let mut reclaimed = 0;
-        for (b, f) in self.in_flight.iter_mut().enumerate() {
-            if *f {
-                *f = false;
-                self.free.push(b as u32);
-                reclaimed += 1;
-            }
-        }
-        self.flush();
-        self.desc.reset_consumer();
-        // Anything the dead consumer pushed but we did not read: skip it.
-        if let Ok(n) = self.comp.available(1) {
-            self.comp.release(n);
-        }
-        self.consumer = None;
-        self.unattached_since = Some(Instant::now());
-        // Free the claim for a new consumer, unless one has already replaced it.
-        let _ =
-            self.header()
-                .consumer
-                .compare_exchange(word, 0, Ordering::SeqCst, Ordering::Relaxed);
-        Error::PeerDied { pid, reclaimed }
-    }
-
-    /// Pid of the attached consumer, if one is attached.
-    pub fn consumer_pid(&self) -> Option<u32> {
-        match super::consumer_claim(self.header().consumer.load(Ordering::Acquire)).0 {
-            0 => None,
-            pid => Some(pid),
-        }
-    }
-
-    /// Waits until a consumer has attached (polling every millisecond) and returns its pid.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`].
-    pub fn wait_for_consumer(&self, timeout: Duration) -> Result<u32, Error> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(pid) = self.consumer_pid() {
-                return Ok(pid);
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout);
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    }
-
-    /// Checks the consumer: `Err(PeerDied)` (after reclaiming its blocks) if it died,
-    /// `Err(Disconnected)` if it closed.
-    ///
-    /// # Errors
-    /// As described.
-    pub fn check_consumer(&mut self) -> Result<(), Error> {
-        self.consumer_gone()
     }
 
     fn alloc_block(&mut self, deadline: Option<Instant>) -> Result<u32, Error> {
@@ -690,7 +575,6 @@ impl Sender {
             }
         };
         // 3. Write the record (and the body) and hand the blocks over.
-        let slot_size = self.desc.shape().slot_size as usize;
         if pad > 0 {
             let p = self.desc.slot(self.pending);
             // SAFETY: the pad slots are free (reserved above) and at least 16 bytes long.
@@ -702,23 +586,21 @@ impl Sender {
         match body_block {
             None => {
                 // SAFETY: n_slots contiguous free slots start at `rec` (reserve_slots), holding
-                // RECORD_HEADER + body_len bytes; slot memory is 8-aligned.
-                let dst = unsafe {
+                // RECORD_HEADER + body_len bytes (body_len < max_inline); slot memory is
+                // 8-aligned. Written through pointers only: a hostile consumer writing these
+                // slots meanwhile only spoils the message it is about to read.
+                unsafe {
                     write_record_header(rec, n_slots, REC_INLINE, body_len as u32, 0);
-                    std::slice::from_raw_parts_mut(
-                        rec.add(RECORD_HEADER),
-                        n_slots as usize * slot_size - RECORD_HEADER,
-                    )
-                };
-                message::encode(&msg, &places, &mut dst[..body_len]);
+                    message::encode_raw(&msg, &places, rec.add(RECORD_HEADER), body_len);
+                }
             }
             Some(b) => {
-                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned.
-                let dst =
-                    unsafe { std::slice::from_raw_parts_mut(self.home.block_ptr(b), body_len) };
-                message::encode(&msg, &places, dst);
-                // SAFETY: one free slot at `rec`, at least 16 bytes.
-                unsafe { write_record_header(rec, 1, REC_BLOCK, body_len as u32, b) };
+                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned; one
+                // free slot at `rec`, at least 16 bytes. Pointers only, as above.
+                unsafe {
+                    message::encode_raw(&msg, &places, self.home.block_ptr(b), body_len);
+                    write_record_header(rec, 1, REC_BLOCK, body_len as u32, b);
+                }
             }
         }
         for b in taken {
@@ -749,17 +631,6 @@ impl Sender {
     pub fn close(self) {}
 }
 
-/// What a consumer claim names.
-#[derive(Debug)]
-enum Watch {
-    /// A receiver in this process.
-    Own,
-    /// Another live process.
-    Peer(PeerProcess),
-    /// A process that does not exist (any more), or a claim that names none.
-    Dead,
-}
-
 /// Writes a 16-byte record header: n_slots u32, kind u32, body_len u32, block u32.
 ///
 /// # Safety
@@ -778,31 +649,5 @@ impl Drop for Sender {
         // Wake a consumer asleep on the descriptor ring: it will see the flag.
         sys::futex_wake_all(&self.desc.storage().header().tail.0);
         self.linger();
-    }
-}
-
-impl Sender {
-    /// Keeps a named channel's name (this sender holds the segment) until a consumer has
-    /// attached or closed, or [`ChannelConfig::linger`] has passed.
-    fn linger(&self) {
-        if self.seg.name().is_none() || self.cfg.linger.is_zero() {
-            return;
-        }
-        let deadline = Instant::now() + self.cfg.linger;
-        let mut pause = Duration::from_micros(200);
-        loop {
-            let h = self.header();
-            if h.consumer.load(Ordering::Acquire) != 0
-                || h.consumer_closed.load(Ordering::Acquire) != 0
-            {
-                return;
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return;
-            }
-            std::thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(Duration::from_millis(10));
-        }
     }
 }

@@ -1,0 +1,687 @@
+//! Reading a message body: validated views over private bytes (array data may be zero-copy).
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+use smallvec::SmallVec;
+
+use super::*;
+use crate::dtype::{DType, Element};
+use crate::error::{Error, corrupt};
+
+// ------------------------------------------------------------------------------------------
+// Decoding
+
+/// The pool a message's block references resolve against.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PoolRef<'a> {
+    pub base: *const u8,
+    pub block_size: usize,
+    pub blocks: u32,
+    pub _life: PhantomData<&'a [u8]>,
+}
+
+impl<'a> PoolRef<'a> {
+    /// A pool with no blocks (messages that reference one are corrupt).
+    pub(crate) fn empty() -> Self {
+        PoolRef {
+            base: std::ptr::null(),
+            block_size: 0,
+            blocks: 0,
+            _life: PhantomData,
+        }
+    }
+
+    fn block(&self, idx: u64, len: u64) -> Result<&'a [u8], Error> {
+        if idx >= self.blocks as u64 || len > self.block_size as u64 {
+            return Err(corrupt(format!(
+                "array in block {idx} of {len} bytes (pool: {} blocks of {} bytes)",
+                self.blocks, self.block_size
+            )));
+        }
+        // SAFETY: idx < blocks and len <= block_size, so the range lies inside the pool, which
+        // is mapped for 'a (the lifetime of the guard or receiver that made this PoolRef). This
+        // is the documented zero-copy array view: the producer may still change the bytes (any
+        // value is a valid u8, and only element types valid for every bit pattern are viewed),
+        // never the range, which was validated on a private copy of the message.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.base.add(idx as usize * self.block_size), len as usize)
+        })
+    }
+}
+
+#[inline]
+pub(super) fn rd_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().unwrap_or_default())
+}
+#[inline]
+pub(super) fn rd_u64(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default())
+}
+
+/// A received message read in place: valid while the borrow lasts.
+///
+/// Names, metadata, shapes and every other header value come from a private copy that no
+/// other process can change. Array data is read where it lies (zero-copy): in a pool block, or
+/// in the channel's ring for a large array copied inline. A hostile producer can change those
+/// values while you read them, never their bounds (shape, length, location were validated on
+/// the private copy).
+#[derive(Debug, Clone, Copy)]
+pub struct MessageView<'a> {
+    body: &'a [u8],
+    /// Where inline array data is read: `body.len()` bytes, the body itself or the
+    /// peer-writable original it was copied from.
+    data: DataRef<'a>,
+    pool: PoolRef<'a>,
+    tag: u32,
+    records: u32,
+    /// Arrays in pool blocks, as the sender counted them (0: no block to find or release).
+    block_refs: u32,
+}
+
+/// Where inline array data is read from: as many bytes as the body at `ptr`, valid for `'a`
+/// (the body itself, or the peer-writable original it was copied from). Only the pointer is
+/// kept: every range read through it was checked against the body's length.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DataRef<'a> {
+    ptr: *const u8,
+    _life: PhantomData<&'a [u8]>,
+}
+
+impl<'a> DataRef<'a> {
+    /// Array data read from `body` itself (private bytes).
+    #[inline]
+    pub(crate) fn private(body: &'a [u8]) -> Self {
+        DataRef {
+            ptr: body.as_ptr(),
+            _life: PhantomData,
+        }
+    }
+
+    /// Array data read from the bytes at `ptr`, which another process may write.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads, for `'a`, of as many bytes as the body parsed with it.
+    #[inline]
+    pub(crate) unsafe fn shared(ptr: *const u8) -> Self {
+        DataRef {
+            ptr,
+            _life: PhantomData,
+        }
+    }
+
+    /// The array bytes `at..at + len`.
+    ///
+    /// # Safety
+    /// `at + len` must not exceed the length of the body this data belongs to.
+    #[inline]
+    unsafe fn slice(&self, at: usize, len: usize) -> &'a [u8] {
+        // SAFETY: inside the body's length (caller), for which `ptr` is readable for 'a
+        // (constructor). This is a zero-copy array view: a hostile producer may change the
+        // values while they are read (documented on `MessageView`); bounds and layout were
+        // validated on private bytes.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
+    }
+}
+
+impl<'a> MessageView<'a> {
+    /// Validates the body header (private bytes; inline array data is read from them too).
+    pub(crate) fn parse(body: &'a [u8], pool: PoolRef<'a>) -> Result<Self, Error> {
+        Self::parse_with(body, DataRef::private(body), pool)
+    }
+
+    /// Validates the body header of `body` (private bytes); inline array data is read from
+    /// `data` (see [`DataRef`]: as many bytes as `body`, laid out the same).
+    #[inline]
+    pub(crate) fn parse_with(
+        body: &'a [u8],
+        data: DataRef<'a>,
+        pool: PoolRef<'a>,
+    ) -> Result<Self, Error> {
+        if body.len() < BODY_HEADER {
+            return Err(corrupt(format!("message body of {} bytes", body.len())));
+        }
+        let magic = rd_u32(body, 0);
+        if magic != BODY_MAGIC {
+            return Err(corrupt(format!("message magic {magic:#x}")));
+        }
+        let len = rd_u32(body, 12) as usize;
+        if len > body.len() || len < BODY_HEADER {
+            return Err(corrupt(format!(
+                "message claims {len} bytes, has {}",
+                body.len()
+            )));
+        }
+        Ok(MessageView {
+            body: &body[..len],
+            data,
+            pool,
+            tag: rd_u32(body, 4),
+            records: rd_u32(body, 8),
+            block_refs: rd_u32(body, 16),
+        })
+    }
+
+    /// The tag given by the sender.
+    pub fn tag(&self) -> u32 {
+        self.tag
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.records as usize
+    }
+
+    /// Whether the message has no record.
+    pub fn is_empty(&self) -> bool {
+        self.records == 0
+    }
+
+    /// The records, in order; a record that fails validation ends the iteration with an error.
+    pub fn records(&self) -> Records<'a> {
+        Records {
+            body: self.body,
+            data: self.data,
+            pool: self.pool,
+            pos: BODY_HEADER,
+            left: self.records,
+        }
+    }
+
+    /// Record `i`.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchField`] past the end; [`Error::Corrupt`] on invalid encoding.
+    pub fn record(&self, i: usize) -> Result<RecordView<'a>, Error> {
+        self.records()
+            .nth(i)
+            .unwrap_or_else(|| Err(Error::NoSuchField(format!("record {i}"))))
+    }
+
+    /// Calls `f` with the index of every pool block the message references (all records),
+    /// validating the whole encoding on the way. A message whose header counts no block
+    /// reference is not scanned: if the sender lied, it only withholds its own blocks, and
+    /// every access to an array is validated anyway.
+    pub(crate) fn for_each_block(&self, f: impl FnMut(u32)) -> Result<(), Error> {
+        if self.block_refs == 0 {
+            return Ok(());
+        }
+        self.validate_all(f)
+    }
+
+    /// Parses and validates every record and field, calling `f` for every block reference.
+    pub(crate) fn validate_all(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
+        let mut names: SmallVec<[&str; 8]> = SmallVec::new();
+        for r in self.records() {
+            names.clear();
+            for field in r?.fields() {
+                let field = field?;
+                let name = field.name_a();
+                if names.contains(&name) {
+                    return Err(duplicate(name));
+                }
+                names.push(name);
+                if let FieldRef::Array(a) = field
+                    && let Some(b) = a.block
+                {
+                    f(b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The raw body bytes (a private copy: no other process can change them).
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+}
+
+/// Iterator over the records of a message.
+#[derive(Debug)]
+pub struct Records<'a> {
+    body: &'a [u8],
+    data: DataRef<'a>,
+    pool: PoolRef<'a>,
+    pos: usize,
+    left: u32,
+}
+
+impl<'a> Iterator for Records<'a> {
+    type Item = Result<RecordView<'a>, Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let b = self.body;
+        let p = self.pos;
+        if p + RECORD_HEADER > b.len() {
+            self.left = 0;
+            return Some(Err(corrupt("record header past the end of the body")));
+        }
+        let len = rd_u32(b, p) as usize;
+        let n = rd_u32(b, p + 4);
+        if len < RECORD_HEADER || !len.is_multiple_of(8) || len > b.len() - p {
+            self.left = 0;
+            return Some(Err(corrupt(format!("record of {len} bytes at {p}"))));
+        }
+        self.pos = p + len;
+        Some(Ok(RecordView {
+            body: b,
+            data: self.data,
+            start: p + RECORD_HEADER,
+            end: p + len,
+            fields: n,
+            pool: self.pool,
+        }))
+    }
+}
+
+/// One record of a received message: named arrays and metadata.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    body: &'a [u8],
+    data: DataRef<'a>,
+    start: usize,
+    end: usize,
+    fields: u32,
+    pool: PoolRef<'a>,
+}
+
+/// Description of an array in a record.
+#[derive(Debug, Clone)]
+pub struct ArrayInfo<'a> {
+    /// Field name.
+    pub name: &'a str,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape (row-major).
+    pub shape: SmallVec<[usize; 4]>,
+    /// Whether the data lives in its own pool block (zero-copy) rather than in the body.
+    pub zero_copy: bool,
+    /// The data, where it lies in shared memory (a pool block, or the ring for a large
+    /// in-place read): a hostile producer may change these values while you read them, never
+    /// their length or location.
+    pub bytes: &'a [u8],
+    block: Option<u32>,
+}
+
+/// One decoded field.
+#[derive(Debug, Clone)]
+pub enum FieldRef<'a> {
+    /// Metadata.
+    Meta(&'a str, MetaValue<'a>),
+    /// An array.
+    Array(ArrayInfo<'a>),
+}
+
+/// `Err` if a field named `name` (or a corrupt field) follows in `fields`.
+#[inline(never)]
+fn rest_has(mut fields: Fields<'_>, name: &str) -> Result<(), Error> {
+    while let Some(g) = fields.find(name) {
+        if g?.name() == name {
+            return Err(duplicate(name));
+        }
+    }
+    Ok(())
+}
+
+fn duplicate(name: &str) -> Error {
+    corrupt(format!("field '{name}' appears twice in one record"))
+}
+
+impl<'a> FieldRef<'a> {
+    fn name_a(&self) -> &'a str {
+        match self {
+            FieldRef::Meta(n, _) => n,
+            FieldRef::Array(a) => a.name,
+        }
+    }
+}
+
+impl FieldRef<'_> {
+    /// The field's name.
+    pub fn name(&self) -> &str {
+        match self {
+            FieldRef::Meta(n, _) => n,
+            FieldRef::Array(a) => a.name,
+        }
+    }
+}
+
+/// Iterator over the fields of a record.
+#[derive(Debug)]
+pub struct Fields<'a> {
+    rec: RecordView<'a>,
+    pos: usize,
+    left: u32,
+}
+
+impl<'a> Iterator for Fields<'a> {
+    type Item = Result<FieldRef<'a>, Error>;
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let r = self.parse();
+        if r.is_err() {
+            self.left = 0;
+        }
+        Some(r)
+    }
+}
+
+impl<'a> Fields<'a> {
+    /// Skips to the field called `name` reading only the headers of the fields before it
+    /// (every skip is bounds-checked; anything odd falls back to the full parse, which reports
+    /// it), then parses that field.
+    #[inline]
+    fn find(&mut self, name: &str) -> Option<Result<FieldRef<'a>, Error>> {
+        let b = self.rec.body;
+        let end = self.rec.end;
+        while self.left > 0 {
+            let p = self.pos;
+            if p + FIELD_HEADER > end {
+                return self.next();
+            }
+            let (kind, name_len, ndim, loc) =
+                (b[p], b[p + 1] as usize, b[p + 2] as usize, b[p + 4]);
+            let blen = rd_u64(b, p + 16);
+            let name_at = p + FIELD_HEADER + if kind == KIND_ARRAY { 8 * ndim } else { 0 };
+            let str_len = if kind == KIND_STR {
+                blen.min(65536) as usize
+            } else {
+                0
+            };
+            let after = name_at + pad8(name_len + str_len);
+            let data = if kind == KIND_ARRAY && loc == LOC_INLINE {
+                pad8(blen.min(end as u64) as usize)
+            } else {
+                0
+            };
+            if after + data > end || !(KIND_I64..=KIND_ARRAY).contains(&kind) {
+                return self.next();
+            }
+            if &b[name_at..name_at + name_len] == name.as_bytes() {
+                return self.next();
+            }
+            self.pos = after + data;
+            self.left -= 1;
+        }
+        None
+    }
+
+    fn parse(&mut self) -> Result<FieldRef<'a>, Error> {
+        let b = self.rec.body;
+        let p = self.pos;
+        let end = self.rec.end;
+        if p + FIELD_HEADER > end {
+            return Err(corrupt(format!(
+                "field header at {p} past record end {end}"
+            )));
+        }
+        let h = &b[p..p + FIELD_HEADER];
+        let (kind, name_len, ndim, dtype, loc) = (h[0], h[1] as usize, h[2] as usize, h[3], h[4]);
+        let a = rd_u64(h, 8);
+        let blen = rd_u64(h, 16);
+        let name_at = p + FIELD_HEADER + if kind == KIND_ARRAY { 8 * ndim } else { 0 };
+        let str_len = if kind == KIND_STR { blen as usize } else { 0 };
+        if kind == KIND_STR && blen > 65535 {
+            return Err(corrupt(format!("string of {blen} bytes")));
+        }
+        let after = name_at + pad8(name_len + str_len);
+        if after > end {
+            return Err(corrupt(format!("field at {p} overruns its record")));
+        }
+        let name = std::str::from_utf8(&b[name_at..name_at + name_len])
+            .map_err(|_| corrupt(format!("field name at {p} is not UTF-8")))?;
+        self.pos = after;
+        match kind {
+            KIND_I64 => Ok(FieldRef::Meta(name, MetaValue::I64(a as i64))),
+            KIND_F64 => Ok(FieldRef::Meta(name, MetaValue::F64(f64::from_bits(a)))),
+            KIND_STR => {
+                let s = std::str::from_utf8(&b[name_at + name_len..name_at + name_len + str_len])
+                    .map_err(|_| corrupt(format!("string '{name}' is not UTF-8")))?;
+                Ok(FieldRef::Meta(name, MetaValue::Str(Cow::Borrowed(s))))
+            }
+            KIND_ARRAY => {
+                let dtype = DType::from_code(dtype)
+                    .ok_or_else(|| corrupt(format!("array '{name}': dtype code {dtype}")))?;
+                if ndim > MAX_NDIM {
+                    return Err(corrupt(format!("array '{name}': {ndim} dimensions")));
+                }
+                let mut shape = SmallVec::<[usize; 4]>::new();
+                let mut n: u64 = 1;
+                for d in 0..ndim {
+                    let v = rd_u64(b, p + FIELD_HEADER + 8 * d);
+                    n = n
+                        .checked_mul(v)
+                        .ok_or_else(|| corrupt(format!("array '{name}': shape overflows")))?;
+                    shape.push(
+                        usize::try_from(v)
+                            .map_err(|_| corrupt(format!("array '{name}': dim {v}")))?,
+                    );
+                }
+                if n.checked_mul(dtype.size() as u64) != Some(blen) {
+                    return Err(corrupt(format!(
+                        "array '{name}': shape {shape:?} of {dtype} does not match {blen} bytes"
+                    )));
+                }
+                let (bytes, block) = match loc {
+                    LOC_INLINE => {
+                        let at = a as usize;
+                        if a != after as u64 || blen > (end - after) as u64 || !a.is_multiple_of(8)
+                        {
+                            return Err(corrupt(format!(
+                                "array '{name}': inline data at {a} (+{blen}) outside its record"
+                            )));
+                        }
+                        self.pos = after + pad8(blen as usize);
+                        if self.pos > end {
+                            return Err(corrupt(format!("array '{name}' overruns its record")));
+                        }
+                        // SAFETY: at + blen <= end <= body length (checked just above).
+                        (unsafe { self.rec.data.slice(at, blen as usize) }, None)
+                    }
+                    LOC_BLOCK => (self.rec.pool.block(a, blen)?, Some(a as u32)),
+                    _ => return Err(corrupt(format!("array '{name}': location {loc}"))),
+                };
+                Ok(FieldRef::Array(ArrayInfo {
+                    name,
+                    dtype,
+                    shape,
+                    zero_copy: block.is_some(),
+                    bytes,
+                    block,
+                }))
+            }
+            _ => Err(corrupt(format!("field kind {kind} at {p}"))),
+        }
+    }
+}
+
+impl<'a> RecordView<'a> {
+    /// All fields, in the order they were added.
+    pub fn fields(&self) -> Fields<'a> {
+        Fields {
+            rec: *self,
+            pos: self.start,
+            left: self.fields,
+        }
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.fields as usize
+    }
+
+    /// Whether the record has no field.
+    pub fn is_empty(&self) -> bool {
+        self.fields == 0
+    }
+
+    fn find(&self, name: &str) -> Result<FieldRef<'a>, Error> {
+        let mut fields = self.fields();
+        while let Some(f) = fields.find(name) {
+            let f = f?;
+            if f.name() == name {
+                // A second field of that name would make two lookups disagree (one field's
+                // dtype, another's bytes): refuse the record.
+                if fields.left > 0 {
+                    rest_has(fields, name)?;
+                }
+                return Ok(f);
+            }
+        }
+        Err(Error::NoSuchField(name.to_string()))
+    }
+
+    /// The elements of array `name` in row-major order, without building an ndarray view
+    /// (the fastest access; the shape is in [`RecordView::array_info`]).
+    ///
+    /// # Errors
+    /// As [`RecordView::array`].
+    pub fn slice<T: Element>(&self, name: &str) -> Result<&'a [T], Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: T::DTYPE,
+            });
+        }
+        bytemuck::try_cast_slice(a.bytes).map_err(|e| corrupt(format!("array '{name}': {e:?}")))
+    }
+
+    /// Every array of the record.
+    pub fn arrays(&self) -> impl Iterator<Item = Result<ArrayInfo<'a>, Error>> + 'a {
+        self.fields().filter_map(|f| match f {
+            Ok(FieldRef::Array(a)) => Some(Ok(a)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    /// Every metadata value of the record.
+    pub fn metas(&self) -> impl Iterator<Item = Result<(&'a str, MetaValue<'a>), Error>> + 'a {
+        self.fields().filter_map(|f| match f {
+            Ok(FieldRef::Meta(n, v)) => Some(Ok((n, v))),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    /// The array `name` and its description.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchField`], [`Error::Corrupt`].
+    pub fn array_info(&self, name: &str) -> Result<ArrayInfo<'a>, Error> {
+        match self.find(name)? {
+            FieldRef::Array(a) => Ok(a),
+            FieldRef::Meta(..) => Err(Error::NoSuchField(format!("{name} (it is metadata)"))),
+        }
+    }
+
+    /// The array `name` as an ndarray view.
+    ///
+    /// The view is zero-copy over shared memory for arrays in a pool block (and for in-place
+    /// reads, [`crate::Receiver::recv_batch`]): a hostile producer can change the values while
+    /// you read them, never the shape or bounds (validated on a private copy). Copy the view
+    /// (`to_owned()`) before trusting values you check.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchField`], [`Error::DTypeMismatch`], [`Error::Corrupt`] (also if the data is
+    /// misaligned for `T`).
+    pub fn array<T: Element>(&self, name: &str) -> Result<ArrayViewD<'a, T>, Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: T::DTYPE,
+            });
+        }
+        let data: &'a [T] = bytemuck::try_cast_slice(a.bytes)
+            .map_err(|e| corrupt(format!("array '{name}': {e:?}")))?;
+        ArrayViewD::from_shape(IxDyn(&a.shape), data)
+            .map_err(|e| corrupt(format!("array '{name}': {e}")))
+    }
+
+    /// The boolean array `name`, checked (every byte must be 0 or 1) and copied.
+    ///
+    /// # Errors
+    /// As [`RecordView::array`]; [`Error::Corrupt`] for a byte other than 0 or 1.
+    pub fn array_bool(&self, name: &str) -> Result<ArrayD<bool>, Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != DType::Bool {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: DType::Bool,
+            });
+        }
+        let v = a
+            .bytes
+            .iter()
+            .map(|&x| match x {
+                0 => Ok(false),
+                1 => Ok(true),
+                x => Err(corrupt(format!("array '{name}': byte {x} is not a bool"))),
+            })
+            .collect::<Result<Vec<bool>, Error>>()?;
+        ArrayD::from_shape_vec(IxDyn(&a.shape), v).map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// The raw bytes of array `name` (any dtype).
+    ///
+    /// # Errors
+    /// [`Error::NoSuchField`], [`Error::Corrupt`].
+    pub fn array_bytes(&self, name: &str) -> Result<&'a [u8], Error> {
+        Ok(self.array_info(name)?.bytes)
+    }
+
+    /// The metadata value `name`, if present and valid.
+    pub fn meta(&self, name: &str) -> Option<MetaValue<'a>> {
+        match self.find(name) {
+            Ok(FieldRef::Meta(_, v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The integer metadata `name`.
+    pub fn meta_i64(&self, name: &str) -> Option<i64> {
+        match self.meta(name)? {
+            MetaValue::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The float metadata `name`.
+    pub fn meta_f64(&self, name: &str) -> Option<f64> {
+        match self.meta(name)? {
+            MetaValue::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The string metadata `name`.
+    pub fn meta_str(&self, name: &str) -> Option<&'a str> {
+        match self.meta(name)? {
+            MetaValue::Str(Cow::Borrowed(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes a body made by [`encode_inline`] (or received): arrays in blocks are refused.
+///
+/// # Errors
+/// [`Error::Corrupt`] on any invalid encoding.
+pub fn decode(body: &[u8]) -> Result<MessageView<'_>, Error> {
+    let v = MessageView::parse(body, PoolRef::empty())?;
+    v.validate_all(|_| {})?;
+    Ok(v)
+}

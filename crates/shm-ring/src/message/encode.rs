@@ -1,0 +1,246 @@
+//! Encoding a message body (see the module doc of `message` for the format).
+
+use smallvec::SmallVec;
+
+use super::*;
+use crate::error::Error;
+
+fn field_size(f: &FieldB<'_>, place: Place) -> usize {
+    let name = f.name.len();
+    match &f.src {
+        FieldSrc::Meta(MetaValue::Str(s)) => FIELD_HEADER + pad8(name + s.len()),
+        FieldSrc::Meta(_) => FIELD_HEADER + pad8(name),
+        FieldSrc::Array { shape, data, .. } => {
+            let inline = if place == Place::Inline {
+                pad8(data.len())
+            } else {
+                0
+            };
+            FIELD_HEADER + 8 * shape.len() + pad8(name) + inline
+        }
+    }
+}
+
+/// Names must be unique within a record (or two lookups of one name could disagree).
+#[cold]
+fn check_unique(m: &MessageBuilder<'_>) -> Result<(), Error> {
+    for r in 0..m.records() {
+        let fields = &m.fields[m.record_range(r)];
+        for (i, f) in fields.iter().enumerate().skip(1) {
+            if fields[..i].iter().any(|g| g.name == f.name) {
+                return Err(Error::InvalidArgument(format!(
+                    "field '{}' appears twice in record {r}: names must be unique per record",
+                    f.name
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks limits of the encoding (name and string lengths, dimensions) before encoding.
+pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
+    if m.fields.len() > 1 {
+        check_unique(m)?;
+    }
+    for f in &m.fields {
+        if f.name.len() > 255 {
+            return Err(Error::InvalidArgument(format!(
+                "field name of {} bytes (limit 255)",
+                f.name.len()
+            )));
+        }
+        match &f.src {
+            FieldSrc::Meta(MetaValue::Str(s)) if s.len() > 65535 => {
+                return Err(Error::InvalidArgument(format!(
+                    "metadata string '{}' of {} bytes (limit 65535)",
+                    f.name,
+                    s.len()
+                )));
+            }
+            FieldSrc::Array { shape, .. } if shape.len() > MAX_NDIM => {
+                return Err(Error::InvalidArgument(format!(
+                    "array '{}' has {} dimensions (limit {MAX_NDIM})",
+                    f.name,
+                    shape.len()
+                )));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Encoded size of the body with the given placement of each field.
+pub(crate) fn body_len(m: &MessageBuilder<'_>, places: &[Place]) -> usize {
+    BODY_HEADER
+        + RECORD_HEADER * m.records()
+        + m.fields
+            .iter()
+            .zip(places)
+            .map(|(f, &p)| field_size(f, p))
+            .sum::<usize>()
+}
+
+/// Writes the body into `dst` (exactly `body_len` bytes, 8-aligned). Arrays placed in blocks
+/// are only referenced here; the caller copies their data.
+pub(crate) fn encode(m: &MessageBuilder<'_>, places: &[Place], dst: &mut [u8]) {
+    // SAFETY: a private slice is valid for writes of its length.
+    unsafe { encode_raw(m, places, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// [`encode`] into `total` bytes at `dst`, which may be shared memory the peer can write (it
+/// is only ever written through the pointer, never referenced).
+///
+/// # Safety
+/// `dst` must be valid for writes of `total` bytes, 8-aligned, and `total` must be the
+/// message's `body_len`.
+pub(crate) unsafe fn encode_raw(
+    m: &MessageBuilder<'_>,
+    places: &[Place],
+    dst: *mut u8,
+    total: usize,
+) {
+    let mut w = Writer {
+        dst,
+        len: total,
+        pos: 0,
+    };
+    w.u32(BODY_MAGIC);
+    w.u32(m.tag);
+    w.u32(m.records() as u32);
+    w.u32(total as u32);
+    w.u32(
+        places
+            .iter()
+            .filter(|p| matches!(p, Place::Block(_)))
+            .count() as u32,
+    );
+    w.u32(0);
+    for r in 0..m.records() {
+        let range = m.record_range(r);
+        let len = RECORD_HEADER
+            + range
+                .clone()
+                .map(|i| field_size(&m.fields[i], places[i]))
+                .sum::<usize>();
+        w.u32(len as u32);
+        w.u32(range.len() as u32);
+        for i in range {
+            let f = &m.fields[i];
+            let name = f.name.as_bytes();
+            match &f.src {
+                FieldSrc::Meta(v) => {
+                    let (kind, a, s): (u8, u64, &[u8]) = match v {
+                        MetaValue::I64(x) => (KIND_I64, *x as u64, &[]),
+                        MetaValue::F64(x) => (KIND_F64, x.to_bits(), &[]),
+                        MetaValue::Str(s) => (KIND_STR, 0, s.as_bytes()),
+                    };
+                    w.bytes(&[kind, name.len() as u8, 0, 0, 0, 0, 0, 0]);
+                    w.u64(a);
+                    w.u64(s.len() as u64);
+                    w.bytes(name);
+                    w.bytes(s);
+                    w.align8();
+                }
+                FieldSrc::Array { dtype, shape, data } => {
+                    let (loc, a) = match places[i] {
+                        Place::Block(b) => (LOC_BLOCK, b as u64),
+                        _ => {
+                            let data_at = w.pos + FIELD_HEADER + 8 * shape.len() + pad8(name.len());
+                            (LOC_INLINE, data_at as u64)
+                        }
+                    };
+                    w.bytes(&[
+                        KIND_ARRAY,
+                        name.len() as u8,
+                        shape.len() as u8,
+                        *dtype as u8,
+                        loc,
+                        0,
+                        0,
+                        0,
+                    ]);
+                    w.u64(a);
+                    w.u64(data.len() as u64);
+                    for &d in shape {
+                        w.u64(d);
+                    }
+                    w.bytes(name);
+                    w.align8();
+                    if loc == LOC_INLINE {
+                        debug_assert_eq!(w.pos as u64, a);
+                        w.bytes(data.bytes());
+                        w.align8();
+                    }
+                }
+            }
+        }
+    }
+    debug_assert_eq!(w.pos, total);
+}
+
+/// Writes a body through a raw pointer (the destination may be shared memory).
+struct Writer {
+    dst: *mut u8,
+    len: usize,
+    pos: usize,
+}
+
+impl Writer {
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) {
+        assert!(b.len() <= self.len - self.pos, "encoder overran its body");
+        // SAFETY: `pos + b.len() <= len` (checked), and `dst` is valid for `len` bytes of
+        // writes (`encode_raw`'s contract); `b` is our own memory, not the destination.
+        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.dst.add(self.pos), b.len()) };
+        self.pos += b.len();
+    }
+    #[inline]
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+    #[inline]
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+    #[inline]
+    fn align8(&mut self) {
+        let n = pad8(self.pos) - self.pos;
+        assert!(n <= self.len - self.pos, "encoder overran its body");
+        // SAFETY: in bounds (checked), see `bytes`.
+        unsafe { std::ptr::write_bytes(self.dst.add(self.pos), 0, n) };
+        self.pos += n;
+    }
+}
+
+/// Encodes a message with every array inline into a fresh, 8-aligned buffer (for tests,
+/// tools and process-local use) and returns the buffer and the body length.
+pub fn encode_inline(m: &MessageBuilder<'_>) -> Result<(Vec<u64>, usize), Error> {
+    check_limits(m)?;
+    if m.fields.iter().any(|f| {
+        matches!(
+            f.src,
+            FieldSrc::Array {
+                data: ArraySrc::Loan(_),
+                ..
+            }
+        )
+    }) {
+        return Err(Error::InvalidArgument(
+            "loaned arrays need a channel".into(),
+        ));
+    }
+    let places: SmallVec<[Place; 8]> = m
+        .fields
+        .iter()
+        .map(|f| match f.src {
+            FieldSrc::Array { .. } => Place::Inline,
+            _ => Place::None,
+        })
+        .collect();
+    let len = body_len(m, &places);
+    let mut buf = vec![0u64; len.div_ceil(8)];
+    encode(m, &places, &mut bytemuck::cast_slice_mut(&mut buf)[..len]);
+    Ok((buf, len))
+}

@@ -1,0 +1,340 @@
+//! Messages: a tag and 1..n records, each a set of named arrays and small metadata values.
+//!
+//! # Encoding
+//! A message body is a little-endian byte string, 8-byte aligned throughout:
+//! ```text
+//! body     := BodyHeader record*            BodyHeader = magic u32, tag u32, n_records u32, body_len u32,
+//!                                                        block_refs u32 (arrays in pool blocks), reserved u32
+//! record   := RecordHeader field*           RecordHeader = record_len u32, n_fields u32
+//! field    := FieldHeader shape name str data
+//!   FieldHeader (24 bytes) = kind u8, name_len u8, ndim u8, dtype u8, loc u8, pad[3], a u64, b u64
+//!   shape    = ndim x u64                   (arrays only)
+//!   name, str                               (str for kind Str only; b = its length), padded to 8
+//!   data     = b bytes, padded to 8         (inline arrays only; a = offset of data in the body)
+//! kind: 1 = i64 (a), 2 = f64 (a = bits), 3 = str, 4 = array
+//! loc:  0 = inline in the body, 1 = in pool block a (b bytes from its start)
+//! ```
+//! Every field of this encoding is validated when read: lengths against the body, offsets
+//! against the body or the pool, dtypes against the table, shapes against the byte length.
+
+use std::borrow::Cow;
+
+use smallvec::SmallVec;
+
+use crate::dtype::{DType, Element};
+use crate::error::Error;
+use crate::pool::{ArrayLoan, LoanToken};
+
+pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB1");
+pub(crate) const BODY_HEADER: usize = 24;
+pub(crate) const RECORD_HEADER: usize = 8;
+pub(crate) const FIELD_HEADER: usize = 24;
+const MAX_NDIM: usize = 16;
+
+const KIND_I64: u8 = 1;
+const KIND_F64: u8 = 2;
+const KIND_STR: u8 = 3;
+const KIND_ARRAY: u8 = 4;
+pub(crate) const LOC_INLINE: u8 = 0;
+pub(crate) const LOC_BLOCK: u8 = 1;
+
+mod copy;
+mod decode;
+mod encode;
+
+pub(crate) use copy::copy_for_parse;
+#[doc(hidden)]
+pub use copy::read_in_place;
+pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records, decode};
+pub(crate) use decode::{DataRef, PoolRef};
+pub use encode::encode_inline;
+pub(crate) use encode::{body_len, check_limits, encode_raw};
+
+#[inline]
+const fn pad8(n: usize) -> usize {
+    (n + 7) & !7
+}
+
+/// A metadata value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MetaValue<'a> {
+    /// An integer (ids, timestamps, counts).
+    I64(i64),
+    /// A float.
+    F64(f64),
+    /// A short string (at most 65,535 bytes).
+    Str(Cow<'a, str>),
+}
+
+#[derive(Debug)]
+pub(crate) enum ArraySrc<'a> {
+    Borrowed(&'a [u8]),
+    Owned(Vec<u8>),
+    Loan(Box<LoanToken>),
+}
+
+#[derive(Debug)]
+pub(crate) enum FieldSrc<'a> {
+    Meta(MetaValue<'a>),
+    Array {
+        dtype: DType,
+        shape: SmallVec<[u64; 4]>,
+        data: ArraySrc<'a>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct FieldB<'a> {
+    pub name: Cow<'a, str>,
+    pub src: FieldSrc<'a>,
+}
+
+/// Builds a message: a tag and one or more records of named arrays and metadata.
+///
+/// Arrays given by reference travel according to the sender's [`crate::Transfer`] policy
+/// (copied inline, or copied once into a pool block that the consumer reads in place); loaned
+/// arrays ([`crate::ArrayLoan`]) are always zero-copy.
+///
+/// # Examples
+/// ```
+/// use shm_ring::MessageBuilder;
+/// let x = ndarray::arr2(&[[1.0f32, 2.0], [3.0, 4.0]]);
+/// let msg = MessageBuilder::new()
+///     .tag(7)
+///     .meta_str("item_id", "A-17")
+///     .meta_i64("start", 1_700_000_000)
+///     .array("x", &x)
+///     .next_record()
+///     .meta_i64("start", 1_700_003_600);
+/// assert_eq!(msg.records(), 2);
+/// ```
+#[derive(Debug, Default)]
+pub struct MessageBuilder<'a> {
+    pub(crate) tag: u32,
+    pub(crate) fields: SmallVec<[FieldB<'a>; 2]>,
+    /// Index in `fields` where each record after the first starts.
+    pub(crate) record_starts: SmallVec<[u32; 2]>,
+}
+
+impl<'a> MessageBuilder<'a> {
+    /// An empty message (one empty record, tag 0).
+    #[inline]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the tag (free for the application: message kinds, sequence numbers, ...).
+    #[inline]
+    pub fn tag(mut self, tag: u32) -> Self {
+        self.tag = tag;
+        self
+    }
+
+    /// Number of records so far.
+    #[inline]
+    pub fn records(&self) -> usize {
+        self.record_starts.len() + 1
+    }
+
+    /// Number of fields (arrays and metadata) over all records.
+    #[inline]
+    pub fn fields(&self) -> usize {
+        self.fields.len()
+    }
+
+    /// Ends the current record and starts the next one.
+    #[inline]
+    pub fn next_record(mut self) -> Self {
+        self.record_starts.push(self.fields.len() as u32);
+        self
+    }
+
+    #[inline]
+    fn push(mut self, name: impl Into<Cow<'a, str>>, src: FieldSrc<'a>) -> Self {
+        self.fields.push(FieldB {
+            name: name.into(),
+            src,
+        });
+        self
+    }
+
+    /// Adds an integer.
+    #[inline]
+    pub fn meta_i64(self, name: impl Into<Cow<'a, str>>, v: i64) -> Self {
+        self.push(name, FieldSrc::Meta(MetaValue::I64(v)))
+    }
+
+    /// Adds a float.
+    #[inline]
+    pub fn meta_f64(self, name: impl Into<Cow<'a, str>>, v: f64) -> Self {
+        self.push(name, FieldSrc::Meta(MetaValue::F64(v)))
+    }
+
+    /// Adds a short string (at most 65,535 bytes; checked when sent).
+    #[inline]
+    pub fn meta_str(self, name: impl Into<Cow<'a, str>>, v: impl Into<Cow<'a, str>>) -> Self {
+        self.push(name, FieldSrc::Meta(MetaValue::Str(v.into())))
+    }
+
+    /// Adds a metadata value.
+    #[inline]
+    pub fn meta(self, name: impl Into<Cow<'a, str>>, v: MetaValue<'a>) -> Self {
+        self.push(name, FieldSrc::Meta(v))
+    }
+
+    /// Adds an array of any dimension. A standard-layout view is borrowed as it is; any other
+    /// layout is first gathered into row-major order.
+    #[inline]
+    pub fn array<T, S, D>(
+        self,
+        name: impl Into<Cow<'a, str>>,
+        a: &'a ndarray::ArrayBase<S, D>,
+    ) -> Self
+    where
+        T: Element,
+        S: ndarray::Data<Elem = T>,
+        D: ndarray::Dimension,
+    {
+        let shape = a.shape().iter().map(|&d| d as u64).collect();
+        let data = match a.as_slice() {
+            Some(s) => ArraySrc::Borrowed(bytemuck::cast_slice(s)),
+            None => ArraySrc::Owned(
+                a.iter()
+                    .flat_map(|x| bytemuck::bytes_of(x).to_vec())
+                    .collect(),
+            ),
+        };
+        self.push(
+            name,
+            FieldSrc::Array {
+                dtype: T::DTYPE,
+                shape,
+                data,
+            },
+        )
+    }
+
+    /// Adds an array given as a row-major slice and a shape.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the shape does not match the slice length.
+    #[inline]
+    pub fn array_slice<T: Element>(
+        self,
+        name: impl Into<Cow<'a, str>>,
+        shape: &[usize],
+        data: &'a [T],
+    ) -> Result<Self, Error> {
+        self.array_raw(name, T::DTYPE, shape, bytemuck::cast_slice(data))
+    }
+
+    /// Adds an array whose dtype is only known at run time, as raw little-endian bytes.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the byte length does not match shape and dtype.
+    #[inline]
+    pub fn array_raw(
+        self,
+        name: impl Into<Cow<'a, str>>,
+        dtype: DType,
+        shape: &[usize],
+        bytes: &'a [u8],
+    ) -> Result<Self, Error> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n.and_then(|n| n.checked_mul(dtype.size())) != Some(bytes.len())
+            || shape.len() > MAX_NDIM
+        {
+            return Err(Error::InvalidArgument(format!(
+                "shape {shape:?} of {dtype} does not match {} bytes",
+                bytes.len()
+            )));
+        }
+        Ok(self.push(
+            name,
+            FieldSrc::Array {
+                dtype,
+                shape: shape.iter().map(|&d| d as u64).collect(),
+                data: ArraySrc::Borrowed(bytes),
+            },
+        ))
+    }
+
+    /// Adds a boolean array (travels as one byte per element).
+    #[inline]
+    pub fn array_bool<S, D>(
+        self,
+        name: impl Into<Cow<'a, str>>,
+        a: &ndarray::ArrayBase<S, D>,
+    ) -> Self
+    where
+        S: ndarray::Data<Elem = bool>,
+        D: ndarray::Dimension,
+    {
+        let shape = a.shape().iter().map(|&d| d as u64).collect();
+        let bytes = a.iter().map(|&b| b as u8).collect();
+        self.push(
+            name,
+            FieldSrc::Array {
+                dtype: DType::Bool,
+                shape,
+                data: ArraySrc::Owned(bytes),
+            },
+        )
+    }
+
+    /// Adds a loaned array (zero-copy: the consumer reads the block it was written in).
+    #[inline]
+    pub fn array_loan<T: Element>(self, name: impl Into<Cow<'a, str>>, loan: ArrayLoan<T>) -> Self {
+        let token = loan.token;
+        let shape = token.shape.iter().map(|&d| d as u64).collect();
+        self.push(
+            name,
+            FieldSrc::Array {
+                dtype: T::DTYPE,
+                shape,
+                data: ArraySrc::Loan(Box::new(token)),
+            },
+        )
+    }
+
+    /// Fields of record `r` (for the encoder).
+    pub(crate) fn record_range(&self, r: usize) -> std::ops::Range<usize> {
+        let start = if r == 0 {
+            0
+        } else {
+            self.record_starts[r - 1] as usize
+        };
+        let end = self
+            .record_starts
+            .get(r)
+            .map_or(self.fields.len(), |&e| e as usize);
+        start..end
+    }
+}
+
+impl ArraySrc<'_> {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            ArraySrc::Borrowed(b) => b,
+            ArraySrc::Owned(v) => v,
+            ArraySrc::Loan(_) => &[],
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            ArraySrc::Loan(t) => t.bytes(),
+            s => s.bytes().len(),
+        }
+    }
+}
+
+/// Where one array goes (decided by the sender per its transfer policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Not an array.
+    None,
+    /// Copied into the body.
+    Inline,
+    /// In pool block `n`.
+    Block(u32),
+}
