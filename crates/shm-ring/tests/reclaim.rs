@@ -86,7 +86,11 @@ fn creator_killed_mid_creation_leaves_the_name_free() {
         !ok && !out.contains("ready"),
         "the creator was not killed: {out}"
     );
-    let tx = Sender::create(&name, &ChannelConfig::default())
+    let no_linger = ChannelConfig {
+        linger: Duration::ZERO,
+        ..ChannelConfig::default()
+    };
+    let tx = Sender::create(&name, &no_linger)
         .expect("the name of a half-built segment must not stay taken");
     drop(tx);
     guard.assert_gone();
@@ -114,4 +118,30 @@ fn segments_of_another_layout_version_are_left_alone() {
         "reclaimed a segment of another layout version"
     );
     drop(guard);
+}
+
+/// Names are removed by inode, never by name alone (issue 8, "unlinks by name"): an owner
+/// whose name was removed and taken by a new segment meanwhile must leave the new one alone
+/// when it is dropped, and so must `reclaim_stale` for a name that now leads to a live file.
+#[test]
+fn a_name_is_removed_only_while_it_still_leads_to_the_same_file() {
+    let name = unique("reused");
+    let guard = ShmGuard::new(&[&name]);
+    let cfg = ChannelConfig {
+        linger: Duration::ZERO,
+        ..ChannelConfig::default()
+    };
+    let old = Sender::create(&name, &cfg).unwrap();
+    // Someone removes the name (as a reclaimer that misjudged it would), and another producer
+    // creates a channel of the same fixed name.
+    std::fs::remove_file(shm_path(&name)).unwrap();
+    let new = Sender::create(&name, &cfg).unwrap();
+    drop(old);
+    assert!(exists(&name), "the old owner removed the new owner's name");
+    let mut rx = shm_ring::Receiver::open(&name).expect("the new channel is still reachable");
+    assert_eq!(rx.try_recv().map(|m| m.is_some()).ok(), Some(false));
+    shm_ring::reclaim_stale().unwrap();
+    assert!(exists(&name), "reclaimed a live creator's name");
+    drop((rx, new));
+    guard.assert_gone();
 }

@@ -339,8 +339,11 @@ impl Receiver {
             return Ok(None);
         }
         let p = self.desc.slot(0);
-        // SAFETY: slot 0 is published (avail >= 1) and at least 64 bytes; 4-aligned.
-        let [n_slots, kind, body_len, block] = unsafe { p.cast::<[u32; 4]>().read() };
+        // SAFETY: slot 0 is published (avail >= 1), at least 64 bytes and 4-aligned, inside
+        // the mapping `self.shared` keeps alive. The producer may rewrite it at any time: the
+        // header is read exactly once (volatile, never re-fetched) into locals, and only the
+        // locals are validated and used.
+        let [n_slots, kind, body_len, block] = unsafe { p.cast::<[u32; 4]>().read_volatile() };
         let slot_size = self.desc.shape().slot_size as usize;
         if n_slots == 0 || n_slots > avail || n_slots > self.desc.contiguous(0) {
             return Err(self.skip_corrupt(format!(

@@ -214,8 +214,11 @@ impl Sender {
     fn collect_returns(&mut self) -> Result<(), Error> {
         let n = self.comp.available(1)?;
         for i in 0..n {
-            // SAFETY: slot i is published by the consumer (available) and 8 bytes long.
-            let b = unsafe { self.comp.slot(i).cast::<u64>().read() };
+            // SAFETY: slot i is published by the consumer (available), 8 bytes long and
+            // 8-aligned, inside the mapping `self.seg` keeps alive. The consumer may rewrite it
+            // at any time: read it exactly once (volatile, never re-fetched) into a local,
+            // which is then validated (in flight, or a dropped-records note in range).
+            let b = unsafe { self.comp.slot(i).cast::<u64>().read_volatile() };
             if b & DROPPED_MARK != 0 {
                 // The consumer dropped the records at positions [from, from + n) unread:
                 // every block still out with one of them comes back.

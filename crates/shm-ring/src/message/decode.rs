@@ -542,6 +542,9 @@ impl<'a> RecordView<'a> {
     /// The elements of array `name` in row-major order, without building an ndarray view
     /// (the fastest access; the shape is in [`RecordView::array_info`]).
     ///
+    /// Zero-copy, as [`RecordView::array`]: a hostile producer can change the values while
+    /// you read them, never the length or where they lie.
+    ///
     /// # Errors
     /// As [`RecordView::array`].
     pub fn slice<T: Element>(&self, name: &str) -> Result<&'a [T], Error> {
