@@ -194,16 +194,23 @@ impl Ctrl {
 
     /// Waits until a message (or the end of file) is waiting; `false` on timeout.
     pub(crate) fn wait_readable(&self, timeout: Option<Duration>) -> Result<bool, CtrlError> {
-        let ts = timeout.map(|t| Timespec {
-            tv_sec: t.as_secs() as i64,
-            tv_nsec: i64::from(t.subsec_nanos()),
-        });
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        match poll(&mut fds, ts.as_ref()) {
-            Ok(0) => Ok(false),
-            Ok(_) => Ok(true),
-            Err(Errno::INTR) => Ok(false),
-            Err(e) => Err(CtrlError::Other(format!("control socket: {e}"))),
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            // A signal interrupts the wait, never ends it: wait again for what is left.
+            let ts = deadline.map(|d| {
+                let left = d.saturating_duration_since(Instant::now());
+                Timespec {
+                    tv_sec: left.as_secs() as i64,
+                    tv_nsec: i64::from(left.subsec_nanos()),
+                }
+            });
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            match poll(&mut fds, ts.as_ref()) {
+                Ok(0) => return Ok(false),
+                Ok(_) => return Ok(true),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(CtrlError::Other(format!("control socket: {e}"))),
+            }
         }
     }
 
@@ -259,5 +266,41 @@ mod tests {
         assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
         rustix::net::send(&a, &[1, 3], SendFlags::empty()).unwrap();
         assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+    }
+
+    #[test]
+    fn a_signal_does_not_end_the_wait() {
+        // A handler (without SA_RESTART semantics for poll) so the signal interrupts `poll`.
+        let hit = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGUSR2, hit.clone()).unwrap();
+        let (a, b) = Ctrl::pair().unwrap();
+        let b = Ctrl::from_fd(b);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            // SAFETY: pthread_self has no preconditions.
+            tx.send(unsafe { libc::pthread_self() }).unwrap();
+            let t0 = Instant::now();
+            let r = b.wait_readable(Some(Duration::from_secs(5)));
+            (r.unwrap(), t0.elapsed())
+        });
+        let tid = rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: `tid` is the live waiter thread (it cannot end before `a` sends below).
+        assert_eq!(unsafe { libc::pthread_kill(tid, libc::SIGUSR2) }, 0);
+        std::thread::sleep(Duration::from_millis(150));
+        a.send(Kind::Go, &[]).unwrap();
+        let (readable, waited) = waiter.join().unwrap();
+        assert!(
+            hit.load(std::sync::atomic::Ordering::SeqCst),
+            "the signal arrived"
+        );
+        assert!(
+            readable,
+            "a signal ended the wait as a timeout after {waited:?}"
+        );
+        assert!(
+            waited >= Duration::from_millis(150),
+            "returned after {waited:?}"
+        );
     }
 }
