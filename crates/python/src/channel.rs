@@ -27,6 +27,8 @@ pub const SLICE: Duration = Duration::from_millis(50);
 /// Tag of the first message of a channel created from Python: the pool geometry, which lets
 /// the receiver name the pool size when it holds every block.
 const HELLO_TAG: u32 = 0x5348_4C4F;
+/// How long `Sender.close` waits for a free block to keep live loan arrays mapped.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -210,6 +212,90 @@ fn meta_value(v: &Bound<'_, PyAny>) -> PyResult<MetaValue<'static>> {
     }
 }
 
+/// numpy, imported once (only conversions of non-array values need it).
+fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    static NP: pyo3::sync::PyOnceLock<Py<PyModule>> = pyo3::sync::PyOnceLock::new();
+    NP.get_or_try_init(py, || py.import("numpy").map(Bound::unbind))
+        .map(|m| m.bind(py))
+}
+
+/// If `arr` is a whole array returned by `Sender.loan`, takes its loan out (the block now
+/// belongs to the message) and makes the array read-only.
+fn take_loan(arr: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<AnyLoan>> {
+    let Ok(a) = arr.cast::<PyUntypedArray>() else {
+        return Ok(None);
+    };
+    // SAFETY: reading the base pointer of a live array; a non-null base is a live object the
+    // array holds a reference to, borrowed here while `arr` lives.
+    let base = unsafe {
+        let p = (*a.as_array_ptr()).base;
+        if p.is_null() {
+            return Ok(None);
+        }
+        Bound::from_borrowed_ptr(arr.py(), p)
+    };
+    let Ok(loan) = base.cast::<Loan>() else {
+        return Ok(None);
+    };
+    // SAFETY: reading the data pointer of a live array.
+    let data = unsafe { (*a.as_array_ptr()).data } as usize;
+    let l = loan.get();
+    if data != l.ptr || !a.is_c_contiguous() || a.len() * a.dtype().itemsize() != l.nbytes {
+        return Ok(None);
+    }
+    let taken = lock(&l.inner).take().ok_or_else(|| {
+        PyRuntimeError::new_err(format!("the loaned array {name:?} was already sent"))
+    })?;
+    // The block now belongs to the message: no more writes through this array.
+    // SAFETY: clearing a flag of a live array we hold.
+    unsafe { (*a.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
+    Ok(Some(taken))
+}
+
+/// A metadata value borrowing `v`'s string.
+fn borrow_meta<'a>(v: &'a MetaValue<'_>) -> MetaValue<'a> {
+    match v {
+        MetaValue::I64(x) => MetaValue::I64(*x),
+        MetaValue::F64(x) => MetaValue::F64(*x),
+        MetaValue::Str(s) => MetaValue::Str(std::borrow::Cow::Borrowed(s.as_ref())),
+    }
+}
+
+/// The message of copied arrays, borrowing names, shapes and bytes (loans are skipped).
+fn build_borrowed<'a>(
+    parts: &'a [(String, Part)],
+    metas: &'a [(String, MetaValue<'static>)],
+) -> Result<MessageBuilder<'a>, shm_ring::Error> {
+    let mut b = MessageBuilder::new();
+    for (n, v) in metas {
+        b = b.meta(n.as_str(), borrow_meta(v));
+    }
+    for (n, p) in parts {
+        if let Part::Raw { dt, shape, bytes } = p {
+            b = b.array_raw(n.as_str(), *dt, shape, bytes)?;
+        }
+    }
+    Ok(b)
+}
+
+/// The message of `parts`, loans handed over.
+fn build_owned<'a>(
+    parts: Vec<(String, Part)>,
+    metas: &'a [(String, MetaValue<'static>)],
+) -> Result<MessageBuilder<'a>, shm_ring::Error> {
+    let mut b = MessageBuilder::new();
+    for (n, v) in metas {
+        b = b.meta(n.as_str(), borrow_meta(v));
+    }
+    for (n, p) in parts {
+        b = match p {
+            Part::Raw { dt, shape, bytes } => b.array_raw(n, dt, &shape, bytes)?,
+            Part::Loan(l) => l.add(b, n),
+        };
+    }
+    Ok(b)
+}
+
 #[pymethods]
 impl Sender {
     /// Creates the channel `/dev/shm/shmpipe-<name>` (see `Sender.create` in `shmpipe`).
@@ -363,44 +449,25 @@ impl Sender {
         meta: Option<&Bound<'_, PyDict>>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
-        let np = py.import("numpy")?;
-        // Keeps converted arrays alive while their bytes are borrowed below.
-        let mut keep: Vec<Bound<'_, PyAny>> = Vec::new();
+        // Keeps every array alive while its bytes are borrowed below (the caller's dict may
+        // change while the GIL is released).
+        let mut keep: Vec<Bound<'_, PyAny>> = Vec::with_capacity(arrays.len());
         let mut parts: Vec<(String, Part)> = Vec::with_capacity(arrays.len());
         for (k, v) in arrays.iter() {
             let name: String = k.extract()?;
             let arr = if v.cast::<PyUntypedArray>().is_ok() {
                 v
             } else {
-                np.call_method1("asarray", (v,))?
+                numpy(py)?.call_method1("asarray", (v,))?
             };
             // A loaned array handed back whole: zero-copy.
-            if let Ok(base) = arr.getattr("base")
-                && let Ok(loan) = base.cast::<Loan>()
-            {
-                let a = arr.cast::<PyUntypedArray>()?;
-                // SAFETY: reading the data pointer of a live array.
-                let data = unsafe { (*a.as_array_ptr()).data } as usize;
-                let l = loan.get();
-                if data == l.ptr
-                    && a.is_c_contiguous()
-                    && a.len() * a.dtype().itemsize() == l.nbytes
-                {
-                    let taken = lock(&l.inner).take().ok_or_else(|| {
-                        PyRuntimeError::new_err(format!(
-                            "the loaned array {name:?} was already sent"
-                        ))
-                    })?;
-                    // The block now belongs to the message: no more writes through this array.
-                    // SAFETY: clearing a flag of a live array we hold.
-                    unsafe { (*a.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
-                    parts.push((name, Part::Loan(taken)));
-                    continue;
-                }
+            if let Some(taken) = take_loan(&arr, &name)? {
+                parts.push((name, Part::Loan(taken)));
+                continue;
             }
             let arr = match arr.cast::<PyUntypedArray>() {
                 Ok(a) if a.is_c_contiguous() => arr,
-                _ => np.call_method1("ascontiguousarray", (&arr,))?,
+                _ => numpy(py)?.call_method1("ascontiguousarray", (&arr,))?,
             };
             let a = arr.cast::<PyUntypedArray>()?;
             // SAFETY: `arr` is kept in `keep` until the message is sent.
@@ -408,7 +475,7 @@ impl Sender {
             // SAFETY: the 'static lifetime never escapes this call (see `keep`).
             let bytes: &'static [u8] =
                 unsafe { std::mem::transmute::<&[u8], &'static [u8]>(bytes) };
-            keep.push(arr.clone());
+            keep.push(arr);
             parts.push((name, Part::Raw { dt, shape, bytes }));
         }
         let mut metas = Vec::new();
@@ -417,27 +484,11 @@ impl Sender {
                 metas.push((k.extract::<String>()?, meta_value(&v)?));
             }
         }
-        let has_loans = parts.iter().any(|(_, p)| matches!(p, Part::Loan(_)));
         let end = deadline(timeout)?;
-        let build = |parts: &mut Vec<(String, Part)>,
-                     metas: &[(String, MetaValue<'static>)]|
-         -> Result<MessageBuilder<'static>, shm_ring::Error> {
-            let mut b = MessageBuilder::new();
-            for (n, v) in metas {
-                b = b.meta(n.clone(), v.clone());
-            }
-            for (n, p) in parts.drain(..) {
-                b = match p {
-                    Part::Raw { dt, shape, bytes } => b.array_raw(n, dt, &shape, bytes)?,
-                    Part::Loan(l) => l.add(b, n),
-                };
-            }
-            Ok(b)
-        };
-        if has_loans {
+        if parts.iter().any(|(_, p)| matches!(p, Part::Loan(_))) {
             // A message with loans cannot be retried (a failed send returns its blocks), so it
             // waits for ring space in one call.
-            let b = build(&mut parts, &metas).map_err(ring_err)?;
+            let b = build_owned(parts, &metas).map_err(ring_err)?;
             return match end {
                 None => self.with(py, move |tx| tx.send(b)),
                 Some(d) => self.with(py, move |tx| {
@@ -445,29 +496,9 @@ impl Sender {
                 }),
             };
         }
-        let raw: Vec<(String, DType, Vec<usize>, &'static [u8])> = parts
-            .into_iter()
-            .filter_map(|(n, p)| match p {
-                Part::Raw { dt, shape, bytes } => Some((n, dt, shape, bytes)),
-                Part::Loan(_) => None,
-            })
-            .collect();
-        let rebuild = |raw: &[(String, DType, Vec<usize>, &'static [u8])]| -> Vec<(String, Part)> {
-            raw.iter()
-                .map(|(n, dt, shape, bytes)| {
-                    (
-                        n.clone(),
-                        Part::Raw {
-                            dt: *dt,
-                            shape: shape.clone(),
-                            bytes,
-                        },
-                    )
-                })
-                .collect()
-        };
-        // Fast path: room in the ring and pool right now, sent without releasing the GIL.
-        let b = build(&mut rebuild(&raw), &metas).map_err(ring_err)?;
+        // Fast path: room in the ring and pool right now, sent without releasing the GIL. The
+        // builder borrows names, shapes and bytes, so a retry rebuilds it for nothing.
+        let b = build_borrowed(&parts, &metas).map_err(ring_err)?;
         match self.open_end(&mut lock(&self.inner))?.try_send(b) {
             Err(shm_ring::Error::Full) => {}
             r => return r.map_err(ring_err),
@@ -476,20 +507,7 @@ impl Sender {
             let Some(s) = slice(end) else {
                 return Err(ring_err(shm_ring::Error::Timeout));
             };
-            let mut ps: Vec<(String, Part)> = raw
-                .iter()
-                .map(|(n, dt, shape, bytes)| {
-                    (
-                        n.clone(),
-                        Part::Raw {
-                            dt: *dt,
-                            shape: shape.clone(),
-                            bytes,
-                        },
-                    )
-                })
-                .collect();
-            let b = build(&mut ps, &metas).map_err(ring_err)?;
+            let b = build_borrowed(&parts, &metas).map_err(ring_err)?;
             match self.with(py, move |tx| tx.send_timeout(b, s)) {
                 Err(e) if e.is_instance_of::<pyo3::exceptions::PyTimeoutError>(py) => {
                     py.check_signals()?
@@ -506,18 +524,36 @@ impl Sender {
     ///
     /// Arrays from `loan` that are still alive (sent or not) stay readable: a one-byte loan
     /// keeps the pool mapped until the last of them is garbage. If no block is free for it,
-    /// the close itself waits for that moment.
-    fn close(&self) {
+    /// the close waits for one (GIL released, Ctrl-C answered) up to [`CLOSE_WAIT`]; past
+    /// that, or if the receiver is gone, the channel closes when the last such array is garbage.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.closing.store(true, Ordering::SeqCst);
-        let mut g = lock(&self.inner);
         if self.live_loans.load(Ordering::SeqCst) > 0 {
-            let Some(tx) = g.as_mut() else { return };
-            match AnyLoan::new(tx, DType::U8, &[1], Duration::ZERO) {
-                Ok((keep, _, _)) => *lock(&self.keepalive) = Some(keep),
-                Err(_) => return,
+            let end = Instant::now() + CLOSE_WAIT;
+            loop {
+                let r = py.detach(|| {
+                    let mut g = lock(&self.inner);
+                    let tx = g.as_mut()?;
+                    // The keepalive is set under the `inner` lock, so a last `Loan` dropped
+                    // meanwhile (which takes `inner`, then `keepalive`) cannot miss it.
+                    Some(
+                        AnyLoan::new(tx, DType::U8, &[1], SLICE)
+                            .map(|(k, _, _)| *lock(&self.keepalive) = Some(k)),
+                    )
+                });
+                match r {
+                    // Already closed (by the last loan array going away meanwhile).
+                    None => return Ok(()),
+                    Some(Ok(())) => break,
+                    Some(Err(shm_ring::Error::Timeout)) if Instant::now() < end => {
+                        py.check_signals()?
+                    }
+                    Some(Err(_)) => return Ok(()),
+                }
             }
         }
-        g.take();
+        lock(&self.inner).take();
+        Ok(())
     }
 }
 

@@ -156,6 +156,36 @@ def test_anonymous_pipe_with_a_spawn_child():
     assert p.exitcode == 0
 
 
+def _slow_child_consumer(handle, q):
+    rx = handle.open()
+    time.sleep(0.5)  # the producer closes while every block is still in flight
+    total = 0.0
+    for m in rx:
+        total += float(m["x"].sum())
+    q.put(total)
+
+
+def test_close_with_every_block_in_flight_and_a_loan_array_alive_still_ends_the_stream():
+    ctx = mp.get_context("spawn")
+    tx, handle = shmpipe.pipe(blocks=2)
+    q = ctx.Queue()
+    p = ctx.Process(target=_slow_child_consumer, args=(handle, q))
+    p.start()
+    try:
+        for i in range(2):
+            b = tx.loan((1 << 10,), np.float32)
+            b[:] = i + 1
+            tx.send({"x": b})
+        tx.close()  # `b` (sent) is still alive here and no block is free
+        assert q.get(timeout=15) == sum((i + 1) * (1 << 10) for i in range(2))
+        assert float(b.sum()) == 2 * (1 << 10)  # still readable after close
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    assert p.exitcode == 0
+
+
 def _run(code, *args):
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
