@@ -12,15 +12,20 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use half::f16;
-use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods, npyffi};
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use numpy::{PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
-use shm_ring::{ArrayLoan, ChannelConfig, DType, MessageBuilder, MetaValue, Transfer};
+use shm_ring::{ChannelConfig, DType, MessageBuilder, MetaValue, Transfer};
 
 use crate::dtype;
 use crate::errors::{Disconnected, PoolExhausted, ring_err};
+
+mod message;
+mod outgoing;
+
+pub use message::Message;
+use outgoing::{AnyLoan, Part, build_borrowed, build_owned, meta_value, numpy, take_loan};
 
 /// How long a blocked call waits with the GIL released before it checks for signals.
 pub const SLICE: Duration = Duration::from_millis(50);
@@ -60,37 +65,6 @@ fn slice(deadline: Option<Instant>) -> Option<Duration> {
         }
     }
 }
-
-macro_rules! any_loan {
-    ($($v:ident $t:ty),*) => {
-        /// A loan of any element type.
-        #[derive(Debug)]
-        enum AnyLoan { $($v(ArrayLoan<$t>)),* }
-        impl AnyLoan {
-            fn new(tx: &mut shm_ring::Sender, dt: DType, shape: &[usize], t: Duration)
-                -> Result<(AnyLoan, *mut u8, usize), shm_ring::Error> {
-                match dt {
-                    $(DType::$v => {
-                        let l = tx.loan_timeout::<$t>(shape, t)?;
-                        // SAFETY: pool blocks are shared memory, never truly uninitialised
-                        // (zero at creation, or an earlier message); every bit pattern is a
-                        // valid `$t`. Python sees the block like `np.empty`'s memory.
-                        let mut l = unsafe { l.assume_init() };
-                        let s = l.as_mut_slice();
-                        let (p, n) = (s.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(s));
-                        Ok((AnyLoan::$v(l), p, n))
-                    })*
-                    other => Err(shm_ring::Error::InvalidArgument(format!(
-                        "cannot loan {other} arrays (send bool arrays with send())"))),
-                }
-            }
-            fn add<'a>(self, b: MessageBuilder<'a>, name: String) -> MessageBuilder<'a> {
-                match self { $(AnyLoan::$v(l) => b.array_loan(name, l)),* }
-            }
-        }
-    };
-}
-any_loan!(F32 f32, F64 f64, I8 i8, I16 i16, I32 i32, I64 i64, U8 u8, U16 u16, U32 u32, U64 u64, F16 f16);
 
 /// A pool block loaned to Python code (the base object of the array `Sender.loan` returns).
 #[derive(Debug)]
@@ -184,116 +158,6 @@ impl Sender {
         }
         g.as_mut().ok_or_else(closed)
     }
-}
-
-/// One array to send: a view of numpy memory, or a loan to hand over.
-#[derive(Debug)]
-enum Part {
-    Raw {
-        dt: DType,
-        shape: Vec<usize>,
-        bytes: &'static [u8],
-    },
-    Loan(AnyLoan),
-}
-
-fn meta_value(v: &Bound<'_, PyAny>) -> PyResult<MetaValue<'static>> {
-    if v.is_instance_of::<pyo3::types::PyBool>() || v.is_instance_of::<pyo3::types::PyInt>() {
-        Ok(MetaValue::I64(v.extract()?))
-    } else if v.is_instance_of::<pyo3::types::PyFloat>() {
-        Ok(MetaValue::F64(v.extract()?))
-    } else if let Ok(s) = v.extract::<String>() {
-        Ok(MetaValue::Str(s.into()))
-    } else {
-        Err(PyTypeError::new_err(format!(
-            "metadata values are int, float or str, not {}",
-            v.get_type().name()?
-        )))
-    }
-}
-
-/// numpy, imported once (only conversions of non-array values need it).
-fn numpy(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    static NP: pyo3::sync::PyOnceLock<Py<PyModule>> = pyo3::sync::PyOnceLock::new();
-    NP.get_or_try_init(py, || py.import("numpy").map(Bound::unbind))
-        .map(|m| m.bind(py))
-}
-
-/// If `arr` is a whole array returned by `Sender.loan`, takes its loan out (the block now
-/// belongs to the message) and makes the array read-only.
-fn take_loan(arr: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<AnyLoan>> {
-    let Ok(a) = arr.cast::<PyUntypedArray>() else {
-        return Ok(None);
-    };
-    // SAFETY: reading the base pointer of a live array; a non-null base is a live object the
-    // array holds a reference to, borrowed here while `arr` lives.
-    let base = unsafe {
-        let p = (*a.as_array_ptr()).base;
-        if p.is_null() {
-            return Ok(None);
-        }
-        Bound::from_borrowed_ptr(arr.py(), p)
-    };
-    let Ok(loan) = base.cast::<Loan>() else {
-        return Ok(None);
-    };
-    // SAFETY: reading the data pointer of a live array.
-    let data = unsafe { (*a.as_array_ptr()).data } as usize;
-    let l = loan.get();
-    if data != l.ptr || !a.is_c_contiguous() || a.len() * a.dtype().itemsize() != l.nbytes {
-        return Ok(None);
-    }
-    let taken = lock(&l.inner).take().ok_or_else(|| {
-        PyRuntimeError::new_err(format!("the loaned array {name:?} was already sent"))
-    })?;
-    // The block now belongs to the message: no more writes through this array.
-    // SAFETY: clearing a flag of a live array we hold.
-    unsafe { (*a.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
-    Ok(Some(taken))
-}
-
-/// A metadata value borrowing `v`'s string.
-fn borrow_meta<'a>(v: &'a MetaValue<'_>) -> MetaValue<'a> {
-    match v {
-        MetaValue::I64(x) => MetaValue::I64(*x),
-        MetaValue::F64(x) => MetaValue::F64(*x),
-        MetaValue::Str(s) => MetaValue::Str(std::borrow::Cow::Borrowed(s.as_ref())),
-    }
-}
-
-/// The message of copied arrays, borrowing names, shapes and bytes (loans are skipped).
-fn build_borrowed<'a>(
-    parts: &'a [(String, Part)],
-    metas: &'a [(String, MetaValue<'static>)],
-) -> Result<MessageBuilder<'a>, shm_ring::Error> {
-    let mut b = MessageBuilder::new();
-    for (n, v) in metas {
-        b = b.meta(n.as_str(), borrow_meta(v));
-    }
-    for (n, p) in parts {
-        if let Part::Raw { dt, shape, bytes } = p {
-            b = b.array_raw(n.as_str(), *dt, shape, bytes)?;
-        }
-    }
-    Ok(b)
-}
-
-/// The message of `parts`, loans handed over.
-fn build_owned<'a>(
-    parts: Vec<(String, Part)>,
-    metas: &'a [(String, MetaValue<'static>)],
-) -> Result<MessageBuilder<'a>, shm_ring::Error> {
-    let mut b = MessageBuilder::new();
-    for (n, v) in metas {
-        b = b.meta(n.as_str(), borrow_meta(v));
-    }
-    for (n, p) in parts {
-        b = match p {
-            Part::Raw { dt, shape, bytes } => b.array_raw(n, dt, &shape, bytes)?,
-            Part::Loan(l) => l.add(b, n),
-        };
-    }
-    Ok(b)
 }
 
 #[pymethods]
@@ -813,97 +677,6 @@ impl Receiver {
     /// Closes the receiver (arrays already received stay valid).
     fn close(&self) {
         lock(&self.inner).take();
-    }
-}
-
-/// A received message: `msg["x"]` is a numpy view into shared memory (writable: the block is
-/// this message's alone until it is released, and the sender never reads it back).
-#[derive(Debug)]
-#[pyclass(module = "shmpipe._native", frozen, mapping)]
-pub struct Message {
-    /// name -> numpy array.
-    #[pyo3(get)]
-    arrays: Py<PyDict>,
-    /// name -> int / float / str.
-    #[pyo3(get)]
-    meta: Py<PyDict>,
-    /// Every record (a Rust sender may batch several items into one message); `None` inside.
-    records: Option<Py<PyList>>,
-    /// The message tag.
-    #[pyo3(get)]
-    tag: u32,
-}
-
-impl Message {
-    fn new(
-        arrays: Bound<'_, PyDict>,
-        meta: Bound<'_, PyDict>,
-        records: Option<Py<PyList>>,
-    ) -> Message {
-        Message {
-            arrays: arrays.unbind(),
-            meta: meta.unbind(),
-            records,
-            tag: 0,
-        }
-    }
-}
-
-#[pymethods]
-impl Message {
-    fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
-        let a = self.arrays.bind(py);
-        if let Some(v) = a.get_item(key)? {
-            return Ok(v);
-        }
-        match self.meta.bind(py).get_item(key)? {
-            Some(v) => Ok(v),
-            None => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
-        }
-    }
-    fn __contains__(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
-        Ok(self.arrays.bind(py).contains(key)? || self.meta.bind(py).contains(key)?)
-    }
-    fn __len__(&self, py: Python<'_>) -> usize {
-        self.arrays.bind(py).len()
-    }
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.arrays
-            .bind(py)
-            .as_any()
-            .try_iter()
-            .map(Bound::into_any)
-    }
-    /// Array names.
-    fn keys<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
-        self.arrays.bind(py).keys()
-    }
-    /// (name, array) pairs.
-    fn items<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
-        self.arrays.bind(py).items()
-    }
-    /// Every record of the message (one, for messages sent from Python).
-    #[getter]
-    fn records<'py>(slf: &Bound<'py, Self>) -> Bound<'py, PyAny> {
-        let py = slf.py();
-        match &slf.get().records {
-            Some(r) => r.bind(py).clone().into_any(),
-            None => PyList::new(py, [slf.clone()])
-                .map(Bound::into_any)
-                .unwrap_or_else(|_| py.None().into_bound(py)),
-        }
-    }
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let mut parts = Vec::new();
-        for (k, v) in self.arrays.bind(py).iter() {
-            let a = v.cast::<PyUntypedArray>()?;
-            parts.push(format!("{}: {}{:?}", k, a.dtype().str()?, a.shape()));
-        }
-        Ok(format!(
-            "Message({}, meta={})",
-            parts.join(", "),
-            self.meta.bind(py).repr()?
-        ))
     }
 }
 
