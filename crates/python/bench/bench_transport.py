@@ -3,8 +3,10 @@ multiprocessing.shared_memory with names passed on a queue, vs a pipe. Ratios pr
 
 Work per message, the same for every transport (as in the Rust harness, crates/bench): the
 producer writes every element of message ``seq`` (value ``seq % 4 + 1``), the consumer reads
-every element (a numpy sum) and checks it. The consumer times from the end of a warm-up to
-the last message.
+every element (a numpy sum, in place: float32 sums of these integers stay below 2**24, so
+they are exact) and checks it. OpenBLAS's idle threads (which spin, stealing a core from
+whichever process is the other end) are turned off for every transport alike. The consumer
+times from the end of a warm-up to the last message.
 
     python crates/python/bench/bench_transport.py                   # 16 and 1M floats
     python crates/python/bench/bench_transport.py --rust            # + the Rust harness's shm-zero-copy figure in the same run
@@ -21,16 +23,18 @@ import sys
 import time
 import uuid
 
-import numpy as np
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy; inherited by the children
 
-import shmpipe
+import numpy as np  # noqa: E402
+
+import shmpipe  # noqa: E402
 
 WARMUP = 0.1
 
 
 def _check(x: np.ndarray, seq: int) -> None:
     want = float((seq % 4 + 1) * x.size)
-    got = float(x.sum(dtype=np.float64))
+    got = float(x.sum())  # reads every element; exact (integers < 2**24)
     if got != want:
         raise AssertionError(f"message {seq}: sum {got} != {want}")
 
