@@ -237,9 +237,6 @@ pub(crate) struct Leased {
     pub(crate) name: String,
     pub(crate) code: u8,
     pub(crate) shape: Vec<usize>,
-    /// In a pool block of shared memory (zero-copy); otherwise in the message's body, which
-    /// the receiver copied out of shared memory (private, validated).
-    pub(crate) in_block: bool,
     /// A heap copy, made on first dtype-dynamic access (`Item::get`).
     cache: OnceLock<Array>,
 }
@@ -261,7 +258,6 @@ impl Leased {
         name: &str,
         code: u8,
         shape: Vec<usize>,
-        in_block: bool,
     ) -> Leased {
         Leased {
             msg,
@@ -269,7 +265,6 @@ impl Leased {
             name: name.to_owned(),
             code,
             shape,
-            in_block,
             cache: OnceLock::new(),
         }
     }
@@ -361,16 +356,6 @@ impl Item {
 
     /// Whether array `name` is read in place from shared memory (zero-copy).
     pub fn is_shared(&self, name: &str) -> bool {
-        matches!(
-            self.arrays.iter().find(|(n, _)| n == name),
-            Some((_, Slot::Leased(l))) if l.in_block
-        )
-    }
-
-    /// Whether array `name` is read in place from a received message (shared memory or the
-    /// message's private body) rather than held on the heap.
-    #[cfg(test)]
-    pub(crate) fn is_in_place(&self, name: &str) -> bool {
         matches!(
             self.arrays.iter().find(|(n, _)| n == name),
             Some((_, Slot::Leased(_)))

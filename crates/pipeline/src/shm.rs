@@ -217,14 +217,9 @@ struct ShmRx {
     lease: Option<(Vec<Weak<Message>>, usize)>,
 }
 
-/// Lets the consumer keep arrays of a received message in place.
+/// Lets the consumer keep the zero-copy arrays of a received message in place.
 struct LeaseCx<'a> {
     msg: &'a Arc<Message>,
-    /// Zero-copy arrays (in pool blocks) stay in place: the message's blocks fit the cap.
-    blocks: bool,
-    /// Arrays of the body stay in place (read from the receiver's private copy of the body):
-    /// the message pins no block, or its blocks are leased anyway.
-    body: bool,
 }
 
 fn decode_view(
@@ -250,9 +245,7 @@ fn decode_view(
                 },
                 FieldRef::Array(a) => {
                     let code = a.dtype as u8;
-                    let lease = lease
-                        .as_ref()
-                        .filter(|l| if a.zero_copy { l.blocks } else { l.body });
+                    let lease = lease.as_ref().filter(|_| a.zero_copy);
                     match lease {
                         Some(l)
                             if (1..=10).contains(&code)
@@ -261,14 +254,7 @@ fn decode_view(
                         {
                             item.insert_leased(
                                 a.name,
-                                Leased::new(
-                                    Arc::clone(l.msg),
-                                    r,
-                                    a.name,
-                                    code,
-                                    a.shape.to_vec(),
-                                    a.zero_copy,
-                                ),
+                                Leased::new(Arc::clone(l.msg), r, a.name, code, a.shape.to_vec()),
                             );
                         }
                         _ => {
@@ -340,17 +326,9 @@ impl ShmRx {
                 .filter_map(Weak::upgrade)
                 .map(|m| m.leased_blocks())
                 .sum();
-            let blocks = msg.leased_blocks();
-            let lease = blocks > 0 && pinned + blocks <= *cap;
-            // The body was copied out of shared memory when received: its arrays are read from
-            // that copy (no second copy to the heap) unless that would keep blocks we decided
-            // not to pin.
-            let cx = LeaseCx {
-                msg: &msg,
-                blocks: lease,
-                body: blocks == 0 || lease,
-            };
-            decode_view(msg.view(), &mut frames, Some(cx)).map_err(shm_ring::Error::Corrupt)?;
+            let lease = msg.leased_blocks() > 0 && pinned + msg.leased_blocks() <= *cap;
+            let cx = lease.then_some(LeaseCx { msg: &msg });
+            decode_view(msg.view(), &mut frames, cx).map_err(shm_ring::Error::Corrupt)?;
             if lease && Arc::strong_count(&msg) > 1 {
                 live.push(Arc::downgrade(&msg));
             }
@@ -440,94 +418,6 @@ fn available_memory() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A sender and the consumer's end (with leases, as the pipeline's consumer) of one
-    /// anonymous channel, in this process.
-    fn channel(lease_cap: usize) -> (ShmTx, Box<dyn Rx>) {
-        let cfg = ChannelConfig {
-            transfer: shm_ring::Transfer::Adaptive {
-                threshold: 64 << 10,
-            },
-            ..ChannelConfig::default()
-        };
-        let tx = Sender::anonymous(&cfg).unwrap();
-        let fd = tx.as_fd().try_clone_to_owned().unwrap();
-        let rx = open_rx(fd, Some(lease_cap)).unwrap();
-        (ShmTx { tx, cancel: None }, rx)
-    }
-
-    fn item_frame(item: Item) -> Frame {
-        Frame::Item {
-            e: 0,
-            k: 0,
-            last: true,
-            item,
-        }
-    }
-
-    fn recv_item(rx: &mut Box<dyn Rx>) -> Item {
-        let frames = rx.recv(Some(Duration::from_secs(5))).unwrap().unwrap();
-        match frames.into_iter().next() {
-            Some(Frame::Item { item, .. }) => item,
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// The consumer copies a message body out of shared memory once (to validate it); the
-    /// arrays in it are then read from that private copy, not copied to the heap again.
-    #[test]
-    fn the_consumer_reads_arrays_of_the_body_in_place() {
-        let (mut tx, mut rx) = channel(3);
-        let x = ndarray::Array2::<f32>::from_shape_fn((32, 24), |(i, j)| (i * 24 + j) as f32);
-        let big = ndarray::Array1::<f32>::from_elem(40_000, 2.5);
-        let item = Item::new()
-            .with_array("x", x.clone())
-            .with_array("big", big.clone())
-            .with_i64("n", 7);
-        tx.send(&[item_frame(item)]).unwrap();
-        let got = recv_item(&mut rx);
-        assert_eq!(got.i64("n"), Some(7));
-        assert_eq!(got.array::<f32>("x").unwrap(), x.view().into_dyn());
-        assert_eq!(got.array::<f32>("big").unwrap(), big.view().into_dyn());
-        // In place, and not counted as shared memory: only "big" pins a pool block.
-        assert!(
-            got.is_in_place("x"),
-            "the body array was copied to the heap"
-        );
-        assert!(!got.is_shared("x"));
-        assert!(got.is_in_place("big") && got.is_shared("big"));
-        // Copy on write still works on a body array.
-        let mut w = got.clone();
-        w.array_mut::<f32>("x").unwrap()[[0, 0]] = -1.0;
-        assert!(!w.is_in_place("x"));
-        assert_eq!(got.array::<f32>("x").unwrap()[[0, 0]], 0.0);
-    }
-
-    /// When the consumer already pins its share of pool blocks, a message with zero-copy
-    /// arrays is copied out entirely, its body arrays too: a body array read in place would
-    /// keep the message, and with it the blocks, alive.
-    #[test]
-    fn over_the_lease_cap_nothing_of_the_message_stays_in_place() {
-        let (mut tx, mut rx) = channel(1);
-        let big = ndarray::Array1::<f32>::from_elem(40_000, 1.0);
-        let mk = || {
-            Item::new()
-                .with_array("x", ndarray::Array1::<f32>::zeros(8))
-                .with_array("big", big.clone())
-        };
-        tx.send(&[item_frame(mk())]).unwrap();
-        tx.send(&[item_frame(mk())]).unwrap();
-        let first = recv_item(&mut rx);
-        assert!(first.is_shared("big"));
-        let second = recv_item(&mut rx);
-        assert!(!second.is_shared("big") && !second.is_in_place("big"));
-        assert!(!second.is_in_place("x"));
-        // A message without pool blocks pins nothing: read in place even over the cap.
-        let small = Item::new().with_array("x", ndarray::Array1::<f32>::zeros(8));
-        tx.send(&[item_frame(small)]).unwrap();
-        assert!(recv_item(&mut rx).is_in_place("x"));
-        drop(first);
-    }
 
     #[test]
     fn producers_spin_only_when_every_process_has_a_cpu() {
