@@ -117,6 +117,7 @@ fn start_watchdog(ctrl: Arc<Ctrl>, parent: u32) {
 
 /// Runs a child role and returns its exit code.
 pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
+    crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
     let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
