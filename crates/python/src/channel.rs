@@ -506,7 +506,7 @@ impl Sender {
     ///
     /// Arrays from `loan` that are still alive (sent or not) stay readable: a one-byte loan
     /// keeps the pool mapped until the last of them is garbage. If no block is free for it,
-    /// the close itself waits for that moment.
+    /// the stream ends at once and the sender's mapping is kept until that moment.
     fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
         let mut g = lock(&self.inner);
@@ -514,7 +514,13 @@ impl Sender {
             let Some(tx) = g.as_mut() else { return };
             match AnyLoan::new(tx, DType::U8, &[1], Duration::ZERO) {
                 Ok((keep, _, _)) => *lock(&self.keepalive) = Some(keep),
-                Err(_) => return,
+                Err(_) => {
+                    // No block free for the keep-alive loan: end the stream now (the
+                    // receiver drains, then sees the close) and keep the Sender, mapping and
+                    // all, until the last loan array is gone (`Loan::drop`).
+                    tx.shutdown();
+                    return;
+                }
             }
         }
         g.take();

@@ -156,6 +156,30 @@ def test_anonymous_pipe_with_a_spawn_child():
     assert p.exitcode == 0
 
 
+def test_close_with_every_block_in_flight_and_a_loan_array_alive_ends_the_stream():
+    # All blocks are in flight (nobody has read yet) and the last loan's array is still
+    # referenced: close() must still end the stream for the consumer (it used to wait for the
+    # array to die, so a consumer started afterwards waited forever).
+    ctx = mp.get_context("spawn")
+    tx, handle = shmpipe.pipe(blocks=2)
+    q = ctx.Queue()
+    for i in range(2):
+        b = tx.loan((1 << 10,), np.float32)
+        b[:] = i + 1
+        tx.send({"x": b})
+    tx.close()
+    assert b[0] == 2.0  # the sent loan's array stays readable after the close
+    p = ctx.Process(target=_child_consumer, args=(handle, q))
+    p.start()
+    try:
+        assert q.get(timeout=20) == (1 + 2) * (1 << 10)
+    finally:
+        p.join(10)
+        if p.is_alive():
+            p.kill()
+    assert p.exitcode == 0
+
+
 def _run(code, *args):
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
