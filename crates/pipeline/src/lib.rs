@@ -56,6 +56,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod alloc;
 mod broker;
 mod builder;
 mod error;

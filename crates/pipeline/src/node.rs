@@ -136,6 +136,10 @@ impl Plan {
         }
     }
     /// Number of connections of the pipeline.
+    /// Processes that move data: emitters, every worker of every stage, and the consumer.
+    pub(crate) fn process_count(&self) -> usize {
+        self.emitters + self.stages.iter().map(|s| s.workers).sum::<usize>() + 1
+    }
     pub(crate) fn connection_count(&self) -> usize {
         let mut n = 0;
         for s in 0..self.stages.len() {

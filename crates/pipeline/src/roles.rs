@@ -22,9 +22,20 @@ use crate::{Epochs, OnBadRecord};
 static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
 
 /// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
-/// is no news and the child exits quietly.
+/// is no news and the child exits quietly. The parent tells its children one after another, so
+/// a child may see a peer that already obeyed `STOP` exit before its own `STOP` is there: it
+/// allows the message a moment to arrive (a real loss is reported at most that much later).
 fn stopping() -> bool {
-    CHILD.get().is_some_and(|(c, _)| c.stop_or_eof_pending())
+    const GRACE: Duration = Duration::from_millis(200);
+    let Some((c, _)) = CHILD.get() else {
+        return false;
+    };
+    if c.stop_or_eof_pending() {
+        return true;
+    }
+    // After start-up only `STOP` (or the end of file) ever arrives on the control socket.
+    let _ = c.wait_readable(Some(GRACE));
+    c.stop_or_eof_pending()
 }
 
 /// Logs a real problem of this child on stderr, named by role and pid.
@@ -106,6 +117,7 @@ fn start_watchdog(ctrl: Arc<Ctrl>, parent: u32) {
 
 /// Runs a child role and returns its exit code.
 pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
+    crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
     let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));

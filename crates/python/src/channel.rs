@@ -32,8 +32,6 @@ pub const SLICE: Duration = Duration::from_millis(50);
 /// Tag of the first message of a channel created from Python: the pool geometry, which lets
 /// the receiver name the pool size when it holds every block.
 const HELLO_TAG: u32 = 0x5348_4C4F;
-/// How long `Sender.close` waits for a free block to keep live loan arrays mapped.
-const CLOSE_WAIT: Duration = Duration::from_secs(10);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -388,36 +386,24 @@ impl Sender {
     ///
     /// Arrays from `loan` that are still alive (sent or not) stay readable: a one-byte loan
     /// keeps the pool mapped until the last of them is garbage. If no block is free for it,
-    /// the close waits for one (GIL released, Ctrl-C answered) up to [`CLOSE_WAIT`]; past
-    /// that, or if the receiver is gone, the channel closes when the last such array is garbage.
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
+    /// the stream ends at once and the sender's mapping is kept until that moment.
+    fn close(&self) {
         self.closing.store(true, Ordering::SeqCst);
+        let mut g = lock(&self.inner);
         if self.live_loans.load(Ordering::SeqCst) > 0 {
-            let end = Instant::now() + CLOSE_WAIT;
-            loop {
-                let r = py.detach(|| {
-                    let mut g = lock(&self.inner);
-                    let tx = g.as_mut()?;
-                    // The keepalive is set under the `inner` lock, so a last `Loan` dropped
-                    // meanwhile (which takes `inner`, then `keepalive`) cannot miss it.
-                    Some(
-                        AnyLoan::new(tx, DType::U8, &[1], SLICE)
-                            .map(|(k, _, _)| *lock(&self.keepalive) = Some(k)),
-                    )
-                });
-                match r {
-                    // Already closed (by the last loan array going away meanwhile).
-                    None => return Ok(()),
-                    Some(Ok(())) => break,
-                    Some(Err(shm_ring::Error::Timeout)) if Instant::now() < end => {
-                        py.check_signals()?
-                    }
-                    Some(Err(_)) => return Ok(()),
+            let Some(tx) = g.as_mut() else { return };
+            match AnyLoan::new(tx, DType::U8, &[1], Duration::ZERO) {
+                Ok((keep, _, _)) => *lock(&self.keepalive) = Some(keep),
+                Err(_) => {
+                    // No block free for the keep-alive loan: end the stream now (the
+                    // receiver drains, then sees the close) and keep the Sender, mapping and
+                    // all, until the last loan array is gone (`Loan::drop`).
+                    tx.shutdown();
+                    return;
                 }
             }
         }
-        lock(&self.inner).take();
-        Ok(())
+        g.take();
     }
 }
 

@@ -11,7 +11,6 @@ mod dtype;
 mod errors;
 mod item;
 mod pipeline;
-mod timeseries;
 mod worker;
 
 #[pymodule]

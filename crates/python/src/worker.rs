@@ -132,10 +132,6 @@ fn py_source(cx: &SourceContext<'_>) -> Result<PySource, SourceError> {
 pub fn registry() -> Registry {
     let reg = Registry::new()
         .step(PY_STEP, py_step)
-        .step(
-            crate::timeseries::STEP_EVAL,
-            crate::timeseries::EvalStep::from_context,
-        )
         .source(PY_SOURCE, py_source);
     shmpipe_timeseries::pipeline::register(reg)
 }
@@ -159,7 +155,6 @@ pub fn builtin_steps() -> Vec<String> {
         shmpipe_timeseries::pipeline::STEP_PARSE,
         shmpipe_timeseries::pipeline::STEP_TRANSFORM,
         shmpipe_timeseries::pipeline::STEP_BATCH,
-        crate::timeseries::STEP_EVAL,
     ]
     .iter()
     .filter(|n| reg.has_step(n))

@@ -103,6 +103,10 @@ struct Args {
     /// Seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Run only these rows (1-4 in the order of the table; 1-2 with --in-process),
+    /// e.g. `--rows 2,4` for the two rows of issue 11's goals.
+    #[arg(long, value_delimiter = ',')]
+    rows: Option<Vec<usize>>,
 }
 
 /// Removes the temporary directory on drop, also on error or panic.
@@ -237,11 +241,18 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         format!("{} workers, {} emitter(s)", a.workers, a.emitters)
     };
     // Rows 2 and 4 equal rows 1 and 3 in one process.
-    let rows = if a.in_process {
+    let mut rows = if a.in_process {
         vec![0, 2]
     } else {
         vec![0, 1, 2, 3]
     };
+    if let Some(only) = &a.rows {
+        let all = rows.clone();
+        rows.retain(|r| {
+            let pos = all.iter().position(|x| x == r).expect("a row of the table");
+            only.contains(&(pos + 1))
+        });
+    }
     println!(
         "legend: windows/s of training windows (wall clock); MB/s of stacked batches and of JSON read; rows:"
     );

@@ -105,7 +105,9 @@ class TrainLoader(_Loader):
 
 
 class _EvalLoader(_Loader):
-    _step = "gluonts_eval"
+    # The same Rust step as training, with GluonTS's validation or test split sampler
+    # (`ChainConfig::split` of shmpipe-timeseries).
+    _step = "gluonts_train"
     _mode = ""
 
     def __init__(self, data, *, workers: int = 1, **kw):
@@ -114,7 +116,7 @@ class _EvalLoader(_Loader):
     def __iter__(self) -> Iterator[dict]:
         """One pass, series in file order (with one worker, batches as GluonTS forms them;
         with more, each batch holds windows of one worker)."""
-        args = dict(self.args, mode=self._mode)
+        args = dict(self.args, split=self._mode)
         yield from self._pipeline(args, epochs=1, ordered=True)
 
 

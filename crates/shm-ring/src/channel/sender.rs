@@ -406,6 +406,32 @@ impl Sender {
         Ok(n)
     }
 
+    /// Ends the stream without giving up the mapping: the consumer drains what was sent, then
+    /// gets [`Error::Disconnected`], exactly as when the `Sender` is dropped, while memory this
+    /// process still points into (the arrays of sent loans, say) stays mapped until the drop.
+    /// Later sends fail with [`Error::Disconnected`]. Dropping does this too.
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender};
+    /// let mut tx = Sender::anonymous(&ChannelConfig::default())?;
+    /// let mut rx = Receiver::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
+    /// tx.send(MessageBuilder::new().tag(7))?;
+    /// tx.shutdown();
+    /// assert_eq!(rx.recv()?.tag(), 7);
+    /// assert!(matches!(rx.recv(), Err(Error::Disconnected)));
+    /// assert!(matches!(tx.send(MessageBuilder::new()), Err(Error::Disconnected)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shutdown(&mut self) {
+        self.flush();
+        // SYNC POINT: Release (SeqCst) publishes every committed slot before the flag; the
+        // consumer reads the flag with Acquire after finding the ring empty.
+        self.header().producer_closed.store(1, Ordering::SeqCst);
+        // Wake a consumer asleep on the descriptor ring: it will see the flag.
+        sys::futex_wake_all(&self.desc.storage().header().tail.0);
+    }
+
     fn flush(&mut self) {
         if self.pending > 0 {
             self.desc.commit(self.pending);
@@ -464,7 +490,11 @@ impl Sender {
         mut msg: MessageBuilder<'_>,
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
-        if self.header().consumer_closed.load(Ordering::Relaxed) != 0 {
+        let h = self.header();
+        // Our own flag (`shutdown`) or the consumer's: either way nobody will read this.
+        if h.consumer_closed.load(Ordering::Relaxed) != 0
+            || h.producer_closed.load(Ordering::Relaxed) != 0
+        {
             return Err(Error::Disconnected);
         }
         message::check_limits(&msg)?;
@@ -646,11 +676,7 @@ unsafe fn write_record_header(p: *mut u8, n_slots: u32, kind: u32, body_len: u32
 
 impl Drop for Sender {
     fn drop(&mut self) {
-        self.flush();
-        let h = self.header();
-        h.producer_closed.store(1, Ordering::SeqCst);
-        // Wake a consumer asleep on the descriptor ring: it will see the flag.
-        sys::futex_wake_all(&self.desc.storage().header().tail.0);
+        self.shutdown();
         self.linger();
     }
 }
