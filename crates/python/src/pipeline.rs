@@ -166,7 +166,8 @@ impl PipelineRun {
                 }
                 Err(RecvTimeoutError::Timeout) => {
                     if let Err(e) = py.check_signals() {
-                        self.close(py);
+                        // Ctrl-C: no grace for a step in progress, the interrupt comes first.
+                        py.detach(|| self.shutdown(Duration::ZERO));
                         return Err(e);
                     }
                 }
@@ -177,12 +178,16 @@ impl PipelineRun {
 
     /// Stops every process and removes every segment (also done when garbage collected).
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.shutdown());
+        py.detach(|| self.shutdown(GRACE));
     }
 }
 
+/// How long a closed pipeline's pump may take to reach its next output before the children
+/// are killed.
+const GRACE: Duration = Duration::from_secs(1);
+
 impl PipelineRun {
-    fn shutdown(&self) {
+    fn shutdown(&self, grace: Duration) {
         self.rx.lock().unwrap_or_else(|e| e.into_inner()).take();
         let Some(h) = self.pump.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
@@ -196,7 +201,7 @@ impl PipelineRun {
             }
             self.done.load(Ordering::SeqCst)
         };
-        if !wait(Duration::from_secs(1)) {
+        if !wait(grace) {
             for &p in &self.pids {
                 if let Some(pid) = rustix::process::Pid::from_raw(p as i32) {
                     let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
@@ -212,6 +217,6 @@ impl PipelineRun {
 
 impl Drop for PipelineRun {
     fn drop(&mut self) {
-        self.shutdown();
+        self.shutdown(GRACE);
     }
 }

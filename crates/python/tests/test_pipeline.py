@@ -158,8 +158,9 @@ def test_ctrl_c_stops_a_pipeline_with_keyboard_interrupt():
         p = shmpipe.Pipeline(items(2000), steps=[slow], workers=1, batch_bytes=256)
         it = iter(p)
         next(it)
-        print("running", flush=True)
         try:
+            # Inside the try: the signal may arrive as soon as "running" is out.
+            print("running", flush=True)
             for _ in it:
                 pass
         except KeyboardInterrupt:
