@@ -450,10 +450,10 @@ fn load_cache(
 }
 
 /// Records that are each one i64 array under `field`: byte ranges or line numbers of the
-/// part's lines, read by the workers themselves.
-struct I64Records {
-    field: &'static str,
-    records: Vec<Vec<i64>>,
+/// part's lines, or row numbers of a store (`rows.rs`), read by the workers themselves.
+pub(crate) struct I64Records {
+    pub(crate) field: &'static str,
+    pub(crate) records: Vec<Vec<i64>>,
 }
 
 /// The part's non-blank lines as `(line number, byte range)`.

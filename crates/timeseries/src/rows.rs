@@ -21,17 +21,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde_json::json;
-use shmpipe::ndarray::Array1;
 use shmpipe::{
-    Epochs, Item, Pipeline, Registry, Source, SourceContext, SourceError, Step, StepContext,
-    StepError,
+    Epochs, Item, Pipeline, Registry, SourceContext, SourceError, Step, StepContext, StepError,
 };
 
 use crate::arrow::ArrowDataset;
 use crate::batch::Batcher;
 use crate::entry::DataEntry;
 use crate::period::Freq;
-use crate::pipeline::{batch_rows, batch_to_item, entry_to_item};
+use crate::pipeline::{I64Records, batch_rows, batch_to_item, entry_to_item};
 use crate::shared::SharedDataset;
 use crate::transform::Chain;
 use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, training_chain};
@@ -212,25 +210,6 @@ impl Step for RowsStep {
 /// Metadata of an unbatched output: the row it came from.
 pub const ROW_META: &str = "row";
 
-/// The part's row numbers, `group` per record.
-struct RowsSource {
-    records: Vec<Vec<i64>>,
-}
-
-impl Source for RowsSource {
-    fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
-        let r = self
-            .records
-            .get(index)
-            .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
-        Ok(Item::new().with_array(ROWS_FIELD, Array1::from(r.clone())))
-    }
-}
-
 /// Adds [`SOURCE_ROWS`] and [`STEP_ROWS`] to a registry.
 pub fn register_rows(reg: Registry) -> Registry {
     reg.step(STEP_ROWS, |cx: &StepContext<'_>| {
@@ -259,7 +238,9 @@ pub fn register_rows(reg: Registry) -> Registry {
         let part: Vec<i64> = shmpipe::part_range(rows as usize, cx.part, cx.parts)
             .map(|r| r as i64)
             .collect();
-        Ok(RowsSource {
+        // The part's row numbers, `group` per record.
+        Ok(I64Records {
+            field: ROWS_FIELD,
             records: part.chunks(group).map(<[i64]>::to_vec).collect(),
         })
     })
