@@ -6,14 +6,11 @@
 //! The Parquet cases run with `--features parquet`; without it, opening a Parquet
 //! file must fail with an error naming the feature.
 
+mod common;
+
+use common::{map_chain, splitter};
 use serde_json::Value;
 use shmpipe_timeseries::arrow::{ArrowDataset, FileKind};
-use shmpipe_timeseries::features::time_features_for;
-use shmpipe_timeseries::sampler::PredictionSplitSampler;
-use shmpipe_timeseries::transform::{
-    AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
-    InstanceSplitter, VstackFeatures,
-};
 use shmpipe_timeseries::workload::{ChainConfig, deepar_chain};
 use shmpipe_timeseries::{DataEntry, Freq, field, jsonl};
 
@@ -172,50 +169,10 @@ fn chain_outputs_from_arrow_match_the_golden_fixtures() {
         for case in &cases {
             let s = &case["sampler"];
             let kind = s["kind"].as_str().unwrap();
-            let u = |v: &Value| v.as_u64().unwrap() as usize;
-            let sampler = match kind {
-                "validation" => {
-                    PredictionSplitSampler::validation(u(&s["min_past"]), u(&s["min_future"]))
-                }
-                "test" => PredictionSplitSampler::test(u(&s["min_past"])),
-                _ => continue,
-            };
-            let pred = u(&case["pred_length"]);
-            let inputs: Vec<&str> = case["vstack_inputs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_str().unwrap())
-                .collect();
-            let chain = || {
-                Chain::new()
-                    .then(AsNumpyArray::new(field::TARGET, u(&case["target_ndim"])))
-                    .then(AddObservedValuesIndicator::new(
-                        field::TARGET,
-                        field::OBSERVED_VALUES,
-                    ))
-                    .then(AddTimeFeatures::new(
-                        field::TARGET,
-                        field::FEAT_TIME,
-                        time_features_for(freq),
-                        pred,
-                    ))
-                    .then(AddAgeFeature::new(
-                        field::TARGET,
-                        field::FEAT_AGE,
-                        pred,
-                        true,
-                    ))
-                    .then(VstackFeatures::new(field::FEAT_TIME, &inputs))
-                    .then(InstanceSplitter::new(
-                        field::TARGET,
-                        field::IS_PAD,
-                        Box::new(sampler.clone()),
-                        u(&case["past_length"]),
-                        u(&case["future_length"]),
-                        &[field::FEAT_TIME, field::OBSERVED_VALUES],
-                    ))
-            };
+            if !matches!(kind, "validation" | "test") {
+                continue;
+            }
+            let chain = || map_chain(case, freq).then(splitter(case));
             let is_train = case["is_train"].as_bool().unwrap();
             let run = |entries: &[DataEntry]| {
                 let mut c = chain();

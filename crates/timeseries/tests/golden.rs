@@ -7,15 +7,13 @@
 //! not always correctly rounded; we compute it in `f64` and round once to `f32`
 //! (the correctly rounded value). The two may differ by up to [`AGE_ULPS`].
 
+mod common;
+
+use common::{map_chain, splitter};
 use serde_json::Value;
 use shmpipe_timeseries::batch::stack;
 use shmpipe_timeseries::features::{fill_time_features, time_features_for};
-use shmpipe_timeseries::sampler::{InstanceSampler, PredictionSplitSampler};
-use shmpipe_timeseries::transform::{
-    AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
-    InstanceSplitter, VstackFeatures,
-};
-use shmpipe_timeseries::{Array, DataEntry, Freq, Period, field, jsonl};
+use shmpipe_timeseries::{Array, DataEntry, Freq, Period, jsonl};
 
 /// Largest difference allowed in the age feature, in `f32` ULPs: numpy 2.4.6
 /// (AVX-512) differs from the correctly rounded `log10` on 63% of `t < 200,000`,
@@ -117,77 +115,6 @@ fn assert_entry(what: &str, got: &DataEntry, want: &Value) {
         want["item_id"].as_str(),
         "{what}: item_id"
     );
-}
-
-/// Returns the given points that fit the series, like the fixture script's sampler.
-#[derive(Debug)]
-struct FixedSampler(Vec<usize>);
-
-impl InstanceSampler for FixedSampler {
-    fn sample(&mut self, len: usize, out: &mut Vec<usize>) -> bool {
-        out.extend(self.0.iter().copied().filter(|&p| p <= len));
-        true
-    }
-}
-
-fn map_chain(case: &Value, freq: Freq) -> Chain {
-    let pred = case["pred_length"].as_u64().unwrap() as usize;
-    let ndim = case["target_ndim"].as_u64().unwrap() as usize;
-    let inputs: Vec<&str> = case["vstack_inputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
-    Chain::new()
-        .then(AsNumpyArray::new(field::TARGET, ndim))
-        .then(AddObservedValuesIndicator::new(
-            field::TARGET,
-            field::OBSERVED_VALUES,
-        ))
-        .then(AddTimeFeatures::new(
-            field::TARGET,
-            field::FEAT_TIME,
-            time_features_for(freq),
-            pred,
-        ))
-        .then(AddAgeFeature::new(
-            field::TARGET,
-            field::FEAT_AGE,
-            pred,
-            true,
-        ))
-        .then(VstackFeatures::new(field::FEAT_TIME, &inputs))
-}
-
-fn splitter(case: &Value) -> InstanceSplitter {
-    let s = &case["sampler"];
-    let sampler: Box<dyn InstanceSampler> = match s["kind"].as_str().unwrap() {
-        "validation" => Box::new(PredictionSplitSampler::validation(
-            s["min_past"].as_u64().unwrap() as usize,
-            s["min_future"].as_u64().unwrap() as usize,
-        )),
-        "test" => Box::new(PredictionSplitSampler::test(
-            s["min_past"].as_u64().unwrap() as usize,
-        )),
-        "fixed" => Box::new(FixedSampler(
-            s["points"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|p| p.as_u64().unwrap() as usize)
-                .collect(),
-        )),
-        k => panic!("unknown sampler {k}"),
-    };
-    InstanceSplitter::new(
-        field::TARGET,
-        field::IS_PAD,
-        sampler,
-        case["past_length"].as_u64().unwrap() as usize,
-        case["future_length"].as_u64().unwrap() as usize,
-        &[field::FEAT_TIME, field::OBSERVED_VALUES],
-    )
 }
 
 #[test]
