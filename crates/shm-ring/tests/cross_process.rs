@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, ShmGuard, checksum, unique};
+use common::{Peer, ShmGuard, checksum, in_small_dev_shm, unique};
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
 
 fn send_seq(tx: &mut Sender, seq: u64, data: &[f32]) {
@@ -222,25 +222,15 @@ fn too_small_dev_shm_gives_a_clear_error_not_sigbus() {
     let name = unique("tmpfs");
     let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
     // A private mount namespace with a 16 MB tmpfs on /dev/shm, as in a small container.
-    let script = format!(
-        "mount -t tmpfs -o size=16m tmpfs /dev/shm && {peer} create 4194304 {name}-small && {peer} create 67108864 {name}-big"
-    );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .expect("run unshare");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let script = format!("{peer} create 4194304 {name}-small && {peer} create 67108864 {name}-big");
+    let (status, stdout, stderr) = in_small_dev_shm(&script);
     assert!(
         stdout.contains("created"),
         "4 MiB channel should fit: {stdout} {stderr}"
     );
-    assert!(
-        !out.status.success(),
-        "64 MiB channel should not fit in 16 MB"
-    );
+    assert!(!status.success(), "64 MiB channel should not fit in 16 MB");
     assert_eq!(
-        out.status.code(),
+        status.code(),
         Some(1),
         "expected a clean exit(1), not a signal: {stderr}"
     );

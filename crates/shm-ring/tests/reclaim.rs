@@ -8,7 +8,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Peer, ShmGuard, peer_cmd, shm_path, unique};
+use common::{Peer, ShmGuard, in_small_dev_shm, peer_cmd, shm_path, unique};
 use shm_ring::{ChannelConfig, Sender};
 
 fn exists(name: &str) -> bool {
@@ -34,21 +34,16 @@ fn fifo_named_like_ours_does_not_hang_create_or_reclaim() {
     let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
     let p = shm_ring::NAME_PREFIX;
     let script = format!(
-        "mount -t tmpfs -o size=16m tmpfs /dev/shm && mkfifo /dev/shm/{p}fifo \
+        "mkfifo /dev/shm/{p}fifo \
          && ln -s /dev/shm/{p}fifo /dev/shm/{p}fifolink \
          && timeout -s KILL 5 {peer} create 1048576 chan && test -p /dev/shm/{p}fifo \
          && test -L /dev/shm/{p}fifolink && echo fifo-kept"
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .expect("run unshare");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stdout, stderr) = in_small_dev_shm(&script);
     assert!(
-        out.status.success() && stdout.contains("created") && stdout.contains("fifo-kept"),
+        status.success() && stdout.contains("created") && stdout.contains("fifo-kept"),
         "status {:?}: {stdout} {stderr}",
-        out.status
+        status
     );
 }
 

@@ -3,10 +3,13 @@
 //! descriptor that is not sealed.
 #![cfg(not(loom))]
 
+mod common;
+
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
+use common::in_small_dev_shm;
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender};
@@ -155,21 +158,16 @@ fn a_64_mib_memfd_fills_under_a_16_mb_dev_shm() {
     }
     let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
     let script = format!(
-        "mount -t tmpfs -o size=16m tmpfs /dev/shm && {peer} fill-anon 67108864 \
+        "{peer} fill-anon 67108864 \
          && {peer} create 67108864 big"
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .expect("run unshare");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stdout, stderr) = in_small_dev_shm(&script);
     assert!(
         stdout.contains("filled 67108864"),
         "the 64 MiB memfd should fill: {stdout} {stderr}"
     );
     assert_eq!(
-        out.status.code(),
+        status.code(),
         Some(1),
         "the named 64 MiB channel should fail cleanly: {stdout} {stderr}"
     );

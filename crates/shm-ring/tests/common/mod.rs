@@ -132,3 +132,18 @@ pub fn poke(name: &str, offset: usize, bytes: &[u8]) {
         .expect("open segment to poke");
     std::os::unix::fs::FileExt::write_all_at(&f, bytes, offset as u64).expect("poke");
 }
+
+/// Runs `script` with `sh -c` in a private mount namespace whose `/dev/shm` is a fresh 16 MB
+/// tmpfs (a small container's), and returns its exit status, stdout and stderr. Needs root.
+pub fn in_small_dev_shm(script: &str) -> (std::process::ExitStatus, String, String) {
+    let script = format!("mount -t tmpfs -o size=16m tmpfs /dev/shm && {script}");
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("run unshare");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
