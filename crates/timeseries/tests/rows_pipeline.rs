@@ -4,6 +4,9 @@
 //!
 //! Each test re-executes this binary as workers and emitters (`shmpipe::init`).
 
+mod common;
+
+use common::same;
 use shmpipe_timeseries::arrow::ArrowDataset;
 use shmpipe_timeseries::pipeline::item_to_entry;
 use shmpipe_timeseries::rows::{
@@ -46,20 +49,6 @@ fn windows_in_process(entries: &[DataEntry], cfg: &RowsWorkload) -> u64 {
         chain.apply(e.clone(), true, &mut out).unwrap();
     }
     out.len() as u64
-}
-
-fn same(a: &DataEntry, b: &DataEntry) -> bool {
-    a.start == b.start
-        && a.item_id == b.item_id
-        && a.fields().count() == b.fields().count()
-        && a.fields().zip(b.fields()).all(|((n, x), (m, y))| {
-            n == m
-                && x.shape() == y.shape()
-                && x.data()
-                    .iter()
-                    .zip(y.data())
-                    .all(|(p, q)| p.to_bits() == q.to_bits())
-        })
 }
 
 /// Runs the pass-through pipeline (no chain) and checks that every row arrives once

@@ -7,10 +7,13 @@
 //!   mapping resident but are charged only their share of it (PSS ~ size / sharers),
 //!   and the shares of all processes add up to one dataset.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
 use std::process::{Child, Command, Stdio};
 
+use common::same;
 use shmpipe_timeseries::memstat::{mapping_usage, mapping_usage_at};
 use shmpipe_timeseries::shared::{Layout, MEMFD_NAME, SharedDataset, SharedError};
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
@@ -27,21 +30,6 @@ fn dataset(series: usize, min_len: usize, max_len: usize) -> (Vec<DataEntry>, Fr
         ..GenConfig::default()
     };
     (jsonl::parse_lines(&to_bytes(&g), g.freq).unwrap(), g.freq)
-}
-
-fn same(a: &DataEntry, b: &DataEntry) -> bool {
-    a.start == b.start
-        && a.item_id == b.item_id
-        && a.forecast_start == b.forecast_start
-        && a.fields().count() == b.fields().count()
-        && a.fields().zip(b.fields()).all(|((n, x), (m, y))| {
-            n == m
-                && x.shape() == y.shape()
-                && x.data()
-                    .iter()
-                    .zip(y.data())
-                    .all(|(p, q)| p.to_bits() == q.to_bits())
-        })
 }
 
 #[test]

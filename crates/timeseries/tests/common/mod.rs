@@ -9,7 +9,7 @@ use shmpipe_timeseries::transform::{
     AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
     InstanceSplitter, VstackFeatures,
 };
-use shmpipe_timeseries::{Freq, field};
+use shmpipe_timeseries::{DataEntry, Freq, field};
 
 /// Returns the given points that fit the series, like the fixture script's sampler.
 #[derive(Debug)]
@@ -80,4 +80,21 @@ pub fn splitter(case: &Value) -> InstanceSplitter {
         case["future_length"].as_u64().unwrap() as usize,
         &[field::FEAT_TIME, field::OBSERVED_VALUES],
     )
+}
+
+/// Whether two entries are the same: start, item id, forecast start, and every field with
+/// the same name, shape and bits.
+pub fn same(a: &DataEntry, b: &DataEntry) -> bool {
+    a.start == b.start
+        && a.item_id == b.item_id
+        && a.forecast_start == b.forecast_start
+        && a.fields().count() == b.fields().count()
+        && a.fields().zip(b.fields()).all(|((n, x), (m, y))| {
+            n == m
+                && x.shape() == y.shape()
+                && x.data()
+                    .iter()
+                    .zip(y.data())
+                    .all(|(p, q)| p.to_bits() == q.to_bits())
+        })
 }
