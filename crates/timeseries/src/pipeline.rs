@@ -715,7 +715,7 @@ pub fn run_workload_with(
     reg: &Registry,
     cfg: &WorkloadConfig,
     layout: Layout,
-    mut progress: impl FnMut(&WorkloadStats),
+    progress: impl FnMut(&WorkloadStats),
 ) -> Result<WorkloadStats, WorkloadError> {
     let perr = |e: shmpipe::Error| WorkloadError::Pipeline(e.to_string());
     let (source, args, input_bytes) = match &cfg.source {
@@ -764,9 +764,24 @@ pub fn run_workload_with(
             }),
     };
     let mut p = b.start().map_err(perr)?;
+    let mut stats = consume_batches(&mut p, progress)?;
+    stats.input_bytes = input_bytes * cfg.epochs as u64;
+    Ok(stats)
+}
+
+/// Takes every batch of a started workload pipeline, calling `progress` after each; rates
+/// run from the first batch to the last (start-up and the first batch's latency are not
+/// throughput). Step time from the pipeline's metrics (printed with `SHMPIPE_TS_METRICS`).
+pub(crate) fn consume_batches(
+    p: &mut Pipeline,
+    mut progress: impl FnMut(&WorkloadStats),
+) -> Result<WorkloadStats, WorkloadError> {
     let mut stats = WorkloadStats::default();
     let mut t0: Option<Instant> = None;
-    while let Some(item) = p.dequeue().map_err(perr)? {
+    while let Some(item) = p
+        .dequeue()
+        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
+    {
         match t0 {
             None => t0 = Some(Instant::now()),
             Some(t) => {
@@ -778,7 +793,6 @@ pub fn run_workload_with(
             }
         }
     }
-    stats.input_bytes = input_bytes * cfg.epochs as u64;
     let m = p.metrics();
     stats.step_time = m.steps.iter().map(|s| s.2).sum();
     if std::env::var_os("SHMPIPE_TS_METRICS").is_some() {

@@ -18,7 +18,6 @@
 //! ```
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use serde_json::json;
 use shmpipe::{
@@ -29,7 +28,7 @@ use crate::arrow::ArrowDataset;
 use crate::batch::Batcher;
 use crate::entry::DataEntry;
 use crate::period::Freq;
-use crate::pipeline::{I64Records, batch_rows, batch_to_item, entry_to_item};
+use crate::pipeline::{I64Records, batch_to_item, consume_batches, entry_to_item};
 use crate::shared::SharedDataset;
 use crate::transform::Chain;
 use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, training_chain};
@@ -309,27 +308,8 @@ pub fn run_rows(
     reg: &Registry,
     store: &RowStore,
     cfg: &RowsWorkload,
-    mut progress: impl FnMut(&WorkloadStats),
+    progress: impl FnMut(&WorkloadStats),
 ) -> Result<WorkloadStats, WorkloadError> {
     let mut p = start_rows(reg, store, cfg)?;
-    let mut stats = WorkloadStats::default();
-    let mut t0: Option<Instant> = None;
-    while let Some(item) = p
-        .dequeue()
-        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
-    {
-        match t0 {
-            None => t0 = Some(Instant::now()),
-            Some(t) => {
-                stats.batches += 1;
-                stats.windows += batch_rows(&item) as u64;
-                stats.batch_bytes += item.nbytes() as u64;
-                stats.elapsed = t.elapsed();
-                progress(&stats);
-            }
-        }
-    }
-    let m = p.metrics();
-    stats.step_time = m.steps.iter().map(|s| s.2).sum();
-    Ok(stats)
+    consume_batches(&mut p, progress)
 }
