@@ -23,7 +23,6 @@
 
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use serde_json::json;
 use shmpipe::ndarray::Array1;
@@ -38,7 +37,8 @@ use crate::jsonl::{parse_entry, split_lines};
 use crate::period::{Freq, Period};
 use crate::transform::Chain;
 use crate::workload::{
-    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, training_chain,
+    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, consume_batches,
+    training_chain,
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
@@ -766,38 +766,6 @@ pub fn run_workload_with(
     let mut p = b.start().map_err(perr)?;
     let mut stats = consume_batches(&mut p, progress)?;
     stats.input_bytes = input_bytes * cfg.epochs as u64;
-    Ok(stats)
-}
-
-/// Takes every batch of a started workload pipeline, calling `progress` after each; rates
-/// run from the first batch to the last (start-up and the first batch's latency are not
-/// throughput). Step time from the pipeline's metrics (printed with `SHMPIPE_TS_METRICS`).
-pub(crate) fn consume_batches(
-    p: &mut Pipeline,
-    mut progress: impl FnMut(&WorkloadStats),
-) -> Result<WorkloadStats, WorkloadError> {
-    let mut stats = WorkloadStats::default();
-    let mut t0: Option<Instant> = None;
-    while let Some(item) = p
-        .dequeue()
-        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
-    {
-        match t0 {
-            None => t0 = Some(Instant::now()),
-            Some(t) => {
-                stats.batches += 1;
-                stats.windows += batch_rows(&item) as u64;
-                stats.batch_bytes += item.nbytes() as u64;
-                stats.elapsed = t.elapsed();
-                progress(&stats);
-            }
-        }
-    }
-    let m = p.metrics();
-    stats.step_time = m.steps.iter().map(|s| s.2).sum();
-    if std::env::var_os("SHMPIPE_TS_METRICS").is_some() {
-        eprintln!("{m:?}");
-    }
     Ok(stats)
 }
 

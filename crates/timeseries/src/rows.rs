@@ -28,10 +28,10 @@ use crate::arrow::ArrowDataset;
 use crate::batch::Batcher;
 use crate::entry::DataEntry;
 use crate::period::Freq;
-use crate::pipeline::{I64Records, batch_to_item, consume_batches, entry_to_item};
+use crate::pipeline::{I64Records, batch_to_item, entry_to_item};
 use crate::shared::SharedDataset;
 use crate::transform::Chain;
-use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, training_chain};
+use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, consume_batches, training_chain};
 
 /// Source: the row numbers `0..rows` (`{"rows", "group"}`), `group` per record.
 pub const SOURCE_ROWS: &str = "gluonts_rows";
