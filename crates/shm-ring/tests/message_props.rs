@@ -143,3 +143,22 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn record_tags_round_trip_and_default_to_zero() {
+    let x = [1.0f32, 2.0];
+    let m = MessageBuilder::new()
+        .record_tag(7)
+        .array_slice("x", &[2], &x)
+        .expect("shape matches")
+        .record_tag(u64::MAX) // the last call for a record wins
+        .next_record()
+        .meta_i64("n", 1)
+        .next_record()
+        .record_tag(1 << 40);
+    let (words, len) = encode_inline(&m).expect("encode");
+    let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+    let view = decode(body).expect("decode");
+    let tags: Vec<u64> = view.records().map(|r| r.expect("record").tag()).collect();
+    assert_eq!(tags, [u64::MAX, 0, 1 << 40]);
+}

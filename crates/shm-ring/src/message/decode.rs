@@ -263,6 +263,7 @@ impl<'a> Iterator for Records<'a> {
         }
         let len = rd_u32(b, p) as usize;
         let n = rd_u32(b, p + 4);
+        let tag = rd_u64(b, p + 8);
         if len < RECORD_HEADER || !len.is_multiple_of(8) || len > b.len() - p {
             self.left = 0;
             return Some(Err(corrupt(format!("record of {len} bytes at {p}"))));
@@ -274,6 +275,7 @@ impl<'a> Iterator for Records<'a> {
             start: p + RECORD_HEADER,
             end: p + len,
             fields: n,
+            tag,
             pool: self.pool,
         }))
     }
@@ -287,6 +289,7 @@ pub struct RecordView<'a> {
     start: usize,
     end: usize,
     fields: u32,
+    tag: u64,
     pool: PoolRef<'a>,
 }
 
@@ -511,6 +514,12 @@ impl<'a> RecordView<'a> {
             pos: self.start,
             left: self.fields,
         }
+    }
+
+    /// The record's tag ([`MessageBuilder::record_tag`](crate::MessageBuilder::record_tag); 0
+    /// unless the sender set one).
+    pub fn tag(&self) -> u64 {
+        self.tag
     }
 
     /// Number of fields.

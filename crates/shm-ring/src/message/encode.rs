@@ -126,6 +126,7 @@ pub(crate) unsafe fn encode_raw(
                 .sum::<usize>();
         w.u32(len as u32);
         w.u32(range.len() as u32);
+        w.u64(m.tag_of(r));
         for i in range {
             let f = &m.fields[i];
             let name = f.name.as_bytes();

@@ -5,7 +5,7 @@
 //! ```text
 //! body     := BodyHeader record*            BodyHeader = magic u32, tag u32, n_records u32, body_len u32,
 //!                                                        block_refs u32 (arrays in pool blocks), reserved u32
-//! record   := RecordHeader field*           RecordHeader = record_len u32, n_fields u32
+//! record   := RecordHeader field*           RecordHeader = record_len u32, n_fields u32, tag u64
 //! field    := FieldHeader shape name str data
 //!   FieldHeader (24 bytes) = kind u8, name_len u8, ndim u8, dtype u8, loc u8, pad[3], a u64, b u64
 //!   shape    = ndim x u64                   (arrays only)
@@ -25,9 +25,9 @@ use crate::dtype::{DType, Element};
 use crate::error::Error;
 use crate::pool::{ArrayLoan, LoanToken};
 
-pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB1");
+pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB2");
 pub(crate) const BODY_HEADER: usize = 24;
-pub(crate) const RECORD_HEADER: usize = 8;
+pub(crate) const RECORD_HEADER: usize = 16;
 pub(crate) const FIELD_HEADER: usize = 24;
 const MAX_NDIM: usize = 16;
 
@@ -114,6 +114,8 @@ pub struct MessageBuilder<'a> {
     pub(crate) fields: SmallVec<[FieldB<'a>; 2]>,
     /// Index in `fields` where each record after the first starts.
     pub(crate) record_starts: SmallVec<[u32; 2]>,
+    /// Tag of each record that has one set (record index, tag); the rest are 0.
+    pub(crate) record_tags: SmallVec<[(u32, u64); 2]>,
 }
 
 impl<'a> MessageBuilder<'a> {
@@ -140,6 +142,26 @@ impl<'a> MessageBuilder<'a> {
     #[inline]
     pub fn fields(&self) -> usize {
         self.fields.len()
+    }
+
+    /// Sets the tag of the current record (free for the application, like the message tag;
+    /// 0 unless set). Read back with [`RecordView::tag`](crate::RecordView::tag).
+    #[inline]
+    pub fn record_tag(mut self, tag: u64) -> Self {
+        let r = self.record_starts.len() as u32;
+        match self.record_tags.last_mut() {
+            Some((last, t)) if *last == r => *t = tag,
+            _ => self.record_tags.push((r, tag)),
+        }
+        self
+    }
+
+    /// The tag of record `r` (0 unless set).
+    pub(crate) fn tag_of(&self, r: usize) -> u64 {
+        self.record_tags
+            .iter()
+            .find(|(i, _)| *i as usize == r)
+            .map_or(0, |&(_, t)| t)
     }
 
     /// Ends the current record and starts the next one.
