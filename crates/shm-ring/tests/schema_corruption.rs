@@ -1,0 +1,265 @@
+//! Hostile schema bytes: a channel's schema region (and the header word that sizes it) is read
+//! once at open into a private copy and validated; every kind of damage is its own error, and
+//! nothing of a bad schema is used. Offsets come from the layout code
+//! (`shm_ring::typed_channel_layout`, `schema_channel_layout`), never hard-coded.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{ShmGuard, poke, unique};
+use shm_ring::{
+    ChannelConfig, ChannelLayout, DType, Error, Receiver, Schema, SchemaError, Sender,
+    TypedReceiver, TypedSender,
+};
+
+fn no_linger() -> ChannelConfig {
+    ChannelConfig {
+        linger: Duration::ZERO,
+        ..ChannelConfig::default()
+    }
+}
+
+type V = [f32; 16];
+
+/// Creates a typed `[f32; 16]` channel, applies `pokes` (offsets from its layout) and returns
+/// what opening it gives.
+fn open_typed_after(pokes: impl Fn(&ChannelLayout) -> Vec<(usize, Vec<u8>)>) -> Error {
+    let name = unique("schema-typed");
+    let guard = ShmGuard::new(&[&name]);
+    let l = shm_ring::typed_channel_layout::<V>(&no_linger()).unwrap();
+    let tx = TypedSender::<V>::create(&name, &no_linger()).unwrap();
+    for (at, bytes) in pokes(&l) {
+        poke(&name, at, &bytes);
+    }
+    let err = TypedReceiver::<V>::open(&name).expect_err("a damaged schema was accepted");
+    drop(tx);
+    guard.assert_gone();
+    err
+}
+
+fn value_entry(l: &ChannelLayout) -> usize {
+    l.schema + l.schema_wire.entries
+}
+
+#[test]
+fn an_intact_typed_schema_opens() {
+    let l = shm_ring::typed_channel_layout::<V>(&no_linger()).unwrap();
+    assert!(l.schema_len > 16 && l.schema + l.schema_len <= l.pool);
+    let name = unique("schema-ok");
+    let guard = ShmGuard::new(&[&name]);
+    let tx = TypedSender::<V>::create(&name, &no_linger()).unwrap();
+    let rx = TypedReceiver::<V>::open(&name).unwrap();
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn bad_magic() {
+    let e = open_typed_after(|l| vec![(l.schema + l.schema_wire.magic, b"XXXX".to_vec())]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadMagic { found }) if found == u32::from_le_bytes(*b"XXXX")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn unknown_kind() {
+    let e = open_typed_after(|l| vec![(l.schema + l.schema_wire.kind, 9u32.to_le_bytes().to_vec())]);
+    assert!(matches!(e, Error::Schema(SchemaError::UnknownKind(9))), "{e:?}");
+}
+
+#[test]
+fn stated_length_differs_from_the_region() {
+    let e = open_typed_after(|l| {
+        let n = (l.schema_len as u32 + 1).to_le_bytes().to_vec();
+        vec![(l.schema + l.schema_wire.len, n)]
+    });
+    assert!(
+        matches!(e, Error::Schema(SchemaError::LengthMismatch { .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn a_typed_schema_with_two_entries() {
+    let e = open_typed_after(|l| vec![(l.schema + l.schema_wire.count, 2u32.to_le_bytes().to_vec())]);
+    assert!(
+        matches!(&e, Error::Schema(SchemaError::Inconsistent(w)) if w.contains("2 entries")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn unknown_dtype_code() {
+    let e = open_typed_after(|l| vec![(value_entry(l) + l.schema_wire.value_dtype, vec![99])]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadDType { field: 0, code: 99 })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn rank_over_the_limit() {
+    let e = open_typed_after(|l| vec![(value_entry(l) + l.schema_wire.value_rank, vec![200])]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadRank { field: 0, rank: 200 })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn size_contradicting_dtype_and_shape() {
+    let e = open_typed_after(|l| {
+        vec![(value_entry(l) + l.schema_wire.value_size, 128u32.to_le_bytes().to_vec())]
+    });
+    assert!(
+        matches!(&e, Error::Schema(SchemaError::Inconsistent(w)) if w.contains("128 bytes")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn alignment_not_a_power_of_two() {
+    let e = open_typed_after(|l| {
+        vec![(value_entry(l) + l.schema_wire.value_align, 3u32.to_le_bytes().to_vec())]
+    });
+    assert!(
+        matches!(&e, Error::Schema(SchemaError::Inconsistent(w)) if w.contains("alignment 3")),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn name_running_past_the_end() {
+    let e = open_typed_after(|l| {
+        vec![(value_entry(l) + l.schema_wire.value_name_len, u16::MAX.to_le_bytes().to_vec())]
+    });
+    assert!(
+        matches!(e, Error::Schema(SchemaError::Truncated { .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn name_not_utf8() {
+    let e = open_typed_after(|l| {
+        // The type name follows the one dimension of the value entry.
+        vec![(value_entry(l) + l.schema_wire.value_dims + 4, vec![0xff])]
+    });
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadName { field: 0, .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn schema_length_word_damage() {
+    // A region that no longer fits the segment: the geometry check.
+    for len in [1u32 << 20, u32::MAX] {
+        let e = open_typed_after(|l| vec![(l.schema_len_word, len.to_le_bytes().to_vec())]);
+        assert!(
+            matches!(&e, Error::Corrupt(w) if w.contains(&format!("{len} B of schema"))),
+            "{len}: {e:?}"
+        );
+    }
+    // One that still fits: the schema's own length disagrees.
+    let e = open_typed_after(|l| {
+        let n = (l.schema_len as u32 - 1).to_le_bytes().to_vec();
+        vec![(l.schema_len_word, n)]
+    });
+    assert!(
+        matches!(e, Error::Schema(SchemaError::LengthMismatch { .. })),
+        "{e:?}"
+    );
+    // No schema at all: then it is not a typed channel.
+    let e = open_typed_after(|l| vec![(l.schema_len_word, 0u32.to_le_bytes().to_vec())]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::Mismatch { .. }) | Error::Corrupt(_)),
+        "{e:?}"
+    );
+}
+
+/// A channel with a field schema, its damage, and what `Receiver::open` gives.
+fn open_fields_after(pokes: impl Fn(&ChannelLayout) -> Vec<(usize, Vec<u8>)>) -> Error {
+    let schema = Schema::new()
+        .array("target", DType::F32, &[16])
+        .array_dyn("weight", DType::F64, 2)
+        .meta("id");
+    let name = unique("schema-fields");
+    let guard = ShmGuard::new(&[&name]);
+    let l = shm_ring::schema_channel_layout(&no_linger(), &schema).unwrap();
+    let tx = Sender::with_schema(&name, &no_linger(), &schema).unwrap();
+    {
+        let rx = Receiver::open(&name).unwrap();
+        assert_eq!(rx.schema(), Some(&schema));
+        drop(rx);
+    }
+    drop(tx);
+    // A fresh channel (the one above is closed), damaged before anyone opens it.
+    let tx = Sender::with_schema(&name, &no_linger(), &schema).unwrap();
+    for (at, bytes) in pokes(&l) {
+        poke(&name, at, &bytes);
+    }
+    let err = Receiver::open(&name).expect_err("a damaged schema was accepted");
+    drop(tx);
+    guard.assert_gone();
+    err
+}
+
+/// Offset of field `i`'s entry for the schema of `open_fields_after` ("target" has a fixed
+/// shape of rank 1: one u64 dimension before its name; "weight" none).
+fn field_entry(l: &ChannelLayout, i: usize) -> usize {
+    let first = l.schema + l.schema_wire.entries;
+    let target = l.schema_wire.field_dims + 8 + "target".len();
+    let weight = l.schema_wire.field_dims + "weight".len();
+    first + [0, target, target + weight][i]
+}
+
+#[test]
+fn field_kind_dtype_rank_and_name_damage() {
+    let e = open_fields_after(|l| vec![(field_entry(l, 1) + l.schema_wire.field_kind, vec![7])]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadFieldKind { field: 1, code: 7 })),
+        "{e:?}"
+    );
+    let e = open_fields_after(|l| vec![(field_entry(l, 0) + l.schema_wire.field_dtype, vec![0])]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadDType { field: 0, code: 0 })),
+        "{e:?}"
+    );
+    let e = open_fields_after(|l| vec![(field_entry(l, 1) + l.schema_wire.field_rank, vec![33])]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadRank { field: 1, rank: 33 })),
+        "{e:?}"
+    );
+    let e = open_fields_after(|l| {
+        vec![(field_entry(l, 2) + l.schema_wire.field_name_len, 0u16.to_le_bytes().to_vec())]
+    });
+    assert!(
+        matches!(e, Error::Schema(SchemaError::BadName { field: 2, .. })),
+        "{e:?}"
+    );
+    // "weight" renamed "target": two fields of one name.
+    let e = open_fields_after(|l| {
+        vec![(field_entry(l, 1) + l.schema_wire.field_dims, b"target".to_vec())]
+    });
+    assert!(
+        matches!(&e, Error::Schema(SchemaError::DuplicateField(n)) if n == "target"),
+        "{e:?}"
+    );
+    // "id" shortened to "i": its "d" is left over.
+    let e = open_fields_after(|l| {
+        vec![(field_entry(l, 2) + l.schema_wire.field_name_len, 1u16.to_le_bytes().to_vec())]
+    });
+    assert!(
+        matches!(e, Error::Schema(SchemaError::TrailingBytes { .. })),
+        "{e:?}"
+    );
+    let e = open_fields_after(|l| vec![(l.schema + l.schema_wire.count, 5000u32.to_le_bytes().to_vec())]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::TooManyFields(5000))),
+        "{e:?}"
+    );
+}
