@@ -122,6 +122,7 @@ impl<T: Pod> TypedSender<T> {
         self.inner.stats.messages
     }
 
+    #[inline]
     fn check_open(&self) -> Result<(), SendError> {
         let h = self.inner.header();
         if h.consumer_closed.load(Ordering::Relaxed) != 0
@@ -134,10 +135,13 @@ impl<T: Pod> TypedSender<T> {
 
     /// Writes `vals` into the next free slots and publishes them (one index store).
     /// There must be room for all of them.
+    #[inline]
     fn put(&mut self, vals: &[T]) {
         let s = &mut self.inner;
+        // A typed sender never leaves slots pending between calls.
+        debug_assert_eq!(s.pending, 0);
         for (i, v) in vals.iter().enumerate() {
-            let p = s.desc.slot(s.pending + i as u32).cast::<T>();
+            let p = s.desc.slot(i as u32).cast::<T>();
             // SAFETY: the slot is free (room checked by the caller, who reserved it), inside
             // the mapping `s` keeps alive, and at least size_of::<T>() bytes long (the slot
             // size was chosen for T at creation). Unaligned write: no alignment is assumed.
@@ -145,9 +149,10 @@ impl<T: Pod> TypedSender<T> {
             // only spoils the value it is about to read.
             unsafe { p.write_unaligned(*v) };
         }
-        s.pending += vals.len() as u32;
         s.stats.messages += vals.len() as u64;
-        s.flush();
+        // SYNC POINT (commit): the values written above are visible to the consumer once it
+        // loads the new tail (see `ring::Producer::commit`).
+        s.desc.commit(vals.len() as u32);
     }
 
     /// Sends one value, waiting (per [`WaitConfig`]) while the ring is full.
@@ -156,7 +161,13 @@ impl<T: Pod> TypedSender<T> {
     /// [`SendError::Disconnected`] if the consumer closed; [`SendError::PeerDied`] if it died
     /// (seen within [`WaitConfig::liveness_check`] of waiting); [`SendError::NoConsumer`];
     /// [`SendError::Corrupt`].
+    #[inline]
     pub fn send(&mut self, value: &T) -> Result<(), SendError> {
+        // Fast path: open, and a free slot by the cached index (no wait-loop set-up).
+        if self.check_open().is_ok() && matches!(self.inner.desc.free(1), Ok(n) if n > 0) {
+            self.put(std::slice::from_ref(value));
+            return Ok(());
+        }
         self.send_deadline(value, None)
     }
 
@@ -376,6 +387,10 @@ impl<T: Pod> TypedReceiver<T> {
     /// [`RecvError::Corrupt`] for an impossible ring index.
     #[inline]
     pub fn recv(&mut self) -> Result<T, RecvError> {
+        // Fast path: a value published (by the cached index or one reload of the tail).
+        if matches!(self.inner.desc.available(1), Ok(n) if n > 0) {
+            return Ok(self.take());
+        }
         self.wait(None)?;
         Ok(self.take())
     }
