@@ -66,8 +66,12 @@ fn bad_magic() {
 
 #[test]
 fn unknown_kind() {
-    let e = open_typed_after(|l| vec![(l.schema + l.schema_wire.kind, 9u32.to_le_bytes().to_vec())]);
-    assert!(matches!(e, Error::Schema(SchemaError::UnknownKind(9))), "{e:?}");
+    let e =
+        open_typed_after(|l| vec![(l.schema + l.schema_wire.kind, 9u32.to_le_bytes().to_vec())]);
+    assert!(
+        matches!(e, Error::Schema(SchemaError::UnknownKind(9))),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -84,7 +88,8 @@ fn stated_length_differs_from_the_region() {
 
 #[test]
 fn a_typed_schema_with_two_entries() {
-    let e = open_typed_after(|l| vec![(l.schema + l.schema_wire.count, 2u32.to_le_bytes().to_vec())]);
+    let e =
+        open_typed_after(|l| vec![(l.schema + l.schema_wire.count, 2u32.to_le_bytes().to_vec())]);
     assert!(
         matches!(&e, Error::Schema(SchemaError::Inconsistent(w)) if w.contains("2 entries")),
         "{e:?}"
@@ -95,7 +100,10 @@ fn a_typed_schema_with_two_entries() {
 fn unknown_dtype_code() {
     let e = open_typed_after(|l| vec![(value_entry(l) + l.schema_wire.value_dtype, vec![99])]);
     assert!(
-        matches!(e, Error::Schema(SchemaError::BadDType { field: 0, code: 99 })),
+        matches!(
+            e,
+            Error::Schema(SchemaError::BadDType { field: 0, code: 99 })
+        ),
         "{e:?}"
     );
 }
@@ -104,7 +112,13 @@ fn unknown_dtype_code() {
 fn rank_over_the_limit() {
     let e = open_typed_after(|l| vec![(value_entry(l) + l.schema_wire.value_rank, vec![200])]);
     assert!(
-        matches!(e, Error::Schema(SchemaError::BadRank { field: 0, rank: 200 })),
+        matches!(
+            e,
+            Error::Schema(SchemaError::BadRank {
+                field: 0,
+                rank: 200
+            })
+        ),
         "{e:?}"
     );
 }
@@ -112,7 +126,10 @@ fn rank_over_the_limit() {
 #[test]
 fn size_contradicting_dtype_and_shape() {
     let e = open_typed_after(|l| {
-        vec![(value_entry(l) + l.schema_wire.value_size, 128u32.to_le_bytes().to_vec())]
+        vec![(
+            value_entry(l) + l.schema_wire.value_size,
+            128u32.to_le_bytes().to_vec(),
+        )]
     });
     assert!(
         matches!(&e, Error::Schema(SchemaError::Inconsistent(w)) if w.contains("128 bytes")),
@@ -123,7 +140,10 @@ fn size_contradicting_dtype_and_shape() {
 #[test]
 fn alignment_not_a_power_of_two() {
     let e = open_typed_after(|l| {
-        vec![(value_entry(l) + l.schema_wire.value_align, 3u32.to_le_bytes().to_vec())]
+        vec![(
+            value_entry(l) + l.schema_wire.value_align,
+            3u32.to_le_bytes().to_vec(),
+        )]
     });
     assert!(
         matches!(&e, Error::Schema(SchemaError::Inconsistent(w)) if w.contains("alignment 3")),
@@ -134,7 +154,10 @@ fn alignment_not_a_power_of_two() {
 #[test]
 fn name_running_past_the_end() {
     let e = open_typed_after(|l| {
-        vec![(value_entry(l) + l.schema_wire.value_name_len, u16::MAX.to_le_bytes().to_vec())]
+        vec![(
+            value_entry(l) + l.schema_wire.value_name_len,
+            u16::MAX.to_le_bytes().to_vec(),
+        )]
     });
     assert!(
         matches!(e, Error::Schema(SchemaError::Truncated { .. })),
@@ -176,7 +199,10 @@ fn schema_length_word_damage() {
     // No schema at all: then it is not a typed channel.
     let e = open_typed_after(|l| vec![(l.schema_len_word, 0u32.to_le_bytes().to_vec())]);
     assert!(
-        matches!(e, Error::Schema(SchemaError::Mismatch { .. }) | Error::Corrupt(_)),
+        matches!(
+            e,
+            Error::Schema(SchemaError::Mismatch { .. }) | Error::Corrupt(_)
+        ),
         "{e:?}"
     );
 }
@@ -221,21 +247,33 @@ fn field_entry(l: &ChannelLayout, i: usize) -> usize {
 fn field_kind_dtype_rank_and_name_damage() {
     let e = open_fields_after(|l| vec![(field_entry(l, 1) + l.schema_wire.field_kind, vec![7])]);
     assert!(
-        matches!(e, Error::Schema(SchemaError::BadFieldKind { field: 1, code: 7 })),
+        matches!(
+            e,
+            Error::Schema(SchemaError::BadFieldKind { field: 1, code: 7 })
+        ),
         "{e:?}"
     );
     let e = open_fields_after(|l| vec![(field_entry(l, 0) + l.schema_wire.field_dtype, vec![0])]);
     assert!(
-        matches!(e, Error::Schema(SchemaError::BadDType { field: 0, code: 0 })),
+        matches!(
+            e,
+            Error::Schema(SchemaError::BadDType { field: 0, code: 0 })
+        ),
         "{e:?}"
     );
     let e = open_fields_after(|l| vec![(field_entry(l, 1) + l.schema_wire.field_rank, vec![33])]);
     assert!(
-        matches!(e, Error::Schema(SchemaError::BadRank { field: 1, rank: 33 })),
+        matches!(
+            e,
+            Error::Schema(SchemaError::BadRank { field: 1, rank: 33 })
+        ),
         "{e:?}"
     );
     let e = open_fields_after(|l| {
-        vec![(field_entry(l, 2) + l.schema_wire.field_name_len, 0u16.to_le_bytes().to_vec())]
+        vec![(
+            field_entry(l, 2) + l.schema_wire.field_name_len,
+            0u16.to_le_bytes().to_vec(),
+        )]
     });
     assert!(
         matches!(e, Error::Schema(SchemaError::BadName { field: 2, .. })),
@@ -243,7 +281,10 @@ fn field_kind_dtype_rank_and_name_damage() {
     );
     // "weight" renamed "target": two fields of one name.
     let e = open_fields_after(|l| {
-        vec![(field_entry(l, 1) + l.schema_wire.field_dims, b"target".to_vec())]
+        vec![(
+            field_entry(l, 1) + l.schema_wire.field_dims,
+            b"target".to_vec(),
+        )]
     });
     assert!(
         matches!(&e, Error::Schema(SchemaError::DuplicateField(n)) if n == "target"),
@@ -251,13 +292,21 @@ fn field_kind_dtype_rank_and_name_damage() {
     );
     // "id" shortened to "i": its "d" is left over.
     let e = open_fields_after(|l| {
-        vec![(field_entry(l, 2) + l.schema_wire.field_name_len, 1u16.to_le_bytes().to_vec())]
+        vec![(
+            field_entry(l, 2) + l.schema_wire.field_name_len,
+            1u16.to_le_bytes().to_vec(),
+        )]
     });
     assert!(
         matches!(e, Error::Schema(SchemaError::TrailingBytes { .. })),
         "{e:?}"
     );
-    let e = open_fields_after(|l| vec![(l.schema + l.schema_wire.count, 5000u32.to_le_bytes().to_vec())]);
+    let e = open_fields_after(|l| {
+        vec![(
+            l.schema + l.schema_wire.count,
+            5000u32.to_le_bytes().to_vec(),
+        )]
+    });
     assert!(
         matches!(e, Error::Schema(SchemaError::TooManyFields(5000))),
         "{e:?}"

@@ -159,11 +159,9 @@ mod real {
             "typed-produce" => (|| {
                 // A typed [f32; 16] channel: send COUNT values (value i: all i), print "sent",
                 // then hang (to be killed) or, with "close", drop the sender.
-                let mut tx = shm_ring::TypedSender::<[f32; 16]>::create(
-                    &arg(1),
-                    &ChannelConfig::default(),
-                )
-                .map_err(|e| e.to_string())?;
+                let mut tx =
+                    shm_ring::TypedSender::<[f32; 16]>::create(&arg(1), &ChannelConfig::default())
+                        .map_err(|e| e.to_string())?;
                 let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
                 for i in 0..count {
                     tx.send(&[i as f32; 16]).map_err(|e| e.to_string())?;

@@ -107,7 +107,11 @@ impl Sender {
     /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
     /// [`Schema::check`].
     pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
-        Self::create_with(Some(name), cfg, Some(&ChannelSchema::Fields(schema.clone())))
+        Self::create_with(
+            Some(name),
+            cfg,
+            Some(&ChannelSchema::Fields(schema.clone())),
+        )
     }
 
     /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
