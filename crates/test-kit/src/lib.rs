@@ -15,7 +15,8 @@
 //! - [`in_small_dev_shm`] runs a script in a private mount namespace with a 16 MB tmpfs on
 //!   `/dev/shm` (a small container's); [`as_nobody`] runs a child as user `nobody`. Both need
 //!   root: check [`is_root`] first and skip with a message otherwise.
-//! - [`within`] turns a hang into a failure.
+//! - [`rerun_test`] starts a test of this binary again as a helper process; [`within`] turns
+//!   a hang into a failure.
 
 mod env;
 pub mod proc;
@@ -24,7 +25,7 @@ mod shm;
 mod temp;
 
 pub use env::{NOBODY, as_nobody, in_small_dev_shm, is_root, small_dev_shm_command};
-pub use process::{ChildGuard, KillOnDrop, gone, signal, wait_gone, within};
+pub use process::{ChildGuard, KillOnDrop, gone, rerun_test, signal, wait_gone, within};
 pub use shm::{ShmGuard, shm_entries};
 pub use temp::{TempDir, TempFile};
 

@@ -1,6 +1,6 @@
 //! Processes a test starts: killed (and reaped) on drop, and checked gone.
 
-use std::process::Child;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
@@ -52,6 +52,18 @@ impl Drop for ChildGuard {
     }
 }
 
+/// A command that runs test `test` of this test binary again, alone (`--exact`, with its
+/// output shown): the way a test starts itself as a helper process. Give it an environment
+/// variable that tells the re-run it is the helper.
+///
+/// # Panics
+/// If the path of this executable is unknown.
+pub fn rerun_test(test: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("path of the test binary"));
+    c.args(["--exact", test, "--nocapture"]);
+    c
+}
+
 /// Sends `sig` to `pid`, ignoring a process that is already gone.
 pub fn signal(pid: u32, sig: Signal) {
     if let Some(p) = Pid::from_raw(pid as i32) {
@@ -97,7 +109,6 @@ pub fn within<T: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
 
     #[test]
     fn child_guard_kills_and_reaps() {
@@ -125,6 +136,24 @@ mod tests {
     fn wait_gone_times_out_on_a_live_process() {
         let _c = ChildGuard(Command::new("sleep").arg("30").spawn().unwrap());
         assert!(wait_gone(&[_c.id()], Duration::from_millis(30)).is_none());
+    }
+
+    #[test]
+    fn rerun_test_runs_one_test_of_this_binary() {
+        if std::env::var_os("SHMPIPE_TEST_KIT_RERUN").is_some() {
+            println!("RERUN-OK");
+            return;
+        }
+        let out = rerun_test("process::tests::rerun_test_runs_one_test_of_this_binary")
+            .env("SHMPIPE_TEST_KIT_RERUN", "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("RERUN-OK"), "{text}");
+        assert!(
+            text.contains("1 passed"),
+            "ran more than the one test: {text}"
+        );
     }
 
     #[test]
