@@ -121,7 +121,7 @@ impl Sender {
             .tag(HELLO_TAG)
             .meta_i64("blocks", i64::from(cfg.blocks))
             .meta_i64("block_size", cfg.block_size as i64);
-        tx.try_send(hello).map_err(ring_err)?;
+        tx.try_send(hello).map_err(|e| ring_err(e.into()))?;
         let fd = anonymous.then(|| tx.segment().file().as_raw_fd());
         Ok(Sender {
             inner: Mutex::new(Some(tx)),
@@ -362,8 +362,8 @@ impl Sender {
         // builder borrows names, shapes and bytes, so a retry rebuilds it for nothing.
         let b = build_borrowed(&parts, &metas).map_err(ring_err)?;
         match self.open_end(&mut lock(&self.inner))?.try_send(b) {
-            Err(shm_ring::Error::Full) => {}
-            r => return r.map_err(ring_err),
+            Err(shm_ring::TrySendError::Full(_)) => {}
+            r => return r.map_err(|e| ring_err(e.into())),
         }
         loop {
             let Some(s) = slice(end) else {

@@ -73,8 +73,6 @@ pub enum Error {
     Busy(u32),
     /// A name or configuration value is invalid.
     InvalidArgument(String),
-    /// An array was looked up by name but the message has no such array (or metadata).
-    NoSuchField(String),
     /// An array has another element type than the one asked for.
     DTypeMismatch {
         /// Array name.
@@ -86,7 +84,7 @@ pub enum Error {
     },
     /// The channel's schema is unreadable or not the one asked for.
     Schema(crate::schema::SchemaError),
-    /// A field looked up that the schema does not have.
+    /// A field or record looked up that the message (or schema) does not have.
     Field(crate::schema::FieldError),
     /// An operating-system call failed.
     Os(io::Error),
@@ -199,11 +197,6 @@ impl fmt::Display for Error {
             ),
             Error::Untrusted(why) => f.write_str(why),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
-            Error::NoSuchField(n) => write!(
-                f,
-                "message has no field '{n}' (check the name the sender used with \
-                 MessageBuilder)"
-            ),
             Error::DTypeMismatch {
                 name,
                 found,

@@ -28,7 +28,20 @@ pub enum SendError {
     },
     /// A send with a timeout ran out of time.
     Timeout,
-    /// The consumer wrote an impossible ring index (see [`Error::Corrupt`]).
+    /// The message does not fit the channel's configuration (see [`Error::TooLarge`]).
+    TooLarge {
+        /// What was asked for.
+        what: &'static str,
+        /// Bytes (or blocks) needed.
+        needed: usize,
+        /// Bytes (or blocks) available.
+        limit: usize,
+        /// The setting to raise.
+        setting: &'static str,
+    },
+    /// The message breaks an encoding limit, or holds a loan of another sender.
+    InvalidArgument(String),
+    /// The consumer wrote an impossible ring index or block number (see [`Error::Corrupt`]).
     Corrupt(String),
 }
 
@@ -83,6 +96,18 @@ impl SendError {
             Error::PeerDied { pid, reclaimed } => SendError::PeerDied { pid, reclaimed },
             Error::NoConsumer { waited } => SendError::NoConsumer { waited },
             Error::Timeout | Error::Full => SendError::Timeout,
+            Error::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            } => SendError::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            },
+            Error::InvalidArgument(why) => SendError::InvalidArgument(why),
             Error::Corrupt(why) => SendError::Corrupt(why),
             other => SendError::Corrupt(other.to_string()),
         }
@@ -105,6 +130,18 @@ impl RecvError {
 impl From<SendError> for Error {
     fn from(e: SendError) -> Error {
         match e {
+            SendError::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            } => Error::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            },
+            SendError::InvalidArgument(why) => Error::InvalidArgument(why),
             SendError::Disconnected => Error::Disconnected,
             SendError::PeerDied { pid, reclaimed } => Error::PeerDied { pid, reclaimed },
             SendError::NoConsumer { waited } => Error::NoConsumer { waited },
@@ -139,6 +176,18 @@ impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // One wording for the whole crate: the umbrella error's.
         let e: Error = match self {
+            SendError::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            } => Error::TooLarge {
+                what,
+                needed: *needed,
+                limit: *limit,
+                setting,
+            },
+            SendError::InvalidArgument(why) => Error::InvalidArgument(why.clone()),
             SendError::Disconnected => Error::Disconnected,
             SendError::PeerDied { pid, reclaimed } => Error::PeerDied {
                 pid: *pid,

@@ -43,7 +43,7 @@ impl Message {
     /// Record `i`.
     ///
     /// # Errors
-    /// [`Error::NoSuchField`] past the end, [`Error::Corrupt`].
+    /// [`Error::Field`] ([`FieldError::NoSuchRecord`](crate::FieldError::NoSuchRecord)) past the end, [`Error::Corrupt`].
     pub fn record(&self, i: usize) -> Result<RecordView<'_>, Error> {
         self.view().record(i)
     }

@@ -659,26 +659,6 @@ impl Receiver {
         }
     }
 
-    /// Receives the next message and lets `f` read it in place, without copying; the slots
-    /// and blocks are released when `f` returns.
-    ///
-    /// # Errors
-    /// As [`Receiver::recv_timeout`] (with `None`: no timeout).
-    pub fn recv_with<R>(
-        &mut self,
-        timeout: Option<Duration>,
-        f: impl FnOnce(MessageView<'_>) -> R,
-    ) -> Result<R, Error> {
-        let mut f = Some(f);
-        let mut out = None;
-        self.recv_batch(1, timeout, |m| {
-            if let Some(f) = f.take() {
-                out = Some(f(m));
-            }
-        })?;
-        out.ok_or(Error::Timeout)
-    }
-
     /// Waits for at least one message, then lets `f` read up to `max` messages in place, all
     /// released together at the end (one index store). Returns how many were read.
     ///

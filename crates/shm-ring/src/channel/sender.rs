@@ -11,6 +11,7 @@ use super::{
 };
 use crate::dtype::Element;
 use crate::error::{Error, corrupt};
+use crate::op_error::{SendError, TrySendError};
 use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
 use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
@@ -402,8 +403,8 @@ impl Sender {
     /// blocks are reclaimed); [`Error::TooLarge`]; [`Error::InvalidArgument`] for a loan from
     /// another sender or a field over the encoding limits. On error, loans in the message go
     /// back to the pool.
-    pub fn send(&mut self, msg: MessageBuilder<'_>) -> Result<(), Error> {
-        self.send_inner(msg, None)?;
+    pub fn send(&mut self, mut msg: MessageBuilder<'_>) -> Result<(), Error> {
+        self.send_inner(&mut msg, None)?;
         self.flush();
         Ok(())
     }
@@ -414,47 +415,52 @@ impl Sender {
     /// As [`Sender::send`], and [`Error::Timeout`].
     pub fn send_timeout(
         &mut self,
-        msg: MessageBuilder<'_>,
+        mut msg: MessageBuilder<'_>,
         timeout: Duration,
     ) -> Result<(), Error> {
-        self.send_inner(msg, Some(Instant::now() + timeout))?;
+        self.send_inner(&mut msg, Some(Instant::now() + timeout))?;
         self.flush();
         Ok(())
     }
 
-    /// Sends without waiting: [`Error::Full`] if the ring or pool has no room right now.
+    /// Sends without waiting; on [`TrySendError::Full`] (the ring or pool has no room right
+    /// now) and every other failure the message comes back, loans and all, to retry or drop.
     ///
     /// # Errors
-    /// As [`Sender::send`], and [`Error::Full`].
-    pub fn try_send(&mut self, msg: MessageBuilder<'_>) -> Result<(), Error> {
-        match self.send_inner(msg, Some(Instant::now())) {
-            Err(Error::Timeout) => Err(Error::Full),
-            r => {
-                self.flush();
-                r
-            }
-        }
-    }
-
-    /// Sends several messages, publishing them together (one index store for the whole batch,
-    /// unless the ring fills up on the way).
+    /// [`TrySendError::Full`], [`TrySendError::Disconnected`], [`TrySendError::Failed`] (as
+    /// [`Sender::send`]).
     ///
-    /// # Errors
-    /// As [`Sender::send`]; messages before the failing one were sent.
-    pub fn send_batch<'m>(
+    /// # Examples
+    /// ```
+    /// use shm_ring::{ChannelConfig, MessageBuilder, Sender, TrySendError};
+    /// let cfg = ChannelConfig { slots: 2, ..ChannelConfig::default() };
+    /// let mut tx = Sender::anonymous(&cfg)?;
+    /// let data = [1.0f32; 4];
+    /// let mut sent = 0;
+    /// let back = loop {
+    ///     match tx.try_send(MessageBuilder::new().array_slice("x", &[4], &data)?) {
+    ///         Ok(()) => sent += 1,
+    ///         Err(TrySendError::Full(msg)) => break msg, // nobody reads: the ring fills up
+    ///         Err(e) => return Err(e.into()),
+    ///     }
+    /// };
+    /// assert_eq!(sent, 2);
+    /// assert_eq!(back.len(), 1); // the message that did not fit, whole
+    /// # Ok::<(), shm_ring::Error>(())
+    /// ```
+    pub fn try_send<'m>(
         &mut self,
-        msgs: impl IntoIterator<Item = MessageBuilder<'m>>,
-    ) -> Result<usize, Error> {
-        let mut n = 0;
-        for m in msgs {
-            if let Err(e) = self.send_inner(m, None) {
+        mut msg: MessageBuilder<'m>,
+    ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
+        match self.send_inner(&mut msg, Some(Instant::now())) {
+            Ok(()) => {
                 self.flush();
-                return Err(e);
+                Ok(())
             }
-            n += 1;
+            Err(Error::Timeout | Error::Full) => Err(TrySendError::Full(msg)),
+            Err(Error::Disconnected) => Err(TrySendError::Disconnected(msg)),
+            Err(e) => Err(TrySendError::Failed(SendError::from_internal(e), msg)),
         }
-        self.flush();
-        Ok(n)
     }
 
     /// Ends the stream without giving up the mapping: the consumer drains what was sent, then
@@ -540,9 +546,11 @@ impl Sender {
         )
     }
 
+    /// Sends `msg`; its loans are taken out only once the record is written (on an error
+    /// they stay in `msg`, which the caller gives back or drops, returning them to the pool).
     fn send_inner(
         &mut self,
-        mut msg: MessageBuilder<'_>,
+        msg: &mut MessageBuilder<'_>,
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
         let h = self.header();

@@ -192,11 +192,13 @@ impl<'a> MessageView<'a> {
     /// Record `i`.
     ///
     /// # Errors
-    /// [`Error::NoSuchField`] past the end; [`Error::Corrupt`] on invalid encoding.
+    /// [`FieldError::NoSuchRecord`](crate::FieldError::NoSuchRecord) past the end;
+    /// [`Error::Corrupt`] on invalid encoding.
     pub fn record(&self, i: usize) -> Result<RecordView<'a>, Error> {
-        self.records()
-            .nth(i)
-            .unwrap_or_else(|| Err(Error::NoSuchField(format!("record {i}"))))
+        let len = self.len();
+        self.records().nth(i).unwrap_or_else(|| {
+            Err(Error::Field(crate::FieldError::NoSuchRecord { index: i, len }))
+        })
     }
 
     /// Calls `f` with the index of every pool block the message references (all records),
@@ -545,7 +547,18 @@ impl<'a> RecordView<'a> {
                 return Ok(f);
             }
         }
-        Err(Error::NoSuchField(name.to_string()))
+        Err(self.no_such_field(name))
+    }
+
+    #[cold]
+    fn no_such_field(&self, name: &str) -> Error {
+        Error::Field(crate::FieldError::NoSuchField {
+            name: name.to_string(),
+            known: self
+                .fields()
+                .filter_map(|f| f.ok().map(|f| f.name().to_string()))
+                .collect(),
+        })
     }
 
     /// The elements of array `name` in row-major order, without building an ndarray view
@@ -589,11 +602,13 @@ impl<'a> RecordView<'a> {
     /// The array `name` and its description.
     ///
     /// # Errors
-    /// [`Error::NoSuchField`], [`Error::Corrupt`].
+    /// [`Error::Field`], [`Error::Corrupt`].
     pub fn array_info(&self, name: &str) -> Result<ArrayInfo<'a>, Error> {
         match self.find(name)? {
             FieldRef::Array(a) => Ok(a),
-            FieldRef::Meta(..) => Err(Error::NoSuchField(format!("{name} (it is metadata)"))),
+            FieldRef::Meta(..) => Err(Error::Field(crate::FieldError::NotAnArray {
+                name: name.to_string(),
+            })),
         }
     }
 
@@ -605,7 +620,7 @@ impl<'a> RecordView<'a> {
     /// (`to_owned()`) before trusting values you check.
     ///
     /// # Errors
-    /// [`Error::NoSuchField`], [`Error::DTypeMismatch`], [`Error::Corrupt`] (also if the data is
+    /// [`Error::Field`], [`Error::DTypeMismatch`], [`Error::Corrupt`] (also if the data is
     /// misaligned for `T`).
     pub fn array<T: Element>(&self, name: &str) -> Result<ArrayViewD<'a, T>, Error> {
         let a = self.array_info(name)?;
@@ -650,7 +665,7 @@ impl<'a> RecordView<'a> {
     /// The raw bytes of array `name` (any dtype).
     ///
     /// # Errors
-    /// [`Error::NoSuchField`], [`Error::Corrupt`].
+    /// [`Error::Field`], [`Error::Corrupt`].
     pub fn array_bytes(&self, name: &str) -> Result<&'a [u8], Error> {
         Ok(self.array_info(name)?.bytes)
     }

@@ -24,7 +24,7 @@ fn field_size(f: &FieldB<'_>, place: Place) -> usize {
 /// Names must be unique within a record (or two lookups of one name could disagree).
 #[cold]
 fn check_unique(m: &MessageBuilder<'_>) -> Result<(), Error> {
-    for r in 0..m.records() {
+    for r in 0..m.len() {
         let fields = &m.fields[m.record_range(r)];
         for (i, f) in fields.iter().enumerate().skip(1) {
             if fields[..i].iter().any(|g| g.name == f.name) {
@@ -74,7 +74,7 @@ pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
 /// Encoded size of the body with the given placement of each field.
 pub(crate) fn body_len(m: &MessageBuilder<'_>, places: &[Place]) -> usize {
     BODY_HEADER
-        + RECORD_HEADER * m.records()
+        + RECORD_HEADER * m.len()
         + m.fields
             .iter()
             .zip(places)
@@ -108,7 +108,7 @@ pub(crate) unsafe fn encode_raw(
     };
     w.u32(BODY_MAGIC);
     w.u32(m.tag);
-    w.u32(m.records() as u32);
+    w.u32(m.len() as u32);
     w.u32(total as u32);
     w.u32(
         places
@@ -117,7 +117,7 @@ pub(crate) unsafe fn encode_raw(
             .count() as u32,
     );
     w.u32(0);
-    for r in 0..m.records() {
+    for r in 0..m.len() {
         let range = m.record_range(r);
         let len = RECORD_HEADER
             + range

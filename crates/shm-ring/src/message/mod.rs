@@ -106,7 +106,7 @@ pub(crate) struct FieldB<'a> {
 ///     .array("x", &x)
 ///     .next_record()
 ///     .meta_i64("start", 1_700_003_600);
-/// assert_eq!(msg.records(), 2);
+/// assert_eq!(msg.len(), 2);
 /// ```
 #[derive(Debug, Default)]
 pub struct MessageBuilder<'a> {
@@ -132,15 +132,22 @@ impl<'a> MessageBuilder<'a> {
         self
     }
 
-    /// Number of records so far.
+    /// Number of records so far (as [`MessageView::len`](crate::MessageView::len) on the
+    /// receiving side).
     #[inline]
-    pub fn records(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.record_starts.len() + 1
+    }
+
+    /// Always false: a message has at least one record (it may have no field).
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        false
     }
 
     /// Number of fields (arrays and metadata) over all records.
     #[inline]
-    pub fn fields(&self) -> usize {
+    pub fn field_count(&self) -> usize {
         self.fields.len()
     }
 

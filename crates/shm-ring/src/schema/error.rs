@@ -149,6 +149,18 @@ pub enum FieldError {
         /// The names there are.
         known: Vec<String>,
     },
+    /// A record index past the last record of a message.
+    NoSuchRecord {
+        /// The index asked for.
+        index: usize,
+        /// Number of records.
+        len: usize,
+    },
+    /// The field is metadata, not an array.
+    NotAnArray {
+        /// Its name.
+        name: String,
+    },
     /// A position past the last field.
     OutOfRange {
         /// The position asked for.
@@ -164,6 +176,14 @@ impl fmt::Display for FieldError {
             FieldError::NoSuchField { name, known } => write!(
                 f,
                 "no field '{name}' (the fields are {known:?}: check the name the sender used)"
+            ),
+            FieldError::NoSuchRecord { index, len } => write!(
+                f,
+                "no record {index}: the message has {len} (records count from 0)"
+            ),
+            FieldError::NotAnArray { name } => write!(
+                f,
+                "field '{name}' is metadata, not an array: read it with meta/meta_i64/meta_str"
             ),
             FieldError::OutOfRange { index, len } => write!(
                 f,
