@@ -16,12 +16,19 @@
 //! a producer takes back every block a dead consumer held. Every [`Error`]'s `Display` says what
 //! to change: print errors with `{}`, not `{:?}`.
 //!
+//! For small fixed-size data there is a faster, typed path: a [`TypedSender<T>`] /
+//! [`TypedReceiver<T>`] channel carries one `bytemuck::Pod` value per message (`[f32; 16]`, a
+//! `#[repr(C)]` struct), written straight into a ring slot — no names, dtypes or shapes per
+//! message. The channel's type ([`ValueType`]) is written into the segment once and checked
+//! once at open. A message channel may likewise carry a [`Schema`] ([`Sender::with_schema`]).
+//!
 //! A tour of the whole API, compiled and run as doc tests: `docs/shm-ring-api.md`; two real
-//! processes: the examples `quickstart_send` and `quickstart_recv` (the README's quick start).
+//! processes: the examples `quickstart_send` and `quickstart_recv` (the README's quick start),
+//! and `typed_quickstart` for the typed path.
 //!
 //! ## Quick start
 //! ```
-//! use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+//! use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, TypedReceiver, TypedSender};
 //!
 //! let name = format!("quickstart-{}", std::process::id());
 //! let mut tx = Sender::create(&name, &ChannelConfig::default())?;
@@ -36,6 +43,12 @@
 //! let x = rec.array::<f32>("x")?; // a view into shared memory, tied to `msg`
 //! assert_eq!(x.shape(), &[1000, 3]);
 //! assert_eq!(rec.meta_str("item_id"), Some("A-17"));
+//!
+//! // The typed path: one [f32; 16] per message, nothing else.
+//! let mut ttx = TypedSender::<[f32; 16]>::create(&format!("{name}-typed"), &ChannelConfig::default())?;
+//! let mut trx = TypedReceiver::<[f32; 16]>::open(&format!("{name}-typed"))?;
+//! ttx.send(&[1.5; 16])?;
+//! assert_eq!(trx.recv()?, [1.5; 16]);
 //! # Ok::<(), shm_ring::Error>(())
 //! ```
 #![deny(unsafe_op_in_unsafe_fn, missing_docs, missing_debug_implementations)]

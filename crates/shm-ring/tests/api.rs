@@ -55,7 +55,11 @@ fn try_send_on_full_gives_the_message_back_with_its_loan() {
     let (mut tx, mut rx) = pair(&cfg);
     let small = [0u8; 8];
     while tx
-        .try_send(MessageBuilder::new().array_slice("s", &[8], &small).unwrap())
+        .try_send(
+            MessageBuilder::new()
+                .array_slice("s", &[8], &small)
+                .unwrap(),
+        )
         .is_ok()
     {}
     let loan = tx.loan::<u32>(&[4]).unwrap().write_with(|i| i as u32 * 10);
@@ -68,7 +72,10 @@ fn try_send_on_full_gives_the_message_back_with_its_loan() {
     tx.try_send(back).unwrap();
     let m = rx.recv().unwrap();
     assert_eq!(m.tag(), 9);
-    assert_eq!(m.record(0).unwrap().slice::<u32>("x").unwrap(), &[0, 10, 20, 30]);
+    assert_eq!(
+        m.record(0).unwrap().slice::<u32>("x").unwrap(),
+        &[0, 10, 20, 30]
+    );
     drop(rx);
     let e = tx.try_send(MessageBuilder::new().tag(1));
     assert!(matches!(e, Err(TrySendError::Disconnected(_))), "{e:?}");

@@ -11,8 +11,8 @@ use super::{
 };
 use crate::dtype::Element;
 use crate::error::{Error, corrupt};
-use crate::op_error::{SendError, TrySendError};
 use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
+use crate::op_error::{SendError, TrySendError};
 use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
 use crate::schema::{ChannelSchema, Schema, wire};

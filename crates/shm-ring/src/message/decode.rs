@@ -197,7 +197,10 @@ impl<'a> MessageView<'a> {
     pub fn record(&self, i: usize) -> Result<RecordView<'a>, Error> {
         let len = self.len();
         self.records().nth(i).unwrap_or_else(|| {
-            Err(Error::Field(crate::FieldError::NoSuchRecord { index: i, len }))
+            Err(Error::Field(crate::FieldError::NoSuchRecord {
+                index: i,
+                len,
+            }))
         })
     }
 
