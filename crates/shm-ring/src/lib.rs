@@ -85,7 +85,7 @@ pub use calibrate::{Calibration, calibrate};
 pub use channel::{
     ChannelConfig, Message, Receiver, Sender, SenderStats, TypedReceiver, TypedSender, WaitConfig,
 };
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "layout-internals"))]
 #[doc(hidden)]
 pub use channel::{
     ChannelLayout, SchemaWire, channel_layout, schema_channel_layout, typed_channel_layout,

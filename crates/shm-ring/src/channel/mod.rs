@@ -29,6 +29,7 @@ use std::time::Instant;
 use crate::error::Error;
 use crate::pool::PoolGeom;
 use crate::ring::{RingHeader, RingShape, Storage};
+#[cfg(feature = "layout-internals")]
 use crate::schema::{ChannelSchema, Schema, ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
@@ -195,6 +196,7 @@ impl Layout {
     }
 }
 
+#[cfg(feature = "layout-internals")]
 /// Where everything lives in a channel segment of a given configuration: for tests and tools
 /// that poke at a live channel (corruption and hostile-peer tests). Not a stable API.
 #[doc(hidden)]
@@ -247,6 +249,7 @@ pub struct ChannelLayout {
     pub schema_wire: SchemaWire,
 }
 
+#[cfg(feature = "layout-internals")]
 /// Offsets of the schema region's encoding (see `schema/wire.rs`): the header's words from
 /// the region's start, a value entry's and a field entry's fields from the entry's start.
 #[doc(hidden)]
@@ -271,6 +274,7 @@ pub struct SchemaWire {
     pub field_dims: usize,
 }
 
+#[cfg(feature = "layout-internals")]
 /// The layout of a channel created with `cfg` (see [`ChannelLayout`]).
 ///
 /// # Errors
@@ -280,6 +284,7 @@ pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
     layout_of(cfg, None)
 }
 
+#[cfg(feature = "layout-internals")]
 /// The layout of a channel created with [`Sender::with_schema`]`(_, cfg, schema)`.
 ///
 /// # Errors
@@ -289,6 +294,7 @@ pub fn schema_channel_layout(cfg: &ChannelConfig, schema: &Schema) -> Result<Cha
     layout_of(cfg, Some(&ChannelSchema::Fields(schema.clone())))
 }
 
+#[cfg(feature = "layout-internals")]
 /// The layout of a channel created with [`TypedSender::<T>::create`]`(_, cfg)`.
 ///
 /// # Errors
@@ -299,6 +305,7 @@ pub fn typed_channel_layout<T: bytemuck::Pod>(cfg: &ChannelConfig) -> Result<Cha
     layout_of(&cfg, Some(&ChannelSchema::Value(ValueType::of::<T>())))
 }
 
+#[cfg(feature = "layout-internals")]
 fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<ChannelLayout, Error> {
     let schema_len = schema.map_or(0, |s| wire::encode(s).len() as u32);
     let l = Layout::new(

@@ -448,6 +448,9 @@ impl Sender {
     /// assert_eq!(back.len(), 1); // the message that did not fit, whole
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
+    // The message comes back by value, as crossbeam's `TrySendError::Full(T)` does: boxing it
+    // would allocate on every refused send of a loop that retries.
+    #[allow(clippy::result_large_err)]
     pub fn try_send<'m>(
         &mut self,
         mut msg: MessageBuilder<'m>,
@@ -560,7 +563,7 @@ impl Sender {
         {
             return Err(Error::Disconnected);
         }
-        message::check_limits(&msg)?;
+        message::check_limits(msg)?;
         // 1. Where does each array go?
         let mut places: SmallVec<[Place; 8]> = SmallVec::with_capacity(msg.fields.len());
         let mut new_blocks = 0usize;
@@ -598,7 +601,7 @@ impl Sender {
                 }
             });
         }
-        let body_len = message::body_len(&msg, &places);
+        let body_len = message::body_len(msg, &places);
         let inline = RECORD_HEADER + body_len <= self.max_inline;
         if !inline {
             if self.cfg.blocks == 0 {
@@ -687,14 +690,14 @@ impl Sender {
                 // slots meanwhile only spoils the message it is about to read.
                 unsafe {
                     write_record_header(rec, n_slots, REC_INLINE, body_len as u32, 0);
-                    message::encode_raw(&msg, &places, rec.add(RECORD_HEADER), body_len);
+                    message::encode_raw(msg, &places, rec.add(RECORD_HEADER), body_len);
                 }
             }
             Some(b) => {
                 // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned; one
                 // free slot at `rec`, at least 16 bytes. Pointers only, as above.
                 unsafe {
-                    message::encode_raw(&msg, &places, self.home.block_ptr(b), body_len);
+                    message::encode_raw(msg, &places, self.home.block_ptr(b), body_len);
                     write_record_header(rec, 1, REC_BLOCK, body_len as u32, b);
                 }
             }

@@ -196,12 +196,13 @@ impl<'a> MessageView<'a> {
     /// [`Error::Corrupt`] on invalid encoding.
     pub fn record(&self, i: usize) -> Result<RecordView<'a>, Error> {
         let len = self.len();
-        self.records().nth(i).unwrap_or_else(|| {
-            Err(Error::Field(crate::FieldError::NoSuchRecord {
+        match self.records().nth(i) {
+            Some(r) => r,
+            None => Err(Error::Field(crate::FieldError::NoSuchRecord {
                 index: i,
                 len,
-            }))
-        })
+            })),
+        }
     }
 
     /// Calls `f` with the index of every pool block the message references (all records),

@@ -21,21 +21,33 @@ pub(crate) const MAGIC_AT: usize = 0;
 pub(crate) const KIND_AT: usize = 4;
 pub(crate) const LEN_AT: usize = 8;
 pub(crate) const COUNT_AT: usize = 12;
+#[cfg(feature = "layout-internals")]
 pub(crate) const ENTRIES_AT: usize = 16;
 pub(crate) const KIND_VALUE: u32 = 1;
 pub(crate) const KIND_FIELDS: u32 = 2;
-/// Offsets inside a value entry.
+// Offsets inside a value entry and a field entry (for the layout's corruption tests; the
+// encoder writes the same order, checked by `offsets_match_the_encoder`).
+#[cfg(feature = "layout-internals")]
 pub(crate) const VALUE_SIZE_AT: usize = 0;
+#[cfg(feature = "layout-internals")]
 pub(crate) const VALUE_ALIGN_AT: usize = 4;
+#[cfg(feature = "layout-internals")]
 pub(crate) const VALUE_DTYPE_AT: usize = 8;
+#[cfg(feature = "layout-internals")]
 pub(crate) const VALUE_RANK_AT: usize = 9;
+#[cfg(feature = "layout-internals")]
 pub(crate) const VALUE_NAME_LEN_AT: usize = 10;
+#[cfg(feature = "layout-internals")]
 pub(crate) const VALUE_DIMS_AT: usize = 12;
-/// Offsets inside a field entry.
+#[cfg(feature = "layout-internals")]
 pub(crate) const FIELD_KIND_AT: usize = 0;
+#[cfg(feature = "layout-internals")]
 pub(crate) const FIELD_DTYPE_AT: usize = 1;
+#[cfg(feature = "layout-internals")]
 pub(crate) const FIELD_RANK_AT: usize = 2;
+#[cfg(feature = "layout-internals")]
 pub(crate) const FIELD_NAME_LEN_AT: usize = 4;
+#[cfg(feature = "layout-internals")]
 pub(crate) const FIELD_DIMS_AT: usize = 8;
 const FIELD_ARRAY: u8 = 1;
 const FIELD_META: u8 = 2;
@@ -315,6 +327,38 @@ mod tests {
         ] {
             assert_eq!(decode(&encode(&cs)).unwrap(), cs);
         }
+    }
+
+    #[cfg(feature = "layout-internals")]
+    #[test]
+    fn offsets_match_the_encoder() {
+        let b = encode(&ChannelSchema::Value(ValueType::of::<[u16; 5]>()));
+        let e = &b[ENTRIES_AT..];
+        assert_eq!(e[VALUE_SIZE_AT..VALUE_SIZE_AT + 4], 10u32.to_le_bytes());
+        assert_eq!(e[VALUE_ALIGN_AT..VALUE_ALIGN_AT + 4], 2u32.to_le_bytes());
+        assert_eq!(e[VALUE_DTYPE_AT], DType::U16 as u8);
+        assert_eq!(e[VALUE_RANK_AT], 1);
+        assert_eq!(
+            e[VALUE_NAME_LEN_AT..VALUE_NAME_LEN_AT + 2],
+            8u16.to_le_bytes()
+        );
+        assert_eq!(e[VALUE_DIMS_AT..VALUE_DIMS_AT + 4], 5u32.to_le_bytes());
+        assert_eq!(&e[VALUE_DIMS_AT + 4..], b"[u16; 5]");
+        let b = encode(&ChannelSchema::Fields(Schema::new().array(
+            "ab",
+            DType::I8,
+            &[7],
+        )));
+        let e = &b[ENTRIES_AT..];
+        assert_eq!(e[FIELD_KIND_AT], FIELD_ARRAY);
+        assert_eq!(e[FIELD_DTYPE_AT], DType::I8 as u8);
+        assert_eq!(e[FIELD_RANK_AT], 1);
+        assert_eq!(
+            e[FIELD_NAME_LEN_AT..FIELD_NAME_LEN_AT + 2],
+            2u16.to_le_bytes()
+        );
+        assert_eq!(e[FIELD_DIMS_AT..FIELD_DIMS_AT + 8], 7u64.to_le_bytes());
+        assert_eq!(&e[FIELD_DIMS_AT + 8..], b"ab");
     }
 
     #[test]
