@@ -1,13 +1,13 @@
 //! The producer end of a channel.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
 use super::{
-    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL,
-    Layout, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, block_on, channel_header,
+    ChannelConfig, ChannelHeader, DROPPED_MARK, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER,
+    ShmRing, block_on, channel_header,
 };
 use crate::dtype::Element;
 use crate::error::{Error, corrupt};
@@ -15,9 +15,8 @@ use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
 use crate::op_error::{SendError, TrySendError};
 use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
-use crate::schema::{ChannelSchema, Schema, wire};
 use crate::segment::Segment;
-use crate::sync::{AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 use crate::sys;
 
 /// Counters of a sender.
@@ -78,6 +77,7 @@ pub struct Sender {
     pub(super) stats: SenderStats,
 }
 
+mod create;
 mod watch;
 
 use watch::Watch;
@@ -91,141 +91,6 @@ impl std::os::fd::AsFd for Sender {
 }
 
 impl Sender {
-    /// Creates the channel segment `/dev/shm/shmpipe-<name>` and returns its producer end.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or configuration, [`Error::AlreadyExists`],
-    /// [`Error::NoSpace`] when `/dev/shm` cannot hold the segment, [`Error::Os`].
-    pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
-        Self::create_with(Some(name), cfg, None)
-    }
-
-    /// Creates the channel `name` whose segment carries `schema` (written once; a
-    /// [`Receiver`](super::Receiver) reads it once at open, validated, as
-    /// [`Receiver::schema`](super::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
-    ///
-    /// # Errors
-    /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
-    /// [`Schema::check`].
-    pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
-        Self::create_with(
-            Some(name),
-            cfg,
-            Some(&ChannelSchema::Fields(schema.clone())),
-        )
-    }
-
-    /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
-    pub(in crate::channel) fn create_with(
-        name: Option<&str>,
-        cfg: &ChannelConfig,
-        schema: Option<&ChannelSchema>,
-    ) -> Result<Sender, Error> {
-        if let Some(ChannelSchema::Fields(s)) = schema {
-            s.check()?;
-        }
-        let schema = schema.map(wire::encode);
-        let schema_len = schema.as_ref().map_or(0, |s| s.len());
-        let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
-        let layout = Layout::new(
-            cfg.slots,
-            cfg.slot_size,
-            cfg.blocks,
-            cfg.block_size,
-            schema_len,
-        )?;
-        let seg = match name {
-            Some(name) => Segment::create(name, layout.total)?,
-            None => Segment::anonymous(layout.total)?,
-        };
-        if let Some(bytes) = &schema {
-            // SAFETY: the segment is fresh and unpublished (no opener reads it before
-            // `publish` in `init`); the layout placed `schema_len` bytes at `layout.schema`
-            // inside it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    seg.as_ptr().add(layout.schema),
-                    bytes.len(),
-                )
-            };
-        }
-        Self::init(seg, layout, cfg)
-    }
-
-    /// Creates an anonymous channel (memfd): hand [`Sender::segment`]'s file to a child process
-    /// and open it there with [`Receiver::from_file`](super::Receiver::from_file).
-    ///
-    /// # Errors
-    /// As [`Sender::create`].
-    pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
-        Self::create_with(None, cfg, None)
-    }
-
-    fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
-        let header = ChannelHeader {
-            slots: AtomicU32::new(layout.desc.capacity),
-            slot_size: AtomicU32::new(layout.desc.slot_size),
-            blocks: AtomicU32::new(layout.pool.blocks),
-            comp_slots: AtomicU32::new(layout.comp.capacity),
-            block_size: AtomicU64::new(layout.pool.block_size as u64),
-            producer_closed: AtomicU32::new(0),
-            consumer_closed: AtomicU32::new(0),
-            consumer: AtomicU64::new(0),
-            schema_len: AtomicU32::new(layout.schema_len as u32),
-            _reserved: AtomicU32::new(0),
-        };
-        // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
-        // segment header before `publish`), large enough (layout) and 128-aligned here.
-        unsafe {
-            seg.as_ptr()
-                .add(CHANNEL_HEADER_AT)
-                .cast::<ChannelHeader>()
-                .write(header)
-        };
-        // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
-        let seg = Arc::new(seg);
-        seg.publish(KIND_CHANNEL)?;
-        let desc = ring::Producer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: DESC_RING_AT,
-                slots: layout.desc_slots,
-            },
-            layout.desc,
-        );
-        let comp = ring::Consumer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: layout.comp_ring,
-                slots: layout.comp_slots,
-            },
-            layout.comp,
-        );
-        let home = Arc::new(PoolHome {
-            seg: seg.clone(),
-            geom: layout.pool,
-            orphans: Mutex::new(Vec::new()),
-        });
-        let ident = super::file_ident(&seg);
-        Ok(Sender {
-            seg,
-            home,
-            desc,
-            comp,
-            cfg: *cfg,
-            free: (0..layout.pool.blocks).rev().collect(),
-            in_flight: vec![false; layout.pool.blocks as usize],
-            owner: vec![0; layout.pool.blocks as usize],
-            ident,
-            consumer: None,
-            unattached_since: Some(Instant::now()),
-            max_inline: layout.desc.bytes() / 4,
-            pending: 0,
-            stats: SenderStats::default(),
-        })
-    }
-
     /// The channel's name (without the `shmpipe-` prefix); `None` if anonymous.
     pub fn name(&self) -> Option<&str> {
         self.seg.name()
