@@ -26,8 +26,8 @@ impl Sender {
     }
 
     /// Creates the channel `name` whose segment carries `schema` (written once; a
-    /// [`Receiver`](super::Receiver) reads it once at open, validated, as
-    /// [`Receiver::schema`](super::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
+    /// [`Receiver`](crate::Receiver) reads it once at open, validated, as
+    /// [`Receiver::schema`](crate::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
     ///
     /// # Errors
     /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
@@ -79,7 +79,7 @@ impl Sender {
     }
 
     /// Creates an anonymous channel (memfd): hand [`Sender::segment`]'s file to a child process
-    /// and open it there with [`Receiver::from_file`](super::Receiver::from_file).
+    /// and open it there with [`Receiver::from_file`](crate::Receiver::from_file).
     ///
     /// # Errors
     /// As [`Sender::create`].
