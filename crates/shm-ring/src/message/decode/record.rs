@@ -1,0 +1,201 @@
+//! Reading a record: arrays (as ndarray views, slices, raw bytes or checked bools) and
+//! metadata, looked up by name.
+
+use ndarray::{ArrayD, ArrayViewD, IxDyn};
+
+use super::*;
+
+impl<'a> RecordView<'a> {
+    /// All fields, in the order they were added.
+    pub fn fields(&self) -> Fields<'a> {
+        Fields {
+            rec: *self,
+            pos: self.start,
+            left: self.fields,
+        }
+    }
+
+    /// The record's tag ([`MessageBuilder::record_tag`](crate::MessageBuilder::record_tag); 0
+    /// unless the sender set one).
+    pub fn tag(&self) -> u64 {
+        self.tag
+    }
+
+    /// Number of fields.
+    pub fn len(&self) -> usize {
+        self.fields as usize
+    }
+
+    /// Whether the record has no field.
+    pub fn is_empty(&self) -> bool {
+        self.fields == 0
+    }
+
+    fn find(&self, name: &str) -> Result<FieldRef<'a>, Error> {
+        let mut fields = self.fields();
+        while let Some(f) = fields.find(name) {
+            let f = f?;
+            if f.name() == name {
+                // A second field of that name would make two lookups disagree (one field's
+                // dtype, another's bytes): refuse the record.
+                if fields.left > 0 {
+                    rest_has(fields, name)?;
+                }
+                return Ok(f);
+            }
+        }
+        Err(self.no_such_field(name))
+    }
+
+    #[cold]
+    fn no_such_field(&self, name: &str) -> Error {
+        Error::Field(crate::FieldError::NoSuchField {
+            name: name.to_string(),
+            known: self
+                .fields()
+                .filter_map(|f| f.ok().map(|f| f.name().to_string()))
+                .collect(),
+        })
+    }
+
+    /// The elements of array `name` in row-major order, without building an ndarray view
+    /// (the fastest access; the shape is in [`RecordView::array_info`]).
+    ///
+    /// Zero-copy, as [`RecordView::array`]: a hostile producer can change the values while
+    /// you read them, never the length or where they lie.
+    ///
+    /// # Errors
+    /// As [`RecordView::array`].
+    pub fn slice<T: Element>(&self, name: &str) -> Result<&'a [T], Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: T::DTYPE,
+            });
+        }
+        bytemuck::try_cast_slice(a.bytes).map_err(|e| corrupt(format!("array '{name}': {e:?}")))
+    }
+
+    /// Every array of the record.
+    pub fn arrays(&self) -> impl Iterator<Item = Result<ArrayInfo<'a>, Error>> + 'a {
+        self.fields().filter_map(|f| match f {
+            Ok(FieldRef::Array(a)) => Some(Ok(a)),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    /// Every metadata value of the record.
+    pub fn metas(&self) -> impl Iterator<Item = Result<(&'a str, MetaValue<'a>), Error>> + 'a {
+        self.fields().filter_map(|f| match f {
+            Ok(FieldRef::Meta(n, v)) => Some(Ok((n, v))),
+            Ok(_) => None,
+            Err(e) => Some(Err(e)),
+        })
+    }
+
+    /// The array `name` and its description.
+    ///
+    /// # Errors
+    /// [`Error::Field`], [`Error::Corrupt`].
+    pub fn array_info(&self, name: &str) -> Result<ArrayInfo<'a>, Error> {
+        match self.find(name)? {
+            FieldRef::Array(a) => Ok(a),
+            FieldRef::Meta(..) => Err(Error::Field(crate::FieldError::NotAnArray {
+                name: name.to_string(),
+            })),
+        }
+    }
+
+    /// The array `name` as an ndarray view.
+    ///
+    /// The view is zero-copy over shared memory for arrays in a pool block (and for in-place
+    /// reads, [`crate::Receiver::recv_batch`]): a hostile producer can change the values while
+    /// you read them, never the shape or bounds (validated on a private copy). Copy the view
+    /// (`to_owned()`) before trusting values you check.
+    ///
+    /// # Errors
+    /// [`Error::Field`], [`Error::DTypeMismatch`], [`Error::Corrupt`] (also if the data is
+    /// misaligned for `T`).
+    pub fn array<T: Element>(&self, name: &str) -> Result<ArrayViewD<'a, T>, Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != T::DTYPE {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: T::DTYPE,
+            });
+        }
+        let data: &'a [T] = bytemuck::try_cast_slice(a.bytes)
+            .map_err(|e| corrupt(format!("array '{name}': {e:?}")))?;
+        ArrayViewD::from_shape(IxDyn(&a.shape), data)
+            .map_err(|e| corrupt(format!("array '{name}': {e}")))
+    }
+
+    /// The boolean array `name`, checked (every byte must be 0 or 1) and copied.
+    ///
+    /// # Errors
+    /// As [`RecordView::array`]; [`Error::Corrupt`] for a byte other than 0 or 1.
+    pub fn array_bool(&self, name: &str) -> Result<ArrayD<bool>, Error> {
+        let a = self.array_info(name)?;
+        if a.dtype != DType::Bool {
+            return Err(Error::DTypeMismatch {
+                name: name.to_string(),
+                found: a.dtype,
+                expected: DType::Bool,
+            });
+        }
+        let v = a
+            .bytes
+            .iter()
+            .map(|&x| match x {
+                0 => Ok(false),
+                1 => Ok(true),
+                x => Err(corrupt(format!("array '{name}': byte {x} is not a bool"))),
+            })
+            .collect::<Result<Vec<bool>, Error>>()?;
+        ArrayD::from_shape_vec(IxDyn(&a.shape), v).map_err(|e| corrupt(e.to_string()))
+    }
+
+    /// The raw bytes of array `name` (any dtype).
+    ///
+    /// # Errors
+    /// [`Error::Field`], [`Error::Corrupt`].
+    pub fn array_bytes(&self, name: &str) -> Result<&'a [u8], Error> {
+        Ok(self.array_info(name)?.bytes)
+    }
+
+    /// The metadata value `name`, if present and valid.
+    pub fn meta(&self, name: &str) -> Option<MetaValue<'a>> {
+        match self.find(name) {
+            Ok(FieldRef::Meta(_, v)) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The integer metadata `name`.
+    pub fn meta_i64(&self, name: &str) -> Option<i64> {
+        match self.meta(name)? {
+            MetaValue::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The float metadata `name`.
+    pub fn meta_f64(&self, name: &str) -> Option<f64> {
+        match self.meta(name)? {
+            MetaValue::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The string metadata `name`.
+    pub fn meta_str(&self, name: &str) -> Option<&'a str> {
+        match self.meta(name)? {
+            MetaValue::Str(Cow::Borrowed(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
