@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use super::wait::block_on;
 use super::{
     ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL, Layout, Message, REC_BLOCK,
-    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, WaitConfig, block_on, channel_header,
+    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, WaitConfig, channel_header,
 };
 use crate::error::{Error, corrupt};
 use crate::message::{self, DataRef, MessageView, PoolRef};
@@ -74,31 +75,31 @@ impl RxShared {
         let Ok(mut comp) = self.comp.lock() else {
             return;
         };
-        let mut n = 0;
         let mut lost = None;
-        for e in entries {
-            match comp.free(n + 1) {
-                Ok(free) if free > n => {}
-                Ok(_) => {
-                    lost = Some(
-                        "the completion ring is full (the producer stopped reading it)".into(),
-                    );
-                    break;
+        // The completion ring holds every block index and as many notes: it is full only if
+        // the producer stopped reading it (or lies about its index).
+        let cap = comp.shape().capacity;
+        match comp.write_chunk_uninit(cap) {
+            Err(e) => lost = Some(format!("completion ring: {e}")),
+            Ok(mut chunk) => {
+                let mut n = 0;
+                for e in entries {
+                    if n == chunk.len() {
+                        lost = Some(
+                            "the completion ring is full (the producer stopped reading it)".into(),
+                        );
+                        break;
+                    }
+                    // A volatile store into a free slot: a hostile producer writing it
+                    // meanwhile only changes what it reads back; we never read this memory.
+                    chunk.write_pod(n, 0, e);
+                    n += 1;
                 }
-                Err(e) => {
-                    lost = Some(format!("completion ring: {e}"));
-                    break;
-                }
+                // SYNC POINT (commit): we are done reading these blocks; the producer may
+                // reuse them after its Acquire load of the completion ring's tail.
+                chunk.commit(n);
             }
-            // SAFETY: slot n past our write position is free (checked above), 8 bytes long and
-            // 8-aligned. A hostile producer writing it at the same time can only change what
-            // it reads back: we never read this memory.
-            unsafe { comp.slot(n).cast::<u64>().write_volatile(e) };
-            n += 1;
         }
-        // SYNC POINT (commit): we are done reading these blocks; the producer may reuse them
-        // after its Acquire load of the completion ring's tail.
-        comp.commit(n);
         if let Some(why) = lost {
             if let Ok(mut b) = self.broken.lock() {
                 b.get_or_insert(why);
@@ -334,16 +335,15 @@ impl Receiver {
 
     /// Reads and validates the record header at our read position, if a record is there.
     fn peek(&mut self) -> Result<Option<Rec>, Error> {
+        // Reloads the producer's tail only if the cached one says empty.
         let avail = self.desc.available(1)?;
         if avail == 0 {
             return Ok(None);
         }
-        let p = self.desc.slot(0);
-        // SAFETY: slot 0 is published (avail >= 1), at least 64 bytes and 4-aligned, inside
-        // the mapping `self.shared` keeps alive. The producer may rewrite it at any time: the
-        // header is read exactly once (volatile, never re-fetched) into locals, and only the
-        // locals are validated and used.
-        let [n_slots, kind, body_len, block] = unsafe { p.cast::<[u32; 4]>().read_volatile() };
+        // The producer may rewrite the header at any time: it is read exactly once (one
+        // volatile copy) into locals, and only the locals are validated and used.
+        let [n_slots, kind, body_len, block]: [u32; 4] =
+            self.desc.read_chunk(avail)?.read_pod(0, 0);
         let slot_size = self.desc.shape().slot_size as usize;
         if n_slots == 0 || n_slots > avail || n_slots > self.desc.contiguous(0) {
             return Err(self.skip_corrupt(format!(
@@ -372,6 +372,15 @@ impl Receiver {
             _ => Err(self.skip_corrupt(format!(
                 "record kind {kind}, {n_slots} slots, body {body_len} bytes, block {block}"
             ))),
+        }
+    }
+
+    /// Moves past the `n` slots of the record at our read position (validated by `peek`:
+    /// published) without publishing our index: the next release does.
+    fn skip(&mut self, n: u32) {
+        if let Ok(chunk) = self.desc.read_chunk(n) {
+            // `peek` checked n <= the slots published (the cached tail only grows).
+            chunk.skip(n);
         }
     }
 
@@ -627,12 +636,12 @@ impl Receiver {
                 }
                 if let Err(e) = ok {
                     dropped = Some(self.desc.position());
-                    self.desc.skip(n);
+                    self.skip(n);
                     break Err(e);
                 }
             }
             // Move past this record without publishing (one store at the end).
-            self.desc.skip(n);
+            self.skip(n);
             if done >= max {
                 break Ok(done);
             }
