@@ -214,7 +214,7 @@ impl<S: Storage> Producer<S> {
     }
 
     /// Our next write position: the published `tail` plus the staged slots.
-    #[inline]
+    #[inline(always)]
     pub fn position(&self) -> u32 {
         self.tail.wrapping_add(self.staged)
     }
@@ -230,7 +230,7 @@ impl<S: Storage> Producer<S> {
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the consumer's index is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, want: u32) -> Result<u32, RingError> {
         let pos = self.position();
         // `cached_head` is only ever a validated value, so this never underflows; saturate
@@ -282,7 +282,7 @@ impl<S: Storage> Producer<S> {
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the consumer's index is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn write_chunk_uninit(&mut self, n: u32) -> Result<WriteChunkUninit<'_, S>, RingError> {
         let free = self.free(n)?;
         Ok(WriteChunkUninit::new(self, n.min(free)))
@@ -291,13 +291,13 @@ impl<S: Storage> Producer<S> {
     /// Pointer to the slot `i` positions after our write position. Slots `i` and `i + 1` are
     /// adjacent in memory unless `i + 1` wraps to slot 0 ([`Producer::contiguous`]).
     /// Prefer [`Producer::write_chunk_uninit`], whose accessors are checked.
-    #[inline]
+    #[inline(always)]
     pub fn slot(&self, i: u32) -> *mut u8 {
         self.slot_at(self.position().wrapping_add(i))
     }
 
     /// Pointer to the slot of position `pos`; tracked for loom.
-    #[inline]
+    #[inline(always)]
     fn slot_at(&self, pos: u32) -> *mut u8 {
         let idx = pos & (self.shape.capacity - 1);
         self.storage.track(idx, true);
@@ -419,7 +419,7 @@ impl<S: Storage> Consumer<S> {
     }
 
     /// Our read position.
-    #[inline]
+    #[inline(always)]
     pub fn position(&self) -> u32 {
         self.head
     }
@@ -429,7 +429,7 @@ impl<S: Storage> Consumer<S> {
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's index is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn available(&mut self, want: u32) -> Result<u32, RingError> {
         let avail = self.cached_tail.wrapping_sub(self.head);
         if avail >= want {
@@ -455,21 +455,33 @@ impl<S: Storage> Consumer<S> {
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's index is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn read_chunk(&mut self, n: u32) -> Result<ReadChunk<'_, S>, RingError> {
         let avail = self.available(n)?;
         Ok(ReadChunk::new(self, n.min(avail)))
     }
 
+    /// Every published slot from our read position, as a chunk, reloading the producer's
+    /// index only if the cached one says the ring is empty (the cheap "anything there?" of a
+    /// polling consumer).
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's index is impossible.
+    #[inline(always)]
+    pub fn read_available(&mut self) -> Result<ReadChunk<'_, S>, RingError> {
+        let avail = self.available(1)?;
+        Ok(ReadChunk::new(self, avail))
+    }
+
     /// Pointer to the slot `i` positions after our read position.
     /// Prefer [`Consumer::read_chunk`], whose accessors are checked.
-    #[inline]
+    #[inline(always)]
     pub fn slot(&self, i: u32) -> *const u8 {
         self.slot_at(self.head.wrapping_add(i))
     }
 
     /// Pointer to the slot of position `pos`; tracked for loom.
-    #[inline]
+    #[inline(always)]
     fn slot_at(&self, pos: u32) -> *const u8 {
         let idx = pos & (self.shape.capacity - 1);
         self.storage.track(idx, false);
@@ -493,7 +505,7 @@ impl<S: Storage> Consumer<S> {
     /// The `n` slots must be published (`n <=` [`Consumer::available`]). Skipping past the
     /// producer's `tail` would make us read, through later slot pointers, slots the producer
     /// is still writing (a data race), and would publish a `head` ahead of `tail`.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn skip(&mut self, n: u32) {
         self.head = self.head.wrapping_add(n);
     }

@@ -112,8 +112,7 @@ impl BlockPool {
     /// completion ring's index is impossible.
     pub(super) fn collect_returns(&mut self) -> Result<(), Error> {
         // Reloads the consumer's tail only if the cached one says empty.
-        let avail = self.comp.available(1)?;
-        let chunk = self.comp.read_chunk(avail)?;
+        let chunk = self.comp.read_available()?;
         let n = chunk.len();
         for i in 0..n {
             // One volatile read into a local, then validated: in flight, or a note in range.
@@ -177,6 +176,13 @@ impl BlockPool {
     /// Raises our waiting flag on the completion ring (see `ring::Consumer::begin_wait`).
     pub(super) fn begin_wait(&self) -> (*const AtomicU32, u32) {
         let (w, v) = self.comp.begin_wait();
+        (w as *const AtomicU32, v)
+    }
+
+    /// The completion ring's tail word and its value, for a spinning waiter.
+    #[inline]
+    pub(super) fn peer_word(&self) -> (*const AtomicU32, u32) {
+        let (w, v) = self.comp.peer_word();
         (w as *const AtomicU32, v)
     }
 

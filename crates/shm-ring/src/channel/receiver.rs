@@ -336,14 +336,14 @@ impl Receiver {
     /// Reads and validates the record header at our read position, if a record is there.
     fn peek(&mut self) -> Result<Option<Rec>, Error> {
         // Reloads the producer's tail only if the cached one says empty.
-        let avail = self.desc.available(1)?;
+        let chunk = self.desc.read_available()?;
+        let avail = chunk.len();
         if avail == 0 {
             return Ok(None);
         }
         // The producer may rewrite the header at any time: it is read exactly once (one
         // volatile copy) into locals, and only the locals are validated and used.
-        let [n_slots, kind, body_len, block]: [u32; 4] =
-            self.desc.read_chunk(avail)?.read_pod(0, 0);
+        let [n_slots, kind, body_len, block]: [u32; 4] = chunk.read_pod(0, 0);
         let slot_size = self.desc.shape().slot_size as usize;
         if n_slots == 0 || n_slots > avail || n_slots > self.desc.contiguous(0) {
             return Err(self.skip_corrupt(format!(
@@ -377,6 +377,7 @@ impl Receiver {
 
     /// Moves past the `n` slots of the record at our read position (validated by `peek`:
     /// published) without publishing our index: the next release does.
+    #[inline]
     fn skip(&mut self, n: u32) {
         if let Ok(chunk) = self.desc.read_chunk(n) {
             // `peek` checked n <= the slots published (the cached tail only grows).
@@ -395,38 +396,57 @@ impl Receiver {
         corrupt(why)
     }
 
-    /// Waits for the next record (skipping pads); `Ok(None)` only on timeout via `block_on`.
+    /// Waits for the next record (skipping pads): the fast path (a record is there) without
+    /// the wait loop's set-up.
+    #[inline]
     fn next_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
+        match self.poll_rec()? {
+            Some(r) => Ok(r),
+            None => self.wait_rec(deadline),
+        }
+    }
+
+    /// The next record if one is there (pads skipped); `Err(Disconnected)` once the producer
+    /// closed and everything was read.
+    fn poll_rec(&mut self) -> Result<Option<Rec>, Error> {
+        loop {
+            match self.peek()? {
+                Some(Rec::Pad(n)) => {
+                    self.desc.release(n);
+                }
+                Some(r) => return Ok(Some(r)),
+                None => {
+                    if self.header().producer_closed.load(Ordering::SeqCst) != 0 {
+                        // The final commit happened before the flag: look once more.
+                        return match self.peek()? {
+                            None => Err(Error::Disconnected),
+                            Some(Rec::Pad(n)) => {
+                                self.desc.release(n);
+                                continue;
+                            }
+                            Some(r) => Ok(Some(r)),
+                        };
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Waits for the next record: spin, then sleep (see `wait.rs`).
+    #[cold]
+    fn wait_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
         let wait = self.wait;
         let this = std::cell::RefCell::new(self);
         block_on(
             true,
             &wait,
             deadline,
+            || this.borrow_mut().poll_rec(),
             || {
-                let mut s = this.borrow_mut();
-                loop {
-                    match s.peek()? {
-                        Some(Rec::Pad(n)) => {
-                            s.desc.release(n);
-                        }
-                        Some(r) => return Ok(Some(r)),
-                        None => {
-                            if s.header().producer_closed.load(Ordering::SeqCst) != 0 {
-                                // The final commit happened before the flag: look once more.
-                                return match s.peek()? {
-                                    None => Err(Error::Disconnected),
-                                    Some(Rec::Pad(n)) => {
-                                        s.desc.release(n);
-                                        continue;
-                                    }
-                                    Some(r) => Ok(Some(r)),
-                                };
-                            }
-                            return Ok(None);
-                        }
-                    }
-                }
+                let s = this.borrow();
+                let (w, v) = s.desc.peer_word();
+                (w as *const AtomicU32, v)
             },
             || {
                 let s = this.borrow();

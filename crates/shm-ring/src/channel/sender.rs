@@ -220,6 +220,7 @@ impl Sender {
             &wait,
             deadline,
             || this.borrow_mut().pool.try_alloc(),
+            || this.borrow().pool.peer_word(),
             || this.borrow().pool.begin_wait(),
             || this.borrow().pool.end_wait(),
             || this.borrow_mut().consumer_gone(),
@@ -379,14 +380,16 @@ impl Sender {
         self.desc.publish();
     }
 
-    /// Waits for `n` contiguous free slots after the staged ones; returns how many pad slots
-    /// must come first.
-    fn reserve_slots(&mut self, n: u32, deadline: Option<Instant>) -> Result<u32, Error> {
-        let cap = self.desc.shape().capacity;
+    /// Where a record of `n` slots goes: the number of pad slots that must come first (to
+    /// the end of the slot array, as records never wrap).
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] if the record (with its pad) can never fit in the ring.
+    #[inline]
+    fn place_record(&self, n: u32) -> Result<u32, Error> {
         let contiguous = self.desc.contiguous(0);
         let pad = if contiguous < n { contiguous } else { 0 };
-        let need = pad + n;
-        if pad + n > cap {
+        if pad + n > self.desc.shape().capacity {
             return Err(Error::TooLarge {
                 what: "message record",
                 needed: n as usize * self.desc.shape().slot_size as usize,
@@ -394,10 +397,13 @@ impl Sender {
                 setting: "ChannelConfig::slots (or slot_size)",
             });
         }
-        if self.desc.free(need)? >= need {
-            return Ok(pad);
-        }
-        // Publish what we batched before we wait, or the consumer never sees it.
+        Ok(pad)
+    }
+
+    /// Waits until `need` slots after the staged ones are free (publishing the staged ones
+    /// first: the consumer must see them to make room).
+    #[cold]
+    fn wait_for_slots(&mut self, need: u32, deadline: Option<Instant>) -> Result<(), Error> {
         self.flush();
         let wait = self.cfg.wait;
         let this = std::cell::RefCell::new(self);
@@ -411,7 +417,12 @@ impl Sender {
                     return Err(Error::Disconnected);
                 }
                 let free = s.desc.free(need)?;
-                Ok((free >= need).then_some(pad))
+                Ok((free >= need).then_some(()))
+            },
+            || {
+                let s = this.borrow();
+                let (w, v) = s.desc.peer_word();
+                (w as *const AtomicU32, v)
             },
             || {
                 let s = this.borrow();
@@ -530,7 +541,10 @@ impl Sender {
             } else {
                 1
             };
-            let pad = self.reserve_slots(n_slots, deadline)?;
+            let pad = self.place_record(n_slots)?;
+            if self.desc.free(pad + n_slots)? < pad + n_slots {
+                self.wait_for_slots(pad + n_slots, deadline)?;
+            }
             Ok((body_block, n_slots, pad))
         })();
         let (body_block, n_slots, pad) = match result {
@@ -542,6 +556,8 @@ impl Sender {
         };
         // 3. Write the record (and the body) and hand the blocks over.
         let rec_pos = self.desc.position().wrapping_add(pad);
+        // `pad + n_slots` slots are free (checked or waited for above, and the consumer only
+        // frees more): the chunk has them all.
         let mut chunk = self.desc.write_chunk_uninit(pad + n_slots)?;
         if pad > 0 {
             chunk.write_pod(0, 0, [pad, REC_PAD, 0, 0]);

@@ -7,6 +7,10 @@
 //! around the end of the slot array, records that must be contiguous ask
 //! [`WriteChunkUninit::contiguous`] first.
 //!
+//! Every accessor checks its slot and byte range against the chunk (a handful of compares;
+//! the panic paths are cold), so a wrong length in the caller is a panic, never a write
+//! outside the slots it owns.
+//!
 //! Slot memory may be shared with another process that writes any byte at any time. So the
 //! chunks never hand out references into it: values go in and out through bounds-checked
 //! volatile copies ([`ReadChunk::read_pod`], [`WriteChunkUninit::write_pod`]), each read once
@@ -36,27 +40,48 @@ pub struct ReadChunk<'a, S: Storage> {
     len: u32,
 }
 
-/// Checks that a `T` fits at byte `off` of a run of `room` bytes, aligned.
-#[inline]
-fn check_pod<T: Pod>(off: usize, room: usize) {
+/// Checks that slot `i` is in a chunk of `len` slots and that a `T` fits, aligned, at byte
+/// `off` of a slot of `slot_size` bytes. Cheap (a few compares): it runs on every record.
+#[inline(always)]
+#[track_caller]
+fn check_pod<T: Pod>(i: u32, len: u32, off: usize, slot_size: usize) {
     let size = std::mem::size_of::<T>();
-    assert!(
-        std::mem::align_of::<T>() <= 8 && off.is_multiple_of(std::mem::align_of::<T>()),
-        "misaligned slot access at byte {off}"
-    );
-    assert!(
-        off.checked_add(size).is_some_and(|end| end <= room),
-        "slot access of {size} bytes at byte {off} outside {room} bytes"
-    );
+    let align = std::mem::align_of::<T>();
+    if i >= len
+        || align > 8
+        || !off.is_multiple_of(align)
+        || size > slot_size
+        || off > slot_size - size
+    {
+        bad_access(i, len, off, size);
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn bad_access(i: u32, len: u32, off: usize, size: usize) -> ! {
+    panic!(
+        "slot access of {size} bytes at byte {off} of slot {i}: outside the slot, misaligned, \
+         or outside a chunk of {len} slots"
+    )
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn too_many(what: &str, k: u32, len: u32) -> ! {
+    panic!("{what} of {k} slots from a chunk of {len}")
 }
 
 impl<'a, S: Storage> WriteChunkUninit<'a, S> {
+    #[inline(always)]
     pub(super) fn new(producer: &'a mut Producer<S>, len: u32) -> Self {
         WriteChunkUninit { producer, len }
     }
 
     /// Number of slots in the chunk.
-    #[inline]
+    #[inline(always)]
     pub fn len(&self) -> u32 {
         self.len
     }
@@ -90,25 +115,28 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
     /// # Panics
     /// If `i >= len`.
     #[inline]
+    #[track_caller]
     pub fn as_mut_ptr(&mut self, i: u32) -> *mut u8 {
-        assert!(i < self.len, "slot {i} outside a chunk of {}", self.len);
+        if i >= self.len {
+            bad_access(i, self.len, 0, 0);
+        }
         self.producer.slot(i)
     }
 
-    /// Writes `value` at byte `off` of slot `i` (the value may run into the next slots if
-    /// they are contiguous), with a volatile store.
+    /// Writes `value` at byte `off` of slot `i`, with a volatile store.
     ///
     /// # Panics
-    /// If the value does not fit in the contiguous slots of the chunk from `i`, or `off` is
-    /// not aligned for `T` (alignments up to 8).
-    #[inline]
+    /// If `i >= len`, the value does not lie inside the slot, or `off` is not aligned for `T`
+    /// (alignments up to 8).
+    #[inline(always)]
+    #[track_caller]
     pub fn write_pod<T: Pod>(&mut self, i: u32, off: usize, value: T) {
-        check_pod::<T>(off, self.contiguous(i) as usize * self.slot_size());
-        let p = self.as_mut_ptr(i);
-        // SAFETY: slot i is free (the chunk's slots are between our write position and the
-        // consumer's head) and the value lies inside the contiguous slots checked above,
-        // aligned (slot memory is 8-aligned, `off` a multiple of T's alignment <= 8). A hostile
-        // consumer writing there meanwhile only spoils what it reads itself later.
+        check_pod::<T>(i, self.len, off, self.slot_size());
+        let p = self.producer.slot(i);
+        // SAFETY: slot i is free (i < len: the chunk's slots lie between our write position
+        // and the consumer's head) and the value lies inside it, aligned (checked above; slot
+        // memory is 8-aligned). A hostile consumer writing there meanwhile only spoils what it
+        // reads itself later.
         unsafe { p.add(off).cast::<T>().write_volatile(value) };
     }
 
@@ -118,8 +146,10 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
     /// If `src` does not fit in the contiguous slots of the chunk from `i`.
     #[inline]
     pub fn write_bytes(&mut self, i: u32, off: usize, src: &[u8]) {
-        check_pod::<u8>(off, self.contiguous(i) as usize * self.slot_size());
-        assert!(off + src.len() <= self.contiguous(i) as usize * self.slot_size());
+        let room = self.contiguous(i) as usize * self.slot_size();
+        if off.checked_add(src.len()).is_none_or(|end| end > room) {
+            bad_access(i, self.len, off, src.len());
+        }
         let p = self.as_mut_ptr(i);
         // SAFETY: as in `write_pod`: free slots of this chunk, bounds checked above; `src` is
         // private memory, so the two cannot overlap.
@@ -131,13 +161,11 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
     ///
     /// # Panics
     /// If `k > len`.
-    #[inline]
+    #[inline(always)]
     pub fn commit(self, k: u32) -> bool {
-        assert!(
-            k <= self.len,
-            "commit of {k} slots from a chunk of {}",
-            self.len
-        );
+        if k > self.len {
+            too_many("commit", k, self.len);
+        }
         self.producer.commit(k)
     }
 
@@ -154,24 +182,23 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
     ///
     /// # Panics
     /// If `k > len`.
-    #[inline]
+    #[inline(always)]
     pub fn stage(self, k: u32) {
-        assert!(
-            k <= self.len,
-            "stage of {k} slots from a chunk of {}",
-            self.len
-        );
+        if k > self.len {
+            too_many("stage", k, self.len);
+        }
         self.producer.staged += k;
     }
 }
 
 impl<'a, S: Storage> ReadChunk<'a, S> {
+    #[inline(always)]
     pub(super) fn new(consumer: &'a mut Consumer<S>, len: u32) -> Self {
         ReadChunk { consumer, len }
     }
 
     /// Number of slots in the chunk.
-    #[inline]
+    #[inline(always)]
     pub fn len(&self) -> u32 {
         self.len
     }
@@ -204,24 +231,28 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
     /// # Panics
     /// If `i >= len`.
     #[inline]
+    #[track_caller]
     pub fn as_ptr(&self, i: u32) -> *const u8 {
-        assert!(i < self.len, "slot {i} outside a chunk of {}", self.len);
+        if i >= self.len {
+            bad_access(i, self.len, 0, 0);
+        }
         self.consumer.slot(i)
     }
 
-    /// Reads a `T` at byte `off` of slot `i` (possibly running into the next contiguous
-    /// slots) with one volatile load: a private copy, to validate before use.
+    /// Reads a `T` at byte `off` of slot `i` with one volatile load: a private copy, to
+    /// validate before use.
     ///
     /// # Panics
-    /// If the value does not lie in the contiguous slots of the chunk from `i`, or `off` is
-    /// not aligned for `T` (alignments up to 8).
-    #[inline]
+    /// If `i >= len`, the value does not lie inside the slot, or `off` is not aligned for `T`
+    /// (alignments up to 8).
+    #[inline(always)]
+    #[track_caller]
     pub fn read_pod<T: Pod>(&self, i: u32, off: usize) -> T {
-        check_pod::<T>(off, self.contiguous(i) as usize * self.slot_size());
-        let p = self.as_ptr(i);
-        // SAFETY: slot i is published (the chunk's slots are between head and the tail we
-        // loaded with Acquire), the value lies inside the contiguous slots checked above and is
-        // aligned. The producer may write it concurrently: one volatile read into a local,
+        check_pod::<T>(i, self.len, off, self.slot_size());
+        let p = self.consumer.slot(i);
+        // SAFETY: slot i is published (i < len: the chunk's slots lie between head and the
+        // tail we loaded with Acquire), the value lies inside it and is aligned (checked
+        // above). The producer may write it concurrently: one volatile read into a local,
         // never re-fetched; T is Pod, so any bytes are a valid T.
         unsafe { p.add(off).cast::<T>().read_volatile() }
     }
@@ -232,13 +263,11 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
     ///
     /// # Panics
     /// If `k > len`.
-    #[inline]
+    #[inline(always)]
     pub fn release(self, k: u32) -> bool {
-        assert!(
-            k <= self.len,
-            "release of {k} slots from a chunk of {}",
-            self.len
-        );
+        if k > self.len {
+            too_many("release", k, self.len);
+        }
         self.consumer.release(k)
     }
 
@@ -254,13 +283,11 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
     ///
     /// # Panics
     /// If `k > len`.
-    #[inline]
+    #[inline(always)]
     pub fn skip(self, k: u32) {
-        assert!(
-            k <= self.len,
-            "skip of {k} slots from a chunk of {}",
-            self.len
-        );
+        if k > self.len {
+            too_many("skip", k, self.len);
+        }
         // SAFETY: k <= len <= the published slots (the chunk's invariant).
         unsafe { self.consumer.skip(k) };
     }
