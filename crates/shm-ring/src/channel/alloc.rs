@@ -2,7 +2,10 @@
 //! the blocks the consumer returns through the completion ring.
 //!
 //! Only the producer allocates. Its free list is process-local (a LIFO stack, so the few
-//! blocks a steady stream needs stay warm in cache). A block is in exactly one of four states:
+//! blocks a steady stream needs stay warm in cache). Blocks are committed (their pages
+//! reserved with `fallocate`) the first time they are handed out, and only when no used block
+//! is free: the memory a channel holds follows the most blocks it ever had out at once, not
+//! the pool's size. A block is in exactly one of four states:
 //! never used (at or above the high-water mark `fresh`), free (on the list), loaned to producer
 //! code (an `ArrayLoan*` holds it), or in flight (sent with the record at descriptor position
 //! `owner[b]`, and not yet returned). The consumer hands indices back through the completion
@@ -62,7 +65,8 @@ impl BlockPool {
     /// `Ok(None)`: every block is out.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] from the completion ring.
+    /// [`Error::Corrupt`] from the completion ring; [`Error::NoSpace`] if a never-used block
+    /// cannot be committed (`/dev/shm` full: the pool cannot grow past what it holds now).
     #[inline]
     pub(super) fn try_alloc(&mut self) -> Result<Option<u32>, Error> {
         if let Some(b) = self.free.pop() {
@@ -74,6 +78,12 @@ impl BlockPool {
         }
         if self.fresh < self.home.geom.blocks {
             let b = self.fresh;
+            // First use: reserve its pages now, so a full /dev/shm is an error here and never
+            // a SIGBUS when the block is written. On failure the block stays unused.
+            let g = &self.home.geom;
+            self.home
+                .seg
+                .commit(g.off + b as usize * g.block_size, g.block_size)?;
             self.fresh += 1;
             return Ok(Some(b));
         }

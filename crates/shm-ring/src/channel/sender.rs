@@ -89,7 +89,8 @@ impl Sender {
     /// [`Error::NoSpace`] when `/dev/shm` cannot hold the segment, [`Error::Os`].
     pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
         let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
-        let seg = Segment::create(name, layout.total)?;
+        // Headers and rings now; each pool block when first loaned (`BlockPool::try_alloc`).
+        let seg = Segment::create_reserving(name, layout.total, layout.pool.off)?;
         Self::init(seg, layout, cfg)
     }
 
@@ -100,7 +101,7 @@ impl Sender {
     /// As [`Sender::create`].
     pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
         let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
-        let seg = Segment::anonymous(layout.total)?;
+        let seg = Segment::anonymous_reserving(layout.total, layout.pool.off)?;
         Self::init(seg, layout, cfg)
     }
 
