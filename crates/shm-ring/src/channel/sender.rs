@@ -16,6 +16,7 @@ use crate::error::Error;
 use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
 use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
+use crate::schema::{ChannelSchema, Schema, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::sys;
@@ -54,7 +55,7 @@ pub struct SenderStats {
 #[derive(Debug)]
 pub struct Sender {
     seg: Arc<Segment>,
-    desc: ring::Producer<ShmRing>,
+    pub(super) desc: ring::Producer<ShmRing>,
     /// The block allocator, with the consumer end of the completion ring.
     pool: BlockPool,
     cfg: ChannelConfig,
@@ -66,7 +67,7 @@ pub struct Sender {
     /// Since when the channel has had no consumer (None while one is attached).
     unattached_since: Option<Instant>,
     max_inline: usize,
-    stats: SenderStats,
+    pub(super) stats: SenderStats,
 }
 
 mod watch;
@@ -88,9 +89,61 @@ impl Sender {
     /// [`Error::InvalidArgument`] for a bad name or configuration, [`Error::AlreadyExists`],
     /// [`Error::NoSpace`] when `/dev/shm` cannot hold the segment, [`Error::Os`].
     pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
-        let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
-        // Headers and rings now; each pool block when first loaned (`BlockPool::try_alloc`).
-        let seg = Segment::create_reserving(name, layout.total, layout.pool.off)?;
+        Self::create_with(Some(name), cfg, None)
+    }
+
+    /// Creates the channel `name` whose segment carries `schema` (written once; a
+    /// [`Receiver`](super::Receiver) reads it once at open, validated, as
+    /// [`Receiver::schema`](super::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
+    ///
+    /// # Errors
+    /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
+    /// [`Schema::check`].
+    pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
+        Self::create_with(
+            Some(name),
+            cfg,
+            Some(&ChannelSchema::Fields(schema.clone())),
+        )
+    }
+
+    /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
+    pub(in crate::channel) fn create_with(
+        name: Option<&str>,
+        cfg: &ChannelConfig,
+        schema: Option<&ChannelSchema>,
+    ) -> Result<Sender, Error> {
+        if let Some(ChannelSchema::Fields(s)) = schema {
+            s.check()?;
+        }
+        let schema = schema.map(wire::encode);
+        let schema_len = schema.as_ref().map_or(0, |s| s.len());
+        let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
+        let layout = Layout::new(
+            cfg.slots,
+            cfg.slot_size,
+            cfg.blocks,
+            cfg.block_size,
+            schema_len,
+        )?;
+        // Headers, rings and schema now; each pool block when first loaned
+        // (`BlockPool::try_alloc`).
+        let seg = match name {
+            Some(name) => Segment::create_reserving(name, layout.total, layout.pool.off)?,
+            None => Segment::anonymous_reserving(layout.total, layout.pool.off)?,
+        };
+        if let Some(bytes) = &schema {
+            // SAFETY: the segment is fresh and unpublished (no opener reads it before
+            // `publish` in `init`); the layout placed `schema_len` bytes at `layout.schema`
+            // inside it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    seg.as_ptr().add(layout.schema),
+                    bytes.len(),
+                )
+            };
+        }
         Self::init(seg, layout, cfg)
     }
 
@@ -100,9 +153,7 @@ impl Sender {
     /// # Errors
     /// As [`Sender::create`].
     pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
-        let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
-        let seg = Segment::anonymous_reserving(layout.total, layout.pool.off)?;
-        Self::init(seg, layout, cfg)
+        Self::create_with(None, cfg, None)
     }
 
     fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
@@ -115,7 +166,8 @@ impl Sender {
             producer_closed: AtomicU32::new(0),
             consumer_closed: AtomicU32::new(0),
             consumer: AtomicU64::new(0),
-            _reserved: AtomicU64::new(0),
+            schema_len: AtomicU32::new(layout.schema_len as u32),
+            _reserved: AtomicU32::new(0),
         };
         // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
         // segment header before `publish`), large enough (layout) and 128-aligned here.
@@ -195,7 +247,7 @@ impl Sender {
         Ok(cap - self.desc.free(cap)?)
     }
 
-    fn header(&self) -> &ChannelHeader {
+    pub(super) fn header(&self) -> &ChannelHeader {
         channel_header(&self.seg)
     }
 
@@ -377,7 +429,7 @@ impl Sender {
     }
 
     /// Publishes every staged record (one store of the ring's tail; wakes a sleeping consumer).
-    fn flush(&mut self) {
+    pub(super) fn flush(&mut self) {
         self.desc.publish();
     }
 
@@ -397,6 +449,20 @@ impl Sender {
                 limit: self.max_inline,
                 setting: "ChannelConfig::slots (or slot_size)",
             });
+        }
+        Ok(pad)
+    }
+
+    /// Waits (up to `deadline`) for room for a record of `n` slots after the staged ones;
+    /// returns how many pad slots must come first.
+    pub(super) fn reserve_slots(
+        &mut self,
+        n: u32,
+        deadline: Option<Instant>,
+    ) -> Result<u32, Error> {
+        let pad = self.place_record(n)?;
+        if self.desc.free(pad + n)? < pad + n {
+            self.wait_for_slots(pad + n, deadline)?;
         }
         Ok(pad)
     }

@@ -140,6 +140,24 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
         unsafe { p.add(off).cast::<T>().write_volatile(value) };
     }
 
+    /// Writes `value` at the start of slot `i`, unaligned (for values whose alignment the
+    /// slot memory does not promise; not volatile).
+    ///
+    /// # Panics
+    /// If `i >= len` or the value is larger than a slot.
+    #[inline(always)]
+    #[track_caller]
+    pub fn write_unaligned<T: Pod>(&mut self, i: u32, value: T) {
+        check_pod::<u8>(i, self.len, 0, self.slot_size());
+        if std::mem::size_of::<T>() > self.slot_size() {
+            bad_access(i, self.len, 0, std::mem::size_of::<T>());
+        }
+        let p = self.producer.slot(i);
+        // SAFETY: slot i is free (i < len) and holds the value (checked above). A hostile
+        // consumer writing there meanwhile only spoils what it reads itself later.
+        unsafe { p.cast::<T>().write_unaligned(value) };
+    }
+
     /// Copies `src` to byte `off` of slot `i` and on (through the contiguous slots).
     ///
     /// # Panics
@@ -255,6 +273,25 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
         // above). The producer may write it concurrently: one volatile read into a local,
         // never re-fetched; T is Pod, so any bytes are a valid T.
         unsafe { p.add(off).cast::<T>().read_volatile() }
+    }
+
+    /// Reads a `T` from the start of slot `i`, unaligned: one copy, to validate before use
+    /// (for values whose alignment the slot memory does not promise; not volatile).
+    ///
+    /// # Panics
+    /// If `i >= len` or the value is larger than a slot.
+    #[inline(always)]
+    #[track_caller]
+    pub fn read_unaligned<T: Pod>(&self, i: u32) -> T {
+        check_pod::<u8>(i, self.len, 0, self.slot_size());
+        if std::mem::size_of::<T>() > self.slot_size() {
+            bad_access(i, self.len, 0, std::mem::size_of::<T>());
+        }
+        let p = self.consumer.slot(i);
+        // SAFETY: slot i is published (i < len) and holds a T (checked above). T is Pod: any
+        // bytes, even ones a hostile producer rewrites during the copy, are a valid T; read
+        // once, by value, never through a reference into shared memory.
+        unsafe { p.cast::<T>().read_unaligned() }
     }
 
     /// Gives the first `k` slots of the chunk (and every slot skipped before) back to the
