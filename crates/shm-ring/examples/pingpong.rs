@@ -4,17 +4,21 @@
 //! ```text
 //! cargo run --release -p shm-ring --example pingpong -- [N] [PING_CPU PONG_CPU]
 //! ```
-//! Prints percentiles of N round trips (default 20000) for: `shm` (default `WaitConfig`:
-//! spin, then sleep), `shm-sleep` (spin 0: every wait sleeps on the futex), `raw-spin` (two
+//! Prints percentiles of N round trips (default 20000) for: `shm` (a self-describing message
+//! with one `[16]` f32 array, default `WaitConfig`: spin, then sleep), `typed` (a
+//! `TypedSender<[f32; 16]>`: one slot per value, no message encoding), `shm-sleep` (spin 0: every wait sleeps on the futex), `raw-spin` (two
 //! processes spinning on one u32 each, PAUSE between loads) and `raw-futex` (the same words,
 //! sleeping with `FUTEX_WAIT` / waking with `FUTEX_WAKE` every time).
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Segment, Sender, WaitConfig};
+use shm_ring::{
+    ChannelConfig, MessageBuilder, Receiver, RecvError, Segment, Sender, TypedReceiver,
+    TypedSender, WaitConfig,
+};
 
-const MODES: [&str; 4] = ["shm", "shm-sleep", "raw-spin", "raw-futex"];
+const MODES: [&str; 5] = ["shm", "typed", "shm-sleep", "raw-spin", "raw-futex"];
 
 fn pin(cpu: Option<usize>) {
     if let Some(cpu) = cpu {
@@ -48,6 +52,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let name = format!("pingpong-{}-{mode}", std::process::id());
         let mut rtt = if mode.starts_with("raw") {
             raw_ping(&name, mode, n, pong_cpu)?
+        } else if mode == "typed" {
+            typed_ping(&name, n, pong_cpu)?
         } else {
             shm_ping(&name, mode, n, pong_cpu)?
         };
@@ -113,6 +119,9 @@ fn pong(mode: &str, name: &str, cpu: Option<usize>) -> Result<(), Box<dyn std::e
     pin(cpu);
     if mode.starts_with("raw") {
         return raw_pong(name, mode);
+    }
+    if mode == "typed" {
+        return typed_pong(name);
     }
     let cfg = ChannelConfig {
         wait: wait_cfg(mode),
@@ -222,5 +231,45 @@ fn raw_pong(name: &str, mode: &str) -> Result<(), Box<dyn std::error::Error>> {
         }
         seen = v;
         post(b, v, sleep);
+    }
+}
+
+fn typed_ping(
+    name: &str,
+    n: usize,
+    cpu: Option<usize>,
+) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
+    let mut tx = TypedSender::<[f32; 16]>::create(&format!("{name}-a"), &ChannelConfig::default())?;
+    let mut child = spawn_pong("typed", name, cpu)?;
+    let mut rx =
+        TypedReceiver::<[f32; 16]>::open_timeout(&format!("{name}-b"), Duration::from_secs(10))?;
+    let mut data = [1f32; 16];
+    let mut out = Vec::with_capacity(n);
+    let mut sum = 0f32;
+    for i in 0..n + 1000 {
+        data[0] = i as f32;
+        let t0 = Instant::now();
+        tx.send(&data)?;
+        sum += rx.recv()?[0];
+        if i >= 1000 {
+            out.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    drop(tx);
+    child.wait()?;
+    assert!(sum > 0.0);
+    Ok(out)
+}
+
+fn typed_pong(name: &str) -> Result<(), Box<dyn std::error::Error>> {
+    let mut rx =
+        TypedReceiver::<[f32; 16]>::open_timeout(&format!("{name}-a"), Duration::from_secs(10))?;
+    let mut tx = TypedSender::<[f32; 16]>::create(&format!("{name}-b"), &ChannelConfig::default())?;
+    loop {
+        match rx.recv() {
+            Ok(v) => tx.send(&v)?,
+            Err(RecvError::Disconnected) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
     }
 }
