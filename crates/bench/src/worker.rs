@@ -52,7 +52,8 @@ pub fn run(a: &WorkerArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn start_watchdog(limit: Duration) {
+/// Exits the process (status 3) after `limit`: no worker outlives a stuck measurement.
+pub fn start_watchdog(limit: Duration) {
     std::thread::spawn(move || {
         std::thread::sleep(limit);
         eprintln!("shmpipe-bench worker: no end after {limit:?}, giving up");

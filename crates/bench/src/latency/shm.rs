@@ -1,0 +1,136 @@
+//! shm-ring peers: two channels (`<name>-ping` created by the pinger, `<name>-pong` by the
+//! echoer), one self-describing message per direction: tag `seq`, one f32 array `x` of shape
+//! [16], copied in (`MessageBuilder::array_slice`) and read in place (`Receiver::recv_with`).
+//! `shm-spin` waits with the default `WaitConfig` (spin, then sleep), `shm-sleep` with a spin
+//! budget of 0 (sleep on the futex at once), on both the receiving and the sending side.
+
+use std::time::Duration;
+
+use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer, WaitConfig};
+
+use super::{ELEMENTS, Peer, PingPong, Side, check_message};
+use crate::BoxError;
+use crate::kernel;
+
+/// Name of the array in every message.
+const ARRAY: &str = "x";
+
+/// The wait configuration of `peer`.
+pub fn wait_config(peer: Peer) -> WaitConfig {
+    match peer {
+        Peer::ShmSleep => WaitConfig {
+            spin: Duration::ZERO,
+            ..WaitConfig::default()
+        },
+        _ => WaitConfig::default(),
+    }
+}
+
+/// The channel configuration of `peer`: the default one (inline messages, the message is
+/// 64 bytes of data), copying, with `peer`'s wait configuration.
+pub fn channel_config(peer: Peer) -> ChannelConfig {
+    ChannelConfig {
+        transfer: Transfer::Copy,
+        wait: wait_config(peer),
+        ..ChannelConfig::default()
+    }
+}
+
+/// One end of an shm-ring peer.
+#[derive(Debug)]
+pub struct Shm {
+    tx: Sender,
+    rx: Receiver,
+    buf: [f32; ELEMENTS],
+}
+
+impl Shm {
+    /// Creates this side's outgoing channel and opens the other side's (waiting at most
+    /// `patience` for it).
+    ///
+    /// # Errors
+    /// shm-ring errors; no other side within `patience`.
+    pub fn connect(
+        peer: Peer,
+        name: &str,
+        side: Side,
+        patience: Duration,
+    ) -> Result<Shm, BoxError> {
+        let (mine, theirs) = match side {
+            Side::Ping => ("ping", "pong"),
+            _ => ("pong", "ping"),
+        };
+        let tx = Sender::create(&format!("{name}-{mine}"), &channel_config(peer))?;
+        let mut rx = Receiver::open_timeout(&format!("{name}-{theirs}"), patience)?;
+        rx.set_wait(wait_config(peer));
+        Ok(Shm {
+            tx,
+            rx,
+            buf: [0.0; ELEMENTS],
+        })
+    }
+
+    fn send(&mut self, seq: u64) -> Result<(), BoxError> {
+        let msg =
+            MessageBuilder::new()
+                .tag(seq as u32)
+                .array_slice(ARRAY, &[ELEMENTS], &self.buf)?;
+        self.tx.send(msg)?;
+        Ok(())
+    }
+
+    fn recv(&mut self, seq: u64) -> Result<(), BoxError> {
+        let buf = &mut self.buf;
+        self.rx.recv_with(None, |m| -> Result<(), BoxError> {
+            if m.tag() != seq as u32 {
+                return Err(format!("message tagged {}, expected {seq}", m.tag()).into());
+            }
+            let x = m.record(0)?.array::<f32>(ARRAY)?;
+            let xs = x.as_slice().ok_or("array not contiguous")?;
+            check_message(xs, seq)?;
+            buf.copy_from_slice(xs);
+            Ok(())
+        })?
+    }
+}
+
+impl PingPong for Shm {
+    fn round_trip(&mut self, seq: u64) -> Result<(), BoxError> {
+        kernel::fill(&mut self.buf, seq);
+        self.send(seq)?;
+        self.recv(seq)
+    }
+
+    fn echo(&mut self, seq: u64) -> Result<(), BoxError> {
+        self.recv(seq)?;
+        self.send(seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_waits_pass_checked_messages_between_threads() {
+        for peer in [Peer::ShmSpin, Peer::ShmSleep] {
+            let name = format!("bench-unit-lat-{}-{}", std::process::id(), peer.name());
+            let echoer = {
+                let name = name.clone();
+                std::thread::spawn(move || {
+                    let mut e = Shm::connect(peer, &name, Side::Echo, Duration::from_secs(10))?;
+                    super::super::echo(&mut e, 30)
+                })
+            };
+            let mut p = Shm::connect(peer, &name, Side::Ping, Duration::from_secs(10)).unwrap();
+            let s = super::super::ping(&mut p, 10, 20).unwrap();
+            drop(p);
+            echoer.join().unwrap().unwrap();
+            assert_eq!(s.ns.len(), 20);
+            for dir in ["ping", "pong"] {
+                let path = format!("/dev/shm/{}{name}-{dir}", shm_ring::NAME_PREFIX);
+                assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+            }
+        }
+    }
+}
