@@ -279,6 +279,10 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
         plan.rounds,
         plan.progress,
         |&transport, elements| {
+            if !transport.supports(elements) {
+                // No row: a NaN rate has no summary.
+                return Ok(f64::NAN);
+            }
             let spec = Spec {
                 transport,
                 elements,

@@ -115,6 +115,7 @@ fn transport_smoke_writes_csv_and_plot() {
         "shm-zero-copy",
         "shm-copy",
         "shm-adaptive",
+        "shm-typed",
         "pipe",
         "unix-socket",
     ];
@@ -310,6 +311,8 @@ fn latency_smoke_prints_every_peer_with_ordered_percentiles() {
         "futex-sleep",
         "shm-spin",
         "shm-sleep",
+        "shm-typed-spin",
+        "shm-typed-sleep",
     ];
     if cfg!(feature = "iceoryx2") {
         peers.extend(["iceoryx2-poll", "iceoryx2-event"]);
@@ -349,8 +352,9 @@ fn latency_smoke_prints_every_peer_with_ordered_percentiles() {
         .nth(1)
         .unwrap_or_else(|| panic!("no goals\n{out}"));
     for g in [
-        "2x futex-spin",
-        "futex-sleep p50",
+        "shm-typed-spin p50 <= 2x futex-spin",
+        "shm-typed-sleep p50 ~ futex-sleep",
+        "shm-spin p50 <= 2x futex-spin",
         "idle CPU",
         "iceoryx2-poll",
     ] {

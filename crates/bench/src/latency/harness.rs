@@ -326,26 +326,43 @@ pub fn goals(run: &LatencyRun) -> Vec<Goal> {
     } else {
         "not measured: iceoryx2 not built (--features iceoryx2)"
     };
-    let spin = Peer::ShmSpin;
-    let sleep = Peer::ShmSleep;
-    let mut g = vec![
-        Goal::at_most(
-            format!("{spin} p50 <= 0.5x iceoryx2-poll p50"),
-            run.p50_ratio(spin, Peer::Iceoryx2Poll),
-            0.5,
-        )
-        .missing(iox_missing),
-        Goal::at_most(
-            format!("{spin} p50 <= 2x futex-spin p50"),
-            run.p50_ratio(spin, Peer::FutexSpin),
-            2.0,
-        ),
-        Goal::at_most(
-            format!("{sleep} p50 ~ futex-sleep p50 (<= {SLEEP_RATIO_TARGET}x)"),
-            run.p50_ratio(sleep, Peer::FutexSleep),
-            SLEEP_RATIO_TARGET,
-        ),
-    ];
+    let mut g = Vec::new();
+    for (spin, sleep) in [
+        (Peer::ShmTypedSpin, Peer::ShmTypedSleep),
+        (Peer::ShmSpin, Peer::ShmSleep),
+    ] {
+        let iox = if run.rounds(Peer::Iceoryx2Poll).is_some() {
+            format!("not measured: {spin} not in --peers")
+        } else {
+            iox_missing.to_string()
+        };
+        g.push(
+            Goal::at_most(
+                format!("{spin} p50 <= 0.5x iceoryx2-poll p50"),
+                run.p50_ratio(spin, Peer::Iceoryx2Poll),
+                0.5,
+            )
+            .missing(iox),
+        );
+        g.push(
+            Goal::at_most(
+                format!("{spin} p50 <= 2x futex-spin p50"),
+                run.p50_ratio(spin, Peer::FutexSpin),
+                2.0,
+            )
+            .missing(format!("not measured: {spin} or futex-spin not in --peers")),
+        );
+        g.push(
+            Goal::at_most(
+                format!("{sleep} p50 ~ futex-sleep p50 (<= {SLEEP_RATIO_TARGET}x)"),
+                run.p50_ratio(sleep, Peer::FutexSleep),
+                SLEEP_RATIO_TARGET,
+            )
+            .missing(format!(
+                "not measured: {sleep} or futex-sleep not in --peers"
+            )),
+        );
+    }
     g.push(
         Goal::at_most(
             "idle CPU of a blocked shm-ring receiver, % of a core",
@@ -530,10 +547,18 @@ mod tests {
     fn goals_and_table() {
         let run = sample();
         let g = goals(&run);
-        let spin = g.iter().find(|g| g.text.contains("2x futex-spin")).unwrap();
+        let spin = g
+            .iter()
+            .find(|g| g.text.starts_with("shm-spin p50 <= 2x futex-spin"))
+            .unwrap();
         assert_eq!((spin.measured, spin.met()), (Some(2.0), Some(true)));
         let iox = g.iter().find(|g| g.text.contains("iceoryx2")).unwrap();
         assert_eq!(iox.met(), None);
+        let typed = g
+            .iter()
+            .find(|g| g.text.starts_with("shm-typed-spin p50 <= 2x"))
+            .unwrap();
+        assert!(typed.met().is_none() && typed.missing.contains("not in --peers"));
         let idle = g.iter().find(|g| g.text.contains("idle")).unwrap();
         assert!((idle.measured.unwrap() - 0.2).abs() < 1e-12 && idle.met() == Some(true));
         let t = table(&run);

@@ -52,6 +52,10 @@ pub enum Peer {
     ShmSpin,
     /// shm-ring's self-describing `Sender`/`Receiver` with a spin budget of 0 (sleep at once).
     ShmSleep,
+    /// shm-ring's typed path, `TypedSender<[f32; 16]>`/`TypedReceiver`, default `WaitConfig`.
+    ShmTypedSpin,
+    /// shm-ring's typed path with a spin budget of 0.
+    ShmTypedSleep,
     /// iceoryx2 publish-subscribe, the subscriber polling `receive()` (cargo feature `iceoryx2`).
     Iceoryx2Poll,
     /// iceoryx2 publish-subscribe plus an event service per direction: the receiver sleeps in
@@ -61,12 +65,14 @@ pub enum Peer {
 
 impl Peer {
     /// Every peer, in table order.
-    pub const ALL: [Peer; 7] = [
+    pub const ALL: [Peer; 9] = [
         Peer::CacheLine,
         Peer::FutexSpin,
         Peer::FutexSleep,
         Peer::ShmSpin,
         Peer::ShmSleep,
+        Peer::ShmTypedSpin,
+        Peer::ShmTypedSleep,
         Peer::Iceoryx2Poll,
         Peer::Iceoryx2Event,
     ];
@@ -79,6 +85,8 @@ impl Peer {
             Peer::FutexSleep => "futex-sleep",
             Peer::ShmSpin => "shm-spin",
             Peer::ShmSleep => "shm-sleep",
+            Peer::ShmTypedSpin => "shm-typed-spin",
+            Peer::ShmTypedSleep => "shm-typed-sleep",
             Peer::Iceoryx2Poll => "iceoryx2-poll",
             Peer::Iceoryx2Event => "iceoryx2-event",
         }
@@ -100,6 +108,10 @@ impl Peer {
                 "shm-ring Sender/Receiver, self-describing message, default WaitConfig"
             }
             Peer::ShmSleep => "shm-ring Sender/Receiver, self-describing message, spin budget 0",
+            Peer::ShmTypedSpin => {
+                "shm-ring TypedSender/TypedReceiver<[f32; 16]>, default WaitConfig"
+            }
+            Peer::ShmTypedSleep => "shm-ring TypedSender/TypedReceiver<[f32; 16]>, spin budget 0",
             Peer::Iceoryx2Poll => "iceoryx2 publish-subscribe, [f32] slice, subscriber polling",
             Peer::Iceoryx2Event => {
                 "iceoryx2 publish-subscribe + event service, listener timed_wait, then receive"
@@ -248,6 +260,9 @@ pub fn run_worker(a: &WorkerArgs) -> Result<(), BoxError> {
             }
             Peer::ShmSpin | Peer::ShmSleep => {
                 side(shm::Shm::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
+            }
+            Peer::ShmTypedSpin | Peer::ShmTypedSleep => {
+                side(shm::Typed::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
             }
             #[cfg(feature = "iceoryx2")]
             Peer::Iceoryx2Poll | Peer::Iceoryx2Event => {
