@@ -376,7 +376,7 @@ pub fn report(a: &MemoryArgs) -> Result<(), BoxError> {
         for t in &a.topology {
             if let Some(r) = find(&rows, *t, w, a.small) {
                 println!(
-                    "{} start(): {:.2} ms per worker process at W={w}",
+                    "{} start(): {:.2} ms per child process (emitter and workers) at W={w}",
                     topo_label(*t),
                     r.start.as_secs_f64() * 1e3 / (r.running.processes - 1).max(1) as f64
                 );

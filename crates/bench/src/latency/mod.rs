@@ -35,8 +35,8 @@ pub const ELEMENTS: usize = 16;
 /// How long one side waits for the other to show up.
 pub const RENDEZVOUS: Duration = Duration::from_secs(10);
 
-/// Spins between two `yield_now` calls while a raw peer waits (the two cores are shared with
-/// other work on this VM; ~25 us of PAUSEs).
+/// Spins between two `yield_now` calls while a raw or iceoryx2 peer waits (the two cores may
+/// be shared with other work: a waiter gives its core up now and then).
 pub const SPINS_PER_YIELD: u32 = 1024;
 
 /// One way of passing the message there and back.
