@@ -451,6 +451,47 @@ mod tests {
     }
 
     #[test]
+    fn latency_and_memory_defaults() {
+        let cli = Cli::try_parse_from(["shmpipe-bench", "latency"]).unwrap();
+        let Command::Latency(a) = cli.command else {
+            panic!("not latency")
+        };
+        assert_eq!((a.trips, a.rounds, a.warmup), (20_000, 5, 1_000));
+        assert_eq!(a.idle, Duration::from_secs(2));
+        assert!(a.peers.is_empty());
+        let cli = Cli::try_parse_from([
+            "shmpipe-bench",
+            "latency",
+            "--idle",
+            "0",
+            "--peers",
+            "cache-line,shm-typed-spin",
+        ])
+        .unwrap();
+        let Command::Latency(a) = cli.command else {
+            panic!("not latency")
+        };
+        assert_eq!(a.idle, Duration::ZERO);
+        assert_eq!(
+            a.peers,
+            vec![
+                crate::latency::Peer::CacheLine,
+                crate::latency::Peer::ShmTypedSpin
+            ]
+        );
+        assert!(Cli::try_parse_from(["shmpipe-bench", "latency", "--trips", "0"]).is_err());
+        let cli = Cli::try_parse_from(["shmpipe-bench", "memory"]).unwrap();
+        let Command::Memory(m) = cli.command else {
+            panic!("not memory")
+        };
+        assert_eq!(m.workers, vec![1, 2, 4, 8]);
+        assert_eq!(
+            (m.small, m.large, m.large_workers.clone()),
+            (16, 1_000_000, vec![2])
+        );
+    }
+
+    #[test]
     fn demo_defaults_are_embedded() {
         let cli = Cli::try_parse_from(["shmpipe-bench", "demo"]).unwrap();
         let Command::Demo(a) = cli.command else {
