@@ -1,6 +1,6 @@
 //! shm-ring peers: two channels (`<name>-ping` created by the pinger, `<name>-pong` by the
 //! echoer), one self-describing message per direction: tag `seq`, one f32 array `x` of shape
-//! [16], copied in (`MessageBuilder::array_slice`) and read in place (`Receiver::recv_with`).
+//! [16], copied in (`MessageBuilder::array_slice`) and read in place (`Receiver::recv_batch` of one).
 //! `shm-spin` waits with the default `WaitConfig` (spin, then sleep), `shm-sleep` with a spin
 //! budget of 0 (sleep on the futex at once), on both the receiving and the sending side.
 //!
@@ -88,16 +88,21 @@ impl Shm {
 
     fn recv(&mut self, seq: u64) -> Result<(), BoxError> {
         let buf = &mut self.buf;
-        self.rx.recv_with(None, |m| -> Result<(), BoxError> {
-            if m.tag() != seq as u32 {
-                return Err(format!("message tagged {}, expected {seq}", m.tag()).into());
-            }
-            let x = m.record(0)?.array::<f32>(ARRAY)?;
-            let xs = x.as_slice().ok_or("array not contiguous")?;
-            check_message(xs, seq)?;
-            buf.copy_from_slice(xs);
-            Ok(())
-        })?
+        let mut result: Result<(), BoxError> = Err("no message".into());
+        // One message read in place and released (`recv_batch` of one).
+        self.rx.recv_batch(1, None, |m| {
+            result = (|| {
+                if m.tag() != seq as u32 {
+                    return Err(format!("message tagged {}, expected {seq}", m.tag()).into());
+                }
+                let x = m.record(0)?.array::<f32>(ARRAY)?;
+                let xs = x.as_slice().ok_or("array not contiguous")?;
+                check_message(xs, seq)?;
+                buf.copy_from_slice(xs);
+                Ok(())
+            })();
+        })?;
+        result
     }
 }
 
