@@ -258,6 +258,8 @@ impl Receiver {
             scratch: Vec::new(),
             ident,
             schema,
+            unreleased: 0,
+            release_every: (layout.desc.capacity / 4).max(1),
         })
     }
 }

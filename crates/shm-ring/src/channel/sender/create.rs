@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::{Sender, SenderStats};
+use crate::channel::alloc::BlockPool;
 use crate::channel::{
     CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing,
 };
@@ -59,9 +60,11 @@ impl Sender {
             cfg.block_size,
             schema_len,
         )?;
+        // Headers, rings and schema now; each pool block when first loaned
+        // (`BlockPool::try_alloc`).
         let seg = match name {
-            Some(name) => Segment::create(name, layout.total)?,
-            None => Segment::anonymous(layout.total)?,
+            Some(name) => Segment::create_reserving(name, layout.total, layout.pool.off)?,
+            None => Segment::anonymous_reserving(layout.total, layout.pool.off)?,
         };
         if let Some(bytes) = &schema {
             // SAFETY: the segment is fresh and unpublished (no opener reads it before
@@ -135,18 +138,13 @@ impl Sender {
         let ident = crate::channel::file_ident(&seg);
         Ok(Sender {
             seg,
-            home,
             desc,
-            comp,
+            pool: BlockPool::new(home, comp),
             cfg: *cfg,
-            free: (0..layout.pool.blocks).rev().collect(),
-            in_flight: vec![false; layout.pool.blocks as usize],
-            owner: vec![0; layout.pool.blocks as usize],
             ident,
             consumer: None,
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
-            pending: 0,
             stats: SenderStats::default(),
         })
     }
