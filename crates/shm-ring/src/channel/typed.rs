@@ -158,11 +158,20 @@ impl<T: Pod> TypedSender<T> {
     /// [`SendError::Corrupt`].
     #[inline]
     pub fn send(&mut self, value: &T) -> Result<(), SendError> {
-        // Fast path: open, and a free slot by the cached index (no wait-loop set-up).
-        if self.check_open().is_ok() && matches!(self.inner.desc.free(1), Ok(n) if n > 0) {
-            return self
-                .put(std::slice::from_ref(value))
-                .map_err(SendError::from_internal);
+        // Fast path: open, and a free slot by the cached index: one chunk of one slot, one
+        // commit (no wait-loop set-up).
+        if self.check_open().is_ok() {
+            let s = &mut self.inner;
+            if let Ok(mut w) = s.desc.write_chunk_uninit(1) {
+                if w.len() == 1 {
+                    // The slot size was chosen for T at creation; unaligned, no alignment
+                    // assumed.
+                    w.write_unaligned(0, *value);
+                    w.commit(1);
+                    s.stats.messages += 1;
+                    return Ok(());
+                }
+            }
         }
         self.send_deadline(value, None)
     }
@@ -317,11 +326,17 @@ impl<T: Pod> TypedReceiver<T> {
             .map_err(|e| RecvError::from_internal(e.into()))?;
         let v = r.read_unaligned::<T>(0);
         r.skip(1);
+        self.read_one();
+        Ok(v)
+    }
+
+    /// Counts a value read (skipped, not yet handed back), handing back a batch when due.
+    #[inline]
+    fn read_one(&mut self) {
         self.unreleased += 1;
         if self.unreleased >= self.release_every {
             self.publish();
         }
-        Ok(v)
     }
 
     /// Hands the slots read so far back to the producer (one store).
@@ -390,8 +405,13 @@ impl<T: Pod> TypedReceiver<T> {
     #[inline]
     pub fn recv(&mut self) -> Result<T, RecvError> {
         // Fast path: a value published (by the cached index or one reload of the tail).
-        if matches!(self.inner.desc.available(1), Ok(n) if n > 0) {
-            return self.take();
+        if let Ok(r) = self.inner.desc.read_chunk(1) {
+            if r.len() == 1 {
+                let v = r.read_unaligned::<T>(0);
+                r.skip(1);
+                self.read_one();
+                return Ok(v);
+            }
         }
         self.wait(None)?;
         self.take()
