@@ -162,15 +162,14 @@ impl<T: Pod> TypedSender<T> {
         // commit (no wait-loop set-up).
         if self.check_open().is_ok() {
             let s = &mut self.inner;
-            if let Ok(mut w) = s.desc.write_chunk_uninit(1) {
-                if w.len() == 1 {
-                    // The slot size was chosen for T at creation; unaligned, no alignment
-                    // assumed.
-                    w.write_unaligned(0, *value);
-                    w.commit(1);
-                    s.stats.messages += 1;
-                    return Ok(());
-                }
+            if let Ok(mut w) = s.desc.write_chunk_uninit(1)
+                && w.len() == 1
+            {
+                // The slot size was chosen for T at creation; unaligned, no alignment assumed.
+                w.write_unaligned(0, *value);
+                w.commit(1);
+                s.stats.messages += 1;
+                return Ok(());
             }
         }
         self.send_deadline(value, None)
@@ -405,13 +404,13 @@ impl<T: Pod> TypedReceiver<T> {
     #[inline]
     pub fn recv(&mut self) -> Result<T, RecvError> {
         // Fast path: a value published (by the cached index or one reload of the tail).
-        if let Ok(r) = self.inner.desc.read_chunk(1) {
-            if r.len() == 1 {
-                let v = r.read_unaligned::<T>(0);
-                r.skip(1);
-                self.read_one();
-                return Ok(v);
-            }
+        if let Ok(r) = self.inner.desc.read_chunk(1)
+            && r.len() == 1
+        {
+            let v = r.read_unaligned::<T>(0);
+            r.skip(1);
+            self.read_one();
+            return Ok(v);
         }
         self.wait(None)?;
         self.take()
