@@ -281,3 +281,22 @@ fn closed_producer_in_another_process_drains_then_disconnected() {
     drop(rx);
     guard.assert_gone();
 }
+
+#[test]
+fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
+    let name = unique("typed-linger");
+    let guard = shm_guard(&[&name]);
+    let mut peer = Peer::spawn(&["typed-produce", &name, "5", "close"]);
+    assert_eq!(peer.line(), "sent");
+    // The producer has dropped its sender and lingers for a consumer.
+    std::thread::sleep(Duration::from_millis(100));
+    let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
+    for i in 0..5 {
+        assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
+    }
+    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
+    let (ok, out, err) = peer.finish(Duration::from_secs(10));
+    assert!(ok && out.contains("closed"), "{out} {err}");
+    drop(rx);
+    guard.assert_gone();
+}
