@@ -41,6 +41,18 @@ pub enum SendError {
     },
     /// The message breaks an encoding limit, or holds a loan of another sender.
     InvalidArgument(String),
+    /// A pool block used for the first time could not be reserved: `/dev/shm` (or the
+    /// memfd's tmpfs) is full (see [`Error::NoSpace`]).
+    NoSpace {
+        /// Segment name.
+        name: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes free.
+        available: u64,
+    },
+    /// An operating-system call failed.
+    Os(std::io::Error),
     /// The consumer wrote an impossible ring index or block number (see [`Error::Corrupt`]).
     Corrupt(String),
 }
@@ -108,6 +120,16 @@ impl SendError {
                 setting,
             },
             Error::InvalidArgument(why) => SendError::InvalidArgument(why),
+            Error::NoSpace {
+                name,
+                needed,
+                available,
+            } => SendError::NoSpace {
+                name,
+                needed,
+                available,
+            },
+            Error::Os(e) => SendError::Os(e),
             Error::Corrupt(why) => SendError::Corrupt(why),
             other => SendError::Corrupt(other.to_string()),
         }
@@ -142,6 +164,16 @@ impl From<SendError> for Error {
                 setting,
             },
             SendError::InvalidArgument(why) => Error::InvalidArgument(why),
+            SendError::NoSpace {
+                name,
+                needed,
+                available,
+            } => Error::NoSpace {
+                name,
+                needed,
+                available,
+            },
+            SendError::Os(e) => Error::Os(e),
             SendError::Disconnected => Error::Disconnected,
             SendError::PeerDied { pid, reclaimed } => Error::PeerDied { pid, reclaimed },
             SendError::NoConsumer { waited } => Error::NoConsumer { waited },
@@ -188,6 +220,16 @@ impl fmt::Display for SendError {
                 setting,
             },
             SendError::InvalidArgument(why) => Error::InvalidArgument(why.clone()),
+            SendError::NoSpace {
+                name,
+                needed,
+                available,
+            } => Error::NoSpace {
+                name: name.clone(),
+                needed: *needed,
+                available: *available,
+            },
+            SendError::Os(e) => return write!(f, "os error: {e}"),
             SendError::Disconnected => Error::Disconnected,
             SendError::PeerDied { pid, reclaimed } => Error::PeerDied {
                 pid: *pid,
