@@ -66,12 +66,6 @@ impl Receiver {
         self.producer.pid()
     }
 
-    /// Number of descriptor slots waiting to be read (queue occupancy).
-    pub fn queued_slots(&mut self) -> Result<u32, Error> {
-        let cap = self.desc.shape().capacity;
-        Ok(self.desc.available(cap)?)
-    }
-
     pub(super) fn header(&self) -> &ChannelHeader {
         channel_header(&self.shared.seg)
     }

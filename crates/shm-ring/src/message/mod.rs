@@ -145,12 +145,6 @@ impl<'a> MessageBuilder<'a> {
         false
     }
 
-    /// Number of fields (arrays and metadata) over all records.
-    #[inline]
-    pub fn field_count(&self) -> usize {
-        self.fields.len()
-    }
-
     /// Sets the tag of the current record (free for the application, like the message tag;
     /// 0 unless set). Read back with [`RecordView::tag`](crate::RecordView::tag).
     #[inline]
