@@ -1,5 +1,7 @@
 //! Test helpers shared by the shmpipe crates' tests (a dev-dependency only; never
-//! published).
+//! published): `shmpipe-test-kit = { path = "../test-kit" }` under `[dev-dependencies]`.
+//! Helpers that know one crate (shm-ring's peer binary, the pipeline tests' registry) stay in
+//! that crate's `tests/common/mod.rs`; anything two crates need lives here, once.
 //!
 //! Cross-process tests must clean up after themselves even when an assertion fails, and must
 //! pass when run in parallel. The pieces here make that the easy way:

@@ -360,7 +360,7 @@ fn corrupted_parquet_files_are_errors_never_panics() {
     let freq: Freq = "h".parse().unwrap();
     let bytes = std::fs::read(format!("{}/arrow/hourly.parquet", fixture_dir())).unwrap();
     let tmp = shmpipe_test_kit::TempFile::new("ts-pq-fuzz", "parquet");
-    let path = tmp.path();
+    let path = tmp.0.clone();
     let try_read = |b: &[u8], what: &str| {
         std::fs::write(&path, b).unwrap();
         let r = std::panic::catch_unwind(|| {
