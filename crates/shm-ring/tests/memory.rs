@@ -17,6 +17,8 @@ fn allocated(tx: &Sender) -> u64 {
     tx.segment().file().metadata().unwrap().blocks() * 512
 }
 
+/// For a zero-copy channel: one block committed per block ever out at once, warm blocks
+/// reused, every block back at the end.
 fn grows_with_blocks_in_flight(mut tx: Sender, mut rx: Receiver, cfg: &ChannelConfig) {
     let layout = shm_ring::channel_layout(cfg).unwrap();
     let fixed = layout.pool as u64; // segment header, channel header, both rings
@@ -103,7 +105,7 @@ fn named_channel_commits_blocks_as_they_are_first_used() {
     };
     let tx = Sender::create(&name, &cfg).unwrap();
     let rx = Receiver::open(&name).unwrap();
-    grows_with_blocks_in_flight_copy_or_zero(tx, rx, &cfg);
+    only_loans_take_blocks_when_arrays_are_copied(tx, rx, &cfg);
     guard.assert_gone();
 }
 
@@ -116,9 +118,9 @@ fn anonymous_channel_commits_blocks_as_they_are_first_used() {
     grows_with_blocks_in_flight(tx, rx, &cfg);
 }
 
-/// As `grows_with_blocks_in_flight`, for a channel that copies small arrays inline
-/// (`Transfer::Copy`): only loans take blocks.
-fn grows_with_blocks_in_flight_copy_or_zero(tx: Sender, rx: Receiver, cfg: &ChannelConfig) {
+/// For a channel that copies arrays into the message (`Transfer::Copy`): sending commits no
+/// block, and loans commit one block each.
+fn only_loans_take_blocks_when_arrays_are_copied(tx: Sender, rx: Receiver, cfg: &ChannelConfig) {
     let layout = shm_ring::channel_layout(cfg).unwrap();
     let fixed = layout.pool as u64;
     let (mut tx, mut rx) = (tx, rx);
