@@ -251,9 +251,10 @@ impl Sender {
         channel_header(&self.seg)
     }
 
-    /// A block from the pool, waiting (up to `deadline`) while every block is out.
-    fn alloc_block(&mut self, deadline: Option<Instant>) -> Result<u32, Error> {
-        if let Some(b) = self.pool.try_alloc()? {
+    /// A block from the pool for `len` bytes (their pages committed), waiting (up to
+    /// `deadline`) while every block is out.
+    fn alloc_block(&mut self, len: usize, deadline: Option<Instant>) -> Result<u32, Error> {
+        if let Some(b) = self.pool.try_alloc(len)? {
             return Ok(b);
         }
         if self.cfg.blocks == 0 {
@@ -272,7 +273,7 @@ impl Sender {
             false,
             &wait,
             deadline,
-            || this.borrow_mut().pool.try_alloc(),
+            || this.borrow_mut().pool.try_alloc(len),
             || this.borrow().pool.peer_word(),
             || this.borrow().pool.begin_wait(),
             || this.borrow().pool.end_wait(),
@@ -329,7 +330,7 @@ impl Sender {
                 setting: "ChannelConfig::block_size",
             });
         }
-        let block = self.alloc_block(deadline)?;
+        let block = self.alloc_block(bytes, deadline)?;
         Ok(ArrayLoanUninit::new(LoanToken {
             home: self.pool.home().clone(),
             block,
@@ -586,20 +587,21 @@ impl Sender {
         let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
         let result = (|| {
             for (i, f) in msg.fields.iter().enumerate() {
-                if places[i] == Place::Block(u32::MAX) {
-                    let b = self.alloc_block(deadline)?;
+                if places[i] == Place::Block(u32::MAX)
+                    && let FieldSrc::Array { data, .. } = &f.src
+                {
+                    let src = data.bytes();
+                    let b = self.alloc_block(src.len(), deadline)?;
                     taken.push(b);
                     places[i] = Place::Block(b);
-                    if let FieldSrc::Array { data, .. } = &f.src {
-                        // Block b is ours alone; block_size >= len (checked above).
-                        self.pool.write_block(b, data.bytes());
-                    }
+                    // Block b is ours alone; block_size >= len (checked above).
+                    self.pool.write_block(b, src);
                 }
             }
             let body_block = if inline {
                 None
             } else {
-                let b = self.alloc_block(deadline)?;
+                let b = self.alloc_block(body_len, deadline)?;
                 taken.push(b);
                 Some(b)
             };
