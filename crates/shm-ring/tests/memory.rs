@@ -118,7 +118,8 @@ fn anonymous_channel_commits_blocks_as_they_are_first_used() {
 }
 
 /// For a channel that copies arrays into the message (`Transfer::Copy`): sending commits no
-/// block, and small loans one page of a block each.
+/// block, a body too large for the ring commits the pages it fills, and small loans one page
+/// of a block each.
 fn only_loans_take_blocks_when_arrays_are_copied(tx: Sender, rx: Receiver, cfg: &ChannelConfig) {
     let layout = shm_ring::channel_layout(cfg).unwrap();
     let fixed = layout.pool as u64;
@@ -135,10 +136,26 @@ fn only_loans_take_blocks_when_arrays_are_copied(tx: Sender, rx: Receiver, cfg: 
         rx.recv().unwrap();
     }
     assert_eq!(allocated(&tx), at_start, "copied arrays take no block");
+    // A body too large for the ring (over a quarter of it) travels in a block: its pages only.
+    let big = vec![1f32; 6000];
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("x", &[6000], &big)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rx.recv().unwrap().leased_blocks(), 0);
+    let grown = allocated(&tx) - at_start;
+    assert!(
+        (24_000..=28 * 1024).contains(&grown),
+        "a 24 kB body in a block committed {grown} bytes"
+    );
+    // Three small loans: the warm block (already holding more), then two new pages.
+    let at_start = allocated(&tx);
     let loans: Vec<_> = (0..3)
         .map(|i| tx.loan::<u8>(&[10]).unwrap().fill(i))
         .collect();
-    assert_eq!(allocated(&tx), at_start + 3 * PAGE);
+    assert_eq!(allocated(&tx), at_start + 2 * PAGE);
     drop(loans);
     assert_eq!(tx.free_blocks().unwrap(), 64);
 }
