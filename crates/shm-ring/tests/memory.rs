@@ -1,6 +1,6 @@
 //! Committed shared memory grows with the pool blocks really used, not with the pool's size:
-//! a channel commits its header and rings at creation, and each block the first time the
-//! allocator hands it out (then reuses warm blocks first).
+//! a channel commits its header and rings at creation, and each block's pages as far as the
+//! block is used (then reuses warm blocks first).
 #![cfg(not(loom))]
 
 mod common;
@@ -11,25 +11,27 @@ use common::{shm_guard, unique};
 use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer};
 
 const MIB: u64 = 1 << 20;
+const PAGE: u64 = 4096;
 
 /// Bytes the file system has allocated to the channel's segment.
 fn allocated(tx: &Sender) -> u64 {
     tx.segment().file().metadata().unwrap().blocks() * 512
 }
 
+/// For a zero-copy channel: each block commits the most bytes it ever held (page-rounded),
+/// never-used blocks are taken last (warm blocks reused first), every block comes back.
 fn grows_with_blocks_in_flight(mut tx: Sender, mut rx: Receiver, cfg: &ChannelConfig) {
     let layout = shm_ring::channel_layout(cfg).unwrap();
     let fixed = layout.pool as u64; // segment header, channel header, both rings
-    let slack = 64 << 10;
     assert!(layout.total as u64 >= 64 * MIB);
     let at_start = allocated(&tx);
     assert!(
-        at_start <= fixed + slack,
+        at_start <= fixed + PAGE,
         "a fresh channel with a {} MiB pool commits {at_start} bytes; its header and rings \
          take {fixed}",
         layout.total as u64 / MIB
     );
-    // Zero-copy arrays sent and received one at a time: one block, reused.
+    // Small zero-copy arrays sent and received one at a time: one block, one page of it.
     for i in 0..100 {
         tx.send(
             MessageBuilder::new()
@@ -40,19 +42,17 @@ fn grows_with_blocks_in_flight(mut tx: Sender, mut rx: Receiver, cfg: &ChannelCo
         rx.recv().unwrap();
     }
     let one = allocated(&tx);
-    assert!(
-        one >= fixed + MIB && one <= fixed + MIB + slack,
-        "one block at a time in flight: {one} bytes committed (fixed part {fixed})"
+    assert_eq!(
+        one,
+        at_start + PAGE,
+        "one 64-byte array at a time in flight"
     );
-    // Five loans held at once: five blocks committed.
+    // Five loans of 1 MiB held at once: the warm block grows to a whole block, four new ones.
     let loans: Vec<_> = (0..5)
         .map(|i| tx.loan::<u8>(&[MIB as usize]).unwrap().fill(i))
         .collect();
     let five = allocated(&tx);
-    assert!(
-        five >= fixed + 5 * MIB && five <= fixed + 5 * MIB + slack,
-        "5 blocks of 1 MiB loaned: {five} bytes committed (fixed part {fixed})"
-    );
+    assert_eq!(five, at_start + 5 * MIB, "5 blocks of 1 MiB loaned");
     drop(loans);
     // A steady stream of one block at a time reuses a warm block: no growth.
     for i in 0..50u8 {
@@ -63,7 +63,8 @@ fn grows_with_blocks_in_flight(mut tx: Sender, mut rx: Receiver, cfg: &ChannelCo
         assert_eq!(m.record(0).unwrap().array::<u8>("x").unwrap()[0], i);
     }
     assert_eq!(allocated(&tx), five);
-    // Zero-copy arrays in flight together: up to one block each.
+    // Eight 4000-byte arrays in flight together: the five warm blocks, then three new ones
+    // committed one page each.
     let held: Vec<_> = (0..8)
         .map(|i| {
             tx.send(
@@ -75,10 +76,10 @@ fn grows_with_blocks_in_flight(mut tx: Sender, mut rx: Receiver, cfg: &ChannelCo
             rx.recv().unwrap()
         })
         .collect();
-    let eight = allocated(&tx);
-    assert!(
-        eight >= fixed + 8 * MIB && eight <= fixed + 8 * MIB + slack,
-        "8 blocks in flight: {eight} bytes committed"
+    assert_eq!(
+        allocated(&tx),
+        five + 3 * PAGE,
+        "8 blocks in flight, 3 of them new"
     );
     drop(held);
     assert_eq!(tx.free_blocks().unwrap(), 64);
@@ -103,7 +104,7 @@ fn named_channel_commits_blocks_as_they_are_first_used() {
     };
     let tx = Sender::create(&name, &cfg).unwrap();
     let rx = Receiver::open(&name).unwrap();
-    grows_with_blocks_in_flight_copy_or_zero(tx, rx, &cfg);
+    only_loans_take_blocks_when_arrays_are_copied(tx, rx, &cfg);
     guard.assert_gone();
 }
 
@@ -116,13 +117,15 @@ fn anonymous_channel_commits_blocks_as_they_are_first_used() {
     grows_with_blocks_in_flight(tx, rx, &cfg);
 }
 
-/// As `grows_with_blocks_in_flight`, for a channel that copies small arrays inline
-/// (`Transfer::Copy`): only loans take blocks.
-fn grows_with_blocks_in_flight_copy_or_zero(tx: Sender, rx: Receiver, cfg: &ChannelConfig) {
+/// For a channel that copies arrays into the message (`Transfer::Copy`): sending commits no
+/// block, a body too large for the ring commits the pages it fills, and small loans one page
+/// of a block each.
+fn only_loans_take_blocks_when_arrays_are_copied(tx: Sender, rx: Receiver, cfg: &ChannelConfig) {
     let layout = shm_ring::channel_layout(cfg).unwrap();
     let fixed = layout.pool as u64;
     let (mut tx, mut rx) = (tx, rx);
-    assert!(allocated(&tx) <= fixed + (64 << 10));
+    let at_start = allocated(&tx);
+    assert!(at_start <= fixed + PAGE);
     for i in 0..100 {
         tx.send(
             MessageBuilder::new()
@@ -132,15 +135,27 @@ fn grows_with_blocks_in_flight_copy_or_zero(tx: Sender, rx: Receiver, cfg: &Chan
         .unwrap();
         rx.recv().unwrap();
     }
+    assert_eq!(allocated(&tx), at_start, "copied arrays take no block");
+    // A body too large for the ring (over a quarter of it) travels in a block: its pages only.
+    let big = vec![1f32; 6000];
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("x", &[6000], &big)
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(rx.recv().unwrap().leased_blocks(), 0);
+    let grown = allocated(&tx) - at_start;
     assert!(
-        allocated(&tx) <= fixed + (64 << 10),
-        "copied arrays take no block"
+        (24_000..=28 * 1024).contains(&grown),
+        "a 24 kB body in a block committed {grown} bytes"
     );
+    // Three small loans: the warm block (already holding more), then two new pages.
+    let at_start = allocated(&tx);
     let loans: Vec<_> = (0..3)
         .map(|i| tx.loan::<u8>(&[10]).unwrap().fill(i))
         .collect();
-    let three = allocated(&tx);
-    assert!(three >= fixed + 3 * MIB && three <= fixed + 3 * MIB + (64 << 10));
+    assert_eq!(allocated(&tx), at_start + 2 * PAGE);
     drop(loans);
     assert_eq!(tx.free_blocks().unwrap(), 64);
 }

@@ -2,10 +2,10 @@
 //! the blocks the consumer returns through the completion ring.
 //!
 //! Only the producer allocates. Its free list is process-local (a LIFO stack, so the few
-//! blocks a steady stream needs stay warm in cache). Blocks are committed (their pages
-//! reserved with `fallocate`) the first time they are handed out, and only when no used block
-//! is free: the memory a channel holds follows the most blocks it ever had out at once, not
-//! the pool's size. A block is in exactly one of four states:
+//! blocks a steady stream needs stay warm in cache). A block's pages are committed (reserved
+//! with `fallocate`) when it is handed out for more bytes than it ever held, and never-used
+//! blocks are taken only when no used block is free: the memory a channel holds follows the
+//! most bytes it ever had out at once (page-rounded per block), not the pool's size. A block is in exactly one of four states:
 //! never used (at or above the high-water mark `fresh`), free (on the list), loaned to producer
 //! code (an `ArrayLoan*` holds it), or in flight (sent with the record at descriptor position
 //! `owner[b]`, and not yet returned). The consumer hands indices back through the completion
@@ -21,6 +21,9 @@ use crate::pool::PoolHome;
 use crate::ring;
 use crate::sync::AtomicU32;
 
+/// Granularity of block commits (bytes): a page.
+const PAGE: usize = 4096;
+
 /// The producer's block allocator and the consumer end of the completion ring.
 #[derive(Debug)]
 pub(super) struct BlockPool {
@@ -30,6 +33,9 @@ pub(super) struct BlockPool {
     free: Vec<u32>,
     /// Blocks `fresh..blocks` were never handed out; `0..fresh` were, at least once.
     fresh: u32,
+    /// `committed[b]`: bytes at the start of block `b` whose pages are reserved (the most it
+    /// ever had to hold, rounded up to a page, at most a block).
+    committed: Vec<usize>,
     /// `in_flight[b]`: block `b` went out with a message and has not come back.
     in_flight: Vec<bool>,
     /// `owner[b]`: descriptor position of the record block `b` went out with (so blocks of
@@ -45,6 +51,7 @@ impl BlockPool {
             comp,
             free: Vec::with_capacity(blocks),
             fresh: 0,
+            committed: vec![0; blocks],
             in_flight: vec![false; blocks],
             owner: vec![0; blocks],
         }
@@ -60,34 +67,55 @@ impl BlockPool {
         self.free.len() + (self.home.geom.blocks - self.fresh) as usize
     }
 
-    /// A block for the producer, without waiting: a free one (the most recently returned
-    /// first), else whatever the consumer returned meanwhile, else a never-used one.
-    /// `Ok(None)`: every block is out.
+    /// A block for the producer to hold `len` bytes, without waiting: a free one (the most
+    /// recently returned first), else whatever the consumer returned meanwhile, else a
+    /// never-used one. `Ok(None)`: every block is out.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] from the completion ring; [`Error::NoSpace`] if a never-used block
-    /// cannot be committed (`/dev/shm` full: the pool cannot grow past what it holds now).
+    /// [`Error::Corrupt`] from the completion ring; [`Error::NoSpace`] if the block's pages
+    /// for `len` bytes cannot be reserved (`/dev/shm` full: the pool cannot grow past what it
+    /// holds now; the block stays free).
     #[inline]
-    pub(super) fn try_alloc(&mut self) -> Result<Option<u32>, Error> {
-        if let Some(b) = self.free.pop() {
-            return Ok(Some(b));
+    pub(super) fn try_alloc(&mut self, len: usize) -> Result<Option<u32>, Error> {
+        let b = match self.free.pop() {
+            Some(b) => b,
+            None => {
+                self.collect_returns()?;
+                match self.free.pop() {
+                    Some(b) => b,
+                    None if self.fresh < self.home.geom.blocks => {
+                        let b = self.fresh;
+                        self.commit(b, len)?;
+                        self.fresh += 1;
+                        return Ok(Some(b));
+                    }
+                    None => return Ok(None),
+                }
+            }
+        };
+        if let Err(e) = self.commit(b, len) {
+            self.free.push(b);
+            return Err(e);
         }
-        self.collect_returns()?;
-        if let Some(b) = self.free.pop() {
-            return Ok(Some(b));
+        Ok(Some(b))
+    }
+
+    /// Makes sure the first `len` bytes of block `b` are reserved: first use, or a longer use
+    /// than before, reserves the missing pages now (so a full /dev/shm is an error here, never
+    /// a SIGBUS when the block is written). A block holding a 16-float batch costs a page,
+    /// not a whole block.
+    #[inline]
+    fn commit(&mut self, b: u32, len: usize) -> Result<(), Error> {
+        let g = &self.home.geom;
+        let have = self.committed[b as usize];
+        if len <= have {
+            return Ok(());
         }
-        if self.fresh < self.home.geom.blocks {
-            let b = self.fresh;
-            // First use: reserve its pages now, so a full /dev/shm is an error here and never
-            // a SIGBUS when the block is written. On failure the block stays unused.
-            let g = &self.home.geom;
-            self.home
-                .seg
-                .commit(g.off + b as usize * g.block_size, g.block_size)?;
-            self.fresh += 1;
-            return Ok(Some(b));
-        }
-        Ok(None)
+        let want = len.next_multiple_of(PAGE).min(g.block_size);
+        let at = g.off + b as usize * g.block_size;
+        self.home.seg.commit(at + have, want - have)?;
+        self.committed[b as usize] = want;
+        Ok(())
     }
 
     /// Puts blocks taken for a message that was not sent back on the free list.

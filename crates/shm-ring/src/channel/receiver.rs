@@ -27,10 +27,8 @@ pub struct Receiver {
     ident: (u64, u64),
     /// The channel's schema (a private copy, validated at open).
     schema: Option<Arc<ChannelSchema>>,
-    /// Slots read (skipped) but not yet handed back to the producer; see `release_read`.
+    /// Slots read (skipped) in this receive call, not yet handed back; see `release_read`.
     unreleased: u32,
-    /// Hand read slots back once this many wait: a quarter of the ring.
-    release_every: u32,
 }
 
 mod open;
@@ -228,7 +226,7 @@ impl Receiver {
                 Err(e) => break Err(e),
             }
         };
-        self.release_read(false);
+        self.release_read();
         blocks.sort_unstable();
         blocks.dedup();
         self.shared.release(&blocks);
@@ -250,7 +248,7 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
-        self.release_read(true);
+        self.release_read();
         super::own_receiver(self.ident, Some(false));
         let h = self.header();
         h.consumer_closed.store(1, Ordering::SeqCst);

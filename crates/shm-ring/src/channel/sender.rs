@@ -120,9 +120,10 @@ impl Sender {
         channel_header(&self.seg)
     }
 
-    /// A block from the pool, waiting (up to `deadline`) while every block is out.
-    fn alloc_block(&mut self, deadline: Option<Instant>) -> Result<u32, Error> {
-        if let Some(b) = self.pool.try_alloc()? {
+    /// A block from the pool for `len` bytes (their pages committed), waiting (up to
+    /// `deadline`) while every block is out.
+    fn alloc_block(&mut self, len: usize, deadline: Option<Instant>) -> Result<u32, Error> {
+        if let Some(b) = self.pool.try_alloc(len)? {
             return Ok(b);
         }
         if self.cfg.blocks == 0 {
@@ -141,7 +142,7 @@ impl Sender {
             false,
             &wait,
             deadline,
-            || this.borrow_mut().pool.try_alloc(),
+            || this.borrow_mut().pool.try_alloc(len),
             || this.borrow().pool.peer_word(),
             || this.borrow().pool.begin_wait(),
             || this.borrow().pool.end_wait(),
@@ -198,7 +199,7 @@ impl Sender {
                 setting: "ChannelConfig::block_size",
             });
         }
-        let block = self.alloc_block(deadline)?;
+        let block = self.alloc_block(bytes, deadline)?;
         Ok(ArrayLoanUninit::new(LoanToken {
             home: self.pool.home().clone(),
             block,
@@ -220,6 +221,28 @@ impl Sender {
         self.send_inner(&mut msg, None)?;
         self.flush();
         Ok(())
+    }
+
+    /// Sends several messages and publishes them together: one store of the ring's tail (and
+    /// at most one wake-up) for the whole burst, unless the ring fills up on the way (then what
+    /// is staged is published before waiting, so the consumer can make room).
+    ///
+    /// # Errors
+    /// As [`Sender::send`]; the messages before the failing one were sent (and published).
+    pub fn send_batch<'m>(
+        &mut self,
+        msgs: impl IntoIterator<Item = MessageBuilder<'m>>,
+    ) -> Result<usize, Error> {
+        let mut n = 0;
+        for mut m in msgs {
+            if let Err(e) = self.send_inner(&mut m, None) {
+                self.flush();
+                return Err(e);
+            }
+            n += 1;
+        }
+        self.flush();
+        Ok(n)
     }
 
     /// [`Sender::send`] with a timeout ([`Error::Timeout`]).
@@ -463,20 +486,21 @@ impl Sender {
         let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
         let result = (|| {
             for (i, f) in msg.fields.iter().enumerate() {
-                if places[i] == Place::Block(u32::MAX) {
-                    let b = self.alloc_block(deadline)?;
+                if places[i] == Place::Block(u32::MAX)
+                    && let FieldSrc::Array { data, .. } = &f.src
+                {
+                    let src = data.bytes();
+                    let b = self.alloc_block(src.len(), deadline)?;
                     taken.push(b);
                     places[i] = Place::Block(b);
-                    if let FieldSrc::Array { data, .. } = &f.src {
-                        // Block b is ours alone; block_size >= len (checked above).
-                        self.pool.write_block(b, data.bytes());
-                    }
+                    // Block b is ours alone; block_size >= len (checked above).
+                    self.pool.write_block(b, src);
                 }
             }
             let body_block = if inline {
                 None
             } else {
-                let b = self.alloc_block(deadline)?;
+                let b = self.alloc_block(body_len, deadline)?;
                 taken.push(b);
                 Some(b)
             };

@@ -259,7 +259,6 @@ impl Receiver {
             ident,
             schema,
             unreleased: 0,
-            release_every: (layout.desc.capacity / 4).max(1),
         })
     }
 }

@@ -1,0 +1,75 @@
+//! Publishing in batches without delaying anyone: a lone message is published at once, the
+//! receiver hands read slots back in batches, but never keeps a blocked sender waiting.
+#![cfg(not(loom))]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{shm_guard, unique};
+use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+
+/// A sender blocked on a full ring goes on as soon as the receiver takes one message, although
+/// the receiver hands slots back only in batches of a quarter of the ring otherwise.
+#[test]
+fn a_blocked_sender_proceeds_when_one_message_is_taken() {
+    let name = unique("batch-full");
+    let guard = shm_guard(&[&name]);
+    let cfg = ChannelConfig {
+        slots: 64,
+        ..ChannelConfig::default()
+    };
+    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    let mut sent = 0;
+    while tx.try_send(MessageBuilder::new().tag(sent)).is_ok() {
+        sent += 1;
+    }
+    assert_eq!(sent, 64, "one slot per message");
+    let sender = std::thread::spawn(move || {
+        let r = tx.send_timeout(MessageBuilder::new().tag(64), Duration::from_secs(10));
+        (r, Instant::now(), tx)
+    });
+    // Long enough for the sender to stop spinning and sleep on the futex.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(rx.recv().unwrap().tag(), 0);
+    let took_one = Instant::now();
+    let (r, done, tx) = sender.join().unwrap();
+    r.unwrap();
+    let lag = done.saturating_duration_since(took_one);
+    assert!(
+        lag < Duration::from_secs(2),
+        "the sender went on {lag:?} after a slot was taken"
+    );
+    for i in 1..=64 {
+        assert_eq!(rx.recv().unwrap().tag(), i);
+    }
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+/// A lone message is visible to the receiver at once (no batching on the sending side), and
+/// a burst sent with `send_batch` arrives whole and in order.
+#[test]
+fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
+    let name = unique("batch-lone");
+    let guard = shm_guard(&[&name]);
+    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::open(&name).unwrap();
+    for i in 0..10 {
+        tx.send(MessageBuilder::new().tag(i)).unwrap();
+        // Non-blocking: the message must already be published.
+        assert_eq!(rx.try_recv().unwrap().map(|m| m.tag()), Some(i));
+    }
+    let n = tx
+        .send_batch((100..150).map(|i| MessageBuilder::new().tag(i)))
+        .unwrap();
+    assert_eq!(n, 50);
+    let mut got = Vec::new();
+    while let Some(m) = rx.try_recv().unwrap() {
+        got.push(m.tag());
+    }
+    assert_eq!(got, (100..150).collect::<Vec<_>>());
+    drop((tx, rx));
+    guard.assert_gone();
+}
