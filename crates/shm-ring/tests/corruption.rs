@@ -148,10 +148,12 @@ fn inline_body_longer_than_record() {
 
 #[test]
 fn body_block_out_of_pool() {
-    // kind = block body of 64 bytes, block index 4096 of 16.
+    // A one-slot record whose 64-byte body is in block 4096 (of 16): only the block is wrong
+    // (a block record of several slots is refused whatever its block: see the next test).
     let w = layout().record_wire;
     check_all(
         &[
+            (record() + w.n_slots as u64, &le32(1)),
             (record() + w.kind as u64, &le32(w.kind_block)),
             (record() + w.body_len as u64, &le32(64)),
             (record() + w.block as u64, &le32(4096)),
@@ -160,6 +162,27 @@ fn body_block_out_of_pool() {
         &format!(
             "record kind {}, 1 slots, body 64 bytes, block 4096",
             w.kind_block
+        ),
+    );
+}
+
+#[test]
+fn block_record_of_several_slots() {
+    // The inline message's record (several slots) relabelled as a body in block 0 (which
+    // exists): a block record is one slot.
+    let l = layout();
+    let w = l.record_wire;
+    check_all(
+        &[
+            (record() + w.kind as u64, &le32(w.kind_block)),
+            (record() + w.body_len as u64, &le32(64)),
+            (record() + w.block as u64, &le32(0)),
+        ],
+        true,
+        &format!(
+            "record kind {}, {} slots, body 64 bytes, block 0",
+            w.kind_block,
+            message_slots(&l)
         ),
     );
 }
