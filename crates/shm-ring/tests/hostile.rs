@@ -344,7 +344,7 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     // dim, and its name: rename "xb" to "xa".
     let w = l.body_wire;
     let f2 = first_field(&l) + w.field_header + w.dim + pad(&l, 2) + pad(&l, a.len() * 8);
-    let b_of_xb = f2 + w.field_header + w.dim + 1;
+    let b_of_xb = f2 + w.field_header + w.dim + "xb".find('b').unwrap();
     poke(&name, first_body(&l) + b_of_xb, b"a");
     match rx.recv_timeout(Duration::from_secs(2)) {
         Err(Error::Corrupt(why)) => {
