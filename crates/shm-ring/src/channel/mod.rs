@@ -50,9 +50,9 @@ const MAX_SCHEMA: u32 = 1 << 20;
 const REC_PAD: u32 = 1;
 const REC_INLINE: u32 = 2;
 const REC_BLOCK: u32 = 3;
-/// A record header's u32 words, in the order `write_record_header` (sender) writes and
-/// `Receiver::peek` reads them as one `[n_slots, kind, body_len, block]`: byte offsets from
-/// the record's first slot.
+/// A record header's u32 words, in the order the sender writes (`write_pod` in
+/// `Sender::send_inner`) and the receiver reads (`read_pod` in `receiver/records.rs`) them as
+/// one `[n_slots, kind, body_len, block]`: byte offsets from the record's first slot.
 const REC_N_SLOTS_AT: usize = 0;
 const REC_KIND_AT: usize = 4;
 const REC_BODY_LEN_AT: usize = 8;
