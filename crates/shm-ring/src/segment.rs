@@ -59,6 +59,44 @@ const START_AT: usize = 24;
 const SIZE_AT: usize = 32;
 const READY_AT: usize = 40;
 
+/// Where the segment header's fields lie (bytes from the segment's start), and the layout
+/// version this build writes: for tests and tools that poke at a live segment. Not a stable
+/// API; reached through [`crate::ChannelLayout::segment_wire`].
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentWire {
+    /// u64 ([`MAGIC`]).
+    pub magic: usize,
+    /// u32 (see `layout_version`).
+    pub version: usize,
+    /// u32: what the user area holds (a channel, ...).
+    pub kind: usize,
+    /// u32.
+    pub creator_pid: usize,
+    /// u64: clock ticks since boot.
+    pub creator_start: usize,
+    /// u64: the segment's size, header included.
+    pub size: usize,
+    /// u32: set when the creator published the segment.
+    pub ready: usize,
+    /// Bytes of the header.
+    pub header: usize,
+    /// The layout version this build writes and accepts.
+    pub layout_version: u32,
+}
+
+pub(crate) const SEGMENT_WIRE: SegmentWire = SegmentWire {
+    magic: MAGIC_AT,
+    version: VERSION_AT,
+    kind: KIND_AT,
+    creator_pid: PID_AT,
+    creator_start: START_AT,
+    size: SIZE_AT,
+    ready: READY_AT,
+    header: HEADER_SIZE,
+    layout_version: LAYOUT_VERSION,
+};
+
 /// A copy of a segment's header, read once from shared memory and validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentInfo {

@@ -28,6 +28,16 @@ fn first_body(l: &ChannelLayout) -> usize {
     l.desc_slots + l.record_header
 }
 
+/// Offset of the first field header of the first message, from its body's start.
+fn first_field(l: &ChannelLayout) -> usize {
+    l.body_wire.header + l.body_wire.record_header
+}
+
+/// `n` rounded up to the encoding's alignment (names, strings and inline data are padded).
+fn pad(l: &ChannelLayout, n: usize) -> usize {
+    n.div_ceil(l.body_wire.align) * l.body_wire.align
+}
+
 #[test]
 fn strings_read_in_place_do_not_change_under_the_reader() {
     let name = unique("str");
@@ -38,8 +48,8 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
     let mut rx = Receiver::open(&name).unwrap();
     tx.send(MessageBuilder::new().meta_str("id", "hello"))
         .unwrap();
-    // The string follows its field header and the 2-byte name "id".
-    let at = first_body(&l) + l.body_header + l.body_record_header + l.field_header + 2;
+    // A metadata field has no shape: the string follows its field header and the name "id".
+    let at = first_body(&l) + first_field(&l) + l.body_wire.field_header + "id".len();
     let mut seen = None;
     rx.recv_batch(1, Some(Duration::from_secs(2)), |m| {
         let r = m.record(0).unwrap();
@@ -86,10 +96,17 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
     let c = ChannelConfig { slots: 2, ..cfg() };
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
-    // "pid 1" with a start time that is not init's.
-    poke(&name, l.consumer, &((1u64 << 32) | 1).to_le_bytes());
+    // "pid 1" with a start time that is not init's (the claim keeps its low 32 bits).
+    let init = shmpipe_test_kit::proc::stat(1).expect("/proc/1/stat must be readable here");
+    let not_init = (init.start_time as u32).wrapping_add(1);
+    poke(
+        &name,
+        l.channel_wire.consumer,
+        &((1u64 << 32) | u64::from(not_init)).to_le_bytes(),
+    );
     let t0 = Instant::now();
     let mut result = Ok(());
+    let mut sent = 0;
     for i in 0..4 {
         result = tx.send_timeout(
             MessageBuilder::new().meta_i64("n", i),
@@ -98,10 +115,18 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
         if result.is_err() {
             break;
         }
+        sent += 1;
     }
+    // Init is alive but started at another time: the claim names a process that is gone, so
+    // the consumer is dead. (`Corrupt` is only for a claim that names no pid, or this very
+    // process without a receiver.) A 2-slot ring inlines at most a quarter of its 128 bytes,
+    // so each message sent went out in a pool block: every one of them comes back.
     match result {
-        Err(Error::PeerDied { pid: 1, .. }) | Err(Error::Corrupt(_)) => {}
-        other => panic!("expected PeerDied or Corrupt for a garbage consumer, got {other:?}"),
+        Err(Error::PeerDied { pid: 1, reclaimed }) => {
+            assert!(sent > 0, "no message went out before the ring filled");
+            assert_eq!(reclaimed, sent, "blocks taken back");
+        }
+        other => panic!("expected PeerDied for a garbage consumer, got {other:?}"),
     }
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     drop(tx);
@@ -163,9 +188,13 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
     )
     .unwrap();
     // The record header's slot count: far more than published, so the consumer must skip.
-    poke(&name, l.desc_slots, &1000u32.to_le_bytes());
+    poke(
+        &name,
+        l.desc_slots + l.record_wire.n_slots,
+        &1000u32.to_le_bytes(),
+    );
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(_)) => {}
+        Err(Error::Corrupt(why)) => assert!(why.starts_with("record of 1000 slots ("), "{why}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
     // The only block went out with the skipped record: it must come back.
@@ -208,7 +237,10 @@ fn a_hostile_completion_head_is_an_error_not_a_panic() {
     let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
     drop(m); // hands its block back through the poisoned completion ring
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => assert!(why.contains("completion"), "{why}"),
+        Err(Error::Corrupt(why)) => assert!(
+            why.contains("completion") && why.contains("ring indices"),
+            "{why}"
+        ),
         other => panic!("expected Corrupt, got {other:?}"),
     }
     drop((tx, rx));
@@ -223,10 +255,22 @@ fn a_hostile_geometry_is_an_error_not_a_panic() {
     let l = layout(&c);
     let tx = Sender::create(&name, &c).unwrap();
     // blocks = 0 (so the block size is not range-checked) and a block size near u64::MAX.
-    poke(&name, l.geometry + 8, &0u32.to_le_bytes());
-    poke(&name, l.geometry + 16, &(u64::MAX - 62).to_le_bytes());
+    poke(&name, l.channel_wire.blocks, &0u32.to_le_bytes());
+    poke(
+        &name,
+        l.channel_wire.block_size,
+        &(u64::MAX - 62).to_le_bytes(),
+    );
     match Receiver::open(&name) {
-        Err(Error::Corrupt(_)) => {}
+        // Without blocks the layout normalises the block size: the stored one cannot match.
+        Err(Error::Corrupt(why)) => {
+            assert!(why.starts_with("channel geometry ("), "{why}");
+            assert!(
+                why.contains(", 0 blocks x 18446744073709551553 B,"),
+                "{why}"
+            );
+            assert!(why.contains("does not match a segment of"), "{why}");
+        }
         other => panic!("expected Corrupt, got {other:?}"),
     }
     drop(tx);
@@ -300,14 +344,28 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
         .array_slice("xb", &[4], &b)
         .unwrap();
     tx.send(msg).unwrap();
-    // Field 1: header, one dim, name "xa" padded to 8, 16 data bytes; then field 2's header,
-    // one dim, and its name: rename "xb" to "xa".
-    let f2 = first_body(&l) + l.body_header + l.body_record_header + l.field_header + 8 + 8 + 16;
-    poke(&name, f2 + l.field_header + 8 + 1, b"a");
+    // Field 1: header, one dim, name "xa" padded, its f64 data; then field 2's header, one
+    // dim, and its name: rename "xb" to "xa".
+    let w = l.body_wire;
+    let f2 = first_field(&l) + w.field_header + w.dim + pad(&l, 2) + pad(&l, a.len() * 8);
+    let b_of_xb = f2 + w.field_header + w.dim + "xb".find('b').unwrap();
+    poke(&name, first_body(&l) + b_of_xb, b"a");
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => assert!(why.contains("twice"), "{why}"),
+        Err(Error::Corrupt(why)) => {
+            assert!(
+                why.contains("field 'xa' appears twice in one record"),
+                "{why}"
+            )
+        }
         other => panic!("expected Corrupt, got {other:?}"),
     }
+    // The same through an in-place read. The first message took these slots; the second
+    // (the same message) follows them.
+    let len = first_field(&l)
+        + 2 * (w.field_header + w.dim + pad(&l, 2))
+        + pad(&l, a.len() * 8)
+        + pad(&l, b.len() * 4);
+    let n_slots = (l.record_header + len).div_ceil(l.slot_size);
     tx.send(
         MessageBuilder::new()
             .array_slice("xa", &[2], &a)
@@ -316,24 +374,24 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
             .unwrap(),
     )
     .unwrap();
-    poke(
-        &name,
-        l.desc_slots
-            + 3 * l.slot_size
-            + l.record_header
-            + (f2 - first_body(&l))
-            + l.field_header
-            + 9,
-        b"a",
-    );
+    let second_body = l.desc_slots + n_slots * l.slot_size + l.record_header;
+    poke(&name, second_body + b_of_xb, b"a");
     let mut seen = None;
-    let _ = rx.recv_batch(1, Some(Duration::from_secs(2)), |m| {
+    let got = rx.recv_batch(1, Some(Duration::from_secs(2)), |m| {
         seen = Some(m.record(0).and_then(|r| r.array::<f32>("xa").map(|_| ())));
     });
-    assert!(
-        matches!(seen, Some(Err(Error::Corrupt(_))) | None),
-        "in-place read of a duplicated name: {seen:?}"
-    );
+    // A message that names no pool block is handed over after its body header is checked; the
+    // lookup finds the first "xa", then refuses the record for the second one.
+    assert_eq!(got.ok(), Some(1));
+    match seen {
+        Some(Err(Error::Corrupt(why))) => {
+            assert!(
+                why.contains("field 'xa' appears twice in one record"),
+                "{why}"
+            )
+        }
+        other => panic!("in-place read of a duplicated name: {other:?}"),
+    }
     drop((tx, rx));
     guard.assert_gone();
 }

@@ -16,6 +16,11 @@ fn exists(name: &str) -> bool {
     Path::new(&shm_path(name)).exists()
 }
 
+/// Where everything lies in a channel (the segment header's fields are the same in all).
+fn layout() -> shm_ring::ChannelLayout {
+    shm_ring::channel_layout(&ChannelConfig::default()).unwrap()
+}
+
 fn corrupt(name: &str, offset: u64, bytes: &[u8]) {
     let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
     let (ok, out, err) =
@@ -57,7 +62,11 @@ fn live_lock_holder_is_kept_whatever_its_header_says() {
     let mut creator = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(creator.line(), "ready");
     // pid_max is at most 2^22: this pid never exists.
-    corrupt(&name, 16, &0x7fff_fff0u32.to_le_bytes());
+    corrupt(
+        &name,
+        layout().segment_wire.creator_pid as u64,
+        &0x7fff_fff0u32.to_le_bytes(),
+    );
     shm_ring::reclaim_stale().unwrap();
     assert!(exists(&name), "reclaimed the segment of a live creator");
     creator.kill();
@@ -103,7 +112,11 @@ fn segments_of_another_layout_version_are_left_alone() {
     let guard = shm_guard(&[&name]);
     let mut creator = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(creator.line(), "ready");
-    corrupt(&name, 8, &99u32.to_le_bytes());
+    corrupt(
+        &name,
+        layout().segment_wire.version as u64,
+        &99u32.to_le_bytes(),
+    );
     creator.kill();
     shm_ring::reclaim_stale().unwrap();
     assert!(

@@ -51,6 +51,14 @@ const MAX_SCHEMA: u32 = 1 << 20;
 const REC_PAD: u32 = 1;
 const REC_INLINE: u32 = 2;
 const REC_BLOCK: u32 = 3;
+/// A record header's u32 words, in the order the sender writes (`write_pod` in
+/// `Sender::send_inner`) and the receiver reads (`read_pod` in `receiver/records.rs`) them as
+/// one `[n_slots, kind, body_len, block]`: byte offsets from the record's first slot.
+const REC_N_SLOTS_AT: usize = 0;
+const REC_KIND_AT: usize = 4;
+const REC_BODY_LEN_AT: usize = 8;
+const REC_BLOCK_AT: usize = 12;
+const _: () = assert!(REC_BLOCK_AT + 4 == RECORD_HEADER);
 /// A completion-ring entry with this bit set is not a block index but a note "the records at
 /// descriptor positions `[low 32 bits, + bits 32..62)` were dropped unread" (corrupt): the
 /// producer takes back every block still out with them.
@@ -247,6 +255,61 @@ pub struct ChannelLayout {
     pub schema_len_word: usize,
     /// Offsets inside the schema region.
     pub schema_wire: SchemaWire,
+    /// Offsets of the segment header's fields (from the segment's start) and the layout
+    /// version.
+    pub segment_wire: crate::segment::SegmentWire,
+    /// Offsets of every word of the channel header (from the segment's start).
+    pub channel_wire: ChannelWire,
+    /// Offsets inside a record header of the descriptor ring, and its kinds.
+    pub record_wire: RecordWire,
+    /// Offsets inside a message body (body header, record header, field header).
+    pub body_wire: crate::message::BodyWire,
+}
+
+/// Offsets of the channel header's words, from the segment's start (each read once by its
+/// user; see `ChannelHeader`).
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChannelWire {
+    /// u32: descriptor ring capacity.
+    pub slots: usize,
+    /// u32: bytes per descriptor slot.
+    pub slot_size: usize,
+    /// u32: pool blocks.
+    pub blocks: usize,
+    /// u32: completion ring capacity.
+    pub comp_slots: usize,
+    /// u64: bytes per pool block.
+    pub block_size: usize,
+    /// u32: set when the producer closes.
+    pub producer_closed: usize,
+    /// u32: set when the consumer closes.
+    pub consumer_closed: usize,
+    /// u64: the consumer claim (pid in the high 32 bits, start time's low 32 bits below).
+    pub consumer: usize,
+    /// u32: bytes of the schema region.
+    pub schema_len: usize,
+}
+
+/// A record header in the descriptor ring: offsets of its u32 words from the record's first
+/// slot, and the values of `kind`.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordWire {
+    /// Slots the record takes.
+    pub n_slots: usize,
+    /// `kind_pad`, `kind_inline` or `kind_block`.
+    pub kind: usize,
+    /// Bytes of the message body.
+    pub body_len: usize,
+    /// Pool block holding the body (`kind_block` only).
+    pub block: usize,
+    /// Kind of a record that only fills the ring's end.
+    pub kind_pad: u32,
+    /// Kind of a record whose body follows its header in the ring.
+    pub kind_inline: u32,
+    /// Kind of a record whose body lives in pool block `block`.
+    pub kind_block: u32,
 }
 
 #[cfg(feature = "layout-internals")]
@@ -356,6 +419,30 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<Chan
             field_name_len: wire::FIELD_NAME_LEN_AT,
             field_dims: wire::FIELD_DIMS_AT,
         },
+        segment_wire: crate::segment::SEGMENT_WIRE,
+        channel_wire: ChannelWire {
+            slots: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, slots),
+            slot_size: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, slot_size),
+            blocks: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, blocks),
+            comp_slots: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, comp_slots),
+            block_size: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, block_size),
+            producer_closed: CHANNEL_HEADER_AT
+                + std::mem::offset_of!(ChannelHeader, producer_closed),
+            consumer_closed: CHANNEL_HEADER_AT
+                + std::mem::offset_of!(ChannelHeader, consumer_closed),
+            consumer: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, consumer),
+            schema_len: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, schema_len),
+        },
+        record_wire: RecordWire {
+            n_slots: REC_N_SLOTS_AT,
+            kind: REC_KIND_AT,
+            body_len: REC_BODY_LEN_AT,
+            block: REC_BLOCK_AT,
+            kind_pad: REC_PAD,
+            kind_inline: REC_INLINE,
+            kind_block: REC_BLOCK,
+        },
+        body_wire: crate::message::BODY_WIRE,
     })
 }
 

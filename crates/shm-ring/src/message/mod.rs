@@ -31,6 +31,105 @@ pub(crate) const RECORD_HEADER: usize = 16;
 pub(crate) const FIELD_HEADER: usize = 24;
 const MAX_NDIM: usize = 16;
 
+// Where each header field lies (the encoder writes them in this order; the decoder reads them
+// at these offsets): body header from the body's start, record header from the record's
+// start, field header from the field's start.
+const BODY_MAGIC_AT: usize = 0;
+const BODY_TAG_AT: usize = 4;
+const BODY_RECORDS_AT: usize = 8;
+const BODY_LEN_AT: usize = 12;
+const BODY_BLOCK_REFS_AT: usize = 16;
+const REC_LEN_AT: usize = 0;
+const REC_FIELDS_AT: usize = 4;
+const REC_TAG_AT: usize = 8;
+const FIELD_KIND_AT: usize = 0;
+const FIELD_NAME_LEN_AT: usize = 1;
+const FIELD_NDIM_AT: usize = 2;
+const FIELD_DTYPE_AT: usize = 3;
+const FIELD_LOC_AT: usize = 4;
+const FIELD_A_AT: usize = 8;
+const FIELD_B_AT: usize = 16;
+const _: () = assert!(BODY_BLOCK_REFS_AT + 8 == BODY_HEADER);
+const _: () = assert!(REC_TAG_AT + 8 == RECORD_HEADER);
+const _: () = assert!(FIELD_B_AT + 8 == FIELD_HEADER);
+
+/// Offsets of the message encoding's header fields (see the module doc), for tests and tools
+/// that poke at a live channel: reached through `ChannelLayout::body_wire`. Not a stable API.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyWire {
+    /// Body header (from the body's start), u32: `b"SRB2"`.
+    pub magic: usize,
+    /// Body header, u32: the message tag.
+    pub tag: usize,
+    /// Body header, u32: number of records.
+    pub n_records: usize,
+    /// Body header, u32: bytes of the body.
+    pub len: usize,
+    /// Body header, u32: arrays in pool blocks.
+    pub block_refs: usize,
+    /// Bytes of the body header (the first record header follows).
+    pub header: usize,
+    /// Record header (from the record's start), u32: bytes of the record, header included.
+    pub record_len: usize,
+    /// Record header, u32: number of fields.
+    pub record_fields: usize,
+    /// Record header, u64: the record tag.
+    pub record_tag: usize,
+    /// Bytes of a record header (its first field header follows).
+    pub record_header: usize,
+    /// Field header (from the field's start), u8: 1 i64, 2 f64, 3 str, 4 array.
+    pub field_kind: usize,
+    /// Field header, u8: bytes of the name.
+    pub field_name_len: usize,
+    /// Field header, u8: dimensions of an array.
+    pub field_ndim: usize,
+    /// Field header, u8: dtype code of an array.
+    pub field_dtype: usize,
+    /// Field header, u8: `loc_inline` or `loc_block`.
+    pub field_loc: usize,
+    /// Field header, u64: the value (i64, f64 bits), or where an array's data is (its offset
+    /// in the body, or its block).
+    pub field_a: usize,
+    /// Field header, u64: bytes of a string or of an array's data.
+    pub field_b: usize,
+    /// Bytes of a field header: an array's shape follows, then the name (and a string's bytes).
+    pub field_header: usize,
+    /// Bytes of one shape entry (u64).
+    pub dim: usize,
+    /// Names, strings and inline data are each padded to a multiple of this.
+    pub align: usize,
+    /// `loc` of an array whose data follows its name in the body.
+    pub loc_inline: u8,
+    /// `loc` of an array in a pool block.
+    pub loc_block: u8,
+}
+
+pub(crate) const BODY_WIRE: BodyWire = BodyWire {
+    magic: BODY_MAGIC_AT,
+    tag: BODY_TAG_AT,
+    n_records: BODY_RECORDS_AT,
+    len: BODY_LEN_AT,
+    block_refs: BODY_BLOCK_REFS_AT,
+    header: BODY_HEADER,
+    record_len: REC_LEN_AT,
+    record_fields: REC_FIELDS_AT,
+    record_tag: REC_TAG_AT,
+    record_header: RECORD_HEADER,
+    field_kind: FIELD_KIND_AT,
+    field_name_len: FIELD_NAME_LEN_AT,
+    field_ndim: FIELD_NDIM_AT,
+    field_dtype: FIELD_DTYPE_AT,
+    field_loc: FIELD_LOC_AT,
+    field_a: FIELD_A_AT,
+    field_b: FIELD_B_AT,
+    field_header: FIELD_HEADER,
+    dim: 8,
+    align: 8,
+    loc_inline: LOC_INLINE,
+    loc_block: LOC_BLOCK,
+};
+
 const KIND_I64: u8 = 1;
 const KIND_F64: u8 = 2;
 const KIND_STR: u8 = 3;
