@@ -298,14 +298,14 @@ pub fn goals(rows: &[MemoryRow], small: usize, large: usize) -> Vec<Goal> {
             .missing("not measured: W=8 not in --workers"),
         );
     }
-    let staged = |w| find(rows, TopologyKind::Staged, w, small).map(|r| r.idle.committed as f64);
+    let staged = |w| find(rows, TopologyKind::Staged, w, small).map(|r| r.moving.committed as f64);
     let growth = match (staged(8), staged(4)) {
         (Some(a), Some(b)) if b > 0.0 => Some(a / b),
         _ => None,
     };
     g.push(
         Goal::at_most(
-            "staged, idle commit W=8 / W=4 (linear: 2x; W^2+2W channels: 3.3x)",
+            "staged, moving commit W=8 / W=4 (linear: 2x; W^2+2W channels: 3.3x)",
             growth,
             2.5,
         )
@@ -400,6 +400,19 @@ pub fn report(a: &MemoryArgs) -> Result<(), BoxError> {
             }
         }
     }
+    if let (Some(a), Some(b)) = (
+        find(&rows, TopologyKind::Staged, 8, a.small),
+        find(&rows, TopologyKind::Staged, 4, a.small),
+    ) {
+        println!(
+            "staged idle commit W=4 -> W=8: {:.3} -> {:.3} MiB ({:.2}x) over {} -> {} channels",
+            mib(b.idle.committed),
+            mib(a.idle.committed),
+            a.idle.committed as f64 / b.idle.committed.max(1) as f64,
+            b.idle.memfds,
+            a.idle.memfds
+        );
+    }
     println!("\nGoals:");
     print!(
         "{}",
@@ -429,6 +442,58 @@ mod tests {
         assert_eq!(meminfo_field(text, "Nope:"), 0);
         assert!(system_shmem() > 0);
         assert!(summed_pss(&[std::process::id()]) > 0);
+    }
+
+    fn row(
+        t: TopologyKind,
+        w: usize,
+        n: usize,
+        idle: u64,
+        moving: u64,
+        memfds: usize,
+    ) -> MemoryRow {
+        let r = |committed| Reading {
+            committed,
+            memfds,
+            pss: 1 << 20,
+            shmem_delta: 0,
+            processes: w + 2,
+        };
+        MemoryRow {
+            topology: t,
+            workers: w,
+            elements: n,
+            start: Duration::from_millis(5),
+            idle: r(idle),
+            moving: r(moving),
+            full: r(moving * 2),
+        }
+    }
+
+    #[test]
+    fn goals_read_the_right_rows() {
+        const M: u64 = 1 << 20;
+        let rows = vec![
+            row(TopologyKind::Fused, 8, 16, M, 40 * M, 16),
+            row(TopologyKind::Staged, 4, 16, M, 30 * M, 24),
+            row(TopologyKind::Staged, 8, 16, 3 * M, 90 * M, 80),
+            row(TopologyKind::Fused, 2, 1_000_000, 8 * M, 100 * M, 4),
+        ];
+        let g = goals(&rows, 16, 1_000_000);
+        let find = |t: &str| g.iter().find(|g| g.text.contains(t)).unwrap();
+        assert_eq!(find("fused W=8").measured, Some(40.0));
+        assert_eq!(find("fused W=8").met(), Some(true));
+        assert_eq!(find("staged W=8").met(), Some(false), "90 MiB > 64");
+        assert_eq!(find("W=8 / W=4").measured, Some(3.0));
+        let large = find("fused W=2, 1000000");
+        assert_eq!((large.measured, large.met()), (Some(2.0), Some(true)));
+        let t = table(&rows);
+        assert!(
+            t.contains("40.000") && t.contains("80.000") && t.contains("(80 memfds)"),
+            "{t}"
+        );
+        let none = goals(&[], 16, 1_000_000);
+        assert!(none.iter().all(|g| g.met().is_none()) && none.len() == 3);
     }
 
     #[test]

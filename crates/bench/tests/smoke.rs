@@ -427,10 +427,7 @@ fn memory_smoke_reports_commit_pss_and_start_time() {
             "a fused pipeline has a channel in and one out: {f:?}"
         );
     }
-    assert!(
-        out.contains("blocks of 0.4 MB while moving"),
-        "{out}"
-    );
+    assert!(out.contains("blocks of 0.4 MB while moving"), "{out}");
     let goals = out
         .split("Goals:")
         .nth(1)
