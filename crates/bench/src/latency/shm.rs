@@ -1,6 +1,7 @@
 //! shm-ring peers: two channels (`<name>-ping` created by the pinger, `<name>-pong` by the
 //! echoer), one self-describing message per direction: tag `seq`, one f32 array `x` of shape
-//! [16], copied in (`MessageBuilder::array_slice`) and read in place (`Receiver::recv_batch` of one).
+//! `[16]`, copied in (`MessageBuilder::array_slice`) and read in place
+//! (`Receiver::recv_batch` of one).
 //! `shm-spin` waits with the default `WaitConfig` (spin, then sleep), `shm-sleep` with a spin
 //! budget of 0 (sleep on the futex at once), on both the receiving and the sending side.
 //!
