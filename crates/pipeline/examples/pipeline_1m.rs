@@ -26,8 +26,8 @@ impl Source for Big {
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         let i = self.range.start + index;
         Ok(Item::new()
-            .with_i64("i", i as i64)
-            .with_array("x", Array1::from_elem(LEN, i as f32)))
+            .with_meta("i", i as i64)
+            .with("x", Array1::from_elem(LEN, i as f32)))
     }
 }
 

@@ -26,7 +26,7 @@ impl Source for Gen {
     }
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         let i = self.range.start + index;
-        Ok(Item::new().with_i64("i", i as i64).with_array(
+        Ok(Item::new().with_meta("i", i as i64).with(
             "x",
             Array1::from_shape_fn(self.len, |j| (i + j) as f32 * 1e-3),
         ))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::Transfer;
 use crate::error::Error;
 use crate::handover::Ctrl;
 use crate::input::Feeder;
@@ -13,7 +14,7 @@ use crate::node::{
 };
 use crate::pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, OnBadRecord,
-    Pipeline, Reorder, Topology, Transfer, interrupt_flag,
+    Pipeline, Reorder, Topology, interrupt_flag,
 };
 use crate::process::{self, ChildProc, Shared};
 use crate::source::JsonLines;
@@ -86,7 +87,7 @@ impl PipelineBuilder {
     }
 
     /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
-    /// ([`Item::array`](crate::Item::array), [`Item::is_shared`](crate::Item::is_shared)) instead of being copied out (default on; at most
+    /// ([`Item::array`](crate::Item::array), [`ArrayRef::is_shared`](crate::ArrayRef::is_shared)) instead of being copied out (default on; at most
     /// half of each worker's pool blocks are held by the consumer's items at a time, further
     /// arrays are copied). Off: every received array is copied to the heap.
     pub fn consumer_zero_copy(mut self, on: bool) -> Self {

@@ -19,7 +19,39 @@ use serde::{Deserialize, Serialize};
 use crate::source::{JsonLines, derive_seed};
 use crate::transport::{SockRx, SockTx, TransportKind};
 use crate::wire::{Frame, Report, Rx, TransportError, Tx};
-use crate::{Epochs, OnBadRecord, Transfer};
+use crate::{Epochs, OnBadRecord};
+use shm_ring::Transfer;
+
+/// `Transfer` (shm-ring's) in the plan's JSON.
+mod transfer_serde {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    enum T {
+        Copy,
+        ZeroCopy,
+        Adaptive { threshold: usize },
+    }
+
+    pub(super) fn serialize<S: Serializer>(t: &super::Transfer, s: S) -> Result<S::Ok, S::Error> {
+        match *t {
+            super::Transfer::Copy => T::Copy,
+            super::Transfer::ZeroCopy => T::ZeroCopy,
+            super::Transfer::Adaptive { threshold } => T::Adaptive { threshold },
+        }
+        .serialize(s)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<super::Transfer, D::Error> {
+        Ok(match T::deserialize(d)? {
+            T::Copy => super::Transfer::Copy,
+            T::ZeroCopy => super::Transfer::ZeroCopy,
+            T::Adaptive { threshold } => super::Transfer::Adaptive { threshold },
+        })
+    }
+}
 
 /// Exit code of a child that completed.
 pub(crate) const EXIT_OK: i32 = 0;
@@ -74,6 +106,7 @@ pub(crate) struct Plan {
     pub stages: Vec<StagePlan>,
     pub ordered: bool,
     pub batch_bytes: usize,
+    #[serde(with = "transfer_serde")]
     pub transfer: Transfer,
     pub transport: TransportKind,
     pub channel: ChannelPlan,
@@ -223,14 +256,6 @@ fn lease_cap(blocks: u32) -> usize {
     (blocks as usize).saturating_sub(2) / 2
 }
 
-/// Rough encoded size of a frame, for byte-sized batches.
-fn frame_size(f: &Frame) -> usize {
-    match f {
-        Frame::Item { item, .. } => 16 + item.wire_size(),
-        _ => 32,
-    }
-}
-
 /// The outgoing connections of a node, each with a pending batch.
 pub(crate) struct Outputs {
     pub txs: Vec<Box<dyn Tx>>,
@@ -262,13 +287,13 @@ impl Outputs {
         self.txs.len()
     }
     pub(crate) fn push(&mut self, i: usize, f: Frame) -> Result<(), TransportError> {
-        self.bytes[i] += frame_size(&f);
-        if let Frame::Item { item, .. } = &f {
-            self.zero_copy[i] += item
-                .arrays()
-                .filter(|(_, a)| self.transfer.zero_copy(a.nbytes()))
-                .count();
-        }
+        // Rough encoded size and pool blocks of the frame: one pass over its fields, no copy.
+        let (size, zero_copy) = match &f {
+            Frame::Item { item, .. } => item.wire_size(&self.transfer),
+            _ => (0, 0),
+        };
+        self.bytes[i] += 16 + size;
+        self.zero_copy[i] += zero_copy;
         self.pending[i].push(f);
         if self.bytes[i] >= self.batch_bytes || self.zero_copy[i] >= self.zero_copy_limit {
             self.flush(i)

@@ -18,31 +18,6 @@ use crate::process::Shared;
 use crate::step::Registry;
 use crate::wire::{Frame, Stats};
 
-/// How arrays cross process boundaries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Transfer {
-    /// Always copy arrays inline into the ring.
-    Copy,
-    /// Always place arrays in the producer's payload pool (zero-copy handoff).
-    ZeroCopy,
-    /// Copy arrays under `threshold` bytes, zero-copy above.
-    Adaptive {
-        /// Size in bytes from which arrays go zero-copy.
-        threshold: usize,
-    },
-}
-
-impl Transfer {
-    /// Whether an array of `bytes` bytes goes zero-copy under this policy.
-    pub fn zero_copy(&self, bytes: usize) -> bool {
-        match *self {
-            Transfer::Copy => false,
-            Transfer::ZeroCopy => bytes > 0,
-            Transfer::Adaptive { threshold } => bytes >= threshold && bytes > 0,
-        }
-    }
-}
-
 /// How the steps are laid out over worker processes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Topology {
@@ -210,11 +185,11 @@ impl Reorder {
 /// use shmpipe::{map, Item, Pipeline, Registry};
 /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
 ///     let n = it.i64("n").unwrap_or(0);
-///     Ok(it.with_i64("n", n + 1))
+///     Ok(it.with_meta("n", n + 1))
 /// })));
 /// shmpipe::init(&reg); // first thing in main: child processes divert here
 /// let mut p = Pipeline::builder(&reg).step("inc").step("inc").workers(2).start()?;
-/// p.enqueue(Item::new().with_i64("n", 3))?;
+/// p.enqueue(Item::new().with_meta("n", 3))?;
 /// p.close_input();
 /// assert_eq!(p.dequeue()?.unwrap().i64("n"), Some(5));
 /// assert!(p.dequeue()?.is_none());
@@ -337,11 +312,11 @@ impl Pipeline {
     /// use shmpipe::{map, Item, Pipeline, Registry};
     /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
     ///     let n = it.i64("n").unwrap_or(0);
-    ///     Ok(it.with_i64("n", n + 1))
+    ///     Ok(it.with_meta("n", n + 1))
     /// })));
     /// shmpipe::init(&reg);
     /// let p = Pipeline::builder(&reg).step("inc").start()?;
-    /// let out = p.run((0..10).map(|n| Item::new().with_i64("n", n)))?;
+    /// let out = p.run((0..10).map(|n| Item::new().with_meta("n", n)))?;
     /// assert_eq!(out.len(), 10);
     /// # Ok::<(), shmpipe::Error>(())
     /// ```
@@ -567,7 +542,7 @@ mod tests {
     use super::*;
 
     fn item(n: i64) -> Item {
-        Item::new().with_i64("n", n)
+        Item::new().with_meta("n", n)
     }
 
     #[test]

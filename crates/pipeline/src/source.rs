@@ -19,7 +19,7 @@ use crate::item::{Array, Item};
 /// # Examples
 /// ```
 /// use shmpipe::{Item, MemorySource, Source};
-/// let items: Vec<Item> = (0..10).map(|i| Item::new().with_i64("i", i)).collect();
+/// let items: Vec<Item> = (0..10).map(|i| Item::new().with_meta("i", i)).collect();
 /// let mut part = MemorySource::new(items).part(1, 2); // second half
 /// assert_eq!(part.len(), 5);
 /// assert_eq!(part.read(0).unwrap().i64("i"), Some(5));
@@ -380,18 +380,18 @@ fn convert(
     use serde_json::Value as J;
     match (kind, v) {
         (None, J::Null) => {}
-        (None, J::Bool(b)) => item.set_i64(name, i64::from(*b)),
+        (None, J::Bool(b)) => item.insert_meta(name, i64::from(*b)),
         (None | Some(FieldKind::I64), J::Number(n)) if n.is_i64() => {
-            item.set_i64(name, n.as_i64().unwrap_or_default())
+            item.insert_meta(name, n.as_i64().unwrap_or_default())
         }
         (Some(FieldKind::I64), _) => {
             return Err(format!("expected an integer, got {}", kind_of(v)));
         }
         (None | Some(FieldKind::F64), J::Number(n)) => {
-            item.set_f64(name, n.as_f64().unwrap_or(f64::NAN))
+            item.insert_meta(name, n.as_f64().unwrap_or(f64::NAN))
         }
         (Some(FieldKind::F64), _) => return Err(format!("expected a number, got {}", kind_of(v))),
-        (None | Some(FieldKind::Str), J::String(s)) => item.set_str(name, s),
+        (None | Some(FieldKind::Str), J::String(s)) => item.insert_meta(name, s),
         (Some(FieldKind::Str), _) => return Err(format!("expected a string, got {}", kind_of(v))),
         (None | Some(FieldKind::F32Array), J::Array(_)) => {
             let (shape, flat) = flatten(v, &|x| float(x).map(|f| f as f32))?;

@@ -27,11 +27,11 @@ fn enqueue_dequeue_like_the_seed() {
             .start()
             .unwrap();
         let _g = ShmGuard(p.id().to_owned());
-        p.enqueue(Item::new().with_i64("n", 3)).unwrap();
+        p.enqueue(Item::new().with_meta("n", 3)).unwrap();
         let out = p.dequeue().unwrap().unwrap();
         assert_eq!(out.i64("n"), Some(5));
         for n in 0..100 {
-            p.enqueue(Item::new().with_i64("n", n)).unwrap();
+            p.enqueue(Item::new().with_meta("n", n)).unwrap();
         }
         p.close_input();
         let mut got: Vec<i64> = p.by_ref().map(|r| r.unwrap().i64("n").unwrap()).collect();
@@ -139,7 +139,10 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
     // copied, so the pipeline cannot stall on its own outputs.
     let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
     assert_eq!(items.len(), 120);
-    let shared = items.iter().filter(|i| i.is_shared("x")).count();
+    let shared = items
+        .iter()
+        .filter(|i| i.get("x").unwrap().is_shared())
+        .count();
     assert!(shared >= 1, "no array was read in place");
     assert!(
         shared <= 6,
@@ -155,9 +158,9 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
         assert_eq!(it.get("x").unwrap().nbytes(), 200_000);
     }
     let mut one = items[0].clone();
-    if one.is_shared("x") {
+    if one.get("x").unwrap().is_shared() {
         one.array_mut::<f32>("x").unwrap()[0] = -1.0;
-        assert!(!one.is_shared("x"));
+        assert!(!one.get("x").unwrap().is_shared());
         assert_ne!(one, items[0]);
     }
 }
@@ -178,7 +181,7 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
     // Enqueueing never blocks: the error surfaces either at a later enqueue or at the consumer.
     let mut err = None;
     for _ in 0..50 {
-        if let Err(e) = p.enqueue(Item::new().with_i64("n", 0).with_array("x", big.clone())) {
+        if let Err(e) = p.enqueue(Item::new().with_meta("n", 0).with("x", big.clone())) {
             err = Some(e);
             break;
         }

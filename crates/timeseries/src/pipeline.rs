@@ -150,13 +150,13 @@ pub fn entry_to_item(mut e: DataEntry) -> Item {
         item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
     }
     if let Some(id) = &e.item_id {
-        item.set_str(ITEM_ID_META, id);
+        item.insert_meta(ITEM_ID_META, &**id);
     }
     if let Some(s) = e.start {
-        item.set_i64(START_META, s.ordinal);
+        item.insert_meta(START_META, s.ordinal);
     }
     if let Some(s) = e.forecast_start {
-        item.set_i64(FORECAST_START_META, s.ordinal);
+        item.insert_meta(FORECAST_START_META, s.ordinal);
     }
     item
 }
@@ -170,7 +170,8 @@ pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError>
     let names: Vec<String> = item.arrays().map(|(n, _)| n.to_owned()).collect();
     for n in names {
         let a = item
-            .take_array::<f32>(&n)
+            .remove(&n)
+            .and_then(|a| a.into_typed::<f32>().ok())
             .ok_or_else(|| StepError::new(format!("array {n:?} is not f32")))?;
         if a.ndim() > crate::entry::MAX_NDIM {
             return Err(StepError::new(format!(
@@ -198,7 +199,7 @@ pub fn batch_to_item(b: Batch) -> Item {
         .iter()
         .map(|p| p.map_or(i64::MIN, |p| p.ordinal))
         .collect();
-    let mut item = Item::new().with_array(FORECAST_START_FIELD, Array1::from(starts));
+    let mut item = Item::new().with(FORECAST_START_FIELD, Array1::from(starts));
     for (name, a) in b.into_fields() {
         item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
     }
@@ -265,7 +266,10 @@ impl TrainStep {
 
 impl Step for TrainStep {
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
-        if let Some(ranges) = item.take_array::<i64>(RANGES_FIELD) {
+        if let Some(ranges) = item
+            .remove(RANGES_FIELD)
+            .and_then(|a| a.into_typed::<i64>().ok())
+        {
             use std::os::unix::fs::FileExt;
             let (file, path, mut buf) = self
                 .file
@@ -291,7 +295,10 @@ impl Step for TrainStep {
             }
             self.file = Some((file, path, buf));
             result?;
-        } else if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
+        } else if let Some(numbers) = item
+            .remove(LINES_FIELD)
+            .and_then(|a| a.into_typed::<i64>().ok())
+        {
             // Taken out for the loop (`run_ref` borrows `self`), put back after.
             let cache = self
                 .cache
@@ -311,7 +318,10 @@ impl Step for TrainStep {
             }
             self.cache = Some(cache);
             result?;
-        } else if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
+        } else if let Some(lines) = item
+            .remove(LINE_FIELD)
+            .and_then(|a| a.into_typed::<u8>().ok())
+        {
             let bytes = lines
                 .as_slice()
                 .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
@@ -385,7 +395,7 @@ impl TrainStep {
 
 /// Packs entries into one record: series `j`'s fields and metadata named `"{j}/{name}"`.
 pub fn group_items(entries: Vec<Item>) -> Item {
-    let mut g = Item::new().with_i64(GROUP_META, entries.len() as i64);
+    let mut g = Item::new().with_meta(GROUP_META, entries.len() as i64);
     for (j, mut it) in entries.into_iter().enumerate() {
         let names: Vec<String> = it.arrays().map(|(n, _)| n.to_owned()).collect();
         for n in names {
@@ -394,7 +404,7 @@ pub fn group_items(entries: Vec<Item>) -> Item {
             }
         }
         for (n, m) in it.metas() {
-            g.set_meta(&format!("{j}/{n}"), m.clone());
+            g.insert_meta(&format!("{j}/{n}"), m.clone());
         }
     }
     g
@@ -429,7 +439,7 @@ pub fn split_group(mut item: Item, n: usize, freq: Freq) -> Result<Vec<DataEntry
             continue;
         }
         let (j, field) = index(name)?;
-        parts[j].set_meta(&field, m.clone());
+        parts[j].insert_meta(&field, m.clone());
     }
     parts.into_iter().map(|p| item_to_entry(p, freq)).collect()
 }
@@ -521,7 +531,7 @@ impl Source for I64Records {
             .records
             .get(index)
             .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
-        Ok(Item::new().with_array(self.field, Array1::from(r.clone())))
+        Ok(Item::new().with(self.field, Array1::from(r.clone())))
     }
 }
 
@@ -610,8 +620,8 @@ impl Source for LinesSource {
             .cloned()
             .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
         Ok(Item::new()
-            .with_array(LINE_FIELD, Array1::from(self.data[r].to_vec()))
-            .with_i64(LINE_NO_META, line as i64))
+            .with(LINE_FIELD, Array1::from(self.data[r].to_vec()))
+            .with_meta(LINE_NO_META, line as i64))
     }
 }
 
