@@ -211,7 +211,11 @@ pub fn measure(
         .topology(cfg.topology())
         .batch_bytes(cfg.batch_bytes)
         .transfer(cfg.transfer())
-        .channel(slots, blocks, block_size)
+        .channel(shmpipe::ChannelGeometry {
+            slots,
+            blocks,
+            block_size,
+        })
         .socket_transport(cfg.transfer == TransferKind::Socket)
         .start()?;
     let mut meter = Meter::new(warmup, stride_for(elements));

@@ -94,7 +94,11 @@ fn run(reg: &Registry) -> Result<(), Box<dyn std::error::Error>> {
             .transfer(transfer)
             .batch_bytes(1)
             // One 4 MB array (or one 4 MB message body) per pool block.
-            .channel(0, 6, (LEN * 4) + (64 << 10))
+            .channel(shmpipe::ChannelGeometry {
+                blocks: 6,
+                block_size: (LEN * 4) + (64 << 10),
+                ..Default::default()
+            })
             .child_args(Vec::<String>::new())
             .start()?;
         let bar = ProgressBar::new(n).with_style(

@@ -110,7 +110,7 @@ impl Array {
 
     /// A view of the array (no copy). Only for arrays in row-major layout (every array in an
     /// item is).
-    pub(crate) fn as_ref(&self) -> ArrayRef<'_> {
+    pub(crate) fn raw(&self) -> ArrayRef<'_> {
         ArrayRef {
             dtype: self.dtype(),
             shape: self.shape(),
@@ -171,6 +171,11 @@ impl Array {
         }
         fn build<T: bytemuck::Pod>(shape: &[usize], bytes: &[u8]) -> Result<ArrayD<T>, String> {
             let v: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
+            if let [_] = shape {
+                // The common small case, without the dynamic-shape checks (the length was
+                // checked above).
+                return Ok(ndarray::Array1::from_vec(v).into_dyn());
+            }
             ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| e.to_string())
         }
         Ok(match dtype {
@@ -291,16 +296,17 @@ meta_from! {
 /// Where an item's array lives.
 #[derive(Debug, Clone)]
 enum Slot {
-    /// On the heap (always in row-major layout).
-    Owned(Array),
+    /// On the heap (always in row-major layout). Boxed: an `ndarray` array is over a hundred
+    /// bytes, and items move by value through batches and steps several times per hop.
+    Owned(Box<Array>),
     /// In a shared-memory pool block of a received message (zero-copy), read in place.
     Leased(Arc<Leased>),
 }
 
 impl Slot {
-    fn as_ref(&self) -> ArrayRef<'_> {
+    fn raw(&self) -> ArrayRef<'_> {
         match self {
-            Slot::Owned(a) => a.as_ref(),
+            Slot::Owned(a) => a.raw(),
             Slot::Leased(l) => ArrayRef {
                 dtype: l.dtype,
                 shape: &l.shape,
@@ -399,7 +405,7 @@ impl PartialEq for Item {
                 .iter()
                 .zip(&other.arrays)
                 .all(|((n, a), (m, b))| {
-                    let (a, b) = (a.as_ref(), b.as_ref());
+                    let (a, b) = (a.raw(), b.raw());
                     n == m && a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes
                 })
     }
@@ -421,7 +427,7 @@ impl Item {
     /// Adds or replaces array `name` (an array not in row-major layout is copied into it).
     pub fn insert(&mut self, name: &str, a: impl Into<Array>) {
         let a = a.into().standard();
-        self.insert_slot(name, Slot::Owned(a));
+        self.insert_slot(name, Slot::Owned(Box::new(a)));
     }
 
     fn insert_slot(&mut self, name: &str, a: Slot) {
@@ -438,7 +444,8 @@ impl Item {
 
     /// Adds an array decoded from a message, name already checked to be new.
     pub(crate) fn push_array(&mut self, name: &str, a: Array) {
-        self.arrays.push((Name::new(name), Slot::Owned(a)));
+        self.arrays
+            .push((Name::new(name), Slot::Owned(Box::new(a))));
     }
 
     /// A typed view of array `name` (no copy); `None` when absent or of another dtype.
@@ -454,18 +461,18 @@ impl Item {
         self.arrays
             .iter()
             .find(|(n, _)| n == name)
-            .map(|(_, a)| a.as_ref())
+            .map(|(_, a)| a.raw())
     }
 
     /// A mutable view of array `name`; `None` when absent or of another dtype. An array in
     /// shared memory is first copied to the heap (copy on write).
     pub fn array_mut<T: Element>(&mut self, name: &str) -> Option<ArrayViewMutD<'_, T>> {
         let slot = &mut self.arrays.iter_mut().find(|(n, _)| n == name)?.1;
-        if slot.as_ref().dtype != T::DTYPE {
+        if slot.raw().dtype != T::DTYPE {
             return None;
         }
         if let Slot::Leased(l) = slot {
-            *slot = Slot::Owned(Slot::Leased(Arc::clone(l)).as_ref().to_owned());
+            *slot = Slot::Owned(Box::new(Slot::Leased(Arc::clone(l)).raw().to_owned()));
         }
         let Slot::Owned(a) = slot else { return None };
         let shape = IxDyn(a.shape());
@@ -478,14 +485,14 @@ impl Item {
     pub fn remove(&mut self, name: &str) -> Option<Array> {
         let pos = self.arrays.iter().position(|(n, _)| n == name)?;
         Some(match self.arrays.remove(pos).1 {
-            Slot::Owned(a) => a,
-            l @ Slot::Leased(_) => l.as_ref().to_owned(),
+            Slot::Owned(a) => *a,
+            l @ Slot::Leased(_) => l.raw().to_owned(),
         })
     }
 
     /// All arrays in insertion order, as views (no copy).
     pub fn arrays(&self) -> impl ExactSizeIterator<Item = (&str, ArrayRef<'_>)> {
-        self.arrays.iter().map(|(n, a)| (n.as_str(), a.as_ref()))
+        self.arrays.iter().map(|(n, a)| (n.as_str(), a.raw()))
     }
 
     /// Adds or replaces metadata `name` (an `i64`/`i32`/`u32`, `f64`, string or [`Meta`]).
@@ -550,7 +557,7 @@ impl Item {
 
     /// Payload bytes of all arrays.
     pub fn nbytes(&self) -> usize {
-        self.arrays.iter().map(|(_, a)| a.as_ref().nbytes()).sum()
+        self.arrays.iter().map(|(_, a)| a.raw().nbytes()).sum()
     }
 
     /// Approximate encoded size (payload plus names and metadata), and how many arrays go
@@ -559,7 +566,7 @@ impl Item {
         let mut size = 16;
         let mut zero_copy = 0;
         for (n, a) in &self.arrays {
-            let a = a.as_ref();
+            let a = a.raw();
             size += n.len() + 32 + 8 * a.shape.len() + a.bytes.len();
             zero_copy += usize::from(transfer.zero_copy(a.bytes.len()));
         }

@@ -80,6 +80,7 @@ pub use half;
 pub use input::Input;
 pub use item::{Array, ArrayRef, DType, Element, Item, Meta};
 pub use ndarray;
+pub use node::ChannelGeometry;
 pub use pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
     OnBadRecord, Pipeline, Topology,

@@ -86,13 +86,36 @@ pub(crate) struct StagePlan {
     pub workers: usize,
 }
 
-/// Shared-memory channel sizing.
+/// Shared-memory channel geometry of a pipeline ([`PipelineBuilder::channel`]).
+///
+/// [`PipelineBuilder::channel`]: crate::PipelineBuilder::channel
+///
+/// ```
+/// use shmpipe::ChannelGeometry;
+/// let g = ChannelGeometry { blocks: 4, block_size: 8 << 20, ..ChannelGeometry::default() };
+/// assert_eq!(g.slots, 0); // sized from the batch size
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ChannelPlan {
+pub struct ChannelGeometry {
+    /// Descriptor ring slots of 64 bytes (a power of two); 0 (the default): room for eight
+    /// batches, so a batch of up to twice `batch_bytes` travels inline in the ring (shm-ring
+    /// keeps a message inline up to a quarter of the ring) and small items never take a
+    /// pool block.
     pub slots: u32,
-    pub slot_size: u32,
+    /// Payload pool blocks: one per zero-copy array or per batch too large for the ring.
     pub blocks: u32,
+    /// Bytes per pool block (a zero-copy array must fit one).
     pub block_size: usize,
+}
+
+impl Default for ChannelGeometry {
+    fn default() -> Self {
+        ChannelGeometry {
+            slots: 0,
+            blocks: 8,
+            block_size: 1 << 20,
+        }
+    }
 }
 
 /// Everything a process of the pipeline needs to know.
@@ -109,7 +132,7 @@ pub(crate) struct Plan {
     #[serde(with = "transfer_serde")]
     pub transfer: Transfer,
     pub transport: TransportKind,
-    pub channel: ChannelPlan,
+    pub channel: ChannelGeometry,
     pub seed: u64,
     pub shuffle: bool,
     pub shuffle_buffer: usize,

@@ -23,10 +23,13 @@ fn map_err(e: shm_ring::Error) -> TransportError {
     }
 }
 
-/// The channel configuration of a plan: a descriptor ring of about four batches.
+/// Bytes per ring slot.
+const SLOT_SIZE: u32 = 64;
+
+/// The channel configuration of a plan: a descriptor ring of eight batches unless the plan
+/// says otherwise (see [`ChannelGeometry::slots`](crate::ChannelGeometry::slots)).
 pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
-    let slot_size = plan.channel.slot_size.max(64);
-    let want = (4 * plan.batch_bytes / slot_size as usize).clamp(64, 1 << 16);
+    let want = (8 * plan.batch_bytes / SLOT_SIZE as usize).clamp(64, 1 << 16);
     let slots = if plan.channel.slots > 0 {
         plan.channel.slots
     } else {
@@ -34,7 +37,7 @@ pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
     };
     ChannelConfig {
         slots,
-        slot_size,
+        slot_size: SLOT_SIZE,
         blocks: plan.channel.blocks,
         block_size: plan.channel.block_size,
         transfer: plan.transfer,

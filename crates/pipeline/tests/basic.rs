@@ -112,7 +112,11 @@ fn channels_larger_than_memory_are_a_clear_error_at_start() {
         .emitters(8)
         .workers(8)
         .step("inc")
-        .channel(0, 4096, 1 << 30)
+        .channel(shmpipe::ChannelGeometry {
+            slots: 0,
+            blocks: 4096,
+            block_size: 1 << 30,
+        })
         .start()
         .unwrap_err();
     let msg = err.to_string();
@@ -173,7 +177,11 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
         .step("inc")
         .workers(1)
         .transfer(shmpipe::Transfer::ZeroCopy)
-        .channel(64, 4, 64 << 10)
+        .channel(shmpipe::ChannelGeometry {
+            slots: 64,
+            blocks: 4,
+            block_size: 64 << 10,
+        })
         .start()
         .unwrap();
     let _g = ShmGuard(p.id().to_owned());

@@ -133,7 +133,11 @@ fn pools_larger_than_dev_shm_work() {
             .step("inc")
             .workers(1)
             .transfer(Transfer::ZeroCopy)
-            .channel(256, 16, 4 << 20)
+            .channel(shmpipe::ChannelGeometry {
+                slots: 256,
+                blocks: 16,
+                block_size: 4 << 20,
+            })
             .start()
             .unwrap_or_else(|e| {
                 println!("START FAILED {e}");
