@@ -59,16 +59,21 @@
 mod alloc;
 mod broker;
 mod builder;
+mod config;
 mod error;
 mod handover;
 mod input;
 mod item;
+mod jsonl;
 mod name;
 mod node;
 mod pipeline;
+mod plan;
 mod process;
+mod reorder;
 mod roles;
 mod shm;
+mod shuffle;
 mod source;
 mod step;
 mod transport;
@@ -80,11 +85,11 @@ pub use half;
 pub use input::Input;
 pub use item::{Array, ArrayRef, DType, Element, Item, Meta};
 pub use ndarray;
-pub use node::ChannelGeometry;
 pub use pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
     OnBadRecord, Pipeline, Topology,
 };
+pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
 pub use shm_ring::Transfer;
 pub use source::{
