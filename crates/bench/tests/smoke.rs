@@ -1,38 +1,13 @@
 //! Runs the real binary: `transport` with tiny sizes and a short duration, then checks the CSV
 //! and the plot it wrote, and that no worker process or shared-memory segment is left behind.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use shmpipe_test_kit::proc::processes_with_cmdline;
+use shmpipe_test_kit::{ChildGuard, TempDir, shm_entries};
+
 const EXE: &str = env!("CARGO_BIN_EXE_shmpipe-bench");
-
-/// A temporary directory removed on drop (also when the test fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("shmpipe-bench-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The harness process, killed on drop if still running.
-struct Harness(Child);
-
-impl Drop for Harness {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// Runs the harness with `args`, at most `limit`; returns (success, stdout, stderr, pid).
 fn run(args: &[&str], limit: Duration) -> (bool, String, String, u32) {
@@ -44,7 +19,7 @@ fn run(args: &[&str], limit: Duration) -> (bool, String, String, u32) {
         .spawn()
         .unwrap();
     let pid = child.id();
-    let mut h = Harness(child);
+    let mut h = ChildGuard(child);
     let start = Instant::now();
     while h.0.try_wait().unwrap().is_none() {
         assert!(
@@ -53,7 +28,7 @@ fn run(args: &[&str], limit: Duration) -> (bool, String, String, u32) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    let Harness(child) = &mut h;
+    let ChildGuard(child) = &mut h;
     let mut out = String::new();
     let mut err = String::new();
     use std::io::Read;
@@ -75,27 +50,18 @@ fn run(args: &[&str], limit: Duration) -> (bool, String, String, u32) {
 
 /// Worker processes still alive whose rendezvous name belongs to harness `pid`.
 fn stray_workers(pid: u32) -> Vec<String> {
-    let needle = format!("bench-{pid}-");
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains("worker") && cmd.contains(&needle) {
-                found.push(cmd);
-            }
-        }
-    }
-    found
+    processes_with_cmdline(&format!("bench-{pid}-"))
+        .into_iter()
+        .filter(|cmd| cmd.contains("worker"))
+        .collect()
 }
 
 /// Shared-memory entries left by harness `pid`.
 fn leaked_segments(pid: u32) -> Vec<String> {
     let prefix = format!("shmpipe-bench-{pid}-");
     let ring = format!("shmpipe_ring-bench-{pid}-");
-    std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    shm_entries("")
+        .into_iter()
         .filter(|n| n.starts_with(&prefix) || n.starts_with(&ring))
         .collect()
 }
@@ -109,7 +75,7 @@ fn column(header: &[&str], name: &str) -> usize {
 
 #[test]
 fn transport_smoke_writes_csv_and_plot() {
-    let dir = TempDir::new("smoke");
+    let dir = TempDir::new("bench-smoke");
     let csv = dir.0.join("t.csv");
     let svg = dir.0.join("t.svg");
     let (ok, out, err, pid) = run(
@@ -248,27 +214,9 @@ fn unwritable_csv_is_an_error() {
     assert!(stray_workers(pid).is_empty());
 }
 
-/// Processes whose command line contains `needle` (pipeline children get the parent's args).
-fn processes_with(needle: &str) -> Vec<String> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if entry.file_name().to_string_lossy() == me {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) {
-                found.push(cmd);
-            }
-        }
-    }
-    found
-}
-
 #[test]
 fn pipeline_smoke_writes_csv() {
-    let dir = TempDir::new("pipeline");
+    let dir = TempDir::new("bench-pipeline");
     let csv = dir.0.join("p.csv");
     let csv_arg = csv.to_str().unwrap();
     let (ok, out, err, pid) = run(
@@ -294,14 +242,12 @@ fn pipeline_smoke_writes_csv() {
     );
     assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
     assert!(
-        processes_with(csv_arg).is_empty(),
+        processes_with_cmdline(csv_arg).is_empty(),
         "{:?}",
-        processes_with(csv_arg)
+        processes_with_cmdline(csv_arg)
     );
-    let leaked: Vec<String> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+    let leaked: Vec<String> = shm_entries("")
+        .into_iter()
         .filter(|n| {
             n.starts_with(&format!("shmpipe-{pid}x"))
                 || n.starts_with(&format!("shmpipe-bench-{pid}-"))

@@ -3,9 +3,9 @@
 //! A worker allocates and frees the arrays of every batch it builds: a few hundred KiB per
 //! item. glibc's defaults give memory above 128 KiB at the top of the heap back to the kernel
 //! on every `free` (and map allocations of 128 KiB and more one by one), so the next batch
-//! faults the same pages in again, zeroed and charged to the memory cgroup each time. Measured
-//! with `timeseries_loader --long --rows 4 --memory-epochs 192` (2 workers, 2 CPUs): system
-//! time 0.57-0.66 s of 2.2 s, and 1.5x the windows/s with freed memory kept (docs/timeseries.md).
+//! faults the same pages in again, zeroed and charged to the memory cgroup each time: a large
+//! share of the system time of `timeseries_loader --long`, and a clear gain in windows/s with
+//! freed memory kept (figures and the date of the run in `docs/figures.md`).
 //!
 //! Only children call this: the consumer is the user's process, whose allocator is the user's
 //! business.

@@ -54,8 +54,8 @@ pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
 /// Higher than shm-ring's own [`shm_ring::DEFAULT_THRESHOLD`] (which is measured for producers
 /// that fill loans in place): a pipeline's items are ordinary heap arrays, so zero-copy costs a
 /// copy into a pool block plus a block per array (which also caps how many arrays a batch may
-/// hold). Measured with `pipeline_bench` (trivial step, 2 workers): zero-copy 0.39x copy at
-/// 1 KiB arrays, the two within ~10% from 16 KiB to 1 MiB (docs/pipeline.md).
+/// hold). Chosen with `pipeline_bench`: zero-copy loses to copying for small arrays and the
+/// two are close from 16 KiB up (figures and the date of the run in `docs/figures.md`).
 pub const DEFAULT_PIPELINE_THRESHOLD: usize = 64 << 10;
 
 /// The process-wide Ctrl-C flag; registers the handlers on first use when `install`.

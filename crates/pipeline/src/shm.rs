@@ -53,10 +53,9 @@ fn cpus() -> usize {
 
 /// How a producer waits for room: spinning first (shm-ring's default) pays only when its
 /// consumer runs at the same time on another CPU. With more processes than CPUs the spin burns
-/// the time slice the consumer (or another worker) needs to make that room: measured with
-/// `timeseries_loader --long` on 2 CPUs (emitter, 2 workers, consumer), the blocked emitter
-/// and workers spent ~17% of all CPU samples spinning. Then a producer sleeps on the futex
-/// at once.
+/// the time slice the consumer (or another worker) needs to make that room (a measured share
+/// of all CPU samples, with its date, is in `docs/figures.md`). Then a producer sleeps on the
+/// futex at once.
 pub(crate) fn sender_wait(processes: usize, cpus: usize) -> WaitConfig {
     let mut w = WaitConfig::default();
     if processes > cpus {

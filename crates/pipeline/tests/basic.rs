@@ -26,7 +26,7 @@ fn enqueue_dequeue_like_the_seed() {
             .socket_transport(socket)
             .start()
             .unwrap();
-        let _g = ShmGuard(p.id().to_owned());
+        let _g = ShmGuard::containing(p.id().to_owned());
         p.enqueue(Item::new().with_meta("n", 3)).unwrap();
         let out = p.dequeue().unwrap().unwrap();
         assert_eq!(out.i64("n"), Some(5));
@@ -77,7 +77,7 @@ fn source_fan_out_exact_end_of_stream() {
             .start()
             .unwrap();
         let id = p.id().to_owned();
-        let _g = ShmGuard(id.clone());
+        let _g = ShmGuard::containing(id.clone());
         let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
         assert_eq!(sorted_ns(&items), expected, "{topo:?}");
         assert!(shm_entries(&id).is_empty(), "leaked segments of {id}");
@@ -138,7 +138,7 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
         .start()
         .unwrap();
     let id = p.id().to_owned();
-    let _g = ShmGuard(id.clone());
+    let _g = ShmGuard::containing(id.clone());
     // Holding every item: leases are capped (half of each worker's pool blocks), the rest is
     // copied, so the pipeline cannot stall on its own outputs.
     let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
@@ -184,7 +184,7 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
         })
         .start()
         .unwrap();
-    let _g = ShmGuard(p.id().to_owned());
+    let _g = ShmGuard::containing(p.id().to_owned());
     let big = ndarray::Array1::<f32>::zeros(1 << 20); // 4 MiB, blocks hold 64 KiB
     // Enqueueing never blocks: the error surfaces either at a later enqueue or at the consumer.
     let mut err = None;

@@ -164,45 +164,6 @@ impl Drop for Run {
     }
 }
 
-/// Pids of the live processes whose parent is `ppid`.
-fn children_of(ppid: u32) -> Vec<u32> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let rest = stat.rsplit(')').next().unwrap_or("");
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        if f.len() > 2 && f[0] != "Z" && f[1].parse() == Ok(ppid) {
-            v.push(pid);
-        }
-    }
-    v
-}
-
-/// Pids of live processes whose environment holds `RUN_ENV=token`.
-fn processes_with_token(token: &str) -> Vec<u32> {
-    let needle = format!("{RUN_ENV}={token}");
-    let mut v = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if gone(pid) {
-            continue;
-        }
-        if let Ok(env) = std::fs::read(format!("/proc/{pid}/environ"))
-            && env.split(|&b| b == 0).any(|kv| kv == needle.as_bytes())
-        {
-            v.push(pid);
-        }
-    }
-    v
-}
-
 /// Issue 8: 200 pipeline runs, each SIGKILLing one process (the pipeline's parent, an
 /// emitter or a worker, chosen with a fixed seed) at a random instant, during start-up or
 /// while data flows. Every run ends within 2 s of the kill with an error or with exactly the
@@ -246,7 +207,7 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
             let t0 = Instant::now();
             let mut kids = Vec::new();
             while kids.is_empty() && t0.elapsed() < Duration::from_secs(5) {
-                kids = children_of(h.child.id());
+                kids = proc::children_of(h.child.id());
                 std::thread::yield_now();
             }
             std::thread::sleep(delay);
@@ -309,10 +270,10 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
         }
         // Whatever happened, the pipeline's processes are gone within 2 s of the kill.
         let t0 = Instant::now();
-        let mut left = processes_with_token(&token);
+        let mut left = proc::processes_with_env(RUN_ENV, &token);
         while !left.is_empty() && t0.elapsed() < Duration::from_secs(2) {
             std::thread::sleep(Duration::from_millis(5));
-            left = processes_with_token(&token);
+            left = proc::processes_with_env(RUN_ENV, &token);
         }
         assert!(
             left.is_empty(),
@@ -330,21 +291,6 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
         .collect();
     assert!(ours.is_empty(), "left in /dev/shm: {ours:?}");
     assert!(ended > 0 && failed > 0, "{ended} complete, {failed} errors");
-}
-
-/// Memory file descriptors (`/memfd:...`) of process `pid`: its channels.
-fn memfds(pid: u32) -> Vec<std::path::PathBuf> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        if std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().starts_with("/memfd:")) {
-            v.push(e.path());
-        }
-    }
-    v
 }
 
 /// Issue 8: a hostile process writes random bytes at random offsets of live pipeline channels
@@ -369,12 +315,12 @@ fn scribbling_on_live_channels_gives_data_or_errors() {
             .start()
             .unwrap();
         let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard(id), KillOnDrop(pids.clone()));
+        let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
         // Channels mapped by the workers: the emitter's channels to them (their inputs) and
         // their own channels to us.
         let files: Vec<std::fs::File> = pids[1..]
             .iter()
-            .flat_map(|&w| memfds(w))
+            .flat_map(|&w| proc::memfds(w))
             .filter_map(|p| {
                 std::fs::OpenOptions::new()
                     .read(true)

@@ -40,7 +40,7 @@ fn children_run_the_given_program() {
         )
         .start()
         .unwrap();
-    let _g = ShmGuard(p.id().to_owned());
+    let _g = ShmGuard::containing(p.id().to_owned());
     let _k = KillOnDrop(p.pids());
     for n in 0..10 {
         p.enqueue(Item::new().with_meta("n", n)).unwrap();

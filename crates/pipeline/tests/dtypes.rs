@@ -59,7 +59,7 @@ fn f16_bf16_bool_and_u64_arrays_cross_unchanged() {
                 .transfer(transfer)
                 .start()
                 .unwrap();
-            let _g = ShmGuard(p.id().to_owned());
+            let _g = ShmGuard::containing(p.id().to_owned());
             let mut out = p.run((0..50).map(|i| item(i, len))).unwrap();
             out.sort_by_key(|it| it.i64("i"));
             assert_eq!(out.len(), 50, "socket {socket} {transfer:?}");

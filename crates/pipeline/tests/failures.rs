@@ -11,20 +11,13 @@ use common::*;
 use rustix::process::{Pid, Signal, kill_process};
 use shmpipe::{Epochs, Error, FieldKind, JsonLines, OnBadRecord, Pipeline};
 
-struct TempFile(std::path::PathBuf);
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn jsonl(name: &str, lines: &[String]) -> TempFile {
-    let p = std::env::temp_dir().join(format!("shmpipe-fail-{}-{name}.jsonl", std::process::id()));
-    let mut f = std::fs::File::create(&p).unwrap();
+    let t = TempFile::new(&format!("fail-{name}"), "jsonl");
+    let mut f = std::fs::File::create(&t.0).unwrap();
     for l in lines {
         writeln!(f, "{l}").unwrap();
     }
-    TempFile(p)
+    t
 }
 
 fn good_line(i: usize) -> String {
@@ -62,7 +55,7 @@ fn bad_record_fails_naming_file_line_and_field() {
         .start()
         .unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     let err = p
         .into_iter()
         .find_map(Result::err)
@@ -102,7 +95,7 @@ fn bad_records_skipped_and_counted() {
         .start()
         .unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     let mut ns: Vec<i64> = p.by_ref().map(|r| r.unwrap().i64("n").unwrap()).collect();
     ns.sort_unstable();
     let want: Vec<i64> = (0..200)
@@ -126,7 +119,7 @@ fn expect_step_error(step: &str, args: serde_json::Value, needle: &str) {
         .start()
         .unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     let err = p
         .into_iter()
         .find_map(Result::err)
@@ -177,7 +170,7 @@ fn kill_child_and_expect_error(victim: usize, role: &str) {
         .start()
         .unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     for _ in 0..20 {
         p.dequeue().unwrap().unwrap();
     }

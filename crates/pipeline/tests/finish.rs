@@ -87,7 +87,7 @@ fn run(
     }
     let mut p = b.start().unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     let out: Vec<Item> = p.by_ref().map(Result::unwrap).collect();
     assert!(p.is_finished());
     drop(p);
@@ -174,7 +174,7 @@ fn expect_finish_error(topo: Topology, steps: &[(&str, serde_json::Value)], want
     }
     let p = b.start().unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     let err = p
         .into_iter()
         .find_map(Result::err)

@@ -28,7 +28,7 @@ fn staged_close_right_after_start_loses_nothing() {
     for round in 0..8 {
         let mut p = staged(&reg).start().unwrap();
         let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard(id), KillOnDrop(pids));
+        let _g = (ShmGuard::containing(id), KillOnDrop(pids));
         for n in 0..20 {
             p.enqueue(Item::new().with_meta("n", n)).unwrap();
         }
@@ -52,7 +52,7 @@ fn worker_killed_right_after_start_is_an_error_not_a_hang() {
     for round in 0..4 {
         let mut p = staged(&reg).start().unwrap();
         let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard(id), KillOnDrop(pids.clone()));
+        let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
         signal(pids[0], Signal::KILL);
         for n in 0..3000 {
             let _ = p.enqueue(
@@ -160,11 +160,10 @@ fn pools_larger_than_dev_shm_work() {
     }
     let exe = std::env::current_exe().unwrap();
     let script = format!(
-        "mount -t tmpfs -o size=16m tmpfs /dev/shm && {} --exact pools_larger_than_dev_shm_work --nocapture",
+        "{} --exact pools_larger_than_dev_shm_work --nocapture",
         exe.display()
     );
-    let out = std::process::Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+    let out = small_dev_shm_command(&script)
         .env(INNER, "1")
         .output()
         .expect("run unshare");

@@ -132,7 +132,7 @@ proptest! {
         }
         let p = b.start().unwrap();
         let id = p.id().to_owned();
-        let _g = ShmGuard(id.clone());
+        let _g = ShmGuard::containing(id.clone());
         let got: Vec<Item> = p.map(|r| r.unwrap()).collect();
         let (mut g, mut w): (Vec<_>, Vec<_>) = (got.iter().map(key).collect(), want.iter().map(key).collect());
         if c.ordered {

@@ -10,7 +10,7 @@ use shmpipe::{Epochs, JsonLines, Pipeline, PipelineBuilder, Registry};
 
 fn run(b: PipelineBuilder) -> Vec<shmpipe::Item> {
     let p = b.start().unwrap();
-    let _g = ShmGuard(p.id().to_owned());
+    let _g = ShmGuard::containing(p.id().to_owned());
     p.map(|r| r.unwrap()).collect()
 }
 
@@ -62,7 +62,8 @@ fn sharding_by_rank_is_disjoint_complete_and_deterministic() {
         |b| b.source_named("range", serde_json::json!({"n": 1000, "len": 2})),
         1000,
     );
-    let path = std::env::temp_dir().join(format!("shmpipe-shard-{}.jsonl", std::process::id()));
+    let tmp = TempFile::new("shard", "jsonl");
+    let path = tmp.0.clone();
     let mut f = std::fs::File::create(&path).unwrap();
     for i in 0..777 {
         writeln!(f, "{{\"n\": {i}, \"target\": [{i}]}}").unwrap();
@@ -70,7 +71,7 @@ fn sharding_by_rank_is_disjoint_complete_and_deterministic() {
     drop(f);
     let p2 = path.clone();
     ranks_cover_everything_once(&reg, move |b| b.source(JsonLines::new(&p2)), 777);
-    std::fs::remove_file(&path).unwrap();
+    drop(tmp);
 }
 
 #[test]
@@ -156,7 +157,7 @@ fn endless_mode_yields_fixed_size_epochs() {
         .start()
         .unwrap();
     let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard(id.clone()), KillOnDrop(pids.clone()));
+    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     for _ in 0..5 {
         let epoch: Vec<i64> = p
             .take_epoch(32)

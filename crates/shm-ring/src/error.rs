@@ -84,6 +84,10 @@ pub enum Error {
         /// The element type asked for.
         expected: crate::DType,
     },
+    /// The channel's schema is unreadable or not the one asked for.
+    Schema(crate::schema::SchemaError),
+    /// A field looked up that the schema does not have.
+    Field(crate::schema::FieldError),
     /// An operating-system call failed.
     Os(io::Error),
 }
@@ -208,6 +212,8 @@ impl fmt::Display for Error {
                 f,
                 "array '{name}' holds {found}, not {expected}: read it as {found}"
             ),
+            Error::Schema(e) => write!(f, "{e}"),
+            Error::Field(e) => write!(f, "{e}"),
             Error::Os(e) => write!(f, "os error: {e}"),
         }
     }
@@ -217,6 +223,8 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Error::Os(e) => Some(e),
+            Error::Schema(e) => Some(e),
+            Error::Field(e) => Some(e),
             _ => None,
         }
     }
@@ -225,6 +233,18 @@ impl std::error::Error for Error {
 impl From<io::Error> for Error {
     fn from(e: io::Error) -> Self {
         Error::Os(e)
+    }
+}
+
+impl From<crate::schema::SchemaError> for Error {
+    fn from(e: crate::schema::SchemaError) -> Self {
+        Error::Schema(e)
+    }
+}
+
+impl From<crate::schema::FieldError> for Error {
+    fn from(e: crate::schema::FieldError) -> Self {
+        Error::Field(e)
     }
 }
 

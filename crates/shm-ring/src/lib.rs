@@ -52,8 +52,12 @@ mod error;
 #[cfg(not(loom))]
 pub mod message;
 #[cfg(not(loom))]
+mod op_error;
+#[cfg(not(loom))]
 mod pool;
 pub mod ring;
+#[cfg(not(loom))]
+pub mod schema;
 #[cfg(not(loom))]
 mod segment;
 mod sync;
@@ -65,10 +69,14 @@ pub mod transfer;
 #[cfg(not(loom))]
 pub use calibrate::{Calibration, calibrate};
 #[cfg(not(loom))]
-pub use channel::{ChannelConfig, Message, Receiver, Sender, SenderStats, WaitConfig};
+pub use channel::{
+    ChannelConfig, Message, Receiver, Sender, SenderStats, TypedReceiver, TypedSender, WaitConfig,
+};
 #[cfg(not(loom))]
 #[doc(hidden)]
-pub use channel::{ChannelLayout, channel_layout};
+pub use channel::{
+    ChannelLayout, SchemaWire, channel_layout, schema_channel_layout, typed_channel_layout,
+};
 #[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
@@ -76,7 +84,11 @@ pub use error::Error;
 #[cfg(not(loom))]
 pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
 #[cfg(not(loom))]
+pub use op_error::{RecvError, SendError, TrySendError};
+#[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit};
+#[cfg(not(loom))]
+pub use schema::{FieldError, FieldId, FieldKind, FieldSpec, Schema, SchemaError, ValueType};
 #[cfg(not(loom))]
 pub use segment::{NAME_PREFIX, Segment, SegmentInfo, reclaim_stale};
 #[cfg(not(loom))]

@@ -2,11 +2,10 @@
 
 /// Arrays of at least this many bytes go zero-copy under [`Transfer::Adaptive`] by default.
 ///
-/// Measured on the 2-core development VM with `shmpipe-bench transport` (producer filling
-/// loans in place above the threshold, copying below): copy wins at 16 floats (64 B: 3.3 M vs
-/// 2.2 M msgs/s), zero-copy wins from 1,000 floats (4 kB: 1.84 M vs 1.39 M; 16 kB: 1.7x); a 4 KiB
-/// threshold left adaptive at 0.70x of zero-copy at 4 kB. Pipelines of heap arrays use a higher
-/// threshold (`shmpipe::DEFAULT_PIPELINE_THRESHOLD`). See ARCHITECTURE.md.
+/// Chosen with `shmpipe-bench transport` (producer filling loans in place above the threshold,
+/// copying below): copying wins for small arrays, zero-copy from about 1,000 floats. The
+/// figures and the date of the run are in `docs/figures.md`. Pipelines of heap arrays use a
+/// higher threshold (`shmpipe::DEFAULT_PIPELINE_THRESHOLD`). See ARCHITECTURE.md.
 pub const DEFAULT_THRESHOLD: usize = 1024;
 
 /// Per-array transfer policy of a [`crate::Sender`]. Loaned arrays ([`crate::ArrayLoan`]) are

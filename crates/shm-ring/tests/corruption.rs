@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{Peer, ShmGuard, unique};
+use common::{Peer, shm_guard, unique};
 use shm_ring::{ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender};
 
 fn layout() -> ChannelLayout {
@@ -64,7 +64,7 @@ fn check(offset: u64, hex: &str, recovers: bool, expect: &str) {
 /// As [`check`], with several writes.
 fn check_all(pokes: &[(u64, &str)], recovers: bool, expect: &str) {
     let name = unique("corrupt");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     send_one(&mut tx, 1.0);
@@ -191,7 +191,7 @@ fn field_name_not_utf8() {
 #[test]
 fn segment_magic_and_version_are_checked() {
     let name = unique("hdr");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let _tx = Sender::create(&name, &no_linger()).unwrap();
     corrupt(&name, 8, &le32(99));
     match Receiver::open(&name) {
@@ -210,7 +210,7 @@ fn segment_magic_and_version_are_checked() {
 #[test]
 fn channel_geometry_is_checked_against_the_segment() {
     let name = unique("geom");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let _tx = Sender::create(&name, &no_linger()).unwrap();
     let g = layout().geometry as u64;
     corrupt(&name, g, &le32(1 << 16)); // slots
@@ -225,7 +225,7 @@ fn channel_geometry_is_checked_against_the_segment() {
 #[test]
 fn bogus_block_returned_by_consumer() {
     let name = unique("comp");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &no_linger()).unwrap();
     // Completion slot 0 = block 5 (never sent), completion tail = 1.
     let l = shm_ring::channel_layout(&no_linger()).unwrap();
@@ -244,7 +244,7 @@ fn bogus_block_returned_by_consumer() {
 #[test]
 fn in_place_reads_validate_every_access() {
     let name = unique("inplace");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     send_one(&mut tx, 1.0);

@@ -5,8 +5,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, ShmGuard, checksum, in_small_dev_shm, unique};
+use common::{Peer, checksum, shm_guard, unique};
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
+use shmpipe_test_kit::in_small_dev_shm;
 
 fn send_seq(tx: &mut Sender, seq: u64, data: &[f32]) {
     let bytes: &[u8] = bytemuck::cast_slice(data);
@@ -21,7 +22,7 @@ fn send_seq(tx: &mut Sender, seq: u64, data: &[f32]) {
 #[test]
 fn one_million_messages_arrive_in_order_with_checksums() {
     let name = unique("million");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let consumer = Peer::spawn(&["consume", &name, "1000000"]);
     let mut data = [0f32; 16];
@@ -40,7 +41,7 @@ fn one_million_messages_arrive_in_order_with_checksums() {
 
 fn large_arrays(transfer: Transfer) {
     let name = unique("large");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let cfg = ChannelConfig {
         blocks: 4,
         block_size: 4 << 20,
@@ -85,7 +86,7 @@ fn million_element_arrays_are_byte_exact_adaptive() {
 #[test]
 fn producer_reclaims_every_block_of_a_killed_consumer() {
     let name = unique("reclaim");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let cfg = ChannelConfig {
         blocks: 8,
         block_size: 64 << 10,
@@ -134,7 +135,7 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
 #[test]
 fn blocked_consumer_sees_a_killed_producer_within_a_second() {
     let name = unique("prodkill");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut producer = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(producer.line(), "ready");
     let mut rx = Receiver::open(&name).unwrap();
@@ -163,7 +164,7 @@ fn blocked_consumer_sees_a_killed_producer_within_a_second() {
 #[test]
 fn clean_close_drains_then_disconnects() {
     let name = unique("close");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     for i in 0..10 {
@@ -184,7 +185,7 @@ fn clean_close_drains_then_disconnects() {
 #[test]
 fn stale_segments_of_dead_creators_are_reclaimed() {
     let name = unique("stale");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut p = Peer::spawn(&["create-die", &name]);
     assert_eq!(p.line(), "ready");
     assert!(std::path::Path::new(&common::shm_path(&name)).exists());
@@ -199,13 +200,11 @@ fn stale_segments_of_dead_creators_are_reclaimed() {
 #[test]
 fn idle_consumer_sleeps_instead_of_spinning() {
     let name = unique("idle");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut consumer = Peer::spawn(&["consume", &name, "0"]);
     std::thread::sleep(Duration::from_millis(1500));
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", consumer.pid())).unwrap();
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
-    let ticks: u64 = fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap();
+    let ticks = shmpipe_test_kit::proc::cpu_ticks(consumer.pid()).unwrap();
     // Clock ticks are 10 ms: 1.5 s of spinning would be ~150 ticks. Start-up costs a few.
     assert!(
         ticks < 30,
@@ -264,7 +263,7 @@ fn calibrate_measures_both_modes_at_every_size() {
 #[test]
 fn non_blocking_calls_do_not_wait() {
     let name = unique("nonblock");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     let t0 = Instant::now();

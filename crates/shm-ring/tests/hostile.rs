@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, ShmGuard, poke, unique};
+use common::{Peer, poke, shm_guard, unique};
 use shm_ring::{
     ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender, Transfer, channel_layout,
 };
@@ -31,7 +31,7 @@ fn first_body(l: &ChannelLayout) -> usize {
 #[test]
 fn strings_read_in_place_do_not_change_under_the_reader() {
     let name = unique("str");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
@@ -58,7 +58,7 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
 #[test]
 fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
     let name = unique("busy");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &cfg()).unwrap();
     let mut rx = Receiver::open(&name).unwrap(); // consumer A: this process
     // Make sure B starts in another clock tick than this process.
@@ -78,7 +78,7 @@ fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
 #[test]
 fn a_garbage_consumer_pid_does_not_disable_death_detection() {
     let name = unique("garbage-pid");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = ChannelConfig { slots: 2, ..cfg() };
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
@@ -107,7 +107,7 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
 #[test]
 fn a_sender_whose_consumer_never_attaches_gets_an_error() {
     let name = unique("no-consumer");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = ChannelConfig {
         slots: 2,
         attach_timeout: Duration::from_millis(300),
@@ -141,7 +141,7 @@ fn a_sender_whose_consumer_never_attaches_gets_an_error() {
 #[test]
 fn blocks_of_a_skipped_corrupt_record_come_back() {
     let name = unique("skip-blocks");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = ChannelConfig {
         blocks: 1,
         block_size: 4096,
@@ -183,7 +183,7 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
 #[test]
 fn a_hostile_completion_head_is_an_error_not_a_panic() {
     let name = unique("comp-head");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = ChannelConfig {
         transfer: Transfer::ZeroCopy,
         ..cfg()
@@ -214,7 +214,7 @@ fn a_hostile_completion_head_is_an_error_not_a_panic() {
 #[test]
 fn a_hostile_geometry_is_an_error_not_a_panic() {
     let name = unique("geometry");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
     let tx = Sender::create(&name, &c).unwrap();
@@ -257,7 +257,7 @@ fn configurations_whose_lengths_do_not_fit_the_encoding_are_refused() {
 #[test]
 fn duplicate_field_names_are_refused_by_the_sender() {
     let name = unique("dup-send");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut tx = Sender::create(&name, &cfg()).unwrap();
     let data = [1f32; 4];
     let msg = MessageBuilder::new()
@@ -283,7 +283,7 @@ fn duplicate_field_names_are_refused_by_the_sender() {
 #[test]
 fn duplicate_field_names_are_refused_by_the_receiver() {
     let name = unique("dup-recv");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();

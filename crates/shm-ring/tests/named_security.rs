@@ -5,16 +5,10 @@
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::process::CommandExt;
 
-use common::{Peer, ShmGuard, peer_cmd, shm_path, unique};
+use common::{Peer, peer_cmd, shm_guard, shm_path, unique};
 use shm_ring::{ChannelConfig, Receiver, Sender};
-
-const NOBODY: u32 = 65534;
-
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
+use shmpipe_test_kit::{NOBODY, as_nobody, is_root};
 
 fn chmod(name: &str, mode: u32) {
     std::fs::set_permissions(shm_path(name), std::fs::Permissions::from_mode(mode)).unwrap();
@@ -27,15 +21,10 @@ fn segment_of_another_user_is_refused_even_when_world_writable() {
         return;
     }
     let name = unique("foreign");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     // The attacker: another user creates a real channel under the name we are about to use
     // and makes it world-writable.
-    let mut attacker = Peer::spawn_cmd(
-        peer_cmd()
-            .uid(NOBODY)
-            .gid(NOBODY)
-            .args(["produce-hang", &name]),
-    );
+    let mut attacker = Peer::spawn_cmd(as_nobody(&mut peer_cmd()).args(["produce-hang", &name]));
     assert_eq!(attacker.line(), "ready");
     chmod(&name, 0o666);
     let err = Receiver::open(&name).expect_err("opened another user's segment");
@@ -55,7 +44,7 @@ fn segment_of_another_user_is_refused_even_when_world_writable() {
 #[test]
 fn own_segment_with_group_or_other_bits_is_refused() {
     let name = unique("mode");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     for mode in [0o640, 0o604, 0o660] {
         chmod(&name, mode);
@@ -74,7 +63,7 @@ fn own_segment_with_group_or_other_bits_is_refused() {
 fn symlink_named_like_ours_is_not_followed() {
     let target = unique("target");
     let link = unique("link");
-    let guard = ShmGuard::new(&[&target, &link]);
+    let guard = shm_guard(&[&target, &link]);
     let tx = Sender::create(&target, &ChannelConfig::default()).unwrap();
     std::os::unix::fs::symlink(
         format!("{}{}", shm_ring::NAME_PREFIX, target),
@@ -99,13 +88,7 @@ fn directory_named_like_ours_is_refused_and_left_alone() {
     let name = unique("dir");
     let path = shm_path(&name);
     std::fs::create_dir(&path).unwrap();
-    struct RmDir(String);
-    impl Drop for RmDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
-        }
-    }
-    let _rm = RmDir(path.clone());
+    let _rm = shm_guard(&[&name]);
     let msg = Receiver::open(&name)
         .expect_err("opened a directory")
         .to_string();

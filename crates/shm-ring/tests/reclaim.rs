@@ -8,8 +8,9 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Peer, ShmGuard, in_small_dev_shm, peer_cmd, shm_path, unique};
+use common::{Peer, peer_cmd, shm_guard, shm_path, unique};
 use shm_ring::{ChannelConfig, Sender};
+use shmpipe_test_kit::{in_small_dev_shm, is_root, shm_entries};
 
 fn exists(name: &str) -> bool {
     Path::new(&shm_path(name)).exists()
@@ -27,7 +28,7 @@ fn corrupt(name: &str, offset: u64, bytes: &[u8]) {
 /// `timeout` bounds the run so a regression fails instead of hanging the suite.
 #[test]
 fn fifo_named_like_ours_does_not_hang_create_or_reclaim() {
-    if !rustix::process::geteuid().is_root() {
+    if !is_root() {
         eprintln!("SKIPPED: needs root for a private mount namespace (unshare)");
         return;
     }
@@ -52,7 +53,7 @@ fn fifo_named_like_ours_does_not_hang_create_or_reclaim() {
 #[test]
 fn live_lock_holder_is_kept_whatever_its_header_says() {
     let name = unique("bogus-pid");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut creator = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(creator.line(), "ready");
     // pid_max is at most 2^22: this pid never exists.
@@ -69,7 +70,7 @@ fn live_lock_holder_is_kept_whatever_its_header_says() {
 #[test]
 fn creator_killed_mid_creation_leaves_the_name_free() {
     let name = unique("orphan");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let dying = Peer::spawn_cmd(
         peer_cmd()
             .env("SHM_RING_TEST_KILL_AFTER_RESERVE", &name)
@@ -89,11 +90,8 @@ fn creator_killed_mid_creation_leaves_the_name_free() {
         .expect("the name of a half-built segment must not stay taken");
     drop(tx);
     guard.assert_gone();
-    let left: Vec<String> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.contains(&name) || n.contains(&format!(".tmp-{pid}-")))
-        .collect();
+    let mut left = shm_entries(&name);
+    left.extend(shm_entries(&format!(".tmp-{pid}-")));
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
@@ -102,7 +100,7 @@ fn creator_killed_mid_creation_leaves_the_name_free() {
 #[test]
 fn segments_of_another_layout_version_are_left_alone() {
     let name = unique("version");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let mut creator = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(creator.line(), "ready");
     corrupt(&name, 8, &99u32.to_le_bytes());
@@ -121,7 +119,7 @@ fn segments_of_another_layout_version_are_left_alone() {
 #[test]
 fn a_name_is_removed_only_while_it_still_leads_to_the_same_file() {
     let name = unique("reused");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let cfg = ChannelConfig {
         linger: Duration::ZERO,
         ..ChannelConfig::default()

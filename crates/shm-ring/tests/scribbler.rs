@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Peer, ShmGuard, unique};
+use common::{Peer, shm_guard, unique};
 use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer};
 
 const RUN: Duration = Duration::from_secs(4);
@@ -123,7 +123,7 @@ fn consume(mut rx: Receiver, until: Instant) -> (u64, u64, Duration, Vec<(String
 #[test]
 fn random_writes_into_a_live_channel_give_data_or_errors() {
     let name = unique("scribble");
-    let guard = ShmGuard::new(&[&name]);
+    let guard = shm_guard(&[&name]);
     let c = cfg();
     let tx = Sender::create(&name, &c).unwrap();
     let rx = Receiver::open(&name).unwrap();

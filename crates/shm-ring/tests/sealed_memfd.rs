@@ -3,16 +3,14 @@
 //! descriptor that is not sealed.
 #![cfg(not(loom))]
 
-mod common;
-
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::Duration;
 
-use common::in_small_dev_shm;
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 use rustix::io::Errno;
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender};
+use shmpipe_test_kit::{in_small_dev_shm, is_root};
 
 fn send_one(tx: &mut Sender, v: f32) {
     let data = [v; 16];
@@ -152,7 +150,7 @@ fn from_fd_refuses_a_sealed_memfd_of_the_wrong_size() {
 /// reserved and written end to end, where a named 64 MiB channel gets a clean `NoSpace`.
 #[test]
 fn a_64_mib_memfd_fills_under_a_16_mb_dev_shm() {
-    if !rustix::process::geteuid().is_root() {
+    if !is_root() {
         eprintln!("SKIPPED: needs root for a private mount namespace (unshare)");
         return;
     }

@@ -359,15 +359,8 @@ fn start_item_id_and_null_variants() {
 fn corrupted_parquet_files_are_errors_never_panics() {
     let freq: Freq = "h".parse().unwrap();
     let bytes = std::fs::read(format!("{}/arrow/hourly.parquet", fixture_dir())).unwrap();
-    let path =
-        std::env::temp_dir().join(format!("shmpipe-ts-pq-fuzz-{}.parquet", std::process::id()));
-    struct Rm(std::path::PathBuf);
-    impl Drop for Rm {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-    let _rm = Rm(path.clone());
+    let tmp = shmpipe_test_kit::TempFile::new("ts-pq-fuzz", "parquet");
+    let path = tmp.0.clone();
     let try_read = |b: &[u8], what: &str| {
         std::fs::write(&path, b).unwrap();
         let r = std::panic::catch_unwind(|| {

@@ -4,9 +4,8 @@
 //! Each test re-executes this test binary as worker and emitter processes
 //! (`shmpipe::init` diverts them), so every test calls `init` first.
 
-use std::path::PathBuf;
-
 use shmpipe::{Epochs, Pipeline, Topology};
+use shmpipe_test_kit::{ShmGuard, TempFile};
 use shmpipe_timeseries::pipeline::{
     Layout, SOURCE_LINES, STEP_BATCH, STEP_PARSE, STEP_TRAIN, STEP_TRANSFORM, batch_rows, register,
     run_workload, run_workload_with,
@@ -16,26 +15,8 @@ use shmpipe_timeseries::workload::{
     ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, run_in_process,
 };
 
-/// A temporary file removed on drop (also when the test fails).
-struct TempFile(PathBuf);
-
-impl TempFile {
-    fn new(tag: &str) -> TempFile {
-        TempFile(std::env::temp_dir().join(format!(
-            "shmpipe-ts-test-{tag}-{}.jsonl",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 fn small_dataset(tag: &str) -> (TempFile, GenConfig) {
-    let f = TempFile::new(tag);
+    let f = TempFile::new(&format!("ts-test-{tag}"), "jsonl");
     let g = GenConfig {
         num_series: 40,
         min_len: 20,
@@ -118,21 +99,6 @@ fn staged_layout_produces_the_same_windows() {
     assert_eq!(staged.batch_bytes, fused.batch_bytes);
 }
 
-/// Removes the `/dev/shm` entries of a pipeline on drop (also when the test fails).
-struct ShmGuard(String);
-
-impl Drop for ShmGuard {
-    fn drop(&mut self) {
-        if let Ok(d) = std::fs::read_dir("/dev/shm") {
-            for e in d.flatten() {
-                if e.file_name().to_string_lossy().contains(&self.0) {
-                    let _ = std::fs::remove_file(e.path());
-                }
-            }
-        }
-    }
-}
-
 /// Every window arrives with batches of 32: each worker that batches flushes its last,
 /// partial batch at the end of the stream (`Step::finish`), so the count equals the
 /// single-process reference exactly, fused and staged.
@@ -184,7 +150,7 @@ fn partial_batches_are_flushed_at_the_end() {
                 .step_with(STEP_BATCH, args.clone())
         };
         let mut p = b.start().unwrap();
-        let _g = ShmGuard(p.id().to_owned());
+        let _g = ShmGuard::containing(p.id());
         let rows: Vec<usize> = p.by_ref().map(|r| batch_rows(&r.unwrap())).collect();
         assert!(p.is_finished());
         let windows: u64 = rows.iter().map(|&r| r as u64).sum();

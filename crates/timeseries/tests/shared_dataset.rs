@@ -11,9 +11,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::OwnedFd;
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 
 use common::same;
+use shmpipe_test_kit::{ChildGuard, rerun_test};
 use shmpipe_timeseries::memstat::{mapping_usage, mapping_usage_at};
 use shmpipe_timeseries::shared::{Layout, MEMFD_NAME, SharedDataset, SharedError};
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
@@ -107,18 +108,6 @@ fn corrupted_layouts_are_errors_never_panics() {
     assert!(Layout::parse(&[]).is_err(), "empty");
 }
 
-/// Kills and reaps the children on drop (also when an assertion fails).
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// Child role: open the parent's dataset, touch every value, report, wait for EOF.
 fn child_main(handle: &str) -> ! {
     let (pid, fd) = handle.split_once(':').unwrap();
@@ -158,23 +147,18 @@ fn workers_share_one_copy_of_the_mapping() {
         }
     }
     const N: usize = 3;
-    let mut kids = Children(Vec::new());
+    let mut kids = Vec::new();
     for _ in 0..N {
-        kids.0.push(
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "workers_share_one_copy_of_the_mapping",
-                    "--nocapture",
-                ])
+        kids.push(ChildGuard(
+            rerun_test("workers_share_one_copy_of_the_mapping")
                 .env(CHILD_ENV, format!("{pid}:{fd}"))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .spawn()
                 .unwrap(),
-        );
+        ));
     }
-    for c in &mut kids.0 {
+    for c in &mut kids {
         let mut out = BufReader::new(c.stdout.take().unwrap());
         let mut line = String::new();
         loop {
@@ -191,7 +175,7 @@ fn workers_share_one_copy_of_the_mapping() {
     assert!(me.rss_kib >= size_kib * 95 / 100, "parent rss {me:?}");
     let mut total_pss = me.pss_kib;
     let sharers = N as u64 + 1;
-    for c in &kids.0 {
+    for c in &kids {
         let u = mapping_usage(c.id(), &needle).unwrap();
         // The whole dataset is resident in the child...
         assert!(
@@ -211,10 +195,10 @@ fn workers_share_one_copy_of_the_mapping() {
         total_pss >= size_kib * 95 / 100 && total_pss <= size_kib * 105 / 100,
         "summed pss {total_pss} KiB for one {size_kib} KiB dataset"
     );
-    for c in &mut kids.0 {
+    for c in &mut kids {
         drop(c.stdin.take());
     }
-    for c in &mut kids.0 {
+    for c in &mut kids {
         assert!(c.wait().unwrap().success());
     }
 }

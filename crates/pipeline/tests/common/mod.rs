@@ -1,8 +1,15 @@
-//! Shared test registry and guards.
+//! The pipeline tests' registry and helper processes. The generic guards and checks come from
+//! `shmpipe-test-kit`, re-exported here for the tests' `use common::*`.
 #![allow(dead_code)]
 
-use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Each test binary uses a few of these.
+#[allow(unused_imports)]
+pub use shmpipe_test_kit::{
+    KillOnDrop, ShmGuard, TempFile, gone, proc, rerun_test, shm_entries, signal,
+    small_dev_shm_command, wait_gone, within,
+};
 
 use shmpipe::{Item, MemorySource, Registry, StepError, flat_map, map, ndarray::Array1};
 
@@ -77,65 +84,6 @@ pub fn registry() -> Registry {
         })
 }
 
-/// Entries of `/dev/shm` whose name contains `needle`.
-pub fn shm_entries(needle: &str) -> BTreeSet<String> {
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.contains(needle))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// Whether process `pid` is gone (or a zombie).
-pub fn gone(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
-/// Waits until every pid is gone; returns how long it took (or `None` on timeout).
-pub fn wait_gone(pids: &[u32], timeout: Duration) -> Option<Duration> {
-    let t0 = Instant::now();
-    while t0.elapsed() < timeout {
-        if pids.iter().all(|&p| gone(p)) {
-            return Some(t0.elapsed());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    None
-}
-
-/// Kills pids on drop (for tests that fail half-way).
-pub struct KillOnDrop(pub Vec<u32>);
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        for &p in &self.0 {
-            if let Some(pid) = rustix::process::Pid::from_raw(p as i32)
-                && !gone(p)
-            {
-                let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-            }
-        }
-    }
-}
-
-/// Removes `/dev/shm` entries containing the needle on drop (so a failing test leaks nothing).
-pub struct ShmGuard(pub String);
-impl Drop for ShmGuard {
-    fn drop(&mut self) {
-        for n in shm_entries(&self.0) {
-            let _ = std::fs::remove_file(format!("/dev/shm/{n}"));
-        }
-    }
-}
-
 /// The environment variable that turns a re-run of a test into a helper process (its value is
 /// the helper's mode).
 pub const HELPER: &str = "SHMPIPE_TEST_HELPER";
@@ -147,16 +95,9 @@ pub fn helper_mode() -> Option<String> {
 
 /// A re-run of test `test` of this test binary as a helper process in `mode`.
 pub fn helper_command(test: &str, mode: &str) -> std::process::Command {
-    let mut c = std::process::Command::new(std::env::current_exe().unwrap());
-    c.args(["--exact", test, "--nocapture"]).env(HELPER, mode);
+    let mut c = rerun_test(test);
+    c.env(HELPER, mode);
     c
-}
-
-/// Sends `sig` to `pid`, ignoring a process that is already gone.
-pub fn signal(pid: u32, sig: rustix::process::Signal) {
-    if let Some(p) = rustix::process::Pid::from_raw(pid as i32) {
-        let _ = rustix::process::kill_process(p, sig);
-    }
 }
 
 /// In a helper: starts a pipeline (`enqueue` mode: the parent feeds 100k items; otherwise an
@@ -254,20 +195,6 @@ impl Drop for Helper {
         let _ = self.child.kill();
         let _ = self.child.wait();
         drop(KillOnDrop(self.pids.clone()));
-        drop(ShmGuard(self.id.clone()));
+        drop(ShmGuard::containing(self.id.clone()));
     }
-}
-
-/// Runs `f` on a thread and panics if it takes longer than `limit` (a hang becomes a failure).
-pub fn within<T: Send + 'static>(
-    limit: Duration,
-    what: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(f());
-    });
-    rx.recv_timeout(limit)
-        .unwrap_or_else(|_| panic!("{what} took more than {limit:?}"))
 }

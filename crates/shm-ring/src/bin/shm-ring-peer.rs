@@ -8,6 +8,11 @@
 //! shm-ring-peer sink NAME [CORE]        receive and sum array "x" of every message until closed
 //! shm-ring-peer hold NAME N               receive N messages, keep them (and their blocks), print "held", sleep
 //! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
+//! shm-ring-peer typed-produce NAME COUNT [close]  create typed [f32; 16] channel NAME, send COUNT
+//!                                         values (value i: sixteen times i), print "sent", then
+//!                                         sleep (to be killed) or with "close" drop it, print "closed"
+//! shm-ring-peer typed-take NAME N         open typed [f32; 16] channel NAME, receive N, print
+//!                                         "took N", sleep (to be killed)
 //! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created"
 //! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
@@ -149,6 +154,40 @@ mod real {
                 }
                 let blocks: usize = held.iter().map(|m| m.leased_blocks()).sum();
                 say(&format!("held {blocks}"));
+                sleep_forever()
+            })(),
+            "typed-produce" => (|| {
+                // A typed [f32; 16] channel: send COUNT values (value i: all i), print "sent",
+                // then hang (to be killed) or, with "close", drop the sender.
+                let mut tx = shm_ring::TypedSender::<[f32; 16]>::create(
+                    &arg(1),
+                    &ChannelConfig::default(),
+                )
+                .map_err(|e| e.to_string())?;
+                let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
+                for i in 0..count {
+                    tx.send(&[i as f32; 16]).map_err(|e| e.to_string())?;
+                }
+                say("sent");
+                if arg(3) == "close" {
+                    drop(tx);
+                    say("closed");
+                    return Ok(());
+                }
+                sleep_forever()
+            })(),
+            "typed-take" => (|| {
+                // Open typed [f32; 16] channel NAME, receive N values, print "took N", hang.
+                let mut rx = shm_ring::TypedReceiver::<[f32; 16]>::open_timeout(
+                    &arg(1),
+                    Duration::from_secs(10),
+                )
+                .map_err(|e| e.to_string())?;
+                let n: u64 = arg(2).parse().map_err(|_| "bad count")?;
+                for _ in 0..n {
+                    rx.recv().map_err(|e| e.to_string())?;
+                }
+                say(&format!("took {n}"));
                 sleep_forever()
             })(),
             "produce-hang" => (|| {

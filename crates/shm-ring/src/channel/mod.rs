@@ -21,6 +21,7 @@ mod config;
 mod owned;
 mod receiver;
 mod sender;
+mod typed;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -28,6 +29,7 @@ use std::time::Instant;
 use crate::error::Error;
 use crate::pool::PoolGeom;
 use crate::ring::{RingHeader, RingShape, Storage};
+use crate::schema::{ChannelSchema, Schema, ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 use crate::sys;
@@ -36,12 +38,15 @@ pub use config::{ChannelConfig, WaitConfig};
 pub use owned::Message;
 pub use receiver::Receiver;
 pub use sender::{Sender, SenderStats};
+pub use typed::{TypedReceiver, TypedSender};
 
 /// `kind` of a channel segment.
 pub(crate) const KIND_CHANNEL: u32 = 1;
 const CHANNEL_HEADER_AT: usize = 128;
 const DESC_RING_AT: usize = 256;
 const RECORD_HEADER: usize = 16;
+/// Largest schema region a channel may carry.
+const MAX_SCHEMA: u32 = 1 << 20;
 const REC_PAD: u32 = 1;
 const REC_INLINE: u32 = 2;
 const REC_BLOCK: u32 = 3;
@@ -69,7 +74,10 @@ struct ChannelHeader {
     /// 32 bits; 0 if none. One word, so a producer never pairs one process's pid with another's
     /// start time.
     consumer: AtomicU64,
-    _reserved: AtomicU64,
+    /// Bytes of the channel's schema region (0: no schema, self-describing messages). Read
+    /// once at open; the layout places the region from it (see [`Layout::new`]).
+    schema_len: AtomicU32,
+    _reserved: AtomicU32,
 }
 const _: () = assert!(std::mem::size_of::<ChannelHeader>() == 48);
 
@@ -92,6 +100,9 @@ struct Layout {
     desc_slots: usize,
     comp_ring: usize,
     comp_slots: usize,
+    /// The schema region: `schema_len` bytes at `schema`.
+    schema: usize,
+    schema_len: usize,
     pool: PoolGeom,
     total: usize,
 }
@@ -101,7 +112,15 @@ const fn align_up(x: usize, a: usize) -> usize {
 }
 
 impl Layout {
-    fn new(slots: u32, slot_size: u32, blocks: u32, block_size: usize) -> Result<Layout, Error> {
+    /// The layout of a channel; `schema_len` bytes of schema (0 for none) sit between the
+    /// completion ring and the pool, so a channel without a schema keeps the same offsets.
+    fn new(
+        slots: u32,
+        slot_size: u32,
+        blocks: u32,
+        block_size: usize,
+        schema_len: u32,
+    ) -> Result<Layout, Error> {
         let bad = |why: String| Err(Error::InvalidArgument(why));
         if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
             return bad(format!(
@@ -147,7 +166,13 @@ impl Layout {
         let desc_slots = DESC_RING_AT + std::mem::size_of::<RingHeader>();
         let comp_ring = align_up(desc_slots + desc.bytes(), 128);
         let comp_slots = comp_ring + std::mem::size_of::<RingHeader>();
-        let pool_off = align_up(comp_slots + comp.bytes(), 4096);
+        if schema_len > MAX_SCHEMA {
+            return bad(format!(
+                "schema of {schema_len} bytes: at most {MAX_SCHEMA} (fewer or shorter field names)"
+            ));
+        }
+        let schema = align_up(comp_slots + comp.bytes(), 64);
+        let pool_off = align_up(schema + schema_len as usize, 4096);
         let total = (blocks as usize)
             .checked_mul(block_size)
             .and_then(|p| p.checked_add(pool_off))
@@ -158,6 +183,8 @@ impl Layout {
             desc_slots,
             comp_ring,
             comp_slots,
+            schema,
+            schema_len: schema_len as usize,
             pool: PoolGeom {
                 off: pool_off,
                 block_size,
@@ -210,6 +237,38 @@ pub struct ChannelLayout {
     pub body_record_header: usize,
     /// See `body_header`.
     pub field_header: usize,
+    /// Offset of the schema region (0 bytes long for a channel without a schema).
+    pub schema: usize,
+    /// Bytes of the schema region.
+    pub schema_len: usize,
+    /// Offset of the channel header's `schema_len` word (u32).
+    pub schema_len_word: usize,
+    /// Offsets inside the schema region.
+    pub schema_wire: SchemaWire,
+}
+
+/// Offsets of the schema region's encoding (see `schema/wire.rs`): the header's words from
+/// the region's start, a value entry's and a field entry's fields from the entry's start.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct SchemaWire {
+    pub magic: usize,
+    pub kind: usize,
+    pub len: usize,
+    pub count: usize,
+    pub entries: usize,
+    pub value_size: usize,
+    pub value_align: usize,
+    pub value_dtype: usize,
+    pub value_rank: usize,
+    pub value_name_len: usize,
+    pub value_dims: usize,
+    pub field_kind: usize,
+    pub field_dtype: usize,
+    pub field_rank: usize,
+    pub field_name_len: usize,
+    pub field_dims: usize,
 }
 
 /// The layout of a channel created with `cfg` (see [`ChannelLayout`]).
@@ -218,7 +277,37 @@ pub struct ChannelLayout {
 /// [`Error::InvalidArgument`] for a configuration [`Sender::create`] refuses.
 #[doc(hidden)]
 pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
-    let l = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
+    layout_of(cfg, None)
+}
+
+/// The layout of a channel created with [`Sender::with_schema`]`(_, cfg, schema)`.
+///
+/// # Errors
+/// As [`channel_layout`].
+#[doc(hidden)]
+pub fn schema_channel_layout(cfg: &ChannelConfig, schema: &Schema) -> Result<ChannelLayout, Error> {
+    layout_of(cfg, Some(&ChannelSchema::Fields(schema.clone())))
+}
+
+/// The layout of a channel created with [`TypedSender::<T>::create`]`(_, cfg)`.
+///
+/// # Errors
+/// As [`channel_layout`].
+#[doc(hidden)]
+pub fn typed_channel_layout<T: bytemuck::Pod>(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
+    let cfg = typed::typed_config::<T>(cfg)?;
+    layout_of(&cfg, Some(&ChannelSchema::Value(ValueType::of::<T>())))
+}
+
+fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<ChannelLayout, Error> {
+    let schema_len = schema.map_or(0, |s| wire::encode(s).len() as u32);
+    let l = Layout::new(
+        cfg.slots,
+        cfg.slot_size,
+        cfg.blocks,
+        cfg.block_size,
+        schema_len,
+    )?;
     let ring_head = std::mem::offset_of!(RingHeader, head);
     Ok(ChannelLayout {
         channel_header: CHANNEL_HEADER_AT,
@@ -239,6 +328,27 @@ pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
         body_header: crate::message::BODY_HEADER,
         body_record_header: crate::message::RECORD_HEADER,
         field_header: crate::message::FIELD_HEADER,
+        schema: l.schema,
+        schema_len: l.schema_len,
+        schema_len_word: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, schema_len),
+        schema_wire: SchemaWire {
+            magic: wire::MAGIC_AT,
+            kind: wire::KIND_AT,
+            len: wire::LEN_AT,
+            count: wire::COUNT_AT,
+            entries: wire::ENTRIES_AT,
+            value_size: wire::VALUE_SIZE_AT,
+            value_align: wire::VALUE_ALIGN_AT,
+            value_dtype: wire::VALUE_DTYPE_AT,
+            value_rank: wire::VALUE_RANK_AT,
+            value_name_len: wire::VALUE_NAME_LEN_AT,
+            value_dims: wire::VALUE_DIMS_AT,
+            field_kind: wire::FIELD_KIND_AT,
+            field_dtype: wire::FIELD_DTYPE_AT,
+            field_rank: wire::FIELD_RANK_AT,
+            field_name_len: wire::FIELD_NAME_LEN_AT,
+            field_dims: wire::FIELD_DIMS_AT,
+        },
     })
 }
 

@@ -13,6 +13,7 @@ use crate::error::{Error, corrupt};
 use crate::message::{self, DataRef, MessageView, PoolRef};
 use crate::pool::PoolGeom;
 use crate::ring::{self, Storage};
+use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, Ordering};
 use crate::sys::{self, PeerProcess};
@@ -21,14 +22,56 @@ use crate::sys::{self, PeerProcess};
 #[derive(Debug)]
 pub struct Receiver {
     shared: Arc<RxShared>,
-    desc: ring::Consumer<ShmRing>,
+    pub(super) desc: ring::Consumer<ShmRing>,
     producer: PeerProcess,
-    wait: WaitConfig,
+    pub(super) wait: WaitConfig,
     name: String,
     /// Private copy of the message being read in place (reused).
     scratch: Vec<u64>,
     /// The segment's (device, inode), registered in `OWN_RECEIVERS` while we live.
     ident: (u64, u64),
+    /// The channel's schema (a private copy, validated at open).
+    schema: Option<Arc<ChannelSchema>>,
+}
+
+/// What an opener accepts: the check runs on the private copy of the schema, before the
+/// consumer claim (a refused opener leaves the channel untouched).
+#[derive(Debug)]
+pub(in crate::channel) enum Expect<'a> {
+    /// Self-describing messages, with or without a field schema.
+    Messages,
+    /// A typed channel of exactly this value type.
+    Value(&'a ValueType),
+}
+
+impl Expect<'_> {
+    fn check(&self, found: Option<&ChannelSchema>, slot_size: u32) -> Result<(), Error> {
+        let ok = match (self, found) {
+            (Expect::Messages, None | Some(ChannelSchema::Fields(_))) => true,
+            (Expect::Value(v), Some(ChannelSchema::Value(w))) if v.matches(w) => {
+                if (slot_size as usize) < v.size() {
+                    return Err(corrupt(format!(
+                        "typed channel of {v} in slots of {slot_size} bytes"
+                    )));
+                }
+                true
+            }
+            _ => false,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(Error::Schema(SchemaError::Mismatch {
+            channel: found.map_or_else(
+                || "self-describing messages (no schema)".to_string(),
+                |s| s.to_string(),
+            ),
+            expected: match self {
+                Expect::Messages => "self-describing messages (a Receiver)".to_string(),
+                Expect::Value(v) => format!("a typed channel of {v}"),
+            },
+        }))
+    }
 }
 
 #[derive(Debug)]
@@ -152,8 +195,43 @@ impl Receiver {
     /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
     /// [`Error::PeerDied`] (the creator is gone).
     pub fn open(name: &str) -> Result<Receiver, Error> {
-        let seg = Segment::open(name, KIND_CHANNEL)?;
-        Self::attach(seg, name.to_string(), WaitConfig::default())
+        Self::open_as(name, None, Expect::Messages)
+    }
+
+    /// Opens `name` (waiting up to `timeout` for it to appear, if given) as `expect`.
+    pub(in crate::channel) fn open_as(
+        name: &str,
+        timeout: Option<Duration>,
+        expect: Expect<'_>,
+    ) -> Result<Receiver, Error> {
+        let Some(timeout) = timeout else {
+            let seg = Segment::open(name, KIND_CHANNEL)?;
+            return Self::attach(seg, name.to_string(), &expect);
+        };
+        let deadline = Instant::now() + timeout;
+        let mut pause = Duration::from_micros(500);
+        loop {
+            match Segment::open(name, KIND_CHANNEL) {
+                Ok(seg) => return Self::attach(seg, name.to_string(), &expect),
+                Err(Error::NotFound(_)) => {}
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::NotFound(name.to_string()));
+            }
+            std::thread::sleep(pause.min(deadline - now));
+            pause = (pause * 2).min(Duration::from_millis(10));
+        }
+    }
+
+    /// Opens an anonymous channel's memfd as `expect`.
+    pub(in crate::channel) fn from_fd_as(
+        fd: std::os::fd::OwnedFd,
+        expect: Expect<'_>,
+    ) -> Result<Receiver, Error> {
+        let seg = Segment::from_fd(fd, KIND_CHANNEL)?;
+        Self::attach(seg, "(anonymous)".into(), &expect)
     }
 
     /// [`Receiver::open`], waiting up to `timeout` for a producer that has not created the
@@ -184,21 +262,7 @@ impl Receiver {
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<Receiver, Error> {
-        let deadline = Instant::now() + timeout;
-        let mut pause = Duration::from_micros(500);
-        loop {
-            match Segment::open(name, KIND_CHANNEL) {
-                Ok(seg) => return Self::attach(seg, name.to_string(), WaitConfig::default()),
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(Error::NotFound(name.to_string()));
-            }
-            std::thread::sleep(pause.min(deadline - now));
-            pause = (pause * 2).min(Duration::from_millis(10));
-        }
+        Self::open_as(name, Some(timeout), Expect::Messages)
     }
 
     /// Opens the consumer end of an anonymous channel from its file (see [`Sender::anonymous`](super::Sender::anonymous)).
@@ -218,8 +282,7 @@ impl Receiver {
     /// # Errors
     /// [`Error::NotASegment`] (not a sealed memfd, wrong size, bad magic), as [`Receiver::open`].
     pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Receiver, Error> {
-        let seg = Segment::from_fd(fd, KIND_CHANNEL)?;
-        Self::attach(seg, "(anonymous)".into(), WaitConfig::default())
+        Self::from_fd_as(fd, Expect::Messages)
     }
 
     /// Sets how blocked calls wait.
@@ -227,7 +290,8 @@ impl Receiver {
         self.wait = wait;
     }
 
-    fn attach(seg: Segment, name: String, wait: WaitConfig) -> Result<Receiver, Error> {
+    fn attach(seg: Segment, name: String, expect: &Expect<'_>) -> Result<Receiver, Error> {
+        let wait = WaitConfig::default();
         if seg.len() < DESC_RING_AT {
             return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
         }
@@ -239,15 +303,17 @@ impl Receiver {
         let blocks = h.blocks.load(Ordering::Relaxed);
         let comp_slots = h.comp_slots.load(Ordering::Relaxed);
         let block_size = h.block_size.load(Ordering::Relaxed);
+        let schema_len = h.schema_len.load(Ordering::Relaxed);
         let geometry = || {
             format!(
                 "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B, \
-                 {comp_slots} completion slots) does not match a segment of {} bytes",
+                 {comp_slots} completion slots, {schema_len} B of schema) does not match a \
+                 segment of {} bytes",
                 seg.len()
             )
         };
         let block_size = usize::try_from(block_size).map_err(|_| corrupt(geometry()))?;
-        let layout = Layout::new(slots, slot_size, blocks, block_size)
+        let layout = Layout::new(slots, slot_size, blocks, block_size, schema_len)
             .map_err(|e| corrupt(format!("{}: {e}", geometry())))?;
         if layout.total != seg.len()
             || layout.comp.capacity != comp_slots
@@ -255,6 +321,24 @@ impl Receiver {
         {
             return Err(corrupt(geometry()));
         }
+        let schema = if layout.schema_len == 0 {
+            None
+        } else {
+            let mut copy = vec![0u8; layout.schema_len];
+            // SAFETY: the layout, checked against the segment's size above, places
+            // `schema_len` bytes at `layout.schema` inside the mapping; the destination is
+            // private. The producer may write the region meanwhile: we only get other bytes,
+            // which are validated as private data (read once, then never again).
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    seg.as_ptr().add(layout.schema),
+                    copy.as_mut_ptr(),
+                    copy.len(),
+                )
+            };
+            Some(Arc::new(wire::decode(&copy)?))
+        };
+        expect.check(schema.as_deref(), slot_size)?;
         let header = seg.header();
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
         let me = sys::pid();
@@ -309,7 +393,16 @@ impl Receiver {
             name,
             scratch: Vec::new(),
             ident,
+            schema,
         })
+    }
+
+    /// The channel's field schema, if its sender gave it one ([`Sender::with_schema`](super::Sender::with_schema)).
+    pub fn schema(&self) -> Option<&crate::schema::Schema> {
+        match self.schema.as_deref() {
+            Some(ChannelSchema::Fields(s)) => Some(s),
+            _ => None,
+        }
     }
 
     /// The channel name.
@@ -328,8 +421,20 @@ impl Receiver {
         Ok(self.desc.available(cap)?)
     }
 
-    fn header(&self) -> &ChannelHeader {
+    pub(super) fn header(&self) -> &ChannelHeader {
         channel_header(&self.shared.seg)
+    }
+
+    /// `Err(PeerDied)` once the producer process is gone.
+    pub(super) fn producer_alive(&self) -> Result<(), Error> {
+        if self.producer.is_dead() {
+            Err(Error::PeerDied {
+                pid: self.producer.pid(),
+                reclaimed: 0,
+            })
+        } else {
+            Ok(())
+        }
     }
 
     /// Reads and validates the record header at our read position, if a record is there.

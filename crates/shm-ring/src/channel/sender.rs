@@ -14,6 +14,7 @@ use crate::error::{Error, corrupt};
 use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
 use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
+use crate::schema::{ChannelSchema, Schema, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::sys;
@@ -53,7 +54,7 @@ pub struct SenderStats {
 pub struct Sender {
     seg: Arc<Segment>,
     home: Arc<PoolHome>,
-    desc: ring::Producer<ShmRing>,
+    pub(super) desc: ring::Producer<ShmRing>,
     comp: ring::Consumer<ShmRing>,
     cfg: ChannelConfig,
     /// Free blocks (process-local: only the producer allocates).
@@ -72,8 +73,8 @@ pub struct Sender {
     unattached_since: Option<Instant>,
     max_inline: usize,
     /// Slots written but not yet committed (batched sends).
-    pending: u32,
-    stats: SenderStats,
+    pub(super) pending: u32,
+    pub(super) stats: SenderStats,
 }
 
 mod watch;
@@ -95,8 +96,55 @@ impl Sender {
     /// [`Error::InvalidArgument`] for a bad name or configuration, [`Error::AlreadyExists`],
     /// [`Error::NoSpace`] when `/dev/shm` cannot hold the segment, [`Error::Os`].
     pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
-        let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
-        let seg = Segment::create(name, layout.total)?;
+        Self::create_with(Some(name), cfg, None)
+    }
+
+    /// Creates the channel `name` whose segment carries `schema` (written once; a
+    /// [`Receiver`](super::Receiver) reads it once at open, validated, as
+    /// [`Receiver::schema`](super::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
+    ///
+    /// # Errors
+    /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
+    /// [`Schema::check`].
+    pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
+        Self::create_with(Some(name), cfg, Some(&ChannelSchema::Fields(schema.clone())))
+    }
+
+    /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
+    pub(in crate::channel) fn create_with(
+        name: Option<&str>,
+        cfg: &ChannelConfig,
+        schema: Option<&ChannelSchema>,
+    ) -> Result<Sender, Error> {
+        if let Some(ChannelSchema::Fields(s)) = schema {
+            s.check()?;
+        }
+        let schema = schema.map(wire::encode);
+        let schema_len = schema.as_ref().map_or(0, |s| s.len());
+        let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
+        let layout = Layout::new(
+            cfg.slots,
+            cfg.slot_size,
+            cfg.blocks,
+            cfg.block_size,
+            schema_len,
+        )?;
+        let seg = match name {
+            Some(name) => Segment::create(name, layout.total)?,
+            None => Segment::anonymous(layout.total)?,
+        };
+        if let Some(bytes) = &schema {
+            // SAFETY: the segment is fresh and unpublished (no opener reads it before
+            // `publish` in `init`); the layout placed `schema_len` bytes at `layout.schema`
+            // inside it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr(),
+                    seg.as_ptr().add(layout.schema),
+                    bytes.len(),
+                )
+            };
+        }
         Self::init(seg, layout, cfg)
     }
 
@@ -106,9 +154,7 @@ impl Sender {
     /// # Errors
     /// As [`Sender::create`].
     pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
-        let layout = Layout::new(cfg.slots, cfg.slot_size, cfg.blocks, cfg.block_size)?;
-        let seg = Segment::anonymous(layout.total)?;
-        Self::init(seg, layout, cfg)
+        Self::create_with(None, cfg, None)
     }
 
     fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
@@ -121,7 +167,8 @@ impl Sender {
             producer_closed: AtomicU32::new(0),
             consumer_closed: AtomicU32::new(0),
             consumer: AtomicU64::new(0),
-            _reserved: AtomicU64::new(0),
+            schema_len: AtomicU32::new(layout.schema_len as u32),
+            _reserved: AtomicU32::new(0),
         };
         // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
         // segment header before `publish`), large enough (layout) and 128-aligned here.
@@ -206,7 +253,7 @@ impl Sender {
         Ok(cap - self.desc.free(cap)?)
     }
 
-    fn header(&self) -> &ChannelHeader {
+    pub(super) fn header(&self) -> &ChannelHeader {
         channel_header(&self.seg)
     }
 
@@ -432,7 +479,7 @@ impl Sender {
         sys::futex_wake_all(&self.desc.storage().header().tail.0);
     }
 
-    fn flush(&mut self) {
+    pub(super) fn flush(&mut self) {
         if self.pending > 0 {
             self.desc.commit(self.pending);
             self.pending = 0;
@@ -441,7 +488,11 @@ impl Sender {
 
     /// Waits for `n` contiguous free slots after the pending ones; returns how many pad slots
     /// must come first.
-    fn reserve_slots(&mut self, n: u32, deadline: Option<Instant>) -> Result<u32, Error> {
+    pub(super) fn reserve_slots(
+        &mut self,
+        n: u32,
+        deadline: Option<Instant>,
+    ) -> Result<u32, Error> {
         let cap = self.desc.shape().capacity;
         let pending = self.pending;
         let contiguous = self.desc.contiguous(pending);

@@ -1,55 +1,36 @@
-//! Helpers shared by the cross-process tests: unique names, child processes that are killed
-//! and reaped even when a test fails, and a check that no segment of the test survives.
+//! shm-ring's own test helpers: unique channel names, the `shm-ring-peer` child process, the
+//! peer's checksum, and writes into a live segment. The generic guards (`/dev/shm`, processes,
+//! `/proc`, a small `/dev/shm`) are in `shmpipe-test-kit`.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, ChildStdout, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A name unique to this process and call, so tests can run in parallel.
+use shmpipe_test_kit::{ChildGuard, ShmGuard};
+
+/// A channel name unique to this process and call, so tests can run in parallel.
 pub fn unique(tag: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "t-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("t-{}", shmpipe_test_kit::unique_name(tag))
 }
 
+/// The `/dev/shm` path of channel `name`.
 pub fn shm_path(name: &str) -> String {
     format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, name)
 }
 
-/// Removes the named segments when dropped (after asserting, in `assert_gone`, that they are
-/// gone), so a failing test still leaves nothing behind.
-pub struct ShmGuard(pub Vec<String>);
-
-impl ShmGuard {
-    pub fn new(names: &[&str]) -> Self {
-        ShmGuard(names.iter().map(|s| s.to_string()).collect())
-    }
-    pub fn assert_gone(&self) {
-        for n in &self.0 {
-            assert!(
-                !std::path::Path::new(&shm_path(n)).exists(),
-                "segment {n} leaked in /dev/shm"
-            );
-        }
-    }
+/// A guard over the segments of these channel names (see [`ShmGuard`]).
+pub fn shm_guard(names: &[&str]) -> ShmGuard {
+    ShmGuard::new(
+        names
+            .iter()
+            .map(|n| format!("{}{n}", shm_ring::NAME_PREFIX)),
+    )
 }
 
-impl Drop for ShmGuard {
-    fn drop(&mut self) {
-        for n in &self.0 {
-            let _ = std::fs::remove_file(shm_path(n));
-        }
-    }
-}
-
-/// A child process that is SIGKILLed and reaped when dropped.
+/// A `shm-ring-peer` child process, SIGKILLed and reaped when dropped.
 pub struct Peer {
-    pub child: Child,
+    pub child: ChildGuard,
     pub out: BufReader<ChildStdout>,
 }
 
@@ -63,11 +44,12 @@ impl Peer {
     }
 
     pub fn spawn_cmd(cmd: &mut Command) -> Peer {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn peer");
+        let mut child = ChildGuard(
+            cmd.stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn peer"),
+        );
         let out = BufReader::new(child.stdout.take().expect("stdout"));
         Peer { child, out }
     }
@@ -84,8 +66,7 @@ impl Peer {
     }
 
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.kill();
     }
 
     /// Waits for the peer to exit (at most `limit`), returning success and stderr.
@@ -110,12 +91,6 @@ impl Peer {
     }
 }
 
-impl Drop for Peer {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// FNV-1a, as the peer computes it.
 pub fn checksum(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
@@ -131,19 +106,4 @@ pub fn poke(name: &str, offset: usize, bytes: &[u8]) {
         .open(shm_path(name))
         .expect("open segment to poke");
     std::os::unix::fs::FileExt::write_all_at(&f, bytes, offset as u64).expect("poke");
-}
-
-/// Runs `script` with `sh -c` in a private mount namespace whose `/dev/shm` is a fresh 16 MB
-/// tmpfs (a small container's), and returns its exit status, stdout and stderr. Needs root.
-pub fn in_small_dev_shm(script: &str) -> (std::process::ExitStatus, String, String) {
-    let script = format!("mount -t tmpfs -o size=16m tmpfs /dev/shm && {script}");
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .output()
-        .expect("run unshare");
-    (
-        out.status,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }

@@ -1,0 +1,174 @@
+//! Errors of schemas: a schema region that fails validation, a channel of another schema
+//! than the one asked for, a field looked up that the schema does not have.
+
+use std::fmt;
+
+/// A channel's schema is unreadable (its bytes in the segment failed validation: a bug, a
+/// version mix-up or a hostile peer; nothing of it was used), or is not the one asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// The region does not start with the schema magic.
+    BadMagic {
+        /// The first four bytes, little-endian.
+        found: u32,
+    },
+    /// A schema kind this build does not know (1: typed value, 2: fields).
+    UnknownKind(u32),
+    /// The length written in the schema is not the length of its region.
+    LengthMismatch {
+        /// The length the schema states.
+        declared: u64,
+        /// The length of the region (from the channel header).
+        region: u64,
+    },
+    /// An entry runs past the end of the schema.
+    Truncated {
+        /// Offset (in the schema) of the entry.
+        at: usize,
+        /// Length of the schema.
+        len: usize,
+    },
+    /// Bytes after the last entry.
+    TrailingBytes {
+        /// Offset of the first one.
+        at: usize,
+        /// Length of the schema.
+        len: usize,
+    },
+    /// More fields than [`MAX_FIELDS`](crate::schema::MAX_FIELDS).
+    TooManyFields(u64),
+    /// A field (or the typed value, field 0) names a dtype code that does not exist.
+    BadDType {
+        /// Field position.
+        field: usize,
+        /// The code found.
+        code: u8,
+    },
+    /// A field kind code that does not exist.
+    BadFieldKind {
+        /// Field position.
+        field: usize,
+        /// The code found.
+        code: u8,
+    },
+    /// More dimensions than allowed.
+    BadRank {
+        /// Field position.
+        field: usize,
+        /// The rank found.
+        rank: u64,
+    },
+    /// A field name is empty, too long or not UTF-8.
+    BadName {
+        /// Field position.
+        field: usize,
+        /// What is wrong.
+        why: String,
+    },
+    /// Two fields of one name.
+    DuplicateField(String),
+    /// Values that contradict each other (a typed value's shape and size, an alignment that
+    /// is not a power of two, ...).
+    Inconsistent(String),
+    /// The channel carries another schema than the one asked for.
+    Mismatch {
+        /// What the channel carries.
+        channel: String,
+        /// What was asked for.
+        expected: String,
+    },
+}
+
+impl fmt::Display for SchemaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let corrupt = "(another process wrote an invalid schema into the channel: a bug, a \
+                       version mix-up or a hostile process; the channel was not opened)";
+        match self {
+            SchemaError::BadMagic { found } => {
+                write!(f, "schema magic {found:#x} is not 'SRS1' {corrupt}")
+            }
+            SchemaError::UnknownKind(k) => write!(f, "schema kind {k} is unknown {corrupt}"),
+            SchemaError::LengthMismatch { declared, region } => write!(
+                f,
+                "schema states {declared} bytes in a region of {region} {corrupt}"
+            ),
+            SchemaError::Truncated { at, len } => write!(
+                f,
+                "schema entry at byte {at} runs past its end ({len} bytes) {corrupt}"
+            ),
+            SchemaError::TrailingBytes { at, len } => write!(
+                f,
+                "schema has stray bytes from {at} to its end ({len}) {corrupt}"
+            ),
+            SchemaError::TooManyFields(n) => write!(
+                f,
+                "schema of {n} fields: at most {}",
+                crate::schema::MAX_FIELDS
+            ),
+            SchemaError::BadDType { field, code } => {
+                write!(f, "schema field {field}: dtype code {code} {corrupt}")
+            }
+            SchemaError::BadFieldKind { field, code } => {
+                write!(f, "schema field {field}: kind code {code} {corrupt}")
+            }
+            SchemaError::BadRank { field, rank } => write!(
+                f,
+                "schema field {field}: {rank} dimensions (at most {})",
+                crate::schema::MAX_FIELD_RANK
+            ),
+            SchemaError::BadName { field, why } => {
+                write!(f, "schema field {field}: its name is {why}")
+            }
+            SchemaError::DuplicateField(n) => {
+                write!(f, "schema has two fields named '{n}': give each its own name")
+            }
+            SchemaError::Inconsistent(why) => write!(f, "schema: {why}"),
+            SchemaError::Mismatch { channel, expected } => write!(
+                f,
+                "the channel carries {channel}, but {expected} was asked for: open it with \
+                 the type (or schema) its sender created it with"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SchemaError {}
+
+/// A field looked up by name or position that the schema (or message) does not have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FieldError {
+    /// No field of that name.
+    NoSuchField {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: Vec<String>,
+    },
+    /// A position past the last field.
+    OutOfRange {
+        /// The position asked for.
+        index: usize,
+        /// Number of fields.
+        len: usize,
+    },
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FieldError::NoSuchField { name, known } => write!(
+                f,
+                "no field '{name}' (the fields are {known:?}: check the name the sender used)"
+            ),
+            FieldError::OutOfRange { index, len } => write!(
+                f,
+                "field position {index}, but there are {len} fields (a FieldId of another \
+                 schema?)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FieldError {}

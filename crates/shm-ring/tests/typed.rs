@@ -1,0 +1,268 @@
+//! The typed path: `TypedSender<T>` / `TypedReceiver<T>`, one `Pod` value per ring slot.
+//! In-process behaviour (batches, `try_send` giving the value back, drain then Disconnected,
+//! opening as the wrong type) and across real processes (a killed peer is `PeerDied` within a
+//! second; a closed one drains, then Disconnected).
+#![cfg(not(loom))]
+
+mod common;
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use common::{Peer, shm_guard, unique};
+use shm_ring::{
+    ChannelConfig, Error, Receiver, RecvError, SchemaError, SendError, Sender, TrySendError,
+    TypedReceiver, TypedSender,
+};
+
+fn no_linger() -> ChannelConfig {
+    ChannelConfig {
+        linger: Duration::ZERO,
+        ..ChannelConfig::default()
+    }
+}
+
+fn anon<T: bytemuck::Pod>(cfg: &ChannelConfig) -> (TypedSender<T>, TypedReceiver<T>) {
+    let tx = TypedSender::<T>::anonymous(cfg).unwrap();
+    let fd = tx.as_fd().try_clone_to_owned().unwrap();
+    (tx, TypedReceiver::<T>::from_fd(fd).unwrap())
+}
+
+#[test]
+fn values_arrive_in_order_through_every_call_then_disconnected() {
+    let cfg = ChannelConfig {
+        slots: 8,
+        ..no_linger()
+    };
+    let (mut tx, mut rx) = anon::<[f32; 16]>(&cfg);
+    assert_eq!(tx.config().slot_size, 64);
+    assert_eq!(tx.config().blocks, 0);
+    // More than the ring holds in one send_many, with a consumer in another thread.
+    let many: Vec<[f32; 16]> = (0..100).map(|i| [i as f32; 16]).collect();
+    let reader = std::thread::spawn(move || {
+        let mut got = Vec::new();
+        loop {
+            match rx.recv() {
+                Ok(v) => got.push(v),
+                Err(RecvError::Disconnected) => return got,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    tx.send(&[-1.0; 16]).unwrap();
+    tx.send_many(&many).unwrap();
+    tx.send(&[-2.0; 16]).unwrap();
+    assert_eq!(tx.sent(), 102);
+    drop(tx);
+    let got = reader.join().unwrap();
+    assert_eq!(got.len(), 102);
+    assert_eq!(got[0], [-1.0; 16]);
+    assert_eq!(&got[1..101], &many[..]);
+    assert_eq!(got[101], [-2.0; 16]);
+}
+
+#[test]
+fn try_recv_recv_with_and_timeouts() {
+    let (mut tx, mut rx) = anon::<u64>(&no_linger());
+    assert_eq!(rx.try_recv().unwrap(), None);
+    assert!(matches!(
+        rx.recv_timeout(Duration::from_millis(20)),
+        Err(RecvError::Timeout)
+    ));
+    tx.send(&7).unwrap();
+    tx.send(&8).unwrap();
+    assert_eq!(rx.try_recv().unwrap(), Some(7));
+    assert_eq!(rx.recv_with(|v| v * 2).unwrap(), 16);
+    tx.close();
+    assert!(matches!(rx.try_recv(), Err(RecvError::Disconnected)));
+    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
+}
+
+#[test]
+fn try_send_gives_the_value_back_when_full() {
+    let cfg = ChannelConfig {
+        slots: 4,
+        ..no_linger()
+    };
+    let (mut tx, mut rx) = anon::<[u32; 3]>(&cfg);
+    for i in 0..4 {
+        tx.try_send([i; 3]).unwrap();
+    }
+    match tx.try_send([9, 8, 7]) {
+        Err(TrySendError::Full(v)) => assert_eq!(v, [9, 8, 7]),
+        other => panic!("expected Full([9, 8, 7]), got {other:?}"),
+    }
+    assert!(matches!(
+        tx.send_timeout(&[5; 3], Duration::from_millis(20)),
+        Err(SendError::Timeout)
+    ));
+    assert_eq!(rx.recv().unwrap(), [0; 3]);
+    // The slot read is handed back (the ring was full, so at once): room for one more.
+    tx.try_send([4; 3]).unwrap();
+    for i in 1..5 {
+        assert_eq!(rx.recv().unwrap(), [i; 3]);
+    }
+    drop(rx);
+    match tx.try_send([1, 2, 3]) {
+        Err(TrySendError::Disconnected(v)) => assert_eq!(v, [1, 2, 3]),
+        other => panic!("expected Disconnected, got {other:?}"),
+    }
+    assert!(matches!(tx.send(&[0; 3]), Err(SendError::Disconnected)));
+}
+
+fn assert_mismatch<T: std::fmt::Debug>(r: Result<T, Error>, channel: &str, expected: &str) {
+    match r {
+        Err(Error::Schema(SchemaError::Mismatch {
+            channel: c,
+            expected: e,
+        })) => {
+            assert!(c.contains(channel), "{c:?} lacks {channel:?}");
+            assert!(e.contains(expected), "{e:?} lacks {expected:?}");
+        }
+        other => panic!("expected a schema mismatch, got {other:?}"),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Point {
+    t: u64,
+    x: f32,
+    y: f32,
+}
+
+#[test]
+fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
+    let name = unique("typed-mismatch");
+    let guard = shm_guard(&[&name]);
+    let mut tx = TypedSender::<[f32; 16]>::create(&name, &no_linger()).unwrap();
+    assert_mismatch(
+        TypedReceiver::<[f64; 16]>::open(&name),
+        "f32 array of shape [16]",
+        "f64 array of shape [16]",
+    );
+    // Same size and alignment, another dtype.
+    assert_mismatch(
+        TypedReceiver::<[u32; 16]>::open(&name),
+        "f32 array",
+        "u32 array",
+    );
+    assert_mismatch(
+        TypedReceiver::<[[f32; 4]; 4]>::open(&name),
+        "shape [16]",
+        "shape [4, 4]",
+    );
+    assert_mismatch(Receiver::open(&name), "f32 array", "self-describing");
+    assert_mismatch(
+        Receiver::open_timeout(&name, Duration::from_secs(1)),
+        "f32 array",
+        "self-describing",
+    );
+    // None of the refused openers claimed or closed the channel.
+    let mut rx = TypedReceiver::<[f32; 16]>::open(&name).unwrap();
+    tx.send(&[3.0; 16]).unwrap();
+    assert_eq!(rx.recv().unwrap(), [3.0; 16]);
+    drop((tx, rx));
+    guard.assert_gone();
+
+    // A user struct is opaque: size and alignment are what is checked.
+    let name = unique("typed-struct");
+    let guard = shm_guard(&[&name]);
+    let mut tx = TypedSender::<Point>::create(&name, &no_linger()).unwrap();
+    assert_mismatch(
+        TypedReceiver::<[u64; 2]>::open(&name),
+        "opaque 16-byte value",
+        "u64 array",
+    );
+    assert_mismatch(TypedReceiver::<[u64; 3]>::open(&name), "opaque", "u64");
+    let mut rx = TypedReceiver::<Point>::open(&name).unwrap();
+    tx.send(&Point { t: 1, x: 2.0, y: 3.0 }).unwrap();
+    assert_eq!(rx.recv().unwrap(), Point { t: 1, x: 2.0, y: 3.0 });
+    drop((tx, rx));
+    guard.assert_gone();
+
+    // A channel of self-describing messages is not a typed one.
+    let name = unique("typed-plain");
+    let guard = shm_guard(&[&name]);
+    let tx = Sender::create(&name, &no_linger()).unwrap();
+    assert_mismatch(
+        TypedReceiver::<[f32; 16]>::open(&name),
+        "self-describing messages (no schema)",
+        "f32 array",
+    );
+    let rx = Receiver::open(&name).unwrap();
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn a_value_over_64_kib_is_refused_at_creation() {
+    let r = TypedSender::<[[u8; 4096]; 17]>::anonymous(&no_linger());
+    assert!(matches!(r, Err(Error::TooLarge { needed: 69632, .. })), "{r:?}");
+    assert!(TypedSender::<[[u8; 4096]; 16]>::anonymous(&no_linger()).is_ok());
+}
+
+#[test]
+fn killed_producer_is_peer_died_within_a_second_after_its_values() {
+    let name = unique("typed-kill-producer");
+    let _guard = shm_guard(&[&name]);
+    let mut peer = Peer::spawn(&["typed-produce", &name, "5"]);
+    let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
+    assert_eq!(peer.line(), "sent");
+    peer.kill();
+    let killed = Instant::now();
+    for i in 0..5 {
+        assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
+    }
+    match rx.recv() {
+        Err(RecvError::PeerDied { pid }) => assert_eq!(pid, peer.pid()),
+        other => panic!("expected PeerDied, got {other:?}"),
+    }
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(1), "PeerDied after {took:?}");
+}
+
+#[test]
+fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
+    let name = unique("typed-kill-consumer");
+    let guard = shm_guard(&[&name]);
+    let cfg = ChannelConfig {
+        slots: 4,
+        ..no_linger()
+    };
+    let mut tx = TypedSender::<[f32; 16]>::create(&name, &cfg).unwrap();
+    let mut peer = Peer::spawn(&["typed-take", &name, "1"]);
+    tx.send(&[0.0; 16]).unwrap();
+    assert_eq!(peer.line(), "took 1");
+    while tx.try_send([1.0; 16]).is_ok() {}
+    peer.kill();
+    let killed = Instant::now();
+    match tx.send(&[2.0; 16]) {
+        Err(SendError::PeerDied { pid, .. }) => assert_eq!(pid, peer.pid()),
+        other => panic!("expected PeerDied, got {other:?}"),
+    }
+    let took = killed.elapsed();
+    assert!(took < Duration::from_secs(1), "PeerDied after {took:?}");
+    // The dead consumer's ring was reset: a new consumer attaches and gets what follows.
+    let mut rx = TypedReceiver::<[f32; 16]>::open(&name).unwrap();
+    tx.send(&[3.0; 16]).unwrap();
+    assert_eq!(rx.recv().unwrap(), [3.0; 16]);
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+#[test]
+fn closed_producer_in_another_process_drains_then_disconnected() {
+    let name = unique("typed-drain");
+    let guard = shm_guard(&[&name]);
+    let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
+    let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
+    for i in 0..300 {
+        assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
+    }
+    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
+    let (ok, out, err) = peer.finish(Duration::from_secs(10));
+    assert!(ok && out.contains("closed"), "{out} {err}");
+    drop(rx);
+    guard.assert_gone();
+}
