@@ -26,9 +26,12 @@ impl Name {
 
     pub(crate) fn as_str(&self) -> &str {
         match self {
-            // Copied from a `&str` whole, so valid UTF-8; checked again here (cheap for a few
-            // bytes) rather than trusted with `unsafe`.
-            Name::Inline { len, buf } => std::str::from_utf8(&buf[..*len as usize]).unwrap_or(""),
+            // SAFETY: `buf[..len]` was copied whole from a `&str` in `Name::new` and the fields
+            // are private and never modified, so it is valid UTF-8. (Checking it again on every
+            // use cost about 1% of the small-item pipeline's CPU.)
+            Name::Inline { len, buf } => unsafe {
+                std::str::from_utf8_unchecked(&buf[..usize::from(*len).min(INLINE)])
+            },
             Name::Heap(s) => s,
         }
     }
