@@ -160,6 +160,12 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
         assert_eq!(x.len(), 50_000);
         assert!(x.iter().all(|&v| v == n as f32));
         assert_eq!(it.get("x").unwrap().nbytes(), 200_000);
+        // Listing the arrays copies nothing: a leased array is still viewed in place.
+        for (name, a) in it.arrays() {
+            assert_eq!(name, "x");
+            assert_eq!(a.bytes().as_ptr(), x.as_ptr().cast::<u8>());
+            assert_eq!(a.is_shared(), it.get("x").unwrap().is_shared());
+        }
     }
     let mut one = items[0].clone();
     if one.get("x").unwrap().is_shared() {
