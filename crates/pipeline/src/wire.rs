@@ -215,10 +215,24 @@ fn clip(s: &str) -> &str {
 }
 
 fn add_item<'a>(mut b: MessageBuilder<'a>, item: &'a Item) -> Result<MessageBuilder<'a>, String> {
-    for (name, a) in item.arrays() {
-        b = b
-            .array_raw(name, a.dtype(), a.shape(), a.bytes())
-            .map_err(|e| format!("array {name:?}: {e}"))?;
+    for (name, a) in item.stored() {
+        macro_rules! typed {
+            ($($v:ident),*) => {
+                match a {
+                    // Infallible and borrowed: no `Result` around the builder per array.
+                    $(Ok(Array::$v(x)) => b.array(name, x),)*
+                    Ok(a @ Array::Bool(_)) => {
+                        let a = a.raw();
+                        b.array_raw(name, a.dtype(), a.shape(), a.bytes())
+                            .map_err(|e| format!("array {name:?}: {e}"))?
+                    }
+                    Err(a) => b
+                        .array_raw(name, a.dtype(), a.shape(), a.bytes())
+                        .map_err(|e| format!("array {name:?}: {e}"))?,
+                }
+            };
+        }
+        b = typed!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16);
     }
     for (name, m) in item.metas() {
         b = match m {
