@@ -36,7 +36,8 @@ pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError>
     let names: Vec<String> = item.arrays().map(|(n, _)| n.to_owned()).collect();
     for n in names {
         let a = item
-            .remove(&n).and_then(|a| a.into_typed::<f32>().ok())
+            .remove(&n)
+            .and_then(|a| a.into_typed::<f32>().ok())
             .ok_or_else(|| StepError::new(format!("array {n:?} is not f32")))?;
         if a.ndim() > crate::entry::MAX_NDIM {
             return Err(StepError::new(format!(
