@@ -158,11 +158,8 @@ pub fn transport(a: &TransportArgs) -> Result<(), BoxError> {
     print!("{}", report::table(&rows));
     println!("{}", report::legend(&rows));
     println!("{}", transport_legend(&plan.transports));
-    let goals = report::goals(&run);
-    if !goals.is_empty() {
-        println!("\nGoals (ratios of per-round medians):");
-        print!("{}", report::goals_text(&goals));
-    }
+    println!("\nGoals (medians of per-round ratios):");
+    print!("{}", crate::goals::goals_text(&report::goals(&run)));
     let title = format!(
         "shmpipe transports: f32 arrays between two processes on 2 pinned cores \
          (ping-pong {:.0} ns, {}; load {:.1})",

@@ -30,11 +30,19 @@ pub enum Command {
     Transport(TransportArgs),
     /// The pipeline crate's workloads x workers x topology x batch bytes x transfer mode.
     Pipeline(PipelineArgs),
+    /// Two-process ping-pong of one 16-float message: round-trip percentiles per peer
+    /// (raw cache line and futex words, shm-ring, iceoryx2), the idle CPU of a blocked receiver.
+    Latency(LatencyArgs),
+    /// Shared memory committed, summed PSS and start() time of pipelines per worker count.
+    Memory(MemoryArgs),
     /// Redraws a plot from a CSV file written by `transport`, `demo` or `pipeline`.
     Plot(PlotArgs),
     /// Internal: one side of a measurement (run by the harness itself).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// Internal: one side of a latency measurement (run by the harness itself).
+    #[command(hide = true)]
+    LatencyWorker(crate::latency::WorkerArgs),
 }
 
 /// Options shared by every measuring subcommand.
@@ -127,6 +135,58 @@ pub struct PipelineArgs {
     /// Round and output options.
     #[command(flatten)]
     pub run: RunArgs,
+}
+
+/// `latency` options.
+#[derive(Debug, Clone, Args)]
+pub struct LatencyArgs {
+    /// Measured round trips per peer, split evenly over the rounds.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub trips: u64,
+    /// Interleaved rounds (fresh processes per peer and round, peers rotated each round).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Unmeasured round trips at the start of each peer's round.
+    #[arg(long, default_value_t = 1_000)]
+    pub warmup: u64,
+    /// Peers, comma-separated (default: every one this binary was built with).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub peers: Vec<crate::latency::Peer>,
+    /// How long the idle shm-ring receiver stays blocked (`0` skips it).
+    #[arg(long, default_value = "2s", value_parser = parse_duration_or_zero)]
+    pub idle: Duration,
+    /// Write one row per peer (percentiles) to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Do not print a line per round.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+/// `memory` options.
+#[derive(Debug, Clone, Args)]
+pub struct MemoryArgs {
+    /// Worker counts of the 16-float pipelines.
+    #[arg(long, value_delimiter = ',', default_values_t = vec![1usize, 2, 4, 8])]
+    pub workers: Vec<usize>,
+    /// Step layouts.
+    #[arg(long, value_delimiter = ',', value_enum, default_values = ["fused", "staged"])]
+    pub topology: Vec<TopologyKind>,
+    /// f32 elements per small item.
+    #[arg(long, default_value = "16", value_parser = parse_size)]
+    pub small: usize,
+    /// f32 elements per large item.
+    #[arg(long, default_value = "1M", value_parser = parse_size)]
+    pub large: usize,
+    /// Worker counts of the large-item pipelines (empty: none).
+    #[arg(long, value_delimiter = ',', default_values_t = vec![2usize])]
+    pub large_workers: Vec<usize>,
+    /// Small items read through each pipeline before the reading while running.
+    #[arg(long, default_value_t = 2_000)]
+    pub items: usize,
+    /// Large items read through each pipeline before the reading while running.
+    #[arg(long, default_value_t = 40)]
+    pub large_items: usize,
 }
 
 /// `plot` options.
@@ -233,6 +293,17 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
             "`{s}` is not a byte count (examples: 65536, 64k, 1M)"
         )),
     }
+}
+
+/// [`parse_duration`], also accepting `0` (off).
+///
+/// # Errors
+/// As [`parse_duration`].
+pub fn parse_duration_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim().trim_end_matches(['m', 's']).trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(s)
 }
 
 /// Parses `0.3` (seconds), `300ms`, `2s` into a duration.
@@ -377,6 +448,47 @@ mod tests {
         assert_eq!(a.batch_bytes, vec![1 << 20, 4096]);
         assert_eq!(a.transfer, vec![TransferKind::ZeroCopy]);
         assert!(parse_bytes("0").is_err() && parse_bytes("x").is_err());
+    }
+
+    #[test]
+    fn latency_and_memory_defaults() {
+        let cli = Cli::try_parse_from(["shmpipe-bench", "latency"]).unwrap();
+        let Command::Latency(a) = cli.command else {
+            panic!("not latency")
+        };
+        assert_eq!((a.trips, a.rounds, a.warmup), (20_000, 5, 1_000));
+        assert_eq!(a.idle, Duration::from_secs(2));
+        assert!(a.peers.is_empty());
+        let cli = Cli::try_parse_from([
+            "shmpipe-bench",
+            "latency",
+            "--idle",
+            "0",
+            "--peers",
+            "cache-line,shm-typed-spin",
+        ])
+        .unwrap();
+        let Command::Latency(a) = cli.command else {
+            panic!("not latency")
+        };
+        assert_eq!(a.idle, Duration::ZERO);
+        assert_eq!(
+            a.peers,
+            vec![
+                crate::latency::Peer::CacheLine,
+                crate::latency::Peer::ShmTypedSpin
+            ]
+        );
+        assert!(Cli::try_parse_from(["shmpipe-bench", "latency", "--trips", "0"]).is_err());
+        let cli = Cli::try_parse_from(["shmpipe-bench", "memory"]).unwrap();
+        let Command::Memory(m) = cli.command else {
+            panic!("not memory")
+        };
+        assert_eq!(m.workers, vec![1, 2, 4, 8]);
+        assert_eq!(
+            (m.small, m.large, m.large_workers.clone()),
+            (16, 1_000_000, vec![2])
+        );
     }
 
     #[test]

@@ -15,7 +15,10 @@
 
 pub mod app;
 pub mod cli;
+pub mod goals;
 pub mod kernel;
+pub mod latency;
+pub mod memory;
 pub mod meter;
 pub mod pingpong;
 pub mod pipebench;

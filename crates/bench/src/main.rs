@@ -16,6 +16,9 @@ fn main() -> ExitCode {
         Command::Transport(a) => app::transport(a),
         Command::Demo(a) => app::demo(a),
         Command::Pipeline(a) => app::pipeline(a),
+        Command::Latency(a) => shmpipe_bench::latency::harness::latency(a),
+        Command::LatencyWorker(a) => shmpipe_bench::latency::run_worker(a),
+        Command::Memory(a) => shmpipe_bench::memory::report(a),
         Command::Plot(a) => app::plot(a),
     };
     match result {

@@ -1,5 +1,5 @@
-//! Timing inside a worker without reading the clock on every message (a clock read costs
-//! ~20 ns, as much as a whole 16-float handoff).
+//! Timing inside a worker without reading the clock on every message (a clock read costs about
+//! as much as a whole 16-float handoff).
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,7 @@
 //! Cache-line ping-pong between two pinned threads: the core-to-core round trip that every
-//! cross-process handoff pays at least once. On this VM it jumps between ~50 ns and ~450 ns
-//! when the hypervisor moves a vCPU, so every run records it and labels its results.
+//! cross-process handoff pays at least once. On a VM it jumps when the hypervisor moves a vCPU
+//! (see docs/bench.md for the figures measured here), so every run records it and labels its
+//! results.
 
 use std::hint::spin_loop;
 use std::sync::Arc;

@@ -86,7 +86,7 @@ impl PipeConfig {
         )
     }
 
-    fn topology(&self) -> Topology {
+    pub(crate) fn topology(&self) -> Topology {
         match self.topology {
             TopologyKind::Fused => Topology::Fused,
             TopologyKind::Staged => Topology::Staged { workers: vec![] },

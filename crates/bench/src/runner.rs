@@ -43,13 +43,13 @@ pub fn warmup_for(duration: Duration) -> Duration {
 
 /// A child process that is killed (and reaped) if dropped before it finished.
 #[derive(Debug)]
-struct Proc {
+pub(crate) struct Proc {
     role: &'static str,
     child: Option<Child>,
 }
 
 impl Proc {
-    fn spawn(cmd: &mut Command, role: &'static str) -> Result<Proc, BoxError> {
+    pub(crate) fn spawn(cmd: &mut Command, role: &'static str) -> Result<Proc, BoxError> {
         let child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the {role}: {e}"))?;
@@ -60,7 +60,7 @@ impl Proc {
     }
 
     /// Reads the child's stdout (if piped) to the end and waits for a successful exit.
-    fn finish(mut self) -> Result<Vec<u8>, BoxError> {
+    pub(crate) fn finish(mut self) -> Result<Vec<u8>, BoxError> {
         let child = self.child.as_mut().expect("finished once");
         let mut out = Vec::new();
         if let Some(mut so) = child.stdout.take() {
@@ -279,6 +279,10 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
         plan.rounds,
         plan.progress,
         |&transport, elements| {
+            if !transport.supports(elements) {
+                // No row: a NaN rate has no summary.
+                return Ok(f64::NAN);
+            }
             let spec = Spec {
                 transport,
                 elements,

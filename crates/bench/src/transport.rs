@@ -19,6 +19,8 @@ pub enum Transport {
     ShmCopy,
     /// shm-ring with its default policy (`Transfer::Adaptive`): what a user gets.
     ShmAdaptive,
+    /// shm-ring's typed path: `[f32; N]` values, one per ring slot (some sizes only).
+    ShmTyped,
     /// Anonymous pipe between the two processes, length-prefixed frames.
     Pipe,
     /// Unix stream socket, length-prefixed frames.
@@ -38,13 +40,14 @@ pub enum Layout {
 
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 9] = [
+    pub const ALL: [Transport; 10] = [
         Transport::Memcpy,
         Transport::Channel,
         Transport::RingMin,
         Transport::ShmZeroCopy,
         Transport::ShmCopy,
         Transport::ShmAdaptive,
+        Transport::ShmTyped,
         Transport::Pipe,
         Transport::UnixSocket,
         Transport::Iceoryx2,
@@ -59,6 +62,7 @@ impl Transport {
             Transport::ShmZeroCopy => "shm-zero-copy",
             Transport::ShmCopy => "shm-copy",
             Transport::ShmAdaptive => "shm-adaptive",
+            Transport::ShmTyped => "shm-typed",
             Transport::Pipe => "pipe",
             Transport::UnixSocket => "unix-socket",
             Transport::Iceoryx2 => "iceoryx2",
@@ -74,6 +78,7 @@ impl Transport {
             Transport::ShmZeroCopy => "shm-ring, array written in place (Transfer::ZeroCopy)",
             Transport::ShmCopy => "shm-ring, array copied in (Transfer::Copy)",
             Transport::ShmAdaptive => "shm-ring's default, copy or zero-copy by size",
+            Transport::ShmTyped => "shm-ring's typed path, [f32; N] per ring slot (N <= 16k)",
             Transport::Pipe => "a pipe between the two processes",
             Transport::UnixSocket => "a Unix stream socket",
             Transport::Iceoryx2 => "iceoryx2 publish-subscribe",
@@ -91,6 +96,12 @@ impl Transport {
             .into_iter()
             .filter(|t| t.is_built())
             .collect()
+    }
+
+    /// Whether the transport can move arrays of `elements` floats (the typed path is built
+    /// for a few sizes only; other rows are left out).
+    pub fn supports(self, elements: usize) -> bool {
+        self != Transport::ShmTyped || crate::transports::typed::supports(elements)
     }
 
     /// Process layout of the measurement.
@@ -130,7 +141,7 @@ mod tests {
         );
         assert_eq!(
             Transport::built().len(),
-            8 + usize::from(cfg!(feature = "iceoryx2"))
+            9 + usize::from(cfg!(feature = "iceoryx2"))
         );
     }
 }

@@ -52,7 +52,8 @@ pub fn run(a: &WorkerArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn start_watchdog(limit: Duration) {
+/// Exits the process (status 3) after `limit`: no worker outlives a stuck measurement.
+pub fn start_watchdog(limit: Duration) {
     std::thread::spawn(move || {
         std::thread::sleep(limit);
         eprintln!("shmpipe-bench worker: no end after {limit:?}, giving up");
@@ -124,6 +125,7 @@ fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxEr
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
             crate::transports::shm::produce(t, &a.name, a.elements, run)
         }
+        Transport::ShmTyped => crate::transports::typed::produce(&a.name, a.elements, run),
         #[cfg(feature = "iceoryx2")]
         Transport::Iceoryx2 => {
             crate::transports::iox::produce(&a.name, a.elements, run, RENDEZVOUS)
@@ -142,6 +144,9 @@ fn consume_more(t: Transport, a: &WorkerArgs, warmup: Duration) -> Result<Outcom
         }
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
             crate::transports::shm::consume(&a.name, a.elements, warmup, RENDEZVOUS)
+        }
+        Transport::ShmTyped => {
+            crate::transports::typed::consume(&a.name, a.elements, warmup, RENDEZVOUS)
         }
         #[cfg(feature = "iceoryx2")]
         Transport::Iceoryx2 => {

@@ -60,9 +60,10 @@ fn stray_workers(pid: u32) -> Vec<String> {
 fn leaked_segments(pid: u32) -> Vec<String> {
     let prefix = format!("shmpipe-bench-{pid}-");
     let ring = format!("shmpipe_ring-bench-{pid}-");
+    let lat = format!("shmpipe_lat-bench-{pid}-");
     shm_entries("")
         .into_iter()
-        .filter(|n| n.starts_with(&prefix) || n.starts_with(&ring))
+        .filter(|n| n.starts_with(&prefix) || n.starts_with(&ring) || n.starts_with(&lat))
         .collect()
 }
 
@@ -114,6 +115,7 @@ fn transport_smoke_writes_csv_and_plot() {
         "shm-zero-copy",
         "shm-copy",
         "shm-adaptive",
+        "shm-typed",
         "pipe",
         "unix-socket",
     ];
@@ -273,4 +275,160 @@ fn pipeline_smoke_writes_csv() {
         assert!(row[m].parse::<f64>().unwrap() > 0.0, "{row:?}");
         assert!(row[r].parse::<f64>().unwrap() > 0.0, "{row:?}");
     }
+}
+
+#[test]
+fn latency_smoke_prints_every_peer_with_ordered_percentiles() {
+    let dir = TempDir::new("bench-latency");
+    let csv = dir.0.join("l.csv");
+    let (ok, out, err, pid) = run(
+        &[
+            "latency",
+            "--trips",
+            "400",
+            "--rounds",
+            "2",
+            "--warmup",
+            "20",
+            "--idle",
+            "300ms",
+            "--no-progress",
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(stray_workers(pid).is_empty(), "{:?}", stray_workers(pid));
+    assert!(
+        leaked_segments(pid).is_empty(),
+        "{:?}",
+        leaked_segments(pid)
+    );
+    let mut peers = vec![
+        "cache-line",
+        "futex-spin",
+        "futex-sleep",
+        "shm-spin",
+        "shm-sleep",
+        "shm-typed-spin",
+        "shm-typed-sleep",
+    ];
+    if cfg!(feature = "iceoryx2") {
+        peers.extend(["iceoryx2-poll", "iceoryx2-event"]);
+    }
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), peers.len(), "{text}");
+    let cols: Vec<usize> = ["p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"]
+        .iter()
+        .map(|c| column(&header, c))
+        .collect();
+    for name in &peers {
+        let row = rows
+            .iter()
+            .find(|r| r[column(&header, "peer")] == *name)
+            .unwrap_or_else(|| panic!("no row for {name}\n{text}"));
+        assert_eq!(row[column(&header, "trips")], "400", "{row:?}");
+        let p: Vec<f64> = cols.iter().map(|&c| row[c].parse().unwrap()).collect();
+        assert!(p[0] > 0.0, "{name}: {p:?}");
+        assert!(
+            p.windows(2).all(|w| w[0] <= w[1]),
+            "{name}: percentiles out of order {p:?}"
+        );
+        // The table on stdout has the same peer with the same p50.
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in the table\n{out}"));
+        assert!(line.contains(row[cols[0]]), "{line} vs {row:?}");
+    }
+    assert!(out.contains("placement"), "{out}");
+    assert!(out.contains("idle: a blocked shm-ring receiver"), "{out}");
+    let goals = out
+        .split("Goals")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no goals\n{out}"));
+    for g in [
+        "shm-typed-spin p50 <= 2x futex-spin",
+        "shm-typed-sleep p50 ~ futex-sleep",
+        "shm-spin p50 <= 2x futex-spin",
+        "idle CPU",
+        "iceoryx2-poll",
+    ] {
+        let line = goals
+            .lines()
+            .find(|l| l.contains(g))
+            .unwrap_or_else(|| panic!("no goal {g}\n{out}"));
+        assert!(
+            ["met", "NOT met", "not measured"]
+                .iter()
+                .any(|v| line.trim_start().starts_with(v)),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn memory_smoke_reports_commit_pss_and_start_time() {
+    let (ok, out, err, pid) = run(
+        &[
+            "memory",
+            "--workers",
+            "1",
+            "--topology",
+            "fused",
+            "--large",
+            "100k",
+            "--large-workers",
+            "1",
+            "--items",
+            "50",
+            "--large-items",
+            "5",
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(processes_with_cmdline("memory --workers 1 --topology fused").is_empty());
+    let leaked = shm_entries(&format!("shmpipe-{pid}x"));
+    assert!(leaked.is_empty(), "{leaked:?}");
+    for size in ["16", "100000"] {
+        let f: Vec<&str> = out
+            .lines()
+            .find(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                f.len() > 3 && f[0] == "fused" && f[1] == "1" && f[2] == size
+            })
+            .unwrap_or_else(|| panic!("no fused W=1 {size} row\n{out}"))
+            .split_whitespace()
+            .collect();
+        // fused 1 16 <procs> <start ms> | <commit> MiB <pss> MiB <delta> MiB | <commit> MiB <pss> MiB ...
+        let num = |i: usize| f[i].parse::<f64>().unwrap_or_else(|_| panic!("{f:?}[{i}]"));
+        assert!(num(3) >= 3.0, "harness, emitter and a worker: {f:?}");
+        assert!(num(4) > 0.0, "start time: {f:?}");
+        assert!(num(6) > 0.0 && num(8) > 0.0, "idle commit and PSS: {f:?}");
+        assert!(num(13) > 0.0 && num(15) > 0.0, "full commit and PSS: {f:?}");
+        assert!(f.last() == Some(&"memfds)"), "{f:?}");
+        let memfds: usize = f[f.len() - 2].trim_start_matches('(').parse().unwrap();
+        assert!(
+            memfds >= 2,
+            "a fused pipeline has a channel in and one out: {f:?}"
+        );
+    }
+    assert!(
+        out.contains("blocks of 0.4 MB committed while full"),
+        "{out}"
+    );
+    let goals = out
+        .split("Goals:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no goals\n{out}"));
+    assert!(
+        goals.contains("fused W=8") && goals.contains("not measured"),
+        "{goals}"
+    );
+    assert!(goals.contains("idle commit per channel"), "{goals}");
 }

@@ -9,14 +9,27 @@
 //! that wrap; the slot of position `p` is `p & (capacity - 1)`, and `tail - head` (wrapping) is
 //! the number of filled slots, always in `0 ..= capacity`.
 //!
-//! Both sides can move many slots with one index store (batch push/pop).
+//! Both sides can move many slots with one index store (batch push/pop): a
+//! [`WriteChunkUninit`] (from [`Producer::write_chunk_uninit`]) hands out free slots, and its
+//! `commit(k)` publishes `k` of them with one store of `tail` (its `stage(k)` keeps them
+//! unpublished, for the next commit); a [`ReadChunk`] (from [`Consumer::read_chunk`]) hands out
+//! published slots, and its `release(k)` gives `k` of them back with one store of `head`. The
+//! chunks read and write slots through bounds-checked volatile copies (`read_pod`,
+//! `write_pod`), so the raw slot pointers and their `unsafe` stay in this module; only code
+//! that encodes or decodes a body in place asks a chunk for a raw pointer.
 //!
 //! # Waiting
 //! A side that finds nothing to do may sleep on the *other* side's index word with a futex.
-//! It first raises its `waiting` flag, then re-reads the index (both `SeqCst`); the other side
-//! stores its index with `SeqCst` and then reads the flag. In the single total order of `SeqCst`
-//! operations one of the two sees the other, so a wake-up is never lost; and the futex itself
-//! refuses to sleep if the index word already moved.
+//! It first raises its `waiting` flag, then issues a `SeqCst` fence and re-reads the index;
+//! the other side stores its index, issues a `SeqCst` fence and then reads the flag (a Dekker
+//! handshake). The two fences are ordered one way or the other in the single total order of
+//! `SeqCst` fences, so one of the two sides sees the other's store: a wake-up is never lost;
+//! and the futex itself refuses to sleep if the index word already moved. The fences (rather
+//! than `SeqCst` loads and stores) are what loom models faithfully: `tests/loom.rs` checks this
+//! very code with the futex modelled as a real sleep and wake.
+//!
+//! The waker calls `futex_wake` only when the flag says the peer sleeps (or is about to), so
+//! a busy pair of processes never enters the kernel.
 //!
 //! # Validation
 //! Indices are read from memory a peer can write. A distance `tail - head` larger than the
@@ -24,7 +37,13 @@
 
 use std::fmt;
 
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering, fence};
+
+mod chunks;
+mod heap;
+
+pub use chunks::{ReadChunk, WriteChunkUninit};
+pub use heap::{HeapStorage, heap_ring};
 
 /// A value padded and aligned to 128 bytes (two cache lines, against adjacent-line prefetch),
 /// with a `#[repr(C)]` layout that is stable across processes.
@@ -130,8 +149,11 @@ impl RingShape {
 pub struct Producer<S> {
     storage: S,
     shape: RingShape,
-    /// Our own next write position (authoritative: only we store `tail`).
+    /// Our last published write position (authoritative: only we store `tail`).
     tail: u32,
+    /// Slots written after `tail` but not yet published (staged by [`WriteChunkUninit::stage`]),
+    /// in `0 ..= capacity`; the next commit publishes them together.
+    staged: u32,
     /// The consumer's `head` as last loaded; may be stale (too small), never too large.
     cached_head: u32,
 }
@@ -141,7 +163,8 @@ pub struct Producer<S> {
 pub struct Consumer<S> {
     storage: S,
     shape: RingShape,
-    /// Our own next read position (authoritative: only we store `head`).
+    /// Our own next read position (authoritative: only we store `head`). It may run ahead of
+    /// the `head` published in shared memory (slots skipped, released later in one store).
     head: u32,
     /// The producer's `tail` as last loaded; may be stale (too small), never too large.
     cached_tail: u32,
@@ -166,6 +189,8 @@ impl<S: Storage> Producer<S> {
         assert!(shape.is_valid(), "invalid ring shape {shape:?}");
         let h = storage.header();
         let tail = h.tail.0.load(Ordering::Relaxed);
+        // SYNC POINT (Acquire): pairs with the consumer's `release`: slots before `head` are
+        // no longer read.
         let head = h.head.0.load(Ordering::Acquire);
         // The peer may have written anything: an impossible distance counts as "full", so the
         // first `free` reloads `head` and reports it as corrupt instead of trusting it.
@@ -178,6 +203,7 @@ impl<S: Storage> Producer<S> {
             storage,
             shape,
             tail,
+            staged: 0,
             cached_head,
         }
     }
@@ -187,24 +213,32 @@ impl<S: Storage> Producer<S> {
         self.shape
     }
 
-    /// Our write position.
+    /// Our next write position: the published `tail` plus the staged slots.
+    #[inline(always)]
     pub fn position(&self) -> u32 {
-        self.tail
+        self.tail.wrapping_add(self.staged)
     }
 
-    /// Number of free slots, reloading the consumer's index only if the cached one says the
-    /// ring is possibly full (fewer than `want` free).
+    /// Slots written but not yet published (see [`WriteChunkUninit::stage`]).
+    #[inline]
+    pub fn staged(&self) -> u32 {
+        self.staged
+    }
+
+    /// Number of free slots after the write position, reloading the consumer's index only if
+    /// the cached one says fewer than `want` are free ("*possibly* full").
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the consumer's index is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, want: u32) -> Result<u32, RingError> {
+        let pos = self.position();
         // `cached_head` is only ever a validated value, so this never underflows; saturate
         // anyway rather than trust it with a panic.
         let free = self
             .shape
             .capacity
-            .saturating_sub(self.tail.wrapping_sub(self.cached_head));
+            .saturating_sub(pos.wrapping_sub(self.cached_head));
         if free >= want {
             return Ok(free);
         }
@@ -212,10 +246,10 @@ impl<S: Storage> Producer<S> {
         // SYNC POINT (Acquire): pairs with the consumer's `release`; the consumer has finished
         // reading every slot before `head`, so we may overwrite them.
         let head = self.storage.header().head.0.load(Ordering::Acquire);
-        let used = self.tail.wrapping_sub(head);
+        let used = pos.wrapping_sub(head);
         if used > self.shape.capacity {
             return Err(RingError::Corrupt {
-                tail: self.tail,
+                tail: pos,
                 head,
                 capacity: self.shape.capacity,
             });
@@ -224,11 +258,48 @@ impl<S: Storage> Producer<S> {
         Ok(self.shape.capacity - used)
     }
 
+    /// Up to `n` free slots after the write position, as a chunk to write and then commit
+    /// (or stage). The chunk may be shorter than `n` (down to empty) when the ring has less
+    /// room; unlike rtrb this is not an error, so callers that need `n` check [`len`].
+    ///
+    /// [`len`]: WriteChunkUninit::len
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::ring::{heap_ring, RingShape};
+    /// let (mut p, mut c) = heap_ring(RingShape { capacity: 4, slot_size: 16 });
+    /// let mut w = p.write_chunk_uninit(2).unwrap();
+    /// w.write_pod(0, 0, 7u64);
+    /// w.write_pod(1, 8, [1u32, 2]);
+    /// w.commit_all(); // one store of `tail` for both slots
+    /// let r = c.read_chunk(4).unwrap();
+    /// assert_eq!(r.len(), 2);
+    /// assert_eq!(r.read_pod::<u64>(0, 0), 7);
+    /// assert_eq!(r.read_pod::<[u32; 2]>(1, 8), [1, 2]);
+    /// r.release_all();
+    /// assert_eq!(p.free(4).unwrap(), 4);
+    /// ```
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the consumer's index is impossible.
+    #[inline(always)]
+    pub fn write_chunk_uninit(&mut self, n: u32) -> Result<WriteChunkUninit<'_, S>, RingError> {
+        let free = self.free(n)?;
+        Ok(WriteChunkUninit::new(self, n.min(free)))
+    }
+
     /// Pointer to the slot `i` positions after our write position. Slots `i` and `i + 1` are
     /// adjacent in memory unless `i + 1` wraps to slot 0 ([`Producer::contiguous`]).
-    #[inline]
+    /// Prefer [`Producer::write_chunk_uninit`], whose accessors are checked.
+    #[inline(always)]
     pub fn slot(&self, i: u32) -> *mut u8 {
-        let idx = self.tail.wrapping_add(i) & (self.shape.capacity - 1);
+        self.slot_at(self.position().wrapping_add(i))
+    }
+
+    /// Pointer to the slot of position `pos`; tracked for loom.
+    #[inline(always)]
+    fn slot_at(&self, pos: u32) -> *mut u8 {
+        let idx = pos & (self.shape.capacity - 1);
         self.storage.track(idx, true);
         // `idx < capacity`, so the offset stays inside the slot memory (Storage guarantee).
         self.storage
@@ -240,21 +311,36 @@ impl<S: Storage> Producer<S> {
     /// that must be contiguous have to fit in this).
     #[inline]
     pub fn contiguous(&self, i: u32) -> u32 {
-        let idx = self.tail.wrapping_add(i) & (self.shape.capacity - 1);
+        let idx = self.position().wrapping_add(i) & (self.shape.capacity - 1);
         self.shape.capacity - idx
     }
 
-    /// Publishes the next `n` slots, which the caller has written (and which were free).
-    /// Returns whether the consumer was waiting (and so got woken).
+    /// Publishes the staged slots and the next `n` slots, which the caller has written (and
+    /// which were free). Returns whether the consumer was waiting (and so got woken).
     #[inline]
     pub fn commit(&mut self, n: u32) -> bool {
-        self.tail = self.tail.wrapping_add(n);
+        self.staged = self.staged.wrapping_add(n);
+        self.publish()
+    }
+
+    /// Publishes every staged slot (one store of `tail`) and wakes the consumer if it sleeps.
+    /// Returns whether it was waiting. Nothing to publish: no store, returns `false`.
+    #[inline]
+    pub fn publish(&mut self) -> bool {
+        if self.staged == 0 {
+            return false;
+        }
+        self.tail = self.tail.wrapping_add(self.staged);
+        self.staged = 0;
         let h = self.storage.header();
-        // SYNC POINT (SeqCst store, Release semantics included): the contents of the committed
-        // slots are visible to the consumer once it loads this tail with Acquire. SeqCst also
-        // orders it before our read of `consumer_waiting` (see "Waiting" in the module doc).
-        h.tail.0.store(self.tail, Ordering::SeqCst);
-        if h.consumer_waiting.0.load(Ordering::SeqCst) != 0 {
+        // SYNC POINT (Release): the contents of the committed slots are visible to the
+        // consumer once it loads this tail with Acquire.
+        h.tail.0.store(self.tail, Ordering::Release);
+        // SYNC POINT (SeqCst fence): Dekker handshake with `Consumer::begin_wait` (flag store,
+        // fence, tail load): in the total order of SeqCst fences, either our flag load below
+        // sees its flag, or its tail load sees our store (see "Waiting" in the module doc).
+        fence(Ordering::SeqCst);
+        if h.consumer_waiting.0.load(Ordering::Relaxed) != 0 {
             wake(&h.tail.0);
             true
         } else {
@@ -266,8 +352,19 @@ impl<S: Storage> Producer<S> {
     /// consumer's `head` still equals the value. Call [`Producer::end_wait`] after sleeping.
     pub fn begin_wait(&self) -> (&AtomicU32, u32) {
         let h = self.storage.header();
-        h.producer_waiting.0.store(1, Ordering::SeqCst);
-        (&h.head.0, h.head.0.load(Ordering::SeqCst))
+        h.producer_waiting.0.store(1, Ordering::Relaxed);
+        // SYNC POINT (SeqCst fence): Dekker handshake with the consumer's `release` (head
+        // store, fence, flag load): one of the two sees the other.
+        fence(Ordering::SeqCst);
+        (&h.head.0, h.head.0.load(Ordering::Relaxed))
+    }
+
+    /// The futex word the consumer moves (its `head`) and its current value, without raising
+    /// our waiting flag: for a spinning waiter that only watches for movement.
+    #[inline]
+    pub fn peer_word(&self) -> (&AtomicU32, u32) {
+        let w = &self.storage.header().head.0;
+        (w, w.load(Ordering::Relaxed))
     }
 
     /// Lowers our waiting flag.
@@ -279,10 +376,16 @@ impl<S: Storage> Producer<S> {
             .store(0, Ordering::Relaxed);
     }
 
-    /// Discards everything not yet consumed, as if the consumer had read it all. Only sound
-    /// when no consumer is attached (it died or never came); used to reclaim a dead consumer's
-    /// ring.
-    pub fn reset_consumer(&mut self) {
+    /// Publishes the staged slots, then discards everything not yet consumed, as if the
+    /// consumer had read it all (its `head` jumps to our `tail`).
+    ///
+    /// # Safety
+    /// No consumer may be reading the ring: it died or never attached, and none can attach
+    /// before this returns. A live consumer would go on reading slots we now consider free and
+    /// overwrite (a data race on the slot memory), and its next `release` would move `head`
+    /// backwards (reported as [`RingError::Corrupt`]).
+    pub unsafe fn reset_consumer(&mut self) {
+        self.publish();
         let h = self.storage.header();
         h.head.0.store(self.tail, Ordering::SeqCst);
         self.cached_head = self.tail;
@@ -316,22 +419,23 @@ impl<S: Storage> Consumer<S> {
     }
 
     /// Our read position.
+    #[inline(always)]
     pub fn position(&self) -> u32 {
         self.head
     }
 
     /// Number of filled slots, reloading the producer's index only if the cached one says
-    /// fewer than `want` are available.
+    /// fewer than `want` are available ("*possibly* empty").
     ///
     /// # Errors
     /// [`RingError::Corrupt`] if the producer's index is impossible.
-    #[inline]
+    #[inline(always)]
     pub fn available(&mut self, want: u32) -> Result<u32, RingError> {
         let avail = self.cached_tail.wrapping_sub(self.head);
         if avail >= want {
             return Ok(avail);
         }
-        // SYNC POINT (Acquire): pairs with the producer's `commit`; the contents of every slot
+        // SYNC POINT (Acquire): pairs with the producer's `publish`; the contents of every slot
         // before `tail` are visible to us.
         let tail = self.storage.header().tail.0.load(Ordering::Acquire);
         let avail = tail.wrapping_sub(self.head);
@@ -346,10 +450,40 @@ impl<S: Storage> Consumer<S> {
         Ok(avail)
     }
 
+    /// Up to `n` published slots from our read position, as a chunk to read and then
+    /// release (or skip). Shorter than `n` (down to empty) when fewer are published.
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's index is impossible.
+    #[inline(always)]
+    pub fn read_chunk(&mut self, n: u32) -> Result<ReadChunk<'_, S>, RingError> {
+        let avail = self.available(n)?;
+        Ok(ReadChunk::new(self, n.min(avail)))
+    }
+
+    /// Every published slot from our read position, as a chunk, reloading the producer's
+    /// index only if the cached one says the ring is empty (the cheap "anything there?" of a
+    /// polling consumer).
+    ///
+    /// # Errors
+    /// [`RingError::Corrupt`] if the producer's index is impossible.
+    #[inline(always)]
+    pub fn read_available(&mut self) -> Result<ReadChunk<'_, S>, RingError> {
+        let avail = self.available(1)?;
+        Ok(ReadChunk::new(self, avail))
+    }
+
     /// Pointer to the slot `i` positions after our read position.
-    #[inline]
+    /// Prefer [`Consumer::read_chunk`], whose accessors are checked.
+    #[inline(always)]
     pub fn slot(&self, i: u32) -> *const u8 {
-        let idx = self.head.wrapping_add(i) & (self.shape.capacity - 1);
+        self.slot_at(self.head.wrapping_add(i))
+    }
+
+    /// Pointer to the slot of position `pos`; tracked for loom.
+    #[inline(always)]
+    fn slot_at(&self, pos: u32) -> *const u8 {
+        let idx = pos & (self.shape.capacity - 1);
         self.storage.track(idx, false);
         self.storage
             .slots()
@@ -363,25 +497,32 @@ impl<S: Storage> Consumer<S> {
         self.shape.capacity - idx
     }
 
-    /// Moves our read position past `n` available slots without telling the producer; a later
+    /// Moves our read position past `n` slots without telling the producer; a later
     /// [`Consumer::release`] (e.g. `release(0)`) publishes the new position.
-    #[inline]
-    pub fn skip(&mut self, n: u32) {
+    /// [`ReadChunk::skip`] is the checked form.
+    ///
+    /// # Safety
+    /// The `n` slots must be published (`n <=` [`Consumer::available`]). Skipping past the
+    /// producer's `tail` would make us read, through later slot pointers, slots the producer
+    /// is still writing (a data race), and would publish a `head` ahead of `tail`.
+    #[inline(always)]
+    pub unsafe fn skip(&mut self, n: u32) {
         self.head = self.head.wrapping_add(n);
     }
 
     /// Hands the next `n` slots (which were available), and any skipped before, back to the
-    /// producer.
-    /// Returns whether the producer was waiting (and so got woken).
+    /// producer. Returns whether the producer was waiting (and so got woken).
     #[inline]
     pub fn release(&mut self, n: u32) -> bool {
         self.head = self.head.wrapping_add(n);
         let h = self.storage.header();
-        // SYNC POINT (SeqCst store, Release included): we are done reading the released slots;
-        // pairs with the producer's Acquire load of `head` in `free`. SeqCst orders it before our
-        // read of `producer_waiting`.
-        h.head.0.store(self.head, Ordering::SeqCst);
-        if h.producer_waiting.0.load(Ordering::SeqCst) != 0 {
+        // SYNC POINT (Release): we are done reading the released slots; pairs with the
+        // producer's Acquire load of `head` in `free`.
+        h.head.0.store(self.head, Ordering::Release);
+        // SYNC POINT (SeqCst fence): Dekker handshake with `Producer::begin_wait`, as in
+        // `Producer::publish`.
+        fence(Ordering::SeqCst);
+        if h.producer_waiting.0.load(Ordering::Relaxed) != 0 {
             wake(&h.head.0);
             true
         } else {
@@ -393,8 +534,19 @@ impl<S: Storage> Consumer<S> {
     /// producer's `tail` still equals the value. Call [`Consumer::end_wait`] after sleeping.
     pub fn begin_wait(&self) -> (&AtomicU32, u32) {
         let h = self.storage.header();
-        h.consumer_waiting.0.store(1, Ordering::SeqCst);
-        (&h.tail.0, h.tail.0.load(Ordering::SeqCst))
+        h.consumer_waiting.0.store(1, Ordering::Relaxed);
+        // SYNC POINT (SeqCst fence): Dekker handshake with the producer's `publish` (tail
+        // store, fence, flag load): one of the two sees the other.
+        fence(Ordering::SeqCst);
+        (&h.tail.0, h.tail.0.load(Ordering::Relaxed))
+    }
+
+    /// The futex word the producer moves (its `tail`) and its current value, without raising
+    /// our waiting flag: for a spinning waiter that only watches for movement.
+    #[inline]
+    pub fn peer_word(&self) -> (&AtomicU32, u32) {
+        let w = &self.storage.header().tail.0;
+        (w, w.load(Ordering::Relaxed))
     }
 
     /// Lowers our waiting flag.
@@ -418,87 +570,11 @@ fn wake(word: &AtomicU32) {
 }
 
 #[cfg(loom)]
-fn wake(_word: &AtomicU32) {}
-
-/// A ring on the process heap: for tests, loom models and in-process use.
-#[derive(Debug, Clone)]
-pub struct HeapStorage {
-    inner: std::sync::Arc<HeapInner>,
+fn wake(word: &AtomicU32) {
+    crate::sync::futex_wake_all(word);
 }
 
-#[derive(Debug)]
-struct HeapInner {
-    header: RingHeader,
-    slots: Box<[std::cell::UnsafeCell<u64>]>,
-    /// One loom cell per slot, touched on every slot access so loom sees who owns which slot.
-    #[cfg(loom)]
-    tracks: Box<[loom::cell::UnsafeCell<()>]>,
-}
-
-// SAFETY: the slot cells are only accessed through the ring protocol: the producer writes slots
-// it owns (free ones), the consumer reads slots it owns (published ones), and ownership moves
-// with the Release/Acquire index stores and loads.
-unsafe impl Sync for HeapInner {}
-// SAFETY: as above; the raw cells hold plain u64s.
-unsafe impl Send for HeapInner {}
-
-impl HeapStorage {
-    /// Allocates a zeroed ring of the given shape.
-    ///
-    /// # Panics
-    /// If the shape is invalid.
-    pub fn new(shape: RingShape) -> Self {
-        assert!(shape.is_valid());
-        let words = shape.bytes() / 8;
-        HeapStorage {
-            inner: std::sync::Arc::new(HeapInner {
-                header: RingHeader::default(),
-                slots: (0..words).map(|_| std::cell::UnsafeCell::new(0)).collect(),
-                #[cfg(loom)]
-                tracks: (0..shape.capacity)
-                    .map(|_| loom::cell::UnsafeCell::new(()))
-                    .collect(),
-            }),
-        }
-    }
-}
-
-// SAFETY: the header and the boxed slice live as long as the Arc, which every handle holds;
-// the slice is `capacity * slot_size / 8` u64 cells, hence 8-aligned.
-unsafe impl Storage for HeapStorage {
-    fn header(&self) -> &RingHeader {
-        &self.inner.header
-    }
-    fn slots(&self) -> *mut u8 {
-        self.inner.slots.as_ptr() as *mut u8
-    }
-    #[cfg(loom)]
-    fn track(&self, idx: u32, write: bool) {
-        let cell = &self.inner.tracks[idx as usize];
-        if write {
-            cell.with_mut(|_| ());
-        } else {
-            cell.with(|_| ());
-        }
-    }
-}
-
-/// A heap ring split into its two halves.
-///
-/// # Examples
-/// ```
-/// use shm_ring::ring::{heap_ring, RingShape};
-/// let (mut p, mut c) = heap_ring(RingShape { capacity: 4, slot_size: 8 });
-/// assert_eq!(p.free(1).unwrap(), 4);
-/// // SAFETY: slot 0 is free and 8 bytes long.
-/// unsafe { p.slot(0).cast::<u64>().write(42) };
-/// p.commit(1);
-/// assert_eq!(c.available(1).unwrap(), 1);
-/// // SAFETY: slot 0 is published and 8 bytes long.
-/// assert_eq!(unsafe { c.slot(0).cast::<u64>().read() }, 42);
-/// c.release(1);
-/// ```
-pub fn heap_ring(shape: RingShape) -> (Producer<HeapStorage>, Consumer<HeapStorage>) {
-    let s = HeapStorage::new(shape);
-    split(s.clone(), s, shape)
-}
+/// The futex sleep of the loom build (see `sync`): sleeps while `*word == expected`, until a
+/// wake on the ring. For the loom models of the sleep/wake handshake.
+#[cfg(loom)]
+pub use crate::sync::futex_wait;

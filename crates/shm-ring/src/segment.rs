@@ -1,5 +1,8 @@
 //! Shared-memory segments: a named (`/dev/shm/shmpipe-<name>`) or anonymous (sealed memfd)
-//! file, fully reserved at creation and mapped read-write, starting with a 64-byte header.
+//! file, mapped read-write, starting with a 64-byte header. The public constructors reserve
+//! every page at creation (`fallocate`: `NoSpace` now, never `SIGBUS` later); a channel
+//! reserves its headers and rings at creation and each pool block when it is first loaned
+//! ([`Segment::commit`]), so its committed memory follows what is in flight.
 //!
 //! ```text
 //! offset 0   magic u64 | 8 layout version u32 | 12 kind u32 | 16 creator pid u32 |
@@ -248,6 +251,17 @@ impl Segment {
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
     pub fn create(name: &str, size: usize) -> Result<Segment, Error> {
+        Self::create_reserving(name, size, size)
+    }
+
+    /// [`Segment::create`], reserving only the first `reserve` bytes now; the rest is address
+    /// space until [`Segment::commit`] reserves it (a channel commits each pool block the first
+    /// time it is loaned).
+    pub(crate) fn create_reserving(
+        name: &str,
+        size: usize,
+        reserve: usize,
+    ) -> Result<Segment, Error> {
         check_name(name)?;
         check_size(size)?;
         let _ = reclaim_stale();
@@ -262,7 +276,7 @@ impl Segment {
             sys::unlink_entry_if(&dir, &tmp, id);
             e
         };
-        Self::reserve(&file, name, size).map_err(unlink_on_err)?;
+        Self::reserve(&file, name, size, reserve).map_err(unlink_on_err)?;
         test_hook_kill_after_reserve(name);
         let map = MmapOptions::new()
             .len(size)
@@ -288,9 +302,15 @@ impl Segment {
     /// # Errors
     /// [`Error::NoSpace`] if the memory cannot be reserved, [`Error::Os`].
     pub fn anonymous(size: usize) -> Result<Segment, Error> {
+        Self::anonymous_reserving(size, size)
+    }
+
+    /// [`Segment::anonymous`], reserving only the first `reserve` bytes now (see
+    /// [`Segment::create_reserving`]).
+    pub(crate) fn anonymous_reserving(size: usize, reserve: usize) -> Result<Segment, Error> {
         check_size(size)?;
         let file = sys::memfd("shmpipe-anon")?;
-        Self::reserve(&file, "(anonymous)", size)?;
+        Self::reserve(&file, "(anonymous)", size, reserve)?;
         // From here on the size is fixed for good: no holder of the descriptor can shrink it
         // under another process's mapping (SIGBUS) or grow it.
         sys::seal(&file)?;
@@ -309,15 +329,31 @@ impl Segment {
         })
     }
 
-    fn reserve(file: &File, name: &str, size: usize) -> Result<(), Error> {
-        sys::reserve(file, size as u64).map_err(|e| match e {
-            Errno::NOSPC | Errno::FBIG => Error::NoSpace {
-                name: name.to_string(),
-                needed: size as u64,
-                available: sys::free_bytes(file),
-            },
-            e => Error::from(e),
-        })
+    fn reserve(file: &File, name: &str, size: usize, reserve: usize) -> Result<(), Error> {
+        sys::reserve(file, size as u64, reserve as u64)
+            .map_err(|e| no_space(e, file, name, reserve))
+    }
+
+    /// Reserves the pages of `[off, off + len)` (inside the segment), which were address space
+    /// only: after this, touching them cannot fail. Only the creator commits.
+    ///
+    /// # Errors
+    /// [`Error::NoSpace`] when `/dev/shm` (or memory, for an anonymous segment) cannot hold
+    /// them, naming the bytes the segment would then hold; [`Error::InvalidArgument`] for a
+    /// range outside the segment; [`Error::Os`].
+    pub(crate) fn commit(&self, off: usize, len: usize) -> Result<(), Error> {
+        let end = off
+            .checked_add(len)
+            .filter(|&e| e <= self.len())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "commit of {len} bytes at {off} outside a segment of {}",
+                    self.len()
+                ))
+            })?;
+        let name = self.name.as_deref().unwrap_or("(anonymous)");
+        sys::allocate(&self.file, off as u64, len as u64)
+            .map_err(|e| no_space(e, &self.file, name, end))
     }
 
     /// Marks the segment initialised, with the `kind` of what its user area holds, and (for
@@ -502,6 +538,18 @@ impl Segment {
     /// Whether this handle created the segment (and will unlink its name on drop).
     pub fn is_owner(&self) -> bool {
         self.owner
+    }
+}
+
+/// `ENOSPC`/`EFBIG` while reserving `needed` bytes of `file` as [`Error::NoSpace`].
+fn no_space(e: Errno, file: &File, name: &str, needed: usize) -> Error {
+    match e {
+        Errno::NOSPC | Errno::FBIG => Error::NoSpace {
+            name: name.to_string(),
+            needed: needed as u64,
+            available: sys::free_bytes(file),
+        },
+        e => Error::from(e),
     }
 }
 

@@ -131,11 +131,22 @@ pub(crate) fn seals(file: &File) -> rustix::io::Result<SealFlags> {
     rustix::fs::fcntl_get_seals(file)
 }
 
-/// Sets the size and reserves every page now, so a too-small tmpfs fails here with
-/// `ENOSPC` instead of killing the process with `SIGBUS` on first touch.
-pub(crate) fn reserve(file: &File, len: u64) -> rustix::io::Result<()> {
+/// Sets the size to `len` and reserves the first `reserve` bytes now, so a too-small tmpfs
+/// fails here with `ENOSPC` instead of killing the process with `SIGBUS` on first touch. The
+/// rest stays a hole (address space only) until [`allocate`] reserves it.
+pub(crate) fn reserve(file: &File, len: u64, reserve: u64) -> rustix::io::Result<()> {
     rustix::fs::ftruncate(file, len)?;
-    rustix::fs::fallocate(file, FallocateFlags::empty(), 0, len)
+    allocate(file, 0, reserve.min(len))
+}
+
+/// Reserves the pages of `[off, off + len)` of `file` (within its size): `ENOSPC` now instead
+/// of `SIGBUS` at the first touch. Allowed on a memfd sealed against growing, since the size
+/// does not change.
+pub(crate) fn allocate(file: &File, off: u64, len: u64) -> rustix::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    rustix::fs::fallocate(file, FallocateFlags::empty(), off, len)
 }
 
 /// Free bytes on the file system holding `file`.

@@ -221,13 +221,32 @@ fn too_small_dev_shm_gives_a_clear_error_not_sigbus() {
     let name = unique("tmpfs");
     let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
     // A private mount namespace with a 16 MB tmpfs on /dev/shm, as in a small container.
+    // Pool blocks are committed (fallocate) when first loaned, so both channels are created;
+    // the 64 MiB one fails at the loan that no longer fits, with an error, not a SIGBUS.
     let script = format!("{peer} create 4194304 {name}-small && {peer} create 67108864 {name}-big");
     let (status, stdout, stderr) = in_small_dev_shm(&script);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let small_done = lines.iter().position(|l| *l == "loaned 16");
     assert!(
-        stdout.contains("created"),
-        "4 MiB channel should fit: {stdout} {stderr}"
+        lines.first() == Some(&"created") && small_done.is_some(),
+        "4 MiB channel should fit, every block loaned and written: {stdout} {stderr}"
     );
-    assert!(!status.success(), "64 MiB channel should not fit in 16 MB");
+    let big: Vec<&str> = lines[small_done.unwrap() + 1..].to_vec();
+    assert_eq!(
+        big.first(),
+        Some(&"created"),
+        "creating the 64 MiB channel commits only its rings, so it succeeds: {stdout} {stderr}"
+    );
+    // 4 MiB blocks in a 16 MB tmpfs: three fit beside the rings, the fourth does not.
+    assert_eq!(
+        big[1..],
+        ["loaned 1", "loaned 2", "loaned 3"],
+        "loans up to the limit work and can be written: {stdout} {stderr}"
+    );
+    assert!(
+        !status.success(),
+        "64 MiB of blocks should not fit in 16 MB"
+    );
     assert_eq!(
         status.code(),
         Some(1),
@@ -239,10 +258,13 @@ fn too_small_dev_shm_gives_a_clear_error_not_sigbus() {
         .and_then(|r| r.split(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("error should name the bytes needed: {stderr}"));
-    assert!(needed >= 64 << 20, "needs {needed}");
     assert!(
-        stderr.contains("--shm-size"),
-        "error should say how to raise it: {stderr}"
+        needed > 16_000_000 && needed <= (64 << 20) + (1 << 20),
+        "needs {needed}: the segment's committed size with the failing block"
+    );
+    assert!(
+        stderr.contains("--shm-size") && stderr.contains("smaller pool"),
+        "error should say how to raise the limit or shrink the pool: {stderr}"
     );
     // Nothing leaked into the real /dev/shm.
     assert!(!std::path::Path::new(&common::shm_path(&format!("{name}-big"))).exists());

@@ -122,10 +122,98 @@ fn corrupt_index_is_an_error<S: Storage>(mut p: Producer<S>, mut c: Consumer<S>)
     let cap = p.shape().capacity;
     p.commit(1);
     c.release(1);
-    // A consumer index that runs ahead of the producer by more than capacity.
-    c.skip(cap * 3);
+    // A consumer index that runs ahead of the producer by more than capacity (as a hostile
+    // consumer could publish).
+    // SAFETY: deliberately broken contract; no slot is read afterwards.
+    unsafe { c.skip(cap * 3) };
     c.release(0);
     assert!(p.free(cap + 1).is_err());
+}
+
+/// Chunks: a write chunk is at most the free slots, a read chunk at most the published ones;
+/// `stage` publishes nothing until the next commit, which publishes both with one store;
+/// values cross the wrap through `write_pod`/`read_pod`; `skip` then `release(0)` frees slots.
+fn chunks_batch_and_wrap<S: Storage>(mut p: Producer<S>, mut c: Consumer<S>) {
+    let cap = p.shape().capacity;
+    assert_eq!(p.write_chunk_uninit(cap + 5).unwrap().len(), cap);
+    assert!(c.read_chunk(4).unwrap().is_empty());
+    let mut next_in = 0u64;
+    let mut next_out = 0u64;
+    for round in 0..100u32 {
+        // Two staged bursts, then one commit: the consumer sees nothing before the commit.
+        let a = round % 3 + 1;
+        let mut w = p.write_chunk_uninit(a).unwrap();
+        let a = w.len();
+        for i in 0..a {
+            w.write_pod(i, 0, next_in);
+            w.write_pod(i, 8, !next_in);
+            next_in += 1;
+        }
+        w.stage(a);
+        assert_eq!(p.staged(), a);
+        assert_eq!(
+            c.read_chunk(cap).unwrap().len(),
+            0,
+            "staged slots are not published"
+        );
+        let mut w = p.write_chunk_uninit(2).unwrap();
+        let b = w.len();
+        for i in 0..b {
+            w.write_pod(i, 0, next_in);
+            w.write_pod(i, 8, !next_in);
+            next_in += 1;
+        }
+        w.commit_all();
+        assert_eq!(p.staged(), 0);
+        let r = c.read_chunk(cap).unwrap();
+        assert_eq!(r.len(), a + b);
+        // Read some, release a few at once, skip the rest and release them later.
+        let take = (round % 4).min(r.len());
+        for i in 0..r.len() {
+            assert_eq!(r.read_pod::<u64>(i, 0), next_out + i as u64);
+            assert_eq!(r.read_pod::<u64>(i, 8), !(next_out + i as u64));
+        }
+        r.release(take);
+        next_out += take as u64;
+        let r = c.read_chunk(cap).unwrap();
+        let rest = r.len();
+        r.skip(rest);
+        next_out += rest as u64;
+        assert_eq!(
+            p.free(cap).unwrap(),
+            cap - rest,
+            "skipped slots are not released yet"
+        );
+        c.release(0);
+        assert_eq!(p.free(cap).unwrap(), cap);
+    }
+    assert_eq!(next_in, next_out);
+    // A chunk is contiguous only up to the wrap; a value that would cross it is refused.
+    let w = p.write_chunk_uninit(cap).unwrap();
+    let to_wrap = w.contiguous(0);
+    assert!(to_wrap >= 1 && to_wrap <= cap);
+    assert_eq!(
+        w.contiguous(to_wrap.min(cap - 1)),
+        if to_wrap < cap { cap - to_wrap } else { 1 }
+    );
+}
+
+/// Chunk accessors are bounds-checked: a slot outside the chunk panics instead of writing.
+fn chunk_bounds_are_checked<S: Storage>(mut p: Producer<S>, _c: Consumer<S>) {
+    let cap = p.shape().capacity;
+    let slot = p.shape().slot_size as usize;
+    p.commit(cap - 1);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = p.write_chunk_uninit(4).unwrap();
+        assert_eq!(w.len(), 1);
+        w.write_pod(1, 0, 0u64);
+    }));
+    assert!(r.is_err(), "slot 1 of a one-slot chunk must panic");
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut w = p.write_chunk_uninit(1).unwrap();
+        w.write_pod(0, slot - 4, 0u64);
+    }));
+    assert!(r.is_err(), "a value past the slot must panic");
 }
 
 const SHAPE: RingShape = RingShape {
@@ -172,4 +260,24 @@ fn heap_corrupt_index_is_an_error() {
 fn shm_corrupt_index_is_an_error() {
     let (p, c) = seg_ring(SHAPE);
     corrupt_index_is_an_error(p, c);
+}
+#[test]
+fn heap_chunks_batch_and_wrap() {
+    let (p, c) = heap_ring(SHAPE);
+    chunks_batch_and_wrap(p, c);
+}
+#[test]
+fn shm_chunks_batch_and_wrap() {
+    let (p, c) = seg_ring(SHAPE);
+    chunks_batch_and_wrap(p, c);
+}
+#[test]
+fn heap_chunk_bounds_are_checked() {
+    let (p, c) = heap_ring(SHAPE);
+    chunk_bounds_are_checked(p, c);
+}
+#[test]
+fn shm_chunk_bounds_are_checked() {
+    let (p, c) = seg_ring(SHAPE);
+    chunk_bounds_are_checked(p, c);
 }

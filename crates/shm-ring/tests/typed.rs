@@ -176,8 +176,20 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     );
     assert_mismatch(TypedReceiver::<[u64; 3]>::open(&name), "opaque", "u64");
     let mut rx = TypedReceiver::<Point>::open(&name).unwrap();
-    tx.send(&Point { t: 1, x: 2.0, y: 3.0 }).unwrap();
-    assert_eq!(rx.recv().unwrap(), Point { t: 1, x: 2.0, y: 3.0 });
+    tx.send(&Point {
+        t: 1,
+        x: 2.0,
+        y: 3.0,
+    })
+    .unwrap();
+    assert_eq!(
+        rx.recv().unwrap(),
+        Point {
+            t: 1,
+            x: 2.0,
+            y: 3.0
+        }
+    );
     drop((tx, rx));
     guard.assert_gone();
 
@@ -198,7 +210,10 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
 #[test]
 fn a_value_over_64_kib_is_refused_at_creation() {
     let r = TypedSender::<[[u8; 4096]; 17]>::anonymous(&no_linger());
-    assert!(matches!(r, Err(Error::TooLarge { needed: 69632, .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(Error::TooLarge { needed: 69632, .. })),
+        "{r:?}"
+    );
     assert!(TypedSender::<[[u8; 4096]; 16]>::anonymous(&no_linger()).is_ok());
 }
 

@@ -12,11 +12,11 @@ use crate::kernel;
 use crate::meter::{Deadline, Meter, Outcome, stride_for};
 use crate::transports::channel::pool_size;
 
-fn service_name(name: &str) -> Result<ServiceName, BoxError> {
+pub(crate) fn service_name(name: &str) -> Result<ServiceName, BoxError> {
     Ok(format!("shmpipe-bench/{name}").as_str().try_into()?)
 }
 
-fn node() -> Result<Node<ipc::Service>, BoxError> {
+pub(crate) fn node() -> Result<Node<ipc::Service>, BoxError> {
     // Its default level warns on every start that no config file exists; errors still show.
     set_log_level(LogLevel::Error);
     let node = NodeBuilder::new().create::<ipc::Service>()?;

@@ -6,6 +6,7 @@ pub mod iox;
 pub mod ring;
 pub mod shm;
 pub mod stream;
+pub mod typed;
 
 use crate::transport::Transport;
 
@@ -17,7 +18,7 @@ pub fn cleanup_after_failure(transport: Transport, name: &str) {
     }
     if matches!(
         transport,
-        Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive
+        Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive | Transport::ShmTyped
     ) {
         let _ = shm_ring::reclaim_stale();
     }

@@ -14,7 +14,8 @@
 //! shm-ring-peer typed-take NAME N         open typed [f32; 16] channel NAME, receive N, print
 //!                                         "took N", sleep (to be killed)
 //! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
-//! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created"
+//! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created",
+//!                                         then loan and fill its 16 blocks, printing "loaned K" after each
 //! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
 //! shm-ring-peer scribble NAME MS SEED BLOCKS BLOCK_SIZE   for MS ms write random bytes at random
 //!                                         offsets of channel NAME (headers, rings, pool), print "done N"
@@ -159,11 +160,9 @@ mod real {
             "typed-produce" => (|| {
                 // A typed [f32; 16] channel: send COUNT values (value i: all i), print "sent",
                 // then hang (to be killed) or, with "close", drop the sender.
-                let mut tx = shm_ring::TypedSender::<[f32; 16]>::create(
-                    &arg(1),
-                    &ChannelConfig::default(),
-                )
-                .map_err(|e| e.to_string())?;
+                let mut tx =
+                    shm_ring::TypedSender::<[f32; 16]>::create(&arg(1), &ChannelConfig::default())
+                        .map_err(|e| e.to_string())?;
                 let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
                 for i in 0..count {
                     tx.send(&[i as f32; 16]).map_err(|e| e.to_string())?;
@@ -210,8 +209,15 @@ mod real {
                     linger: Duration::ZERO,
                     ..ChannelConfig::default()
                 };
-                let _tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
+                let mut tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
                 say("created");
+                // Pool blocks are committed when first loaned: loan (and write) every one.
+                let mut loans = Vec::new();
+                for i in 0..16u8 {
+                    let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
+                    loans.push(loan.fill(i));
+                    say(&format!("loaned {}", i + 1));
+                }
                 Ok(())
             })(),
             "fill-anon" => (|| {

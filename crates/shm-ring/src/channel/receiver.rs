@@ -6,16 +6,14 @@ use std::time::{Duration, Instant};
 use smallvec::SmallVec;
 
 use super::{
-    ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL, Layout, Message, REC_BLOCK,
-    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, WaitConfig, block_on, channel_header,
+    ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, Message, ShmRing, WaitConfig, channel_header,
 };
 use crate::error::{Error, corrupt};
-use crate::message::{self, DataRef, MessageView, PoolRef};
-use crate::pool::PoolGeom;
+use crate::message::{self, DataRef, MessageView};
 use crate::ring::{self, Storage};
 use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
 use crate::segment::Segment;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
 /// The consumer end of a channel, opened by name. `Send`, not `Sync`.
@@ -32,7 +30,17 @@ pub struct Receiver {
     ident: (u64, u64),
     /// The channel's schema (a private copy, validated at open).
     schema: Option<Arc<ChannelSchema>>,
+    /// Slots read (skipped) but not yet handed back to the producer; see `release_read`.
+    unreleased: u32,
+    /// Hand read slots back once this many wait: a quarter of the ring.
+    release_every: u32,
 }
+
+mod records;
+mod returns;
+
+use records::{Rec, n_of};
+pub(super) use returns::RxShared;
 
 /// What an opener accepts: the check runs on the private copy of the schema, before the
 /// consumer claim (a refused opener leaves the channel untouched).
@@ -72,117 +80,6 @@ impl Expect<'_> {
             },
         }))
     }
-}
-
-#[derive(Debug)]
-pub(super) struct RxShared {
-    pub(super) seg: Arc<Segment>,
-    pub(super) comp: Mutex<ring::Producer<ShmRing>>,
-    pub(super) pool: PoolGeom,
-    /// Why the completion ring cannot take our returns any more (a corrupt index written by
-    /// the producer, or more notes than it holds); every later receive reports it.
-    pub(super) broken: Mutex<Option<String>>,
-    pub(super) is_broken: std::sync::atomic::AtomicBool,
-}
-
-impl RxShared {
-    pub(super) fn pool(&self) -> PoolRef<'_> {
-        PoolRef {
-            base: self.seg.as_ptr().wrapping_add(self.pool.off),
-            block_size: self.pool.block_size,
-            blocks: self.pool.blocks,
-            _life: std::marker::PhantomData,
-        }
-    }
-
-    /// Hands blocks back to the producer. The completion ring holds every block index at
-    /// once, so this never waits.
-    pub(super) fn release(&self, blocks: &[u32]) {
-        if !blocks.is_empty() {
-            self.push(blocks.iter().map(|&b| b as u64));
-        }
-    }
-
-    /// Tells the producer that the records at descriptor positions `[from, from + n)` were
-    /// dropped unread, so it takes back the blocks that went out with them.
-    pub(super) fn dropped(&self, from: u32, n: u32) {
-        if n > 0 {
-            self.push(std::iter::once(
-                DROPPED_MARK | (n as u64) << 32 | from as u64,
-            ));
-        }
-    }
-
-    fn push(&self, entries: impl Iterator<Item = u64>) {
-        let Ok(mut comp) = self.comp.lock() else {
-            return;
-        };
-        let mut n = 0;
-        let mut lost = None;
-        for e in entries {
-            match comp.free(n + 1) {
-                Ok(free) if free > n => {}
-                Ok(_) => {
-                    lost = Some(
-                        "the completion ring is full (the producer stopped reading it)".into(),
-                    );
-                    break;
-                }
-                Err(e) => {
-                    lost = Some(format!("completion ring: {e}"));
-                    break;
-                }
-            }
-            // SAFETY: slot n past our write position is free (checked above), 8 bytes long and
-            // 8-aligned. A hostile producer writing it at the same time can only change what
-            // it reads back: we never read this memory.
-            unsafe { comp.slot(n).cast::<u64>().write_volatile(e) };
-            n += 1;
-        }
-        // SYNC POINT (commit): we are done reading these blocks; the producer may reuse them
-        // after its Acquire load of the completion ring's tail.
-        comp.commit(n);
-        if let Some(why) = lost {
-            if let Ok(mut b) = self.broken.lock() {
-                b.get_or_insert(why);
-            }
-            self.is_broken
-                .store(true, std::sync::atomic::Ordering::Release);
-        }
-    }
-
-    /// `Err(Corrupt)` once the completion ring broke.
-    #[inline]
-    fn check(&self) -> Result<(), Error> {
-        if !self.is_broken.load(std::sync::atomic::Ordering::Relaxed) {
-            return Ok(());
-        }
-        self.broken_error()
-    }
-
-    #[cold]
-    fn broken_error(&self) -> Result<(), Error> {
-        let why = self.broken.lock().ok().and_then(|b| b.clone());
-        Err(corrupt(format!(
-            "{}: pool blocks can no longer be handed back",
-            why.unwrap_or_default()
-        )))
-    }
-}
-
-fn n_of(rec: &Rec) -> u32 {
-    match *rec {
-        Rec::Inline { n_slots, .. } => n_slots,
-        Rec::Block { .. } => 1,
-        Rec::Pad(n) => n,
-    }
-}
-
-/// A received record header, validated.
-enum Rec {
-    Pad(u32),
-    Inline { n_slots: u32, body_len: usize },
-    Block { block: u32, body_len: usize },
 }
 
 impl Receiver {
@@ -394,6 +291,8 @@ impl Receiver {
             scratch: Vec::new(),
             ident,
             schema,
+            unreleased: 0,
+            release_every: (layout.desc.capacity / 4).max(1),
         })
     }
 
@@ -434,150 +333,6 @@ impl Receiver {
             })
         } else {
             Ok(())
-        }
-    }
-
-    /// Reads and validates the record header at our read position, if a record is there.
-    fn peek(&mut self) -> Result<Option<Rec>, Error> {
-        let avail = self.desc.available(1)?;
-        if avail == 0 {
-            return Ok(None);
-        }
-        let p = self.desc.slot(0);
-        // SAFETY: slot 0 is published (avail >= 1), at least 64 bytes and 4-aligned, inside
-        // the mapping `self.shared` keeps alive. The producer may rewrite it at any time: the
-        // header is read exactly once (volatile, never re-fetched) into locals, and only the
-        // locals are validated and used.
-        let [n_slots, kind, body_len, block] = unsafe { p.cast::<[u32; 4]>().read_volatile() };
-        let slot_size = self.desc.shape().slot_size as usize;
-        if n_slots == 0 || n_slots > avail || n_slots > self.desc.contiguous(0) {
-            return Err(self.skip_corrupt(format!(
-                "record of {n_slots} slots ({avail} published, {} before the wrap)",
-                self.desc.contiguous(0)
-            )));
-        }
-        match kind {
-            REC_PAD => Ok(Some(Rec::Pad(n_slots))),
-            REC_INLINE if (body_len as usize) <= n_slots as usize * slot_size - RECORD_HEADER => {
-                Ok(Some(Rec::Inline {
-                    n_slots,
-                    body_len: body_len as usize,
-                }))
-            }
-            REC_BLOCK
-                if n_slots == 1
-                    && block < self.shared.pool.blocks
-                    && body_len as usize <= self.shared.pool.block_size =>
-            {
-                Ok(Some(Rec::Block {
-                    block,
-                    body_len: body_len as usize,
-                }))
-            }
-            _ => Err(self.skip_corrupt(format!(
-                "record kind {kind}, {n_slots} slots, body {body_len} bytes, block {block}"
-            ))),
-        }
-    }
-
-    /// A corrupt record: skip everything published (we cannot find the next record boundary).
-    fn skip_corrupt(&mut self, why: String) -> Error {
-        if let Ok(n) = self.desc.available(1) {
-            let from = self.desc.position();
-            self.desc.release(n);
-            // The blocks that went out with the skipped records come back to the producer.
-            self.shared.dropped(from, n);
-        }
-        corrupt(why)
-    }
-
-    /// Waits for the next record (skipping pads); `Ok(None)` only on timeout via `block_on`.
-    fn next_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
-        let wait = self.wait;
-        let this = std::cell::RefCell::new(self);
-        block_on(
-            true,
-            &wait,
-            deadline,
-            || {
-                let mut s = this.borrow_mut();
-                loop {
-                    match s.peek()? {
-                        Some(Rec::Pad(n)) => {
-                            s.desc.release(n);
-                        }
-                        Some(r) => return Ok(Some(r)),
-                        None => {
-                            if s.header().producer_closed.load(Ordering::SeqCst) != 0 {
-                                // The final commit happened before the flag: look once more.
-                                return match s.peek()? {
-                                    None => Err(Error::Disconnected),
-                                    Some(Rec::Pad(n)) => {
-                                        s.desc.release(n);
-                                        continue;
-                                    }
-                                    Some(r) => Ok(Some(r)),
-                                };
-                            }
-                            return Ok(None);
-                        }
-                    }
-                }
-            },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.begin_wait();
-                (w as *const AtomicU32, v)
-            },
-            || this.borrow().desc.end_wait(),
-            || {
-                let s = this.borrow();
-                if s.producer.is_dead() {
-                    Err(Error::PeerDied {
-                        pid: s.producer.pid(),
-                        reclaimed: 0,
-                    })
-                } else {
-                    Ok(())
-                }
-            },
-        )
-    }
-
-    /// Where the body of a record at our read position lies: `len` bytes at the pointer, in
-    /// memory the producer can write at any time (so: never a reference, only copies and the
-    /// documented zero-copy array views).
-    #[inline]
-    fn body_src(&self, rec: &Rec) -> (*const u8, usize) {
-        match *rec {
-            // Validated in `peek`: the record's slots are published, contiguous, and hold
-            // RECORD_HEADER + body_len bytes.
-            Rec::Inline { body_len, .. } => {
-                (self.desc.slot(0).wrapping_add(RECORD_HEADER), body_len)
-            }
-            // Validated in `peek`: block < blocks and body_len <= block_size.
-            Rec::Block { block, body_len } => (
-                self.shared.seg.as_ptr().wrapping_add(
-                    self.shared.pool.off + block as usize * self.shared.pool.block_size,
-                ),
-                body_len,
-            ),
-            Rec::Pad(_) => (std::ptr::null(), 0),
-        }
-    }
-
-    fn finish(&mut self, rec: &Rec) {
-        match *rec {
-            Rec::Inline { n_slots, .. } => {
-                self.desc.release(n_slots);
-            }
-            Rec::Block { block, .. } => {
-                self.desc.release(1);
-                self.shared.release(&[block]);
-            }
-            Rec::Pad(n) => {
-                self.desc.release(n);
-            }
         }
     }
 
@@ -732,12 +487,12 @@ impl Receiver {
                 }
                 if let Err(e) = ok {
                     dropped = Some(self.desc.position());
-                    self.desc.skip(n);
+                    self.skip(n);
                     break Err(e);
                 }
             }
             // Move past this record without publishing (one store at the end).
-            self.desc.skip(n);
+            self.skip(n);
             if done >= max {
                 break Ok(done);
             }
@@ -747,7 +502,7 @@ impl Receiver {
                 Err(e) => break Err(e),
             }
         };
-        self.desc.release(0);
+        self.release_read(false);
         blocks.sort_unstable();
         blocks.dedup();
         self.shared.release(&blocks);
@@ -769,6 +524,7 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
+        self.release_read(true);
         super::own_receiver(self.ident, Some(false));
         let h = self.header();
         h.consumer_closed.store(1, Ordering::SeqCst);

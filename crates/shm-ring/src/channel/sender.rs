@@ -5,12 +5,14 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use super::alloc::BlockPool;
+use super::wait::block_on;
 use super::{
-    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL,
-    Layout, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, block_on, channel_header,
+    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, REC_BLOCK,
+    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, channel_header,
 };
 use crate::dtype::Element;
-use crate::error::{Error, corrupt};
+use crate::error::Error;
 use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
 use crate::pool::{ArrayLoanUninit, LoanToken, PoolHome};
 use crate::ring::{self, Storage};
@@ -53,17 +55,10 @@ pub struct SenderStats {
 #[derive(Debug)]
 pub struct Sender {
     seg: Arc<Segment>,
-    home: Arc<PoolHome>,
     pub(super) desc: ring::Producer<ShmRing>,
-    comp: ring::Consumer<ShmRing>,
+    /// The block allocator, with the consumer end of the completion ring.
+    pool: BlockPool,
     cfg: ChannelConfig,
-    /// Free blocks (process-local: only the producer allocates).
-    free: Vec<u32>,
-    /// `in_flight[b]`: block `b` went out with a message and has not come back.
-    in_flight: Vec<bool>,
-    /// `owner[b]`: descriptor position of the record block `b` went out with (so blocks of
-    /// records the consumer had to drop unread can come back).
-    owner: Vec<u32>,
     /// The segment's (device, inode): a consumer claim naming our own pid is believed only if
     /// a Receiver of this process has this channel open.
     ident: (u64, u64),
@@ -72,8 +67,6 @@ pub struct Sender {
     /// Since when the channel has had no consumer (None while one is attached).
     unattached_since: Option<Instant>,
     max_inline: usize,
-    /// Slots written but not yet committed (batched sends).
-    pub(super) pending: u32,
     pub(super) stats: SenderStats,
 }
 
@@ -107,7 +100,11 @@ impl Sender {
     /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
     /// [`Schema::check`].
     pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
-        Self::create_with(Some(name), cfg, Some(&ChannelSchema::Fields(schema.clone())))
+        Self::create_with(
+            Some(name),
+            cfg,
+            Some(&ChannelSchema::Fields(schema.clone())),
+        )
     }
 
     /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
@@ -129,9 +126,11 @@ impl Sender {
             cfg.block_size,
             schema_len,
         )?;
+        // Headers, rings and schema now; each pool block when first loaned
+        // (`BlockPool::try_alloc`).
         let seg = match name {
-            Some(name) => Segment::create(name, layout.total)?,
-            None => Segment::anonymous(layout.total)?,
+            Some(name) => Segment::create_reserving(name, layout.total, layout.pool.off)?,
+            None => Segment::anonymous_reserving(layout.total, layout.pool.off)?,
         };
         if let Some(bytes) = &schema {
             // SAFETY: the segment is fresh and unpublished (no opener reads it before
@@ -205,18 +204,13 @@ impl Sender {
         let ident = super::file_ident(&seg);
         Ok(Sender {
             seg,
-            home,
             desc,
-            comp,
+            pool: BlockPool::new(home, comp),
             cfg: *cfg,
-            free: (0..layout.pool.blocks).rev().collect(),
-            in_flight: vec![false; layout.pool.blocks as usize],
-            owner: vec![0; layout.pool.blocks as usize],
             ident,
             consumer: None,
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
-            pending: 0,
             stats: SenderStats::default(),
         })
     }
@@ -243,8 +237,8 @@ impl Sender {
 
     /// Number of pool blocks free right now (after taking back what the consumer returned).
     pub fn free_blocks(&mut self) -> Result<usize, Error> {
-        self.collect_returns()?;
-        Ok(self.free.len())
+        self.pool.collect_returns()?;
+        Ok(self.pool.available())
     }
 
     /// Number of descriptor slots in use (messages sent and not yet consumed): queue occupancy.
@@ -257,48 +251,9 @@ impl Sender {
         channel_header(&self.seg)
     }
 
-    /// Takes back blocks from the completion ring and from dropped loans.
-    fn collect_returns(&mut self) -> Result<(), Error> {
-        let n = self.comp.available(1)?;
-        for i in 0..n {
-            // SAFETY: slot i is published by the consumer (available), 8 bytes long and
-            // 8-aligned, inside the mapping `self.seg` keeps alive. The consumer may rewrite it
-            // at any time: read it exactly once (volatile, never re-fetched) into a local,
-            // which is then validated (in flight, or a dropped-records note in range).
-            let b = unsafe { self.comp.slot(i).cast::<u64>().read_volatile() };
-            if b & DROPPED_MARK != 0 {
-                // The consumer dropped the records at positions [from, from + n) unread:
-                // every block still out with one of them comes back.
-                let (from, n) = (b as u32, ((b & !DROPPED_MARK) >> 32) as u32);
-                for (blk, out) in self.in_flight.iter_mut().enumerate() {
-                    if *out && self.owner[blk].wrapping_sub(from) < n {
-                        *out = false;
-                        self.free.push(blk as u32);
-                    }
-                }
-                continue;
-            }
-            let ok = b < self.in_flight.len() as u64 && self.in_flight[b as usize];
-            if !ok {
-                self.comp.release(i + 1);
-                return Err(corrupt(format!(
-                    "consumer returned block {b}, which is not in flight"
-                )));
-            }
-            self.in_flight[b as usize] = false;
-            self.free.push(b as u32);
-        }
-        if n > 0 {
-            self.comp.release(n);
-        }
-        if let Ok(mut o) = self.home.orphans.try_lock() {
-            self.free.append(&mut o);
-        }
-        Ok(())
-    }
-
+    /// A block from the pool, waiting (up to `deadline`) while every block is out.
     fn alloc_block(&mut self, deadline: Option<Instant>) -> Result<u32, Error> {
-        if let Some(b) = self.free.pop() {
+        if let Some(b) = self.pool.try_alloc()? {
             return Ok(b);
         }
         if self.cfg.blocks == 0 {
@@ -317,17 +272,10 @@ impl Sender {
             false,
             &wait,
             deadline,
-            || {
-                let mut s = this.borrow_mut();
-                s.collect_returns()?;
-                Ok(s.free.pop())
-            },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.comp.begin_wait();
-                (w as *const AtomicU32, v)
-            },
-            || this.borrow().comp.end_wait(),
+            || this.borrow_mut().pool.try_alloc(),
+            || this.borrow().pool.peer_word(),
+            || this.borrow().pool.begin_wait(),
+            || this.borrow().pool.end_wait(),
             || this.borrow_mut().consumer_gone(),
         )
     }
@@ -372,17 +320,18 @@ impl Sender {
                 setting: "ChannelConfig::blocks",
             });
         }
-        if bytes > self.home.geom.block_size {
+        let block_size = self.pool.home().geom.block_size;
+        if bytes > block_size {
             return Err(Error::TooLarge {
                 what: "loaned array",
                 needed: bytes,
-                limit: self.home.geom.block_size,
+                limit: block_size,
                 setting: "ChannelConfig::block_size",
             });
         }
         let block = self.alloc_block(deadline)?;
         Ok(ArrayLoanUninit::new(LoanToken {
-            home: self.home.clone(),
+            home: self.pool.home().clone(),
             block,
             dtype: T::DTYPE,
             shape: shape.to_vec(),
@@ -479,26 +428,21 @@ impl Sender {
         sys::futex_wake_all(&self.desc.storage().header().tail.0);
     }
 
+    /// Publishes every staged record (one store of the ring's tail; wakes a sleeping consumer).
     pub(super) fn flush(&mut self) {
-        if self.pending > 0 {
-            self.desc.commit(self.pending);
-            self.pending = 0;
-        }
+        self.desc.publish();
     }
 
-    /// Waits for `n` contiguous free slots after the pending ones; returns how many pad slots
-    /// must come first.
-    pub(super) fn reserve_slots(
-        &mut self,
-        n: u32,
-        deadline: Option<Instant>,
-    ) -> Result<u32, Error> {
-        let cap = self.desc.shape().capacity;
-        let pending = self.pending;
-        let contiguous = self.desc.contiguous(pending);
+    /// Where a record of `n` slots goes: the number of pad slots that must come first (to
+    /// the end of the slot array, as records never wrap).
+    ///
+    /// # Errors
+    /// [`Error::TooLarge`] if the record (with its pad) can never fit in the ring.
+    #[inline]
+    fn place_record(&self, n: u32) -> Result<u32, Error> {
+        let contiguous = self.desc.contiguous(0);
         let pad = if contiguous < n { contiguous } else { 0 };
-        let need = pending + pad + n;
-        if pad + n > cap {
+        if pad + n > self.desc.shape().capacity {
             return Err(Error::TooLarge {
                 what: "message record",
                 needed: n as usize * self.desc.shape().slot_size as usize,
@@ -506,12 +450,28 @@ impl Sender {
                 setting: "ChannelConfig::slots (or slot_size)",
             });
         }
-        if self.desc.free(need)? >= need {
-            return Ok(pad);
+        Ok(pad)
+    }
+
+    /// Waits (up to `deadline`) for room for a record of `n` slots after the staged ones;
+    /// returns how many pad slots must come first.
+    pub(super) fn reserve_slots(
+        &mut self,
+        n: u32,
+        deadline: Option<Instant>,
+    ) -> Result<u32, Error> {
+        let pad = self.place_record(n)?;
+        if self.desc.free(pad + n)? < pad + n {
+            self.wait_for_slots(pad + n, deadline)?;
         }
-        // Publish what we batched before we wait, or the consumer never sees it.
+        Ok(pad)
+    }
+
+    /// Waits until `need` slots after the staged ones are free (publishing the staged ones
+    /// first: the consumer must see them to make room).
+    #[cold]
+    fn wait_for_slots(&mut self, need: u32, deadline: Option<Instant>) -> Result<(), Error> {
         self.flush();
-        let need = pad + n;
         let wait = self.cfg.wait;
         let this = std::cell::RefCell::new(self);
         block_on(
@@ -524,7 +484,12 @@ impl Sender {
                     return Err(Error::Disconnected);
                 }
                 let free = s.desc.free(need)?;
-                Ok((free >= need).then_some(pad))
+                Ok((free >= need).then_some(()))
+            },
+            || {
+                let s = this.borrow();
+                let (w, v) = s.desc.peer_word();
+                (w as *const AtomicU32, v)
             },
             || {
                 let s = this.borrow();
@@ -559,7 +524,7 @@ impl Sender {
                     data: ArraySrc::Loan(t),
                     ..
                 } => {
-                    if !Arc::ptr_eq(&t.home, &self.home) {
+                    if !Arc::ptr_eq(&t.home, self.pool.home()) {
                         return Err(Error::InvalidArgument(format!(
                             "array '{}' was loaned from another sender",
                             f.name
@@ -570,11 +535,12 @@ impl Sender {
                 FieldSrc::Array { data, .. } => {
                     let len = data.len();
                     if self.cfg.blocks > 0 && self.cfg.transfer.zero_copy(len) {
-                        if len > self.home.geom.block_size {
+                        let block_size = self.pool.home().geom.block_size;
+                        if len > block_size {
                             return Err(Error::TooLarge {
                                 what: "zero-copy array",
                                 needed: len,
-                                limit: self.home.geom.block_size,
+                                limit: block_size,
                                 setting: "ChannelConfig::block_size",
                             });
                         }
@@ -597,11 +563,12 @@ impl Sender {
                     setting: "ChannelConfig::slots (or slot_size)",
                 });
             }
-            if body_len > self.home.geom.block_size {
+            let block_size = self.pool.home().geom.block_size;
+            if body_len > block_size {
                 return Err(Error::TooLarge {
                     what: "message body",
                     needed: body_len,
-                    limit: self.home.geom.block_size,
+                    limit: block_size,
                     setting: "ChannelConfig::block_size",
                 });
             }
@@ -624,15 +591,8 @@ impl Sender {
                     taken.push(b);
                     places[i] = Place::Block(b);
                     if let FieldSrc::Array { data, .. } = &f.src {
-                        let src = data.bytes();
-                        // SAFETY: block b is free (ours alone) and block_size >= src.len() (checked).
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                src.as_ptr(),
-                                self.home.block_ptr(b),
-                                src.len(),
-                            )
-                        };
+                        // Block b is ours alone; block_size >= len (checked above).
+                        self.pool.write_block(b, data.bytes());
                     }
                 }
             }
@@ -648,56 +608,56 @@ impl Sender {
             } else {
                 1
             };
-            let pad = self.reserve_slots(n_slots, deadline)?;
+            let pad = self.place_record(n_slots)?;
+            if self.desc.free(pad + n_slots)? < pad + n_slots {
+                self.wait_for_slots(pad + n_slots, deadline)?;
+            }
             Ok((body_block, n_slots, pad))
         })();
         let (body_block, n_slots, pad) = match result {
             Ok(v) => v,
             Err(e) => {
-                self.free.extend_from_slice(&taken);
+                self.pool.unsent(&taken);
                 return Err(e);
             }
         };
         // 3. Write the record (and the body) and hand the blocks over.
+        let rec_pos = self.desc.position().wrapping_add(pad);
+        // `pad + n_slots` slots are free (checked or waited for above, and the consumer only
+        // frees more): the chunk has them all.
+        let mut chunk = self.desc.write_chunk_uninit(pad + n_slots)?;
         if pad > 0 {
-            let p = self.desc.slot(self.pending);
-            // SAFETY: the pad slots are free (reserved above) and at least 16 bytes long.
-            unsafe { write_record_header(p, pad, REC_PAD, 0, 0) };
-            self.pending += pad;
+            chunk.write_pod(0, 0, [pad, REC_PAD, 0, 0]);
         }
-        let rec = self.desc.slot(self.pending);
-        let rec_pos = self.desc.position().wrapping_add(self.pending);
         match body_block {
             None => {
-                // SAFETY: n_slots contiguous free slots start at `rec` (reserve_slots), holding
-                // RECORD_HEADER + body_len bytes (body_len < max_inline); slot memory is
-                // 8-aligned. Written through pointers only: a hostile consumer writing these
-                // slots meanwhile only spoils the message it is about to read.
-                unsafe {
-                    write_record_header(rec, n_slots, REC_INLINE, body_len as u32, 0);
-                    message::encode_raw(&msg, &places, rec.add(RECORD_HEADER), body_len);
-                }
+                chunk.write_pod(pad, 0, [n_slots, REC_INLINE, body_len as u32, 0]);
+                let rec = chunk.as_mut_ptr(pad);
+                // SAFETY: the chunk's n_slots contiguous free slots (reserve_slots) start at
+                // `rec` and hold RECORD_HEADER + body_len bytes; slot memory is 8-aligned.
+                // Written through pointers only: a hostile consumer writing these slots
+                // meanwhile only spoils the message it is about to read.
+                unsafe { message::encode_raw(&msg, &places, rec.add(RECORD_HEADER), body_len) };
             }
             Some(b) => {
-                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned; one
-                // free slot at `rec`, at least 16 bytes. Pointers only, as above.
-                unsafe {
-                    message::encode_raw(&msg, &places, self.home.block_ptr(b), body_len);
-                    write_record_header(rec, 1, REC_BLOCK, body_len as u32, b);
-                }
+                let block = self.pool.home().block_ptr(b);
+                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned.
+                // Pointers only, as above.
+                unsafe { message::encode_raw(&msg, &places, block, body_len) };
+                chunk.write_pod(pad, 0, [1, REC_BLOCK, body_len as u32, b]);
             }
         }
+        // Staged: `send` publishes at once, `send_batch` once for the whole batch.
+        chunk.stage(pad + n_slots);
         for b in taken {
-            self.in_flight[b as usize] = true;
-            self.owner[b as usize] = rec_pos;
+            self.pool.sent(b, rec_pos);
         }
         for (f, p) in msg.fields.iter_mut().zip(&places) {
             if let FieldSrc::Array { data, .. } = &mut f.src {
                 self.stats.array_bytes += data.len() as u64;
                 if let ArraySrc::Loan(t) = std::mem::replace(data, ArraySrc::Borrowed(&[])) {
                     let b = (*t).take();
-                    self.in_flight[b as usize] = true;
-                    self.owner[b as usize] = rec_pos;
+                    self.pool.sent(b, rec_pos);
                 }
                 match p {
                     Place::Block(_) => self.stats.zero_copy_arrays += 1,
@@ -706,23 +666,12 @@ impl Sender {
             }
         }
         self.stats.messages += 1;
-        self.pending += n_slots;
         Ok(())
     }
 
     /// Closes the channel: the consumer receives everything sent so far, then
     /// [`Error::Disconnected`]. Same as dropping the sender.
     pub fn close(self) {}
-}
-
-/// Writes a 16-byte record header: n_slots u32, kind u32, body_len u32, block u32.
-///
-/// # Safety
-/// `p` must be valid for 16 bytes of writes and 4-aligned.
-unsafe fn write_record_header(p: *mut u8, n_slots: u32, kind: u32, body_len: u32, block: u32) {
-    let h = [n_slots, kind, body_len, block];
-    // SAFETY: delegated to the caller.
-    unsafe { p.cast::<[u32; 4]>().write(h) };
 }
 
 impl Drop for Sender {

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use bytemuck::Pod;
 
 use super::receiver::Expect;
-use super::{ChannelConfig, Receiver, Sender, WaitConfig, block_on};
+use super::wait::block_on;
+use super::{ChannelConfig, Receiver, Sender, WaitConfig};
 use crate::error::Error;
 use crate::op_error::{RecvError, SendError, TrySendError};
 use crate::schema::{ChannelSchema, ValueType};
@@ -133,21 +134,18 @@ impl<T: Pod> TypedSender<T> {
     }
 
     /// Writes `vals` into the next free slots and publishes them (one index store).
-    /// There must be room for all of them.
-    fn put(&mut self, vals: &[T]) {
+    /// There must be room for all of them (the caller checked or waited).
+    fn put(&mut self, vals: &[T]) -> Result<(), Error> {
         let s = &mut self.inner;
+        let n = vals.len() as u32;
+        let mut w = s.desc.write_chunk_uninit(n)?;
         for (i, v) in vals.iter().enumerate() {
-            let p = s.desc.slot(s.pending + i as u32).cast::<T>();
-            // SAFETY: the slot is free (room checked by the caller, who reserved it), inside
-            // the mapping `s` keeps alive, and at least size_of::<T>() bytes long (the slot
-            // size was chosen for T at creation). Unaligned write: no alignment is assumed.
-            // Written through a pointer only: a hostile consumer writing the slot meanwhile
-            // only spoils the value it is about to read.
-            unsafe { p.write_unaligned(*v) };
+            // The slot size was chosen for T at creation; unaligned, no alignment assumed.
+            w.write_unaligned(i as u32, *v);
         }
-        s.pending += vals.len() as u32;
+        w.commit(n);
         s.stats.messages += vals.len() as u64;
-        s.flush();
+        Ok(())
     }
 
     /// Sends one value, waiting (per [`WaitConfig`]) while the ring is full.
@@ -174,8 +172,8 @@ impl<T: Pod> TypedSender<T> {
         self.inner
             .reserve_slots(1, deadline)
             .map_err(SendError::from_internal)?;
-        self.put(std::slice::from_ref(value));
-        Ok(())
+        self.put(std::slice::from_ref(value))
+            .map_err(SendError::from_internal)
     }
 
     /// Sends `value` if a slot is free right now; gives it back otherwise.
@@ -192,10 +190,10 @@ impl<T: Pod> TypedSender<T> {
         }
         match self.inner.desc.free(1) {
             Ok(0) => Err(TrySendError::Full(value)),
-            Ok(_) => {
-                self.put(std::slice::from_ref(&value));
-                Ok(())
-            }
+            Ok(_) => match self.put(std::slice::from_ref(&value)) {
+                Ok(()) => Ok(()),
+                Err(e) => Err(TrySendError::Failed(SendError::from_internal(e), value)),
+            },
             Err(e) => Err(TrySendError::Failed(
                 SendError::from_internal(e.into()),
                 value,
@@ -225,7 +223,7 @@ impl<T: Pod> TypedSender<T> {
                 free = 1;
             }
             let n = (free as usize).min(rest.len());
-            self.put(&rest[..n]);
+            self.put(&rest[..n]).map_err(SendError::from_internal)?;
             rest = &rest[n..];
         }
         Ok(())
@@ -300,20 +298,21 @@ impl<T: Pod> TypedReceiver<T> {
 
     /// Copies the value in slot 0 (published) out of shared memory and moves past it.
     #[inline]
-    fn take(&mut self) -> T {
-        let p = self.inner.desc.slot(0).cast::<T>();
-        // SAFETY: slot 0 is published to us (the caller saw `available >= 1`), inside the
-        // mapping `self.inner` keeps alive, and at least size_of::<T>() bytes long (the open
-        // checked the slot size against T). T is Pod: every bit pattern is a valid T, so even
-        // bytes a hostile producer rewrites during the copy give a valid (if meaningless)
-        // value. Read once, by value, unaligned; never a reference into shared memory.
-        let v = unsafe { p.read_unaligned() };
-        self.inner.desc.skip(1);
+    fn take(&mut self) -> Result<T, RecvError> {
+        // The caller saw a published slot: the chunk has it (the open checked the slot size
+        // against T). Copied once, by value; never a reference into shared memory.
+        let r = self
+            .inner
+            .desc
+            .read_chunk(1)
+            .map_err(|e| RecvError::from_internal(e.into()))?;
+        let v = r.read_unaligned::<T>(0);
+        r.skip(1);
         self.unreleased += 1;
         if self.unreleased >= self.release_every {
             self.publish();
         }
-        v
+        Ok(v)
     }
 
     /// Hands the slots read so far back to the producer (one store).
@@ -358,6 +357,11 @@ impl<T: Pod> TypedReceiver<T> {
             || this.borrow_mut().poll(),
             || {
                 let s = this.borrow();
+                let (w, v) = s.inner.desc.peer_word();
+                (w as *const AtomicU32, v)
+            },
+            || {
+                let s = this.borrow();
                 let (w, v) = s.inner.desc.begin_wait();
                 (w as *const AtomicU32, v)
             },
@@ -377,7 +381,7 @@ impl<T: Pod> TypedReceiver<T> {
     #[inline]
     pub fn recv(&mut self) -> Result<T, RecvError> {
         self.wait(None)?;
-        Ok(self.take())
+        self.take()
     }
 
     /// [`TypedReceiver::recv`] with a timeout ([`RecvError::Timeout`]).
@@ -386,7 +390,7 @@ impl<T: Pod> TypedReceiver<T> {
     /// As [`TypedReceiver::recv`], and [`RecvError::Timeout`].
     pub fn recv_timeout(&mut self, timeout: Duration) -> Result<T, RecvError> {
         self.wait(Some(Instant::now() + timeout))?;
-        Ok(self.take())
+        self.take()
     }
 
     /// Receives a value if one is there.
@@ -395,7 +399,7 @@ impl<T: Pod> TypedReceiver<T> {
     /// As [`TypedReceiver::recv`].
     pub fn try_recv(&mut self) -> Result<Option<T>, RecvError> {
         match self.poll() {
-            Ok(Some(())) => Ok(Some(self.take())),
+            Ok(Some(())) => self.take().map(Some),
             Ok(None) => Ok(None),
             Err(e) => Err(RecvError::from_internal(e)),
         }

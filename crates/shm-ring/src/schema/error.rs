@@ -121,7 +121,10 @@ impl fmt::Display for SchemaError {
                 write!(f, "schema field {field}: its name is {why}")
             }
             SchemaError::DuplicateField(n) => {
-                write!(f, "schema has two fields named '{n}': give each its own name")
+                write!(
+                    f,
+                    "schema has two fields named '{n}': give each its own name"
+                )
             }
             SchemaError::Inconsistent(why) => write!(f, "schema: {why}"),
             SchemaError::Mismatch { channel, expected } => write!(

@@ -162,12 +162,10 @@ impl Schema {
     /// # Errors
     /// [`FieldError::OutOfRange`] for an id of another, longer schema.
     pub fn spec(&self, id: FieldId) -> Result<&FieldSpec, FieldError> {
-        self.fields
-            .get(id.index())
-            .ok_or(FieldError::OutOfRange {
-                index: id.index(),
-                len: self.fields.len(),
-            })
+        self.fields.get(id.index()).ok_or(FieldError::OutOfRange {
+            index: id.index(),
+            len: self.fields.len(),
+        })
     }
 
     /// Checks the limits a schema must meet to be written into a segment (unique non-empty

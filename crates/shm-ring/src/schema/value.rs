@@ -147,7 +147,10 @@ mod tests {
     #[test]
     fn arrays_scalars_and_opaque_types() {
         let v = ValueType::of::<[[f32; 4]; 2]>();
-        assert_eq!((v.dtype(), v.shape()), (Some(DType::F32), Some(&[2, 4][..])));
+        assert_eq!(
+            (v.dtype(), v.shape()),
+            (Some(DType::F32), Some(&[2, 4][..]))
+        );
         let v = ValueType::of::<u16>();
         assert_eq!((v.dtype(), v.shape()), (Some(DType::U16), Some(&[][..])));
         let v = ValueType::of::<[half::bf16; 3]>();

@@ -121,13 +121,19 @@ impl Reader<'_> {
         Ok(self.take(1, entry)?[0])
     }
     fn u16(&mut self, entry: usize) -> Result<u16, SchemaError> {
-        Ok(u16::from_le_bytes(self.take(2, entry)?.try_into().expect("2")))
+        Ok(u16::from_le_bytes(
+            self.take(2, entry)?.try_into().expect("2"),
+        ))
     }
     fn u32(&mut self, entry: usize) -> Result<u32, SchemaError> {
-        Ok(u32::from_le_bytes(self.take(4, entry)?.try_into().expect("4")))
+        Ok(u32::from_le_bytes(
+            self.take(4, entry)?.try_into().expect("4"),
+        ))
     }
     fn u64(&mut self, entry: usize) -> Result<u64, SchemaError> {
-        Ok(u64::from_le_bytes(self.take(8, entry)?.try_into().expect("8")))
+        Ok(u64::from_le_bytes(
+            self.take(8, entry)?.try_into().expect("8"),
+        ))
     }
     fn name(&mut self, len: usize, entry: usize, field: usize) -> Result<String, SchemaError> {
         let b = self.take(len, entry)?;

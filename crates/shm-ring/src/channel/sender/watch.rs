@@ -93,21 +93,12 @@ impl Sender {
     /// consumer may attach.
     fn reclaim_dead_consumer(&mut self, word: u64) -> Error {
         let pid = consumer_claim(word).0;
-        let _ = self.collect_returns();
-        let mut reclaimed = 0;
-        for (b, f) in self.in_flight.iter_mut().enumerate() {
-            if *f {
-                *f = false;
-                self.free.push(b as u32);
-                reclaimed += 1;
-            }
-        }
-        self.flush();
-        self.desc.reset_consumer();
-        // Anything the dead consumer pushed but we did not read: skip it.
-        if let Ok(n) = self.comp.available(1) {
-            self.comp.release(n);
-        }
+        // SAFETY: the consumer named by `word` is dead (judged from pid and start time, or a
+        // definite "no such process"), and a new one cannot be served before we release the
+        // claim below: nobody reads the blocks or the ring any more.
+        let reclaimed = unsafe { self.pool.reclaim_all() };
+        // SAFETY: as above; `reset_consumer` publishes our staged records first, then drops them.
+        unsafe { self.desc.reset_consumer() };
         self.consumer = None;
         self.unattached_since = Some(Instant::now());
         // Free the claim for a new consumer, unless one has already replaced it.

@@ -1,0 +1,353 @@
+//! The `latency` subcommand: a two-process ping-pong of one 16-float message, round-trip
+//! percentiles per peer, peers interleaved over rounds in one run.
+//!
+//! Two processes pinned to two CPUs (the pinger on the first, the echoer on the second) pass
+//! one message back and forth. The pinger writes message `seq` (every element
+//! [`kernel::value_for`]`(seq)`), the echoer reads and checks every element and sends the same
+//! 16 floats back, the pinger reads and checks them: a round trip. The pinger reads the clock
+//! once per round trip (the difference between two reads is one sample, clock read included,
+//! the same for every peer) and prints its samples as one JSON line.
+//!
+//! The peers ([`Peer`]) range from the floor (one bare cache line bounced between the two
+//! cores) through raw futex-word protocols to shm-ring and iceoryx2; [`harness`] runs them
+//! and [`idle`] measures what a blocked shm-ring receiver costs while nothing arrives.
+
+pub mod harness;
+pub mod idle;
+#[cfg(feature = "iceoryx2")]
+pub mod iox;
+pub mod raw;
+pub mod shm;
+
+use std::fmt;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::BoxError;
+use crate::kernel;
+use crate::sys;
+
+/// Floats in the ping-pong message.
+pub const ELEMENTS: usize = 16;
+
+/// How long one side waits for the other to show up.
+pub const RENDEZVOUS: Duration = Duration::from_secs(10);
+
+/// Spins between two `yield_now` calls while a raw or iceoryx2 peer waits (the two cores may
+/// be shared with other work: a waiter gives its core up now and then).
+pub const SPINS_PER_YIELD: u32 = 1024;
+
+/// One way of passing the message there and back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
+pub enum Peer {
+    /// One bare cache line bounced between the two cores (a counter, no payload): the floor.
+    CacheLine,
+    /// A futex word per direction, spun on (no system call), and the 16 floats beside it.
+    FutexSpin,
+    /// As `futex-spin`, but both sides sleep in `FUTEX_WAIT` at once and every send wakes.
+    FutexSleep,
+    /// shm-ring's self-describing `Sender`/`Receiver`, default `WaitConfig` (spin, then sleep).
+    ShmSpin,
+    /// shm-ring's self-describing `Sender`/`Receiver` with a spin budget of 0 (sleep at once).
+    ShmSleep,
+    /// shm-ring's typed path, `TypedSender<[f32; 16]>`/`TypedReceiver`, default `WaitConfig`.
+    ShmTypedSpin,
+    /// shm-ring's typed path with a spin budget of 0.
+    ShmTypedSleep,
+    /// iceoryx2 publish-subscribe, the subscriber polling `receive()` (cargo feature `iceoryx2`).
+    Iceoryx2Poll,
+    /// iceoryx2 publish-subscribe plus an event service per direction: the receiver sleeps in
+    /// the listener's `timed_wait` (cargo feature `iceoryx2`).
+    Iceoryx2Event,
+}
+
+impl Peer {
+    /// Every peer, in table order.
+    pub const ALL: [Peer; 9] = [
+        Peer::CacheLine,
+        Peer::FutexSpin,
+        Peer::FutexSleep,
+        Peer::ShmSpin,
+        Peer::ShmSleep,
+        Peer::ShmTypedSpin,
+        Peer::ShmTypedSleep,
+        Peer::Iceoryx2Poll,
+        Peer::Iceoryx2Event,
+    ];
+
+    /// Name on the command line and in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Peer::CacheLine => "cache-line",
+            Peer::FutexSpin => "futex-spin",
+            Peer::FutexSleep => "futex-sleep",
+            Peer::ShmSpin => "shm-spin",
+            Peer::ShmSleep => "shm-sleep",
+            Peer::ShmTypedSpin => "shm-typed-spin",
+            Peer::ShmTypedSleep => "shm-typed-sleep",
+            Peer::Iceoryx2Poll => "iceoryx2-poll",
+            Peer::Iceoryx2Event => "iceoryx2-event",
+        }
+    }
+
+    /// What the peer is, in a few words (the table legend).
+    pub fn describe(self) -> &'static str {
+        match self {
+            Peer::CacheLine => {
+                "one bare cache line (a counter) bounced between the cores: the floor"
+            }
+            Peer::FutexSpin => {
+                "raw futex word + 16 floats per direction, spinning on the word (no system call)"
+            }
+            Peer::FutexSleep => {
+                "raw futex word + 16 floats per direction, FUTEX_WAIT at once, FUTEX_WAKE per send"
+            }
+            Peer::ShmSpin => {
+                "shm-ring Sender/Receiver, self-describing message, default WaitConfig"
+            }
+            Peer::ShmSleep => "shm-ring Sender/Receiver, self-describing message, spin budget 0",
+            Peer::ShmTypedSpin => {
+                "shm-ring TypedSender/TypedReceiver<[f32; 16]>, default WaitConfig"
+            }
+            Peer::ShmTypedSleep => "shm-ring TypedSender/TypedReceiver<[f32; 16]>, spin budget 0",
+            Peer::Iceoryx2Poll => "iceoryx2 publish-subscribe, [f32] slice, subscriber polling",
+            Peer::Iceoryx2Event => {
+                "iceoryx2 publish-subscribe + event service, listener timed_wait, then receive"
+            }
+        }
+    }
+
+    /// Whether this binary can run the peer (iceoryx2 needs the cargo feature).
+    pub fn is_built(self) -> bool {
+        !matches!(self, Peer::Iceoryx2Poll | Peer::Iceoryx2Event) || cfg!(feature = "iceoryx2")
+    }
+
+    /// Every peer this binary can run.
+    pub fn built() -> Vec<Peer> {
+        Peer::ALL.into_iter().filter(|p| p.is_built()).collect()
+    }
+}
+
+impl fmt::Display for Peer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// Which side of the ping-pong a worker process plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Side {
+    /// Sends message `seq`, waits for it to come back, checks it, records the round trip.
+    Ping,
+    /// Waits for message `seq`, checks it, sends it back.
+    Echo,
+    /// Blocks in an shm-ring receive while nothing arrives and reports its own CPU time.
+    Idle,
+}
+
+/// One peer's end of the ping-pong, after the rendezvous.
+pub trait PingPong {
+    /// Pinger: sends message `seq`, waits for the echo and checks every element of it.
+    ///
+    /// # Errors
+    /// Transport errors; an echo that fails the check.
+    fn round_trip(&mut self, seq: u64) -> Result<(), BoxError>;
+
+    /// Echoer: waits for message `seq`, checks every element, sends the 16 floats back.
+    ///
+    /// # Errors
+    /// As [`PingPong::round_trip`].
+    fn echo(&mut self, seq: u64) -> Result<(), BoxError>;
+}
+
+/// What a pinger measured: one round-trip time per measured trip, in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Samples {
+    /// Round-trip times in ns, in trip order (clock read included).
+    pub ns: Vec<u32>,
+}
+
+/// Checks a received message `seq` of [`ELEMENTS`] floats.
+///
+/// # Errors
+/// A message of the wrong length, or one whose elements are not the ones message `seq` holds.
+pub fn check_message(xs: &[f32], seq: u64) -> Result<(), BoxError> {
+    if xs.len() != ELEMENTS {
+        return Err(format!("message of {} floats, expected {ELEMENTS}", xs.len()).into());
+    }
+    kernel::check(xs, seq)?;
+    Ok(())
+}
+
+/// Runs `warmup` unmeasured round trips, then `trips` measured ones.
+///
+/// # Errors
+/// The first failed round trip.
+pub fn ping<P: PingPong>(p: &mut P, warmup: u64, trips: u64) -> Result<Samples, BoxError> {
+    for seq in 0..warmup {
+        p.round_trip(seq)?;
+    }
+    let mut ns = Vec::with_capacity(trips as usize);
+    let mut last = Instant::now();
+    for seq in warmup..warmup + trips {
+        p.round_trip(seq)?;
+        let now = Instant::now();
+        ns.push(u32::try_from((now - last).as_nanos()).unwrap_or(u32::MAX));
+        last = now;
+    }
+    Ok(Samples { ns })
+}
+
+/// Answers `total` messages.
+///
+/// # Errors
+/// The first failed echo.
+pub fn echo<P: PingPong>(p: &mut P, total: u64) -> Result<(), BoxError> {
+    for seq in 0..total {
+        p.echo(seq)?;
+    }
+    Ok(())
+}
+
+/// Arguments of one latency worker process (the hidden `latency-worker` subcommand).
+#[derive(Debug, Clone, clap::Args)]
+pub struct WorkerArgs {
+    /// Peer under test.
+    #[arg(long, value_enum)]
+    pub peer: Peer,
+    /// Which side this process plays.
+    #[arg(long, value_enum)]
+    pub side: Side,
+    /// Measured round trips.
+    #[arg(long)]
+    pub trips: u64,
+    /// Unmeasured round trips before them.
+    #[arg(long)]
+    pub warmup: u64,
+    /// Idle side: how long to stay blocked, in milliseconds.
+    #[arg(long, default_value_t = 0)]
+    pub idle_ms: u64,
+    /// Rendezvous name.
+    #[arg(long)]
+    pub name: String,
+    /// CPU this process is pinned to.
+    #[arg(long)]
+    pub core: usize,
+}
+
+/// Runs one latency worker; the pinger and the idle side print their result as one JSON line.
+///
+/// # Errors
+/// Anything that stops the measurement.
+pub fn run_worker(a: &WorkerArgs) -> Result<(), BoxError> {
+    let _ = sys::die_with_parent();
+    // Generous: the slowest peer (a futex sleep on a loaded VM) takes ~100 us per round trip.
+    let limit = Duration::from_secs(30)
+        + Duration::from_micros(200) * u32::try_from(a.trips + a.warmup).unwrap_or(u32::MAX)
+        + Duration::from_millis(a.idle_ms);
+    crate::worker::start_watchdog(limit);
+    sys::pin_to_core(a.core)?;
+    let samples = match a.side {
+        Side::Idle => {
+            let cpu = idle::measure(Duration::from_millis(a.idle_ms))?;
+            return print_line(&serde_json::to_string(&cpu)?);
+        }
+        Side::Ping | Side::Echo => match a.peer {
+            Peer::CacheLine | Peer::FutexSpin | Peer::FutexSleep => {
+                side(raw::Raw::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
+            }
+            Peer::ShmSpin | Peer::ShmSleep => {
+                side(shm::Shm::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
+            }
+            Peer::ShmTypedSpin | Peer::ShmTypedSleep => {
+                side(shm::Typed::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
+            }
+            #[cfg(feature = "iceoryx2")]
+            Peer::Iceoryx2Poll | Peer::Iceoryx2Event => {
+                side(iox::Iox::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
+            }
+            #[cfg(not(feature = "iceoryx2"))]
+            p => {
+                return Err(format!(
+                    "{p} is not in this build: rebuild with `--features iceoryx2`"
+                )
+                .into());
+            }
+        },
+    };
+    match samples {
+        Some(s) => print_line(&serde_json::to_string(&s)?),
+        None => Ok(()),
+    }
+}
+
+/// Plays `a.side` on peer end `p` (monomorphised per peer: no indirect call in the loop).
+fn side<P: PingPong>(mut p: P, a: &WorkerArgs) -> Result<Option<Samples>, BoxError> {
+    if a.side == Side::Ping {
+        Ok(Some(ping(&mut p, a.warmup, a.trips)?))
+    } else {
+        echo(&mut p, a.warmup + a.trips)?;
+        Ok(None)
+    }
+}
+
+fn print_line(line: &str) -> Result<(), BoxError> {
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{line}")?;
+    stdout.flush()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn names_match_the_command_line() {
+        for p in Peer::ALL {
+            assert_eq!(p.to_possible_value().unwrap().get_name(), p.name());
+        }
+        assert_eq!(
+            Peer::built().contains(&Peer::Iceoryx2Poll),
+            cfg!(feature = "iceoryx2")
+        );
+    }
+
+    /// A pretend peer that only counts: the loops call it once per trip, in order.
+    struct Counter(Vec<u64>);
+
+    impl PingPong for Counter {
+        fn round_trip(&mut self, seq: u64) -> Result<(), BoxError> {
+            self.0.push(seq);
+            Ok(())
+        }
+        fn echo(&mut self, seq: u64) -> Result<(), BoxError> {
+            if seq == 3 {
+                return Err("broken".into());
+            }
+            self.0.push(seq);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn ping_measures_only_after_the_warmup() {
+        let mut c = Counter(Vec::new());
+        let s = ping(&mut c, 2, 5).unwrap();
+        assert_eq!(c.0, vec![0, 1, 2, 3, 4, 5, 6]);
+        assert_eq!(s.ns.len(), 5);
+        assert!(echo(&mut c, 10).unwrap_err().to_string().contains("broken"));
+    }
+
+    #[test]
+    fn messages_are_checked() {
+        let mut xs = [0f32; ELEMENTS];
+        kernel::fill(&mut xs, 7);
+        check_message(&xs, 7).unwrap();
+        assert!(check_message(&xs, 8).is_err());
+        assert!(check_message(&xs[..8], 7).is_err());
+    }
+}

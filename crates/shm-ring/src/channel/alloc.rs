@@ -1,0 +1,203 @@
+//! The producer's pool allocator: which block is free, loaned, or in flight, and taking back
+//! the blocks the consumer returns through the completion ring.
+//!
+//! Only the producer allocates. Its free list is process-local (a LIFO stack, so the few
+//! blocks a steady stream needs stay warm in cache). Blocks are committed (their pages
+//! reserved with `fallocate`) the first time they are handed out, and only when no used block
+//! is free: the memory a channel holds follows the most blocks it ever had out at once, not
+//! the pool's size. A block is in exactly one of four states:
+//! never used (at or above the high-water mark `fresh`), free (on the list), loaned to producer
+//! code (an `ArrayLoan*` holds it), or in flight (sent with the record at descriptor position
+//! `owner[b]`, and not yet returned). The consumer hands indices back through the completion
+//! ring; an index that is not in flight is corrupt (a double free, or a hostile consumer) and
+//! is never freed twice. A completion entry with [`DROPPED_MARK`] set names records the
+//! consumer dropped unread: every block still out with one of them comes back.
+
+use std::sync::Arc;
+
+use super::{DROPPED_MARK, ShmRing};
+use crate::error::{Error, corrupt};
+use crate::pool::PoolHome;
+use crate::ring;
+use crate::sync::AtomicU32;
+
+/// The producer's block allocator and the consumer end of the completion ring.
+#[derive(Debug)]
+pub(super) struct BlockPool {
+    home: Arc<PoolHome>,
+    comp: ring::Consumer<ShmRing>,
+    /// Free blocks that were handed out before (LIFO).
+    free: Vec<u32>,
+    /// Blocks `fresh..blocks` were never handed out; `0..fresh` were, at least once.
+    fresh: u32,
+    /// `in_flight[b]`: block `b` went out with a message and has not come back.
+    in_flight: Vec<bool>,
+    /// `owner[b]`: descriptor position of the record block `b` went out with (so blocks of
+    /// records the consumer had to drop unread can come back).
+    owner: Vec<u32>,
+}
+
+impl BlockPool {
+    pub(super) fn new(home: Arc<PoolHome>, comp: ring::Consumer<ShmRing>) -> BlockPool {
+        let blocks = home.geom.blocks as usize;
+        BlockPool {
+            home,
+            comp,
+            free: Vec::with_capacity(blocks),
+            fresh: 0,
+            in_flight: vec![false; blocks],
+            owner: vec![0; blocks],
+        }
+    }
+
+    /// The pool as loans see it.
+    pub(super) fn home(&self) -> &Arc<PoolHome> {
+        &self.home
+    }
+
+    /// Blocks that can be handed out right now without waiting (free or never used).
+    pub(super) fn available(&self) -> usize {
+        self.free.len() + (self.home.geom.blocks - self.fresh) as usize
+    }
+
+    /// A block for the producer, without waiting: a free one (the most recently returned
+    /// first), else whatever the consumer returned meanwhile, else a never-used one.
+    /// `Ok(None)`: every block is out.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] from the completion ring; [`Error::NoSpace`] if a never-used block
+    /// cannot be committed (`/dev/shm` full: the pool cannot grow past what it holds now).
+    #[inline]
+    pub(super) fn try_alloc(&mut self) -> Result<Option<u32>, Error> {
+        if let Some(b) = self.free.pop() {
+            return Ok(Some(b));
+        }
+        self.collect_returns()?;
+        if let Some(b) = self.free.pop() {
+            return Ok(Some(b));
+        }
+        if self.fresh < self.home.geom.blocks {
+            let b = self.fresh;
+            // First use: reserve its pages now, so a full /dev/shm is an error here and never
+            // a SIGBUS when the block is written. On failure the block stays unused.
+            let g = &self.home.geom;
+            self.home
+                .seg
+                .commit(g.off + b as usize * g.block_size, g.block_size)?;
+            self.fresh += 1;
+            return Ok(Some(b));
+        }
+        Ok(None)
+    }
+
+    /// Puts blocks taken for a message that was not sent back on the free list.
+    pub(super) fn unsent(&mut self, blocks: &[u32]) {
+        self.free.extend_from_slice(blocks);
+    }
+
+    /// Block `b` went out with the record at descriptor position `pos`.
+    #[inline]
+    pub(super) fn sent(&mut self, b: u32, pos: u32) {
+        self.in_flight[b as usize] = true;
+        self.owner[b as usize] = pos;
+    }
+
+    /// Copies `src` to the start of block `b`, which must be ours (just allocated).
+    ///
+    /// # Panics
+    /// If `src` is longer than a block or `b` is out of range.
+    pub(super) fn write_block(&mut self, b: u32, src: &[u8]) {
+        assert!(b < self.home.geom.blocks && src.len() <= self.home.geom.block_size);
+        // SAFETY: block b lies inside the mapping (b < blocks, the layout was checked) and
+        // `src` fits in it (asserted); `src` is private memory, so they cannot overlap. The
+        // consumer's process maps the pool too: a hostile consumer writing the block only
+        // changes what it reads itself.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.home.block_ptr(b), src.len()) };
+    }
+
+    /// Takes back blocks from the completion ring and from dropped loans.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] if the consumer returns a block that is not in flight, or the
+    /// completion ring's index is impossible.
+    pub(super) fn collect_returns(&mut self) -> Result<(), Error> {
+        // Reloads the consumer's tail only if the cached one says empty.
+        let chunk = self.comp.read_available()?;
+        let n = chunk.len();
+        for i in 0..n {
+            // One volatile read into a local, then validated: in flight, or a note in range.
+            let b: u64 = chunk.read_pod(i, 0);
+            if b & DROPPED_MARK != 0 {
+                // The consumer dropped the records at positions [from, from + n) unread:
+                // every block still out with one of them comes back.
+                let (from, n) = (b as u32, ((b & !DROPPED_MARK) >> 32) as u32);
+                for (blk, out) in self.in_flight.iter_mut().enumerate() {
+                    if *out && self.owner[blk].wrapping_sub(from) < n {
+                        *out = false;
+                        self.free.push(blk as u32);
+                    }
+                }
+                continue;
+            }
+            let ok = b < self.in_flight.len() as u64 && self.in_flight[b as usize];
+            if !ok {
+                chunk.release(i + 1);
+                return Err(corrupt(format!(
+                    "consumer returned block {b}, which is not in flight"
+                )));
+            }
+            self.in_flight[b as usize] = false;
+            self.free.push(b as u32);
+        }
+        if n > 0 {
+            chunk.release(n);
+        }
+        if let Ok(mut o) = self.home.orphans.try_lock() {
+            self.free.append(&mut o);
+        }
+        Ok(())
+    }
+
+    /// Takes back every block in flight and empties the completion ring; returns how many
+    /// blocks came back.
+    ///
+    /// # Safety
+    /// The consumer must be gone (dead, its claim to be released) and no new one attached
+    /// yet: a live consumer may still be reading those blocks, which the producer would then
+    /// overwrite (changed values under its views), and its later returns of them would be
+    /// reported as corrupt.
+    pub(super) unsafe fn reclaim_all(&mut self) -> usize {
+        let _ = self.collect_returns();
+        let mut reclaimed = 0;
+        for (b, f) in self.in_flight.iter_mut().enumerate() {
+            if *f {
+                *f = false;
+                self.free.push(b as u32);
+                reclaimed += 1;
+            }
+        }
+        // Anything the dead consumer pushed but we did not read: skip it.
+        if let Ok(chunk) = self.comp.read_chunk(u32::MAX) {
+            chunk.release_all();
+        }
+        reclaimed
+    }
+
+    /// Raises our waiting flag on the completion ring (see `ring::Consumer::begin_wait`).
+    pub(super) fn begin_wait(&self) -> (*const AtomicU32, u32) {
+        let (w, v) = self.comp.begin_wait();
+        (w as *const AtomicU32, v)
+    }
+
+    /// The completion ring's tail word and its value, for a spinning waiter.
+    #[inline]
+    pub(super) fn peer_word(&self) -> (*const AtomicU32, u32) {
+        let (w, v) = self.comp.peer_word();
+        (w as *const AtomicU32, v)
+    }
+
+    /// Lowers our waiting flag.
+    pub(super) fn end_wait(&self) {
+        self.comp.end_wait();
+    }
+}

@@ -1,0 +1,209 @@
+//! Reading records off the descriptor ring: the record header (read once, validated), pads,
+//! corrupt records, waiting for the next record, and handing read slots back in batches.
+
+use std::time::Instant;
+
+use super::Receiver;
+use crate::channel::wait::block_on;
+use crate::channel::{REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
+use crate::error::{Error, corrupt};
+use crate::sync::{AtomicU32, Ordering};
+
+pub(super) fn n_of(rec: &Rec) -> u32 {
+    match *rec {
+        Rec::Inline { n_slots, .. } => n_slots,
+        Rec::Block { .. } => 1,
+        Rec::Pad(n) => n,
+    }
+}
+
+/// A received record header, validated.
+pub(super) enum Rec {
+    Pad(u32),
+    Inline { n_slots: u32, body_len: usize },
+    Block { block: u32, body_len: usize },
+}
+
+impl Receiver {
+    /// Reads and validates the record header at our read position, if a record is there.
+    pub(super) fn peek(&mut self) -> Result<Option<Rec>, Error> {
+        // Reloads the producer's tail only if the cached one says empty.
+        let chunk = self.desc.read_available()?;
+        let avail = chunk.len();
+        if avail == 0 {
+            return Ok(None);
+        }
+        // The producer may rewrite the header at any time: it is read exactly once (one
+        // volatile copy) into locals, and only the locals are validated and used.
+        let [n_slots, kind, body_len, block]: [u32; 4] = chunk.read_pod(0, 0);
+        let slot_size = self.desc.shape().slot_size as usize;
+        if n_slots == 0 || n_slots > avail || n_slots > self.desc.contiguous(0) {
+            return Err(self.skip_corrupt(format!(
+                "record of {n_slots} slots ({avail} published, {} before the wrap)",
+                self.desc.contiguous(0)
+            )));
+        }
+        match kind {
+            REC_PAD => Ok(Some(Rec::Pad(n_slots))),
+            REC_INLINE if (body_len as usize) <= n_slots as usize * slot_size - RECORD_HEADER => {
+                Ok(Some(Rec::Inline {
+                    n_slots,
+                    body_len: body_len as usize,
+                }))
+            }
+            REC_BLOCK
+                if n_slots == 1
+                    && block < self.shared.pool.blocks
+                    && body_len as usize <= self.shared.pool.block_size =>
+            {
+                Ok(Some(Rec::Block {
+                    block,
+                    body_len: body_len as usize,
+                }))
+            }
+            _ => Err(self.skip_corrupt(format!(
+                "record kind {kind}, {n_slots} slots, body {body_len} bytes, block {block}"
+            ))),
+        }
+    }
+
+    /// Moves past the `n` slots of the record at our read position (validated by `peek`:
+    /// published) without publishing our index: [`Receiver::release_read`] does, in batches.
+    #[inline]
+    pub(super) fn skip(&mut self, n: u32) {
+        if let Ok(chunk) = self.desc.read_chunk(n) {
+            // `peek` checked n <= the slots published (the cached tail only grows).
+            chunk.skip(n);
+            self.unreleased += n;
+        }
+    }
+
+    /// Hands the slots read so far back to the producer (one store of `head`, and a wake-up
+    /// if it sleeps on a full ring) once a quarter of the ring is waiting, or now with
+    /// `force`. The producer needs them only when its ring fills up, and we force the
+    /// release before we wait (an empty ring) and when we drop, so nobody waits on slots we
+    /// hold.
+    #[inline]
+    pub(super) fn release_read(&mut self, force: bool) {
+        if self.unreleased > 0 && (force || self.unreleased >= self.release_every) {
+            // SYNC POINT (release(0)): we are done reading every skipped slot; see
+            // `ring::Consumer::release`.
+            self.desc.release(0);
+            self.unreleased = 0;
+        }
+    }
+
+    /// A corrupt record: skip everything published (we cannot find the next record boundary).
+    fn skip_corrupt(&mut self, why: String) -> Error {
+        if let Ok(n) = self.desc.available(1) {
+            let from = self.desc.position();
+            self.desc.release(n);
+            self.unreleased = 0;
+            // The blocks that went out with the skipped records come back to the producer.
+            self.shared.dropped(from, n);
+        }
+        corrupt(why)
+    }
+
+    /// Waits for the next record (skipping pads): the fast path (a record is there) without
+    /// the wait loop's set-up.
+    #[inline]
+    pub(super) fn next_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
+        match self.poll_rec()? {
+            Some(r) => Ok(r),
+            None => self.wait_rec(deadline),
+        }
+    }
+
+    /// The next record if one is there (pads skipped); `Err(Disconnected)` once the producer
+    /// closed and everything was read.
+    fn poll_rec(&mut self) -> Result<Option<Rec>, Error> {
+        loop {
+            match self.peek()? {
+                Some(Rec::Pad(n)) => self.skip(n),
+                Some(r) => return Ok(Some(r)),
+                None => {
+                    // About to wait (or report the end): hand back what we read first.
+                    self.release_read(true);
+                    if self.header().producer_closed.load(Ordering::SeqCst) != 0 {
+                        // The final commit happened before the flag: look once more.
+                        return match self.peek()? {
+                            None => Err(Error::Disconnected),
+                            Some(Rec::Pad(n)) => {
+                                self.skip(n);
+                                continue;
+                            }
+                            Some(r) => Ok(Some(r)),
+                        };
+                    }
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
+    /// Waits for the next record: spin, then sleep (see `wait.rs`).
+    #[cold]
+    fn wait_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
+        let wait = self.wait;
+        let this = std::cell::RefCell::new(self);
+        block_on(
+            true,
+            &wait,
+            deadline,
+            || this.borrow_mut().poll_rec(),
+            || {
+                let s = this.borrow();
+                let (w, v) = s.desc.peer_word();
+                (w as *const AtomicU32, v)
+            },
+            || {
+                let s = this.borrow();
+                let (w, v) = s.desc.begin_wait();
+                (w as *const AtomicU32, v)
+            },
+            || this.borrow().desc.end_wait(),
+            || {
+                let s = this.borrow();
+                if s.producer.is_dead() {
+                    Err(Error::PeerDied {
+                        pid: s.producer.pid(),
+                        reclaimed: 0,
+                    })
+                } else {
+                    Ok(())
+                }
+            },
+        )
+    }
+
+    /// Where the body of a record at our read position lies: `len` bytes at the pointer, in
+    /// memory the producer can write at any time (so: never a reference, only copies and the
+    /// documented zero-copy array views).
+    #[inline]
+    pub(super) fn body_src(&self, rec: &Rec) -> (*const u8, usize) {
+        match *rec {
+            // Validated in `peek`: the record's slots are published, contiguous, and hold
+            // RECORD_HEADER + body_len bytes.
+            Rec::Inline { body_len, .. } => {
+                (self.desc.slot(0).wrapping_add(RECORD_HEADER), body_len)
+            }
+            // Validated in `peek`: block < blocks and body_len <= block_size.
+            Rec::Block { block, body_len } => (
+                self.shared.seg.as_ptr().wrapping_add(
+                    self.shared.pool.off + block as usize * self.shared.pool.block_size,
+                ),
+                body_len,
+            ),
+            Rec::Pad(_) => (std::ptr::null(), 0),
+        }
+    }
+
+    pub(super) fn finish(&mut self, rec: &Rec) {
+        self.skip(n_of(rec));
+        if let Rec::Block { block, .. } = *rec {
+            self.shared.release(&[block]);
+        }
+        self.release_read(false);
+    }
+}
