@@ -159,7 +159,11 @@ fn builder(
     if elements * 4 > (512 << 10) {
         // Items beyond the default pool block: blocks sized for them (as `pipeline` does).
         let (slots, blocks, block_size) = cfg.channel(elements);
-        b.channel(slots, blocks, block_size)
+        b.channel(shmpipe::ChannelGeometry {
+            slots,
+            blocks,
+            block_size,
+        })
     } else {
         b
     }

@@ -140,7 +140,7 @@ impl Source for ArraySource {
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         let seq = (self.range.start + index) as u64;
         let x = ndarray::Array1::from_elem(self.elements, kernel::value_for(seq));
-        Ok(Item::new().with_i64("seq", seq as i64).with_array("x", x))
+        Ok(Item::new().with_meta("seq", seq as i64).with("x", x))
     }
 }
 
@@ -211,7 +211,11 @@ pub fn measure(
         .topology(cfg.topology())
         .batch_bytes(cfg.batch_bytes)
         .transfer(cfg.transfer())
-        .channel(slots, blocks, block_size)
+        .channel(shmpipe::ChannelGeometry {
+            slots,
+            blocks,
+            block_size,
+        })
         .socket_transport(cfg.transfer == TransferKind::Socket)
         .start()?;
     let mut meter = Meter::new(warmup, stride_for(elements));

@@ -26,8 +26,8 @@ impl Source for Big {
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         let i = self.range.start + index;
         Ok(Item::new()
-            .with_i64("i", i as i64)
-            .with_array("x", Array1::from_elem(LEN, i as f32)))
+            .with_meta("i", i as i64)
+            .with("x", Array1::from_elem(LEN, i as f32)))
     }
 }
 
@@ -94,7 +94,11 @@ fn run(reg: &Registry) -> Result<(), Box<dyn std::error::Error>> {
             .transfer(transfer)
             .batch_bytes(1)
             // One 4 MB array (or one 4 MB message body) per pool block.
-            .channel(0, 6, (LEN * 4) + (64 << 10))
+            .channel(shmpipe::ChannelGeometry {
+                blocks: 6,
+                block_size: (LEN * 4) + (64 << 10),
+                ..Default::default()
+            })
             .child_args(Vec::<String>::new())
             .start()?;
         let bar = ProgressBar::new(n).with_style(

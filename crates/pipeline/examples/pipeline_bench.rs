@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use shmpipe::{
-    Item, Pipeline, PipelineBuilder, Registry, Source, SourceError, StepError, Topology, Transfer,
-    map, ndarray::Array1, part_range,
+    ChannelGeometry, Item, Pipeline, PipelineBuilder, Registry, Source, SourceError, StepError,
+    Topology, Transfer, map, ndarray::Array1, part_range,
 };
 
 type BoxError = Box<dyn std::error::Error>;
@@ -26,7 +26,7 @@ impl Source for Gen {
     }
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         let i = self.range.start + index;
-        Ok(Item::new().with_i64("i", i as i64).with_array(
+        Ok(Item::new().with_meta("i", i as i64).with(
             "x",
             Array1::from_shape_fn(self.len, |j| (i + j) as f32 * 1e-3),
         ))
@@ -92,7 +92,28 @@ fn main() -> ExitCode {
 }
 
 fn run(reg: &Registry) -> Result<(), BoxError> {
-    let quick = std::env::args().any(|a| a == "quick");
+    // `small [n]`: only the small-item figure (16-float items, one trivial step, 2 workers,
+    // default batch), best of 3, for profiling and quick comparisons.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "small") {
+        let n: usize = args
+            .get(i + 1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(200_000);
+        let r = best(3, || {
+            measure(
+                Pipeline::builder(reg)
+                    .source_named("gen", serde_json::json!({"n": n, "len": 16}))
+                    .child_args(vec!["small".to_owned(), n.to_string()])
+                    .step("burn")
+                    .workers(2),
+                n,
+            )
+        })?;
+        println!("small items (16 floats, trivial step, 2 workers, {n} items): {r:.0} items/s");
+        return Ok(());
+    }
+    let quick = args.iter().any(|a| a == "quick");
     let reps = if quick { 1 } else { 3 };
     let base = |n: usize, len: usize| {
         Pipeline::builder(reg)
@@ -210,11 +231,14 @@ fn run(reg: &Registry) -> Result<(), BoxError> {
         let run = |t: Transfer| {
             best(reps, || {
                 measure(
-                    base(m, len).step("burn").workers(2).transfer(t).channel(
-                        0,
-                        8,
-                        (len * 4 + 4096).max(1 << 20),
-                    ),
+                    base(m, len)
+                        .step("burn")
+                        .workers(2)
+                        .transfer(t)
+                        .channel(ChannelGeometry {
+                            block_size: (len * 4 + 4096).max(1 << 20),
+                            ..ChannelGeometry::default()
+                        }),
                     m,
                 )
             })

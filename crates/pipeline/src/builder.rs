@@ -5,15 +5,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::Transfer;
 use crate::error::Error;
 use crate::handover::Ctrl;
 use crate::input::Feeder;
 use crate::node::{
-    self, ChannelPlan, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
+    self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
 use crate::pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, OnBadRecord,
-    Pipeline, Reorder, Topology, Transfer, interrupt_flag,
+    Pipeline, Reorder, Topology, interrupt_flag,
 };
 use crate::process::{self, ChildProc, Shared};
 use crate::source::JsonLines;
@@ -43,7 +44,7 @@ pub struct PipelineBuilder {
     child_args: Option<Vec<String>>,
     child_program: Option<std::path::PathBuf>,
     transport: TransportKind,
-    channel: ChannelPlan,
+    channel: ChannelGeometry,
     ctrl_c: bool,
     lease: bool,
     warn_idle: Duration,
@@ -73,12 +74,7 @@ impl PipelineBuilder {
             child_args: None,
             child_program: None,
             transport: TransportKind::Shm,
-            channel: ChannelPlan {
-                slots: 256,
-                slot_size: 64,
-                blocks: 8,
-                block_size: 1 << 20,
-            },
+            channel: ChannelGeometry::default(),
             ctrl_c: true,
             lease: true,
             warn_idle: DEFAULT_WARN_IDLE,
@@ -86,7 +82,7 @@ impl PipelineBuilder {
     }
 
     /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
-    /// ([`Item::array`](crate::Item::array), [`Item::is_shared`](crate::Item::is_shared)) instead of being copied out (default on; at most
+    /// ([`Item::array`](crate::Item::array), [`ArrayRef::is_shared`](crate::ArrayRef::is_shared)) instead of being copied out (default on; at most
     /// half of each worker's pool blocks are held by the consumer's items at a time, further
     /// arrays are copied). Off: every received array is copied to the heap.
     pub fn consumer_zero_copy(mut self, on: bool) -> Self {
@@ -210,12 +206,11 @@ impl PipelineBuilder {
         };
         self
     }
-    /// Shared-memory channel sizing: ring slots, and the payload pool (blocks of
-    /// `block_size` bytes; one zero-copy array or one large batch per block).
-    pub fn channel(mut self, slots: u32, blocks: u32, block_size: usize) -> Self {
-        self.channel.slots = slots;
-        self.channel.blocks = blocks;
-        self.channel.block_size = block_size;
+    /// Shared-memory channel geometry: ring slots, and the payload pool (blocks of
+    /// `block_size` bytes; one zero-copy array or one large batch per block). Default:
+    /// [`ChannelGeometry::default`].
+    pub fn channel(mut self, geometry: ChannelGeometry) -> Self {
+        self.channel = geometry;
         self
     }
     /// Enqueue mode: when the consumer has waited this long for an output while nothing was
@@ -425,5 +420,27 @@ impl PipelineBuilder {
         p.inputs = Some(Inputs::new(rxs));
         p.started = Instant::now();
         Ok(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 9: with the default geometry a batch (plus one item beyond `batch_bytes`) travels
+    /// inline in the ring (shm-ring keeps messages inline up to a quarter of the ring), so
+    /// small items never take a pool block. The old default (256 slots of 64 bytes) kept only
+    /// 4 KiB inline: every 16 KiB batch took a block.
+    #[test]
+    fn default_channels_carry_a_batch_inline() {
+        for batch in [256, 4 << 10, DEFAULT_BATCH_BYTES, 64 << 10] {
+            let plan = Pipeline::builder(&Registry::new())
+                .batch_bytes(batch)
+                .plan()
+                .unwrap();
+            let cfg = crate::shm::channel_config(&plan);
+            let max_inline = cfg.slots as usize * cfg.slot_size as usize / 4;
+            assert!(max_inline >= 2 * batch, "{batch}: {max_inline}");
+        }
     }
 }

@@ -11,6 +11,9 @@ use crate::item::Item;
 use crate::node::Outputs;
 use crate::wire::{Frame, Stats, TransportError};
 
+// An item is a few hundred bytes (its fields inline); boxing it would cost an allocation
+// per item.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Feed {
     Item(Item),
     Close,
@@ -55,14 +58,14 @@ impl InputState {
 /// use shmpipe::{map, Item, Pipeline, Registry};
 /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
 ///     let n = it.i64("n").unwrap_or(0);
-///     Ok(it.with_i64("n", n + 1))
+///     Ok(it.with_meta("n", n + 1))
 /// })));
 /// shmpipe::init(&reg);
 /// let mut p = Pipeline::builder(&reg).step("inc").start()?;
 /// let mut input = p.input()?;
 /// std::thread::spawn(move || {
 ///     for n in 0..10 {
-///         input.send(Item::new().with_i64("n", n)).unwrap();
+///         input.send(Item::new().with_meta("n", n)).unwrap();
 ///     } // `input` is dropped here: end of input
 /// });
 /// assert_eq!(p.count(), 10);

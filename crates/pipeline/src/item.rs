@@ -1,33 +1,22 @@
 //! The unit that flows through a pipeline: named arrays plus small metadata.
+//!
+//! The element types are shm-ring's ([`DType`], [`Element`]): every dtype a channel carries
+//! (f16, bf16 and bool included) crosses a pipeline unchanged. An [`Item`] keeps its fields in
+//! small inline vectors (no map, no allocation for a few fields with short names).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use ndarray::{ArrayD, ArrayViewD, ArrayViewMutD, Dimension, IxDyn};
+use smallvec::SmallVec;
 
-mod sealed {
-    pub trait Sealed {}
-}
+pub use shm_ring::{DType, Element};
 
-/// Element types an [`Item`] array may hold.
-///
-/// Implemented for `f32 f64 i8 i16 i32 i64 u8 u16 u32 u64`; store `bool` as `u8`.
-/// The trait is sealed: the set of dtypes is fixed by the wire format.
-pub trait Element: sealed::Sealed + bytemuck::Pod + Send + Sync + 'static {
-    /// Wire code of this dtype.
-    const CODE: u8;
-    /// Wraps an owned array of this element type.
-    fn wrap(a: ArrayD<Self>) -> Array;
-    /// Borrows `a` if it holds this element type.
-    fn peek(a: &Array) -> Option<&ArrayD<Self>>;
-    /// Mutably borrows `a` if it holds this element type.
-    fn peek_mut(a: &mut Array) -> Option<&mut ArrayD<Self>>;
-    /// Unwraps `a` if it holds this element type, or hands it back.
-    fn unwrap(a: Array) -> Result<ArrayD<Self>, Array>;
-}
+use crate::name::Name;
 
 macro_rules! dtypes {
-    ($($variant:ident $t:ty = $code:expr;)*) => {
-        /// A dtype-dynamic owned array (row-major, any dimension).
+    ($($variant:ident $t:ty;)*) => {
+        /// A dtype-dynamic owned array on the heap (row-major, any dimension), one variant
+        /// per [`DType`].
         #[derive(Debug, Clone, PartialEq)]
         pub enum Array {
             $(
@@ -36,107 +25,242 @@ macro_rules! dtypes {
             )*
         }
 
-        $(
-            impl sealed::Sealed for $t {}
-            impl Element for $t {
-                const CODE: u8 = $code;
-                fn wrap(a: ArrayD<Self>) -> Array {
-                    Array::$variant(a)
-                }
-                fn peek(a: &Array) -> Option<&ArrayD<Self>> {
-                    match a {
-                        Array::$variant(x) => Some(x),
-                        #[allow(unreachable_patterns)]
-                        _ => None,
-                    }
-                }
-                fn peek_mut(a: &mut Array) -> Option<&mut ArrayD<Self>> {
-                    match a {
-                        Array::$variant(x) => Some(x),
-                        #[allow(unreachable_patterns)]
-                        _ => None,
-                    }
-                }
-                fn unwrap(a: Array) -> Result<ArrayD<Self>, Array> {
-                    match a {
-                        Array::$variant(x) => Ok(x),
-                        #[allow(unreachable_patterns)]
-                        other => Err(other),
-                    }
-                }
-            }
-        )*
-
         impl Array {
-            /// Wire code of the dtype (see [`Element::CODE`]).
-            pub fn code(&self) -> u8 {
-                match self { $(Array::$variant(_) => $code,)* }
-            }
-            /// Name of the dtype, e.g. `"f32"`.
-            pub fn dtype_name(&self) -> &'static str {
-                match self { $(Array::$variant(_) => stringify!($t),)* }
+            /// The element type.
+            pub fn dtype(&self) -> DType {
+                match self { $(Array::$variant(_) => DType::$variant,)* }
             }
             /// Shape of the array.
             pub fn shape(&self) -> &[usize] {
                 match self { $(Array::$variant(x) => x.shape(),)* }
             }
-            /// Payload size in bytes.
-            pub fn nbytes(&self) -> usize {
-                match self { $(Array::$variant(x) => x.len() * std::mem::size_of::<$t>(),)* }
-            }
-            /// Element size in bytes.
-            pub fn elem_size(&self) -> usize {
-                match self { $(Array::$variant(_) => std::mem::size_of::<$t>(),)* }
-            }
-            /// Calls `f` with the payload bytes in row-major order (borrowed when the array is
-            /// contiguous, copied into a temporary otherwise).
-            pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+            /// The array in row-major layout (copied once if it is not).
+            fn standard(self) -> Array {
                 match self {
-                    $(Array::$variant(x) => match x.as_slice() {
-                        Some(s) => f(bytemuck::cast_slice(s)),
-                        None => {
-                            let v: Vec<$t> = x.iter().copied().collect();
-                            f(bytemuck::cast_slice(&v))
-                        }
-                    },)*
+                    $(Array::$variant(x) => Array::$variant(if x.is_standard_layout() {
+                        x
+                    } else {
+                        x.as_standard_layout().into_owned()
+                    }),)*
                 }
             }
-            /// Builds an array of dtype `code` from row-major bytes.
-            ///
-            /// # Errors
-            /// A message when the code is unknown or the byte count does not match the shape.
-            pub fn from_bytes(code: u8, shape: &[usize], bytes: &[u8]) -> Result<Array, String> {
-                match code {
-                    $($code => {
-                        let n: usize = shape.iter().product();
-                        if n.checked_mul(std::mem::size_of::<$t>()) != Some(bytes.len()) {
-                            return Err(format!(
-                                "{} bytes do not fit shape {:?} of {}", bytes.len(), shape, stringify!($t)
-                            ));
-                        }
-                        let v: Vec<$t> = bytemuck::pod_collect_to_vec(bytes);
-                        ArrayD::from_shape_vec(shape.to_vec(), v)
-                            .map(Array::$variant)
-                            .map_err(|e| e.to_string())
-                    })*
-                    other => Err(format!("unknown dtype code {other}")),
-                }
+            /// The payload bytes (`None` when not in row-major layout).
+            fn bytes(&self) -> Option<&[u8]> {
+                match self { $(Array::$variant(x) => x.as_slice().map(as_bytes),)* }
             }
         }
+
+        $(
+            impl<D: Dimension> From<ndarray::Array<$t, D>> for Array {
+                fn from(a: ndarray::Array<$t, D>) -> Array {
+                    Array::$variant(a.into_dyn())
+                }
+            }
+        )*
     };
 }
 
 dtypes! {
-    F32 f32 = 1;
-    F64 f64 = 2;
-    I8 i8 = 3;
-    I16 i16 = 4;
-    I32 i32 = 5;
-    I64 i64 = 6;
-    U8 u8 = 7;
-    U16 u16 = 8;
-    U32 u32 = 9;
-    U64 u64 = 10;
+    F32 f32;
+    F64 f64;
+    I8 i8;
+    I16 i16;
+    I32 i32;
+    I64 i64;
+    U8 u8;
+    U16 u16;
+    U32 u32;
+    U64 u64;
+    F16 half::f16;
+    BF16 half::bf16;
+    Bool bool;
+}
+
+/// The bytes of a slice of plain values (bool included: one byte, 0 or 1).
+fn as_bytes<T: Copy>(s: &[T]) -> &[u8] {
+    // SAFETY: `T` is one of the dtype types above: plain values without padding, each of its
+    // bytes initialised; the slice covers exactly the same memory, read-only.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s)) }
+}
+
+/// The bytes of a slice of plain old data, writable.
+fn as_bytes_mut<T: bytemuck::Pod>(s: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(s)
+}
+
+impl Array {
+    /// The payload bytes, writable (`None` when not in row-major layout). Never for bool
+    /// (not every byte is a bool).
+    fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        macro_rules! pod {
+            ($($v:ident),*) => {
+                match self {
+                    $(Array::$v(x) => x.as_slice_mut().map(as_bytes_mut),)*
+                    Array::Bool(_) => None,
+                }
+            };
+        }
+        pod!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16)
+    }
+
+    /// Payload size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.shape().iter().product::<usize>() * self.dtype().size()
+    }
+
+    /// A view of the array (no copy). Only for arrays in row-major layout (every array in an
+    /// item is).
+    pub(crate) fn raw(&self) -> ArrayRef<'_> {
+        ArrayRef {
+            dtype: self.dtype(),
+            shape: self.shape(),
+            bytes: self.bytes().unwrap_or(&[]),
+            shared: false,
+        }
+    }
+
+    /// A typed view; `None` when the dtype is not `T`'s.
+    pub fn view<T: Element>(&self) -> Option<ArrayViewD<'_, T>> {
+        macro_rules! cast {
+            ($($v:ident),*) => {
+                match self {
+                    $(Array::$v(x) => (x as &dyn std::any::Any).downcast_ref::<ArrayD<T>>(),)*
+                }
+            };
+        }
+        cast!(
+            F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, Bool
+        )
+        .map(|a| a.view())
+    }
+
+    /// The array as an `ndarray` of `T` (no copy), or itself back when the dtype differs.
+    pub fn into_typed<T: Element>(self) -> Result<ArrayD<T>, Array> {
+        if self.dtype() != T::DTYPE {
+            return Err(self);
+        }
+        macro_rules! cast {
+            ($($v:ident),*) => {
+                match self {
+                    $(Array::$v(x) => downcast::<_, ArrayD<T>>(x).map_err(Array::$v),)*
+                }
+            };
+        }
+        // Fails only for a foreign `Element` type sharing a dtype (e.g. a newtype of f32):
+        // then the bytes are copied into it.
+        cast!(
+            F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, Bool
+        )
+        .or_else(|a| {
+            let v: Vec<T> = bytemuck::pod_collect_to_vec(a.bytes().unwrap_or(&[]));
+            ArrayD::from_shape_vec(IxDyn(a.shape()), v).map_err(|_| a)
+        })
+    }
+
+    /// Builds an array of `dtype` from row-major bytes (one copy).
+    ///
+    /// # Errors
+    /// A message when the byte count does not match the shape, or a bool byte is not 0 or 1.
+    pub fn from_bytes(dtype: DType, shape: &[usize], bytes: &[u8]) -> Result<Array, String> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+        if n.and_then(|n| n.checked_mul(dtype.size())) != Some(bytes.len()) {
+            return Err(format!(
+                "{} bytes do not fit shape {shape:?} of {dtype}",
+                bytes.len()
+            ));
+        }
+        fn build<T: bytemuck::Pod>(shape: &[usize], bytes: &[u8]) -> Result<ArrayD<T>, String> {
+            let v: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
+            if let [_] = shape {
+                // The common small case, without the dynamic-shape checks (the length was
+                // checked above).
+                return Ok(ndarray::Array1::from_vec(v).into_dyn());
+            }
+            ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| e.to_string())
+        }
+        Ok(match dtype {
+            DType::F32 => Array::F32(build(shape, bytes)?),
+            DType::F64 => Array::F64(build(shape, bytes)?),
+            DType::I8 => Array::I8(build(shape, bytes)?),
+            DType::I16 => Array::I16(build(shape, bytes)?),
+            DType::I32 => Array::I32(build(shape, bytes)?),
+            DType::I64 => Array::I64(build(shape, bytes)?),
+            DType::U8 => Array::U8(build(shape, bytes)?),
+            DType::U16 => Array::U16(build(shape, bytes)?),
+            DType::U32 => Array::U32(build(shape, bytes)?),
+            DType::U64 => Array::U64(build(shape, bytes)?),
+            DType::F16 => Array::F16(build(shape, bytes)?),
+            DType::BF16 => Array::BF16(build(shape, bytes)?),
+            DType::Bool => {
+                let v = bytes
+                    .iter()
+                    .map(|&b| match b {
+                        0 => Ok(false),
+                        1 => Ok(true),
+                        b => Err(format!("byte {b} is not a bool")),
+                    })
+                    .collect::<Result<Vec<bool>, String>>()?;
+                Array::Bool(ArrayD::from_shape_vec(IxDyn(shape), v).map_err(|e| e.to_string())?)
+            }
+        })
+    }
+}
+
+/// `a` as a `B` when `A` and `B` are the same type.
+fn downcast<A: 'static, B: 'static>(a: A) -> Result<B, A> {
+    let mut slot = Some(a);
+    match (&mut slot as &mut dyn std::any::Any).downcast_mut::<Option<B>>() {
+        Some(b) => Ok(b.take().expect("just filled")),
+        None => Err(slot.expect("untouched")),
+    }
+}
+
+/// A dtype-dynamic view of an item's array, wherever it lives (heap or shared memory): no
+/// copy. [`ArrayRef::to_owned`] copies it when a copy is meant.
+#[derive(Debug, Clone, Copy)]
+pub struct ArrayRef<'a> {
+    dtype: DType,
+    shape: &'a [usize],
+    bytes: &'a [u8],
+    shared: bool,
+}
+
+impl<'a> ArrayRef<'a> {
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    /// The shape (row-major).
+    pub fn shape(&self) -> &'a [usize] {
+        self.shape
+    }
+    /// The payload, row-major (bool: one byte per element, 0 or 1).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+    /// Payload size in bytes.
+    pub fn nbytes(&self) -> usize {
+        self.bytes.len()
+    }
+    /// Whether the array is read in place from shared memory (zero-copy).
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+    /// A typed view; `None` when the dtype is not `T`'s.
+    pub fn view<T: Element>(&self) -> Option<ArrayViewD<'a, T>> {
+        if T::DTYPE != self.dtype {
+            return None;
+        }
+        // Heap arrays and pool blocks are aligned for every dtype; anything else is refused.
+        let data = bytemuck::try_cast_slice::<u8, T>(self.bytes).ok()?;
+        ArrayViewD::from_shape(IxDyn(self.shape), data).ok()
+    }
+    /// A heap copy.
+    pub fn to_owned(&self) -> Array {
+        // The shape and byte count were checked when the array entered the item.
+        Array::from_bytes(self.dtype, self.shape, self.bytes)
+            .unwrap_or_else(|_| Array::U8(ArrayD::zeros(IxDyn(&[0]))))
+    }
 }
 
 /// A small metadata value.
@@ -150,23 +274,126 @@ pub enum Meta {
     Str(String),
 }
 
+macro_rules! meta_from {
+    ($($t:ty => |$v:ident| $e:expr;)*) => {$(
+        impl From<$t> for Meta {
+            fn from($v: $t) -> Meta {
+                $e
+            }
+        }
+    )*};
+}
+meta_from! {
+    i64 => |v| Meta::I64(v);
+    i32 => |v| Meta::I64(i64::from(v));
+    u32 => |v| Meta::I64(i64::from(v));
+    f64 => |v| Meta::F64(v);
+    &str => |v| Meta::Str(v.to_owned());
+    &String => |v| Meta::Str(v.clone());
+    String => |v| Meta::Str(v);
+}
+
+/// Where an item's array lives.
+#[derive(Debug, Clone)]
+enum Slot {
+    /// On the heap (always in row-major layout). Boxed: an `ndarray` array is over a hundred
+    /// bytes, and items move by value through batches and steps several times per hop.
+    Owned(Box<Array>),
+    /// In a shared-memory pool block of a received message (zero-copy), read in place.
+    Leased(Arc<Leased>),
+}
+
+impl Slot {
+    fn raw(&self) -> ArrayRef<'_> {
+        match self {
+            Slot::Owned(a) => a.raw(),
+            Slot::Leased(l) => ArrayRef {
+                dtype: l.dtype,
+                shape: &l.shape,
+                bytes: l.bytes(),
+                shared: true,
+            },
+        }
+    }
+}
+
+/// An array read in place from a received shared-memory message. The message (and with it
+/// the producer's pool block) is held until every item referring to it is dropped.
+pub(crate) struct Leased {
+    msg: Arc<shm_ring::Message>,
+    record: usize,
+    name: Name,
+    dtype: DType,
+    shape: SmallVec<[usize; 4]>,
+}
+
+impl std::fmt::Debug for Leased {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leased")
+            .field("name", &self.name.as_str())
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .finish()
+    }
+}
+
+impl Leased {
+    /// `dtype` must not be bool (its bytes are checked when copied out, never viewed).
+    pub(crate) fn new(
+        msg: Arc<shm_ring::Message>,
+        record: usize,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+    ) -> Leased {
+        Leased {
+            msg,
+            record,
+            name: Name::new(name),
+            dtype,
+            shape: shape.into(),
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // Validated when the message was received and decoded; never fails afterwards.
+        self.msg
+            .record(self.record)
+            .and_then(|r| r.array_bytes(self.name.as_str()))
+            .unwrap_or(&[])
+    }
+}
+
 /// One element of a pipeline: named arrays plus small named metadata.
 ///
-/// Names starting with `__` are reserved for the pipeline.
+/// One name per operation, for arrays and for metadata alike:
+///
+/// | operation | arrays | metadata |
+/// |---|---|---|
+/// | add or replace | [`insert`](Item::insert) / builder [`with`](Item::with) | [`insert_meta`](Item::insert_meta) / builder [`with_meta`](Item::with_meta) |
+/// | read (no copy) | [`array`](Item::array) (typed), [`get`](Item::get) (any dtype) | [`meta`](Item::meta), typed [`i64`](Item::i64) [`f64`](Item::f64) [`str`](Item::str) |
+/// | write | [`array_mut`](Item::array_mut) | `insert_meta` |
+/// | take out | [`remove`](Item::remove) | [`remove_meta`](Item::remove_meta) |
+/// | list | [`arrays`](Item::arrays) | [`metas`](Item::metas) |
+///
+/// Arrays that arrived zero-copy stay in shared memory: reading them (`array`, `get`,
+/// `arrays`) never copies; `array_mut` and `remove` copy them to the heap (they hand out
+/// something writable or owned), as does [`ArrayRef::to_owned`].
 ///
 /// # Examples
 /// ```
 /// use shmpipe::{Item, ndarray::array};
-/// let mut it = Item::new().with_array("x", array![1.0f32, 2.0]).with_i64("id", 7);
+/// let mut it = Item::new().with("x", array![1.0f32, 2.0]).with_meta("id", 7);
 /// it.array_mut::<f32>("x").unwrap()[0] = 5.0;
 /// assert_eq!(it.array::<f32>("x").unwrap()[0], 5.0);
 /// assert!(it.array::<f64>("x").is_none());
+/// assert_eq!(it.get("x").unwrap().dtype(), shmpipe::DType::F32);
 /// assert_eq!(it.i64("id"), Some(7));
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct Item {
-    arrays: Vec<(String, Slot)>,
-    metas: Vec<(String, Meta)>,
+    arrays: SmallVec<[(Name, Slot); 2]>,
+    metas: SmallVec<[(Name, Meta); 2]>,
 }
 
 impl PartialEq for Item {
@@ -177,131 +404,10 @@ impl PartialEq for Item {
                 .arrays
                 .iter()
                 .zip(&other.arrays)
-                .all(|((n, a), (m, b))| n == m && a.get() == b.get())
-    }
-}
-
-/// An array as stored in an item (see [`Item::raw_arrays`]).
-pub(crate) enum RawArray<'a> {
-    /// On the heap.
-    Owned(&'a Array),
-    /// In shared memory: dtype code, shape and row-major bytes.
-    InPlace {
-        code: u8,
-        shape: &'a [usize],
-        bytes: &'a [u8],
-    },
-}
-
-/// Where an item's array lives.
-#[derive(Debug, Clone)]
-enum Slot {
-    /// On the heap.
-    Owned(Array),
-    /// In a shared-memory pool block of a received message (zero-copy), read in place.
-    Leased(Arc<Leased>),
-}
-
-impl Slot {
-    fn get(&self) -> &Array {
-        match self {
-            Slot::Owned(a) => a,
-            Slot::Leased(l) => l.materialized(),
-        }
-    }
-    fn into_owned(self) -> Array {
-        match self {
-            Slot::Owned(a) => a,
-            Slot::Leased(l) => l.to_heap(),
-        }
-    }
-    fn shape(&self) -> &[usize] {
-        match self {
-            Slot::Owned(a) => a.shape(),
-            Slot::Leased(l) => &l.shape,
-        }
-    }
-    fn nbytes(&self) -> usize {
-        match self {
-            Slot::Owned(a) => a.nbytes(),
-            Slot::Leased(l) => l.bytes().len(),
-        }
-    }
-}
-
-/// An array read in place from a received shared-memory message. The message (and with it
-/// the producer's pool block) is held until every item referring to it is dropped.
-pub(crate) struct Leased {
-    pub(crate) msg: Arc<shm_ring::Message>,
-    pub(crate) record: usize,
-    pub(crate) name: String,
-    pub(crate) code: u8,
-    pub(crate) shape: Vec<usize>,
-    /// A heap copy, made on first dtype-dynamic access (`Item::get`).
-    cache: OnceLock<Array>,
-}
-
-impl std::fmt::Debug for Leased {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Leased")
-            .field("name", &self.name)
-            .field("code", &self.code)
-            .field("shape", &self.shape)
-            .finish()
-    }
-}
-
-impl Leased {
-    pub(crate) fn new(
-        msg: Arc<shm_ring::Message>,
-        record: usize,
-        name: &str,
-        code: u8,
-        shape: Vec<usize>,
-    ) -> Leased {
-        Leased {
-            msg,
-            record,
-            name: name.to_owned(),
-            code,
-            shape,
-            cache: OnceLock::new(),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // Validated when the message was received and decoded; never fails afterwards.
-        self.msg
-            .record(self.record)
-            .and_then(|r| r.array_bytes(&self.name))
-            .unwrap_or(&[])
-    }
-
-    fn view<T: Element>(&self) -> Option<ArrayViewD<'_, T>> {
-        if T::CODE != self.code {
-            return None;
-        }
-        match bytemuck::try_cast_slice::<u8, T>(self.bytes()) {
-            Ok(data) => ArrayViewD::from_shape(IxDyn(&self.shape), data).ok(),
-            // Misaligned for T (never for pool blocks): read the heap copy.
-            Err(_) => T::peek(self.materialized()).map(|a| a.view()),
-        }
-    }
-
-    /// A heap copy (one copy: from the cache if there is one, else from shared memory).
-    fn to_heap(&self) -> Array {
-        match self.cache.get() {
-            Some(a) => a.clone(),
-            None => Array::from_bytes(self.code, &self.shape, self.bytes())
-                .unwrap_or_else(|_| Array::U8(ArrayD::zeros(IxDyn(&[0])))),
-        }
-    }
-
-    fn materialized(&self) -> &Array {
-        self.cache.get_or_init(|| {
-            Array::from_bytes(self.code, &self.shape, self.bytes())
-                .unwrap_or_else(|_| Array::U8(ArrayD::zeros(IxDyn(&[0]))))
-        })
+                .all(|((n, a), (m, b))| {
+                    let (a, b) = (a.raw(), b.raw());
+                    n == m && a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes
+                })
     }
 }
 
@@ -311,30 +417,23 @@ impl Item {
         Item::default()
     }
 
-    /// Adds (or replaces) array `name`, builder style.
-    pub fn with_array<T: Element, D: Dimension>(
-        mut self,
-        name: &str,
-        a: ndarray::Array<T, D>,
-    ) -> Item {
-        self.set_array(name, a);
+    /// Adds (or replaces) array `name`, builder style. Takes any owned `ndarray` array of a
+    /// [`DType`] element type (bool included), or an [`Array`].
+    pub fn with(mut self, name: &str, a: impl Into<Array>) -> Item {
+        self.insert(name, a);
         self
     }
 
-    /// Adds or replaces array `name`.
-    pub fn set_array<T: Element, D: Dimension>(&mut self, name: &str, a: ndarray::Array<T, D>) {
-        self.insert(name, T::wrap(a.into_dyn()));
-    }
-
-    /// Adds or replaces a dtype-dynamic array.
-    pub fn insert(&mut self, name: &str, a: Array) {
-        self.insert_slot(name, Slot::Owned(a));
+    /// Adds or replaces array `name` (an array not in row-major layout is copied into it).
+    pub fn insert(&mut self, name: &str, a: impl Into<Array>) {
+        let a = a.into().standard();
+        self.insert_slot(name, Slot::Owned(Box::new(a)));
     }
 
     fn insert_slot(&mut self, name: &str, a: Slot) {
         match self.arrays.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = a,
-            None => self.arrays.push((name.to_owned(), a)),
+            None => self.arrays.push((Name::new(name), a)),
         }
     }
 
@@ -343,96 +442,89 @@ impl Item {
         self.insert_slot(name, Slot::Leased(Arc::new(l)));
     }
 
-    /// A view of array `name`; `None` when absent or of another dtype.
-    ///
-    /// An array that crossed from a worker to the consumer zero-copy is viewed in place in
-    /// shared memory (no copy); its pool block is held until the item is dropped.
-    pub fn array<T: Element>(&self, name: &str) -> Option<ArrayViewD<'_, T>> {
-        match &self.arrays.iter().find(|(n, _)| n == name)?.1 {
-            Slot::Owned(a) => T::peek(a).map(|a| a.view()),
-            Slot::Leased(l) => l.view::<T>(),
-        }
+    /// Adds an array decoded from a message, name already checked to be new.
+    pub(crate) fn push_array(&mut self, name: &str, a: Array) {
+        self.arrays
+            .push((Name::new(name), Slot::Owned(Box::new(a))));
     }
 
-    /// Whether array `name` is read in place from shared memory (zero-copy).
-    pub fn is_shared(&self, name: &str) -> bool {
-        matches!(
-            self.arrays.iter().find(|(n, _)| n == name),
-            Some((_, Slot::Leased(_)))
-        )
+    /// A typed view of array `name` (no copy); `None` when absent or of another dtype.
+    ///
+    /// An array that crossed from a worker to the consumer zero-copy is viewed in place in
+    /// shared memory; its pool block is held until the item is dropped.
+    pub fn array<T: Element>(&self, name: &str) -> Option<ArrayViewD<'_, T>> {
+        self.get(name)?.view()
+    }
+
+    /// A view of array `name` of any dtype (no copy).
+    pub fn get(&self, name: &str) -> Option<ArrayRef<'_>> {
+        self.arrays
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, a)| a.raw())
     }
 
     /// A mutable view of array `name`; `None` when absent or of another dtype. An array in
     /// shared memory is first copied to the heap (copy on write).
     pub fn array_mut<T: Element>(&mut self, name: &str) -> Option<ArrayViewMutD<'_, T>> {
         let slot = &mut self.arrays.iter_mut().find(|(n, _)| n == name)?.1;
+        if slot.raw().dtype != T::DTYPE {
+            return None;
+        }
         if let Slot::Leased(l) = slot {
-            if l.code != T::CODE {
-                return None;
-            }
-            *slot = Slot::Owned(l.to_heap());
+            *slot = Slot::Owned(Box::new(Slot::Leased(Arc::clone(l)).raw().to_owned()));
         }
-        match slot {
-            Slot::Owned(a) => T::peek_mut(a).map(|a| a.view_mut()),
-            Slot::Leased(_) => None,
-        }
+        let Slot::Owned(a) = slot else { return None };
+        let shape = IxDyn(a.shape());
+        let data = bytemuck::try_cast_slice_mut::<u8, T>(a.bytes_mut()?).ok()?;
+        ArrayViewMutD::from_shape(shape, data).ok()
     }
 
-    /// Removes and returns array `name` if it has dtype `T` (otherwise leaves it in place).
-    pub fn take_array<T: Element>(&mut self, name: &str) -> Option<ArrayD<T>> {
-        let pos = self
-            .arrays
-            .iter()
-            .position(|(n, a)| n == name && a.get().code() == T::CODE)?;
-        T::unwrap(self.arrays.remove(pos).1.into_owned()).ok()
-    }
-
-    /// The dtype-dynamic array `name` (an array in shared memory is copied to the heap on the
-    /// first call; prefer [`Item::array`] to read it in place).
-    pub fn get(&self, name: &str) -> Option<&Array> {
-        self.arrays
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, a)| a.get())
-    }
-
-    /// Removes and returns array `name` of any dtype.
+    /// Removes and returns array `name` (an array in shared memory is copied to the heap).
+    /// For a typed array: `item.remove("x").map(|a| a.into_typed::<f32>())`.
     pub fn remove(&mut self, name: &str) -> Option<Array> {
         let pos = self.arrays.iter().position(|(n, _)| n == name)?;
-        Some(self.arrays.remove(pos).1.into_owned())
-    }
-
-    /// All arrays in insertion order (dtype-dynamic, see [`Item::get`]).
-    pub fn arrays(&self) -> impl Iterator<Item = (&str, &Array)> {
-        self.arrays.iter().map(|(n, a)| (n.as_str(), a.get()))
-    }
-
-    /// Arrays as they are stored: leased ones as raw bytes in place (no heap copy).
-    pub(crate) fn raw_arrays(&self) -> impl Iterator<Item = (&str, RawArray<'_>)> {
-        self.arrays.iter().map(|(n, a)| {
-            let raw = match a {
-                Slot::Owned(a) => RawArray::Owned(a),
-                Slot::Leased(l) => RawArray::InPlace {
-                    code: l.code,
-                    shape: &l.shape,
-                    bytes: l.bytes(),
-                },
-            };
-            (n.as_str(), raw)
+        Some(match self.arrays.remove(pos).1 {
+            Slot::Owned(a) => *a,
+            l @ Slot::Leased(_) => l.raw().to_owned(),
         })
     }
 
-    /// Names of the arrays in insertion order.
-    pub fn array_names(&self) -> impl Iterator<Item = &str> {
-        self.arrays.iter().map(|(n, _)| n.as_str())
+    /// All arrays in insertion order for encoding: heap arrays as they are (the message
+    /// builder borrows them), arrays in shared memory as views.
+    pub(crate) fn stored(&self) -> impl Iterator<Item = (&str, Result<&Array, ArrayRef<'_>>)> {
+        self.arrays.iter().map(|(n, a)| {
+            let a = match a {
+                Slot::Owned(a) => Ok(&**a),
+                l @ Slot::Leased(_) => Err(l.raw()),
+            };
+            (n.as_str(), a)
+        })
     }
 
-    /// Sets metadata `name`, replacing any previous value.
-    pub fn set_meta(&mut self, name: &str, v: Meta) {
+    /// All arrays in insertion order, as views (no copy).
+    pub fn arrays(&self) -> impl ExactSizeIterator<Item = (&str, ArrayRef<'_>)> {
+        self.arrays.iter().map(|(n, a)| (n.as_str(), a.raw()))
+    }
+
+    /// Adds or replaces metadata `name` (an `i64`/`i32`/`u32`, `f64`, string or [`Meta`]).
+    pub fn insert_meta(&mut self, name: &str, v: impl Into<Meta>) {
+        let v = v.into();
         match self.metas.iter_mut().find(|(n, _)| n == name) {
             Some(slot) => slot.1 = v,
-            None => self.metas.push((name.to_owned(), v)),
+            None => self.metas.push((Name::new(name), v)),
         }
+    }
+
+    /// Adds metadata decoded from a message, name already checked to be new.
+    pub(crate) fn push_meta(&mut self, name: &str, v: Meta) {
+        self.metas.push((Name::new(name), v));
+    }
+
+    /// Adds or replaces metadata `name`, builder style.
+    pub fn with_meta(mut self, name: &str, v: impl Into<Meta>) -> Item {
+        self.insert_meta(name, v);
+        self
     }
 
     /// Metadata `name` of any type.
@@ -447,19 +539,10 @@ impl Item {
     }
 
     /// All metadata in insertion order.
-    pub fn metas(&self) -> impl Iterator<Item = (&str, &Meta)> {
+    pub fn metas(&self) -> impl ExactSizeIterator<Item = (&str, &Meta)> {
         self.metas.iter().map(|(n, v)| (n.as_str(), v))
     }
 
-    /// Sets an integer, builder style.
-    pub fn with_i64(mut self, name: &str, v: i64) -> Item {
-        self.set_i64(name, v);
-        self
-    }
-    /// Sets an integer.
-    pub fn set_i64(&mut self, name: &str, v: i64) {
-        self.set_meta(name, Meta::I64(v));
-    }
     /// Integer metadata `name`.
     pub fn i64(&self, name: &str) -> Option<i64> {
         match self.meta(name) {
@@ -468,15 +551,6 @@ impl Item {
         }
     }
 
-    /// Sets a float, builder style.
-    pub fn with_f64(mut self, name: &str, v: f64) -> Item {
-        self.set_f64(name, v);
-        self
-    }
-    /// Sets a float.
-    pub fn set_f64(&mut self, name: &str, v: f64) {
-        self.set_meta(name, Meta::F64(v));
-    }
     /// Float metadata `name`.
     pub fn f64(&self, name: &str) -> Option<f64> {
         match self.meta(name) {
@@ -485,15 +559,6 @@ impl Item {
         }
     }
 
-    /// Sets a string, builder style.
-    pub fn with_str(mut self, name: &str, v: &str) -> Item {
-        self.set_str(name, v);
-        self
-    }
-    /// Sets a string.
-    pub fn set_str(&mut self, name: &str, v: &str) {
-        self.set_meta(name, Meta::Str(v.to_owned()));
-    }
     /// String metadata `name`.
     pub fn str(&self, name: &str) -> Option<&str> {
         match self.meta(name) {
@@ -504,29 +569,28 @@ impl Item {
 
     /// Payload bytes of all arrays.
     pub fn nbytes(&self) -> usize {
-        self.arrays.iter().map(|(_, a)| a.nbytes()).sum()
+        self.arrays.iter().map(|(_, a)| a.raw().nbytes()).sum()
     }
 
-    /// Approximate encoded size: payload plus names and metadata.
-    pub(crate) fn wire_size(&self) -> usize {
-        let arrays: usize = self
-            .arrays
-            .iter()
-            .map(|(n, a)| n.len() + 16 + 8 * a.shape().len() + a.nbytes())
-            .sum();
-        let metas: usize = self
-            .metas
-            .iter()
-            .map(|(n, v)| {
-                n.len()
-                    + 16
-                    + match v {
-                        Meta::Str(s) => s.len(),
-                        _ => 8,
-                    }
-            })
-            .sum();
-        16 + arrays + metas
+    /// Approximate encoded size (payload plus names and metadata), and how many arrays go
+    /// zero-copy under `transfer`: one pass, no copy.
+    pub(crate) fn wire_size(&self, transfer: &shm_ring::Transfer) -> (usize, usize) {
+        let mut size = 16;
+        let mut zero_copy = 0;
+        for (n, a) in &self.arrays {
+            let a = a.raw();
+            size += n.len() + 32 + 8 * a.shape.len() + a.bytes.len();
+            zero_copy += usize::from(transfer.zero_copy(a.bytes.len()));
+        }
+        for (n, v) in &self.metas {
+            size += n.len()
+                + 32
+                + match v {
+                    Meta::Str(s) => s.len(),
+                    _ => 0,
+                };
+        }
+        (size, zero_copy)
     }
 
     /// A short description for error messages (the `item_id` metadata when present).
@@ -547,43 +611,59 @@ mod tests {
     #[test]
     fn bytes_round_trip_every_dtype_and_layout() {
         let a = array![[1.5f32, 2.0, 3.0], [4.0, 5.0, 6.0]];
-        let t = Array::F32(a.t().to_owned().into_dyn());
-        // A transposed (non-contiguous) view goes through the copying path.
-        let tv = Array::F32(a.t().into_owned().into_dyn());
         for arr in [
-            Array::F32(a.clone().into_dyn()),
-            t,
-            tv,
-            Array::I64(array![-1i64, 2, i64::MAX].into_dyn()),
-            Array::U8(array![[1u8], [2]].into_dyn()),
+            Array::from(a.clone()),
+            Array::from(a.t().to_owned()),
+            Array::from(array![-1i64, 2, i64::MAX]),
+            Array::from(array![[1u8], [2]]),
+            Array::from(array![half::f16::from_f32(1.5), half::f16::MAX]),
+            Array::from(array![half::bf16::from_f32(-2.0)]),
+            Array::from(array![[true, false], [false, true]]),
         ] {
-            let back = arr
-                .with_bytes(|b| Array::from_bytes(arr.code(), arr.shape(), b))
-                .unwrap();
-            assert_eq!(back, arr);
+            let it = Item::new().with("a", arr.clone());
+            let r = it.get("a").unwrap();
+            assert_eq!(
+                Array::from_bytes(r.dtype(), r.shape(), r.bytes()).unwrap(),
+                arr
+            );
+            assert_eq!(r.to_owned(), arr);
         }
-        let strided = Array::F64(array![[1.0f64, 2.0], [3.0, 4.0]].reversed_axes().into_dyn());
-        let back = strided
-            .with_bytes(|b| Array::from_bytes(strided.code(), strided.shape(), b))
-            .unwrap();
-        assert_eq!(back, strided);
-        assert!(Array::from_bytes(1, &[3], &[0u8; 8]).is_err());
-        assert!(Array::from_bytes(99, &[1], &[0u8; 1]).is_err());
+        assert_eq!(
+            Array::from(a.clone()).view::<f32>().unwrap(),
+            a.view().into_dyn()
+        );
+        assert!(Array::from(a.clone()).view::<f64>().is_none());
+        // A non-contiguous array is made row-major when it enters an item.
+        let strided = array![[1.0f64, 2.0], [3.0, 4.0]].reversed_axes();
+        let it = Item::new().with("s", strided.clone());
+        let back = it.get("s").unwrap().to_owned();
+        assert_eq!(back, Array::from(strided));
+        assert!(Array::from_bytes(DType::F32, &[3], &[0u8; 8]).is_err());
+        assert!(Array::from_bytes(DType::Bool, &[2], &[1, 2]).is_err());
     }
 
     #[test]
-    fn item_accessors_replace_and_take() {
+    fn item_accessors_replace_and_remove() {
         let mut it = Item::new()
-            .with_array("x", array![1i32, 2])
-            .with_str("item_id", "A");
-        it.set_array("x", array![7i32]);
+            .with("x", array![1i32, 2])
+            .with_meta("item_id", "A");
+        it.insert("x", array![7i32]);
         assert_eq!(it.arrays().count(), 1);
-        assert!(it.take_array::<f32>("x").is_none());
-        assert_eq!(it.take_array::<i32>("x").unwrap(), array![7i32].into_dyn());
+        assert!(it.array::<f32>("x").is_none());
+        let x = it.remove("x").unwrap();
         assert!(it.get("x").is_none());
+        let x = x.into_typed::<f32>().unwrap_err();
+        assert_eq!(x.into_typed::<i32>().unwrap(), array![7i32].into_dyn());
         assert_eq!(it.describe(), "item_id \"A\"");
-        it.set_f64("s", 0.5);
+        it.insert_meta("s", 0.5);
         assert_eq!(it.f64("s"), Some(0.5));
         assert_eq!(it.i64("s"), None);
+        let mut b = Item::new().with("m", array![true, false]);
+        assert!(b.array_mut::<u8>("m").is_none(), "bool is not u8");
+        assert_eq!(b.get("m").unwrap().bytes(), &[1, 0]);
+        assert_eq!(
+            b.remove("m").unwrap().into_typed::<u8>().unwrap_err(),
+            Array::from(array![true, false])
+        );
     }
 }

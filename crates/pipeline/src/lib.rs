@@ -16,7 +16,7 @@
 //!
 //! Without a source the caller feeds the pipeline: [`Pipeline::run`] for the common case, or
 //! the [`Input`] handle of [`Pipeline::input`], whose drop closes the input. Items hold arrays
-//! of [`Element`] types (no bool: store it as `u8`). Every [`Error`]'s `Display` names what
+//! of any shm-ring [`DType`] (f16, bf16 and bool included). Every [`Error`]'s `Display` names what
 //! failed and where: print errors with `{}`, not `{:?}`. A tour of the whole API, compiled and
 //! run as doc tests: `docs/pipeline-api.md`.
 //!
@@ -59,15 +59,21 @@
 mod alloc;
 mod broker;
 mod builder;
+mod config;
 mod error;
 mod handover;
 mod input;
 mod item;
+mod jsonl;
+mod name;
 mod node;
 mod pipeline;
+mod plan;
 mod process;
+mod reorder;
 mod roles;
 mod shm;
+mod shuffle;
 mod source;
 mod step;
 mod transport;
@@ -75,14 +81,17 @@ mod wire;
 
 pub use builder::PipelineBuilder;
 pub use error::Error;
+pub use half;
 pub use input::Input;
-pub use item::{Array, Element, Item, Meta};
+pub use item::{Array, ArrayRef, DType, Element, Item, Meta};
 pub use ndarray;
 pub use pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
-    OnBadRecord, Pipeline, Topology, Transfer,
+    OnBadRecord, Pipeline, Topology,
 };
+pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
+pub use shm_ring::Transfer;
 pub use source::{
     FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,
     derive_seed, part_range, split_seeks,

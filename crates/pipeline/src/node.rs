@@ -1,5 +1,5 @@
-//! The plan every process of a pipeline shares and the wiring between processes: creating and
-//! opening connections, batching outputs, polling inputs. The roles are in [`crate::roles`].
+//! The wiring between processes: creating and opening connections, batching outputs, polling
+//! inputs. The plan they share is in [`crate::plan`]. The roles are in [`crate::roles`].
 //!
 //! Nodes: emitters `0..E` (in enqueue mode the parent plays emitter 0), the workers of each
 //! stage, and the consumer (the parent). There is one connection per
@@ -14,163 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use shm_ring::Transfer;
 
-use crate::source::{JsonLines, derive_seed};
+pub(crate) use crate::plan::*;
 use crate::transport::{SockRx, SockTx, TransportKind};
 use crate::wire::{Frame, Report, Rx, TransportError, Tx};
-use crate::{Epochs, OnBadRecord, Transfer};
-
-/// Exit code of a child that completed.
-pub(crate) const EXIT_OK: i32 = 0;
-/// Exit code of a child that reported a failure downstream (the consumer has the details).
-pub(crate) const EXIT_REPORTED: i32 = 2;
-/// Exit code of a child that could not set itself up (details on stderr).
-pub(crate) const EXIT_SETUP: i32 = 3;
-/// Exit code of a child that lost a peer (a consequence of another failure).
-pub(crate) const EXIT_PEER_LOST: i32 = 4;
-/// Exit code of a child whose parent died.
-pub(crate) const EXIT_ORPHAN: i32 = 5;
-/// Exit code of a child told to stop (a deliberate shutdown by the parent).
-pub(crate) const EXIT_STOPPED: i32 = 6;
-
-/// How long the start-up hand-over of channels may take, in the parent and in each child.
-pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Where the records come from.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) enum SourceSpec {
-    JsonLines(JsonLines),
-    Named {
-        name: String,
-        args: serde_json::Value,
-    },
-}
-
-/// One stage: the steps each of its workers runs, in order, and its worker count.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct StagePlan {
-    pub steps: Vec<(String, serde_json::Value)>,
-    pub workers: usize,
-}
-
-/// Shared-memory channel sizing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ChannelPlan {
-    pub slots: u32,
-    pub slot_size: u32,
-    pub blocks: u32,
-    pub block_size: usize,
-}
-
-/// Everything a process of the pipeline needs to know.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct Plan {
-    pub id: String,
-    pub parent: u32,
-    pub emitters: usize,
-    /// `None`: enqueue mode, the parent is emitter 0.
-    pub source: Option<SourceSpec>,
-    pub stages: Vec<StagePlan>,
-    pub ordered: bool,
-    pub batch_bytes: usize,
-    pub transfer: Transfer,
-    pub transport: TransportKind,
-    pub channel: ChannelPlan,
-    pub seed: u64,
-    pub shuffle: bool,
-    pub shuffle_buffer: usize,
-    pub epochs: Epochs,
-    pub rank: usize,
-    pub world_size: usize,
-    pub on_bad_record: OnBadRecord,
-    /// The consumer keeps zero-copy arrays in shared memory.
-    pub lease: bool,
-}
-
-/// What a child process is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum Role {
-    Emitter(usize),
-    Worker { stage: usize, worker: usize },
-}
-
-impl Role {
-    pub(crate) fn describe(self) -> String {
-        match self {
-            Role::Emitter(e) => format!("emitter {e}"),
-            Role::Worker { stage, worker } => format!("worker {worker} (stage {stage})"),
-        }
-    }
-}
-
-impl Role {
-    /// How the child names itself on stderr: role and pid.
-    pub(crate) fn log_name(self) -> String {
-        let pid = std::process::id();
-        match self {
-            Role::Emitter(e) => format!("emitter {e} (pid {pid})"),
-            Role::Worker { stage, worker } => {
-                format!("worker {worker} of stage {stage} (pid {pid})")
-            }
-        }
-    }
-}
-
-/// The env var payload of a child.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub(crate) struct ChildSpec {
-    pub plan: Plan,
-    pub role: Role,
-    /// The inherited descriptor of the child's end of its control socket.
-    pub ctrl_fd: i32,
-}
-
-impl Plan {
-    /// Number of producers feeding each worker of stage `stage`.
-    pub(crate) fn upstream_count(&self, stage: usize) -> usize {
-        if stage == 0 {
-            self.emitters
-        } else {
-            self.stages[stage - 1].workers
-        }
-    }
-    /// Number of connections of the pipeline.
-    /// Processes that move data: emitters, every worker of every stage, and the consumer.
-    pub(crate) fn process_count(&self) -> usize {
-        self.emitters + self.stages.iter().map(|s| s.workers).sum::<usize>() + 1
-    }
-    pub(crate) fn connection_count(&self) -> usize {
-        let mut n = 0;
-        for s in 0..self.stages.len() {
-            n += self.stages[s].workers * self.upstream_count(s);
-        }
-        n + self.stages.last().map_or(0, |s| s.workers)
-    }
-    /// Number of connections a role creates (as the producer), in downstream order.
-    pub(crate) fn outputs_of(&self, role: Role) -> usize {
-        match role {
-            Role::Emitter(_) => self.stages[0].workers,
-            Role::Worker { stage, .. } if stage + 1 == self.stages.len() => 1,
-            Role::Worker { stage, .. } => self.stages[stage + 1].workers,
-        }
-    }
-    /// Number of connections a role consumes, in upstream order.
-    pub(crate) fn inputs_of(&self, role: Role) -> usize {
-        match role {
-            Role::Emitter(_) => 0,
-            Role::Worker { stage, .. } => self.upstream_count(stage),
-        }
-    }
-    /// Which worker of stage `stage + 1` gets the outputs of record `(e, k)` after `stage`.
-    pub(crate) fn route(&self, stage: usize, e: u32, k: u64) -> usize {
-        if stage + 1 == self.stages.len() {
-            return 0;
-        }
-        let n = self.stages[stage + 1].workers as u64;
-        (derive_seed(&[stage as u64, u64::from(e), k]) % n) as usize
-    }
-}
 
 /// The largest encoded batch a socket connection carries: what one shared-memory message
 /// could hold (its ring plus its whole pool).
@@ -223,14 +71,6 @@ fn lease_cap(blocks: u32) -> usize {
     (blocks as usize).saturating_sub(2) / 2
 }
 
-/// Rough encoded size of a frame, for byte-sized batches.
-fn frame_size(f: &Frame) -> usize {
-    match f {
-        Frame::Item { item, .. } => 16 + item.wire_size(),
-        _ => 32,
-    }
-}
-
 /// The outgoing connections of a node, each with a pending batch.
 pub(crate) struct Outputs {
     pub txs: Vec<Box<dyn Tx>>,
@@ -262,13 +102,13 @@ impl Outputs {
         self.txs.len()
     }
     pub(crate) fn push(&mut self, i: usize, f: Frame) -> Result<(), TransportError> {
-        self.bytes[i] += frame_size(&f);
-        if let Frame::Item { item, .. } = &f {
-            self.zero_copy[i] += item
-                .arrays()
-                .filter(|(_, a)| self.transfer.zero_copy(a.nbytes()))
-                .count();
-        }
+        // Rough encoded size and pool blocks of the frame: one pass over its fields, no copy.
+        let (size, zero_copy) = match &f {
+            Frame::Item { item, .. } => item.wire_size(&self.transfer),
+            _ => (0, 0),
+        };
+        self.bytes[i] += 16 + size;
+        self.zero_copy[i] += zero_copy;
         self.pending[i].push(f);
         if self.bytes[i] >= self.batch_bytes || self.zero_copy[i] >= self.zero_copy_limit {
             self.flush(i)

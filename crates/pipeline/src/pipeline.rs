@@ -1,206 +1,26 @@
-//! The consumer side of a pipeline (the parent process): `Pipeline`, its settings types,
-//! metrics and the reorder buffer of the ordered mode.
+//! The consumer side of a pipeline (the parent process): `Pipeline` and its consumer loop.
+//! Settings types are in [`crate::config`], the ordered mode's buffer in [`crate::reorder`].
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::builder::PipelineBuilder;
+pub(crate) use crate::config::interrupt_flag;
+pub use crate::config::{
+    DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
+    OnBadRecord, Topology,
+};
 use crate::error::Error;
 use crate::input::{Feeder, Input};
 use crate::item::Item;
 use crate::node::{Inputs, NextError, Plan};
 use crate::process::Shared;
+pub(crate) use crate::reorder::Reorder;
 use crate::step::Registry;
 use crate::wire::{Frame, Stats};
-
-/// How arrays cross process boundaries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Transfer {
-    /// Always copy arrays inline into the ring.
-    Copy,
-    /// Always place arrays in the producer's payload pool (zero-copy handoff).
-    ZeroCopy,
-    /// Copy arrays under `threshold` bytes, zero-copy above.
-    Adaptive {
-        /// Size in bytes from which arrays go zero-copy.
-        threshold: usize,
-    },
-}
-
-impl Transfer {
-    /// Whether an array of `bytes` bytes goes zero-copy under this policy.
-    pub fn zero_copy(&self, bytes: usize) -> bool {
-        match *self {
-            Transfer::Copy => false,
-            Transfer::ZeroCopy => bytes > 0,
-            Transfer::Adaptive { threshold } => bytes >= threshold && bytes > 0,
-        }
-    }
-}
-
-/// How the steps are laid out over worker processes.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Topology {
-    /// Every worker runs all steps: one queue in, one queue out (the default; the seed found
-    /// it faster).
-    #[default]
-    Fused,
-    /// One stage per step with queues between stages.
-    Staged {
-        /// Workers per stage; empty: [`PipelineBuilder::workers`] for every stage.
-        workers: Vec<usize>,
-    },
-}
-
-/// How many passes over the data the emitters make.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Epochs {
-    /// This many epochs, then the end of stream.
-    Finite(u64),
-    /// Endless: epoch after epoch (each with its own permutation when shuffling). Use
-    /// [`Pipeline::take_epoch`] to take a fixed number of outputs per training epoch.
-    Cycle,
-}
-
-/// What an emitter does with a malformed record.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum OnBadRecord {
-    /// Stop the pipeline with [`Error::BadRecord`] (the default).
-    #[default]
-    Fail,
-    /// Skip it and count it ([`Metrics::skipped_records`]).
-    Skip,
-}
-
-/// Default of [`PipelineBuilder::warn_idle_after`].
-pub const DEFAULT_WARN_IDLE: Duration = Duration::from_secs(5);
-
-/// The default batch size in bytes (see `docs/pipeline.md` for the measurement behind it).
-pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
-
-/// Default adaptive threshold of a pipeline: arrays of at least this many bytes go zero-copy.
-///
-/// Higher than shm-ring's own [`shm_ring::DEFAULT_THRESHOLD`] (which is measured for producers
-/// that fill loans in place): a pipeline's items are ordinary heap arrays, so zero-copy costs a
-/// copy into a pool block plus a block per array (which also caps how many arrays a batch may
-/// hold). Chosen with `pipeline_bench`: zero-copy loses to copying for small arrays and the
-/// two are close from 16 KiB up (figures and the date of the run in `docs/figures.md`).
-pub const DEFAULT_PIPELINE_THRESHOLD: usize = 64 << 10;
-
-/// The process-wide Ctrl-C flag; registers the handlers on first use when `install`.
-pub(crate) fn interrupt_flag(install: bool) -> &'static Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| {
-        let flag = Arc::new(AtomicBool::new(false));
-        if install {
-            // A second Ctrl-C (flag already set) exits at once with the conventional status.
-            let _ = signal_hook::flag::register_conditional_shutdown(
-                signal_hook::consts::SIGINT,
-                130,
-                Arc::clone(&flag),
-            );
-            let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&flag));
-        }
-        flag
-    })
-}
-
-/// Throughput and transfer counters. Step times and transfer counts arrive with the end
-/// markers, so they are complete once the stream has ended.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Metrics {
-    /// Items delivered to the consumer.
-    pub items: u64,
-    /// Array bytes delivered to the consumer.
-    pub bytes: u64,
-    /// Time since start.
-    pub elapsed: Duration,
-    /// Per step: (name, inputs processed over all workers, total time in the step).
-    pub steps: Vec<(String, u64, Duration)>,
-    /// Fraction of the consumer's receive attempts that found a batch waiting (near 1: the
-    /// workers are ahead of the consumer; near 0: the consumer waits for the workers).
-    pub queue_occupancy: f64,
-    /// Arrays that crossed a process boundary zero-copy.
-    pub arrays_zero_copy: u64,
-    /// Arrays that were copied.
-    pub arrays_copied: u64,
-    /// Malformed records skipped ([`OnBadRecord::Skip`]).
-    pub skipped_records: u64,
-}
-
-impl Metrics {
-    /// Items per second.
-    pub fn items_per_sec(&self) -> f64 {
-        self.items as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-    /// Array bytes per second.
-    pub fn bytes_per_sec(&self) -> f64 {
-        self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9)
-    }
-}
-
-/// The reorder buffer of the ordered mode: groups of outputs keyed by input `(k, e)`,
-/// released in the order `k`, then `e`.
-#[derive(Debug)]
-pub(crate) struct Reorder {
-    emitters: u32,
-    /// Records sent by each emitter, once known.
-    counts: Vec<Option<u64>>,
-    /// Cursor: the next group to release is `(k, e)`.
-    k: u64,
-    e: u32,
-    groups: HashMap<(u64, u32), (Vec<Item>, bool)>,
-}
-
-impl Reorder {
-    pub(crate) fn new(emitters: usize) -> Reorder {
-        Reorder {
-            emitters: emitters as u32,
-            counts: vec![None; emitters],
-            k: 0,
-            e: 0,
-            groups: HashMap::new(),
-        }
-    }
-    fn add(&mut self, e: u32, k: u64, item: Option<Item>, last: bool) {
-        let g = self.groups.entry((k, e)).or_default();
-        g.0.extend(item);
-        g.1 |= last;
-    }
-    fn release(&mut self, ready: &mut VecDeque<Item>) {
-        loop {
-            let all_known = self.counts.iter().all(|c| c.is_some_and(|n| self.k >= n));
-            if all_known {
-                return;
-            }
-            let skip = self.counts[self.e as usize].is_some_and(|n| self.k >= n);
-            if !skip {
-                match self.groups.get(&(self.k, self.e)) {
-                    Some((_, true)) => {
-                        let (items, _) = self.groups.remove(&(self.k, self.e)).unwrap_or_default();
-                        ready.extend(items);
-                    }
-                    _ => return,
-                }
-            }
-            self.e += 1;
-            if self.e == self.emitters {
-                self.e = 0;
-                self.k += 1;
-            }
-        }
-    }
-    fn flush(&mut self, ready: &mut VecDeque<Item>) {
-        let mut rest: Vec<_> = self.groups.drain().collect();
-        rest.sort_by_key(|(key, _)| *key);
-        ready.extend(rest.into_iter().flat_map(|(_, (items, _))| items));
-    }
-}
 
 /// A running pipeline: the consumer end. Iterate it (or call [`Pipeline::dequeue`]) to get
 /// the outputs; dropping it shuts every process down.
@@ -210,11 +30,11 @@ impl Reorder {
 /// use shmpipe::{map, Item, Pipeline, Registry};
 /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
 ///     let n = it.i64("n").unwrap_or(0);
-///     Ok(it.with_i64("n", n + 1))
+///     Ok(it.with_meta("n", n + 1))
 /// })));
 /// shmpipe::init(&reg); // first thing in main: child processes divert here
 /// let mut p = Pipeline::builder(&reg).step("inc").step("inc").workers(2).start()?;
-/// p.enqueue(Item::new().with_i64("n", 3))?;
+/// p.enqueue(Item::new().with_meta("n", 3))?;
 /// p.close_input();
 /// assert_eq!(p.dequeue()?.unwrap().i64("n"), Some(5));
 /// assert!(p.dequeue()?.is_none());
@@ -337,11 +157,11 @@ impl Pipeline {
     /// use shmpipe::{map, Item, Pipeline, Registry};
     /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
     ///     let n = it.i64("n").unwrap_or(0);
-    ///     Ok(it.with_i64("n", n + 1))
+    ///     Ok(it.with_meta("n", n + 1))
     /// })));
     /// shmpipe::init(&reg);
     /// let p = Pipeline::builder(&reg).step("inc").start()?;
-    /// let out = p.run((0..10).map(|n| Item::new().with_i64("n", n)))?;
+    /// let out = p.run((0..10).map(|n| Item::new().with_meta("n", n)))?;
     /// assert_eq!(out.len(), 10);
     /// # Ok::<(), shmpipe::Error>(())
     /// ```
@@ -559,47 +379,5 @@ impl Iterator for Pipeline {
 impl Drop for Pipeline {
     fn drop(&mut self) {
         self.teardown();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn item(n: i64) -> Item {
-        Item::new().with_i64("n", n)
-    }
-
-    #[test]
-    fn reorder_releases_groups_in_k_then_e_order_and_skips_ended_emitters() {
-        let mut r = Reorder::new(2);
-        let mut ready = VecDeque::new();
-        // Emitter 1 has one record, emitter 0 has three; groups arrive out of order.
-        r.add(0, 1, Some(item(10)), false);
-        r.add(0, 1, Some(item(11)), true);
-        r.add(1, 0, None, true); // record (e=1, k=0) had no outputs
-        r.release(&mut ready);
-        assert!(ready.is_empty(), "(k=0, e=0) is still missing");
-        r.add(0, 0, Some(item(0)), true);
-        r.release(&mut ready);
-        // (0,0), then the empty group (0,1), then (1,0); (1,1) is unknown yet.
-        let ns = |ready: &VecDeque<Item>| {
-            ready
-                .iter()
-                .map(|i| i.i64("n").unwrap())
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(ns(&ready), vec![0, 10, 11]);
-        r.add(0, 2, Some(item(20)), true);
-        r.release(&mut ready);
-        assert_eq!(ready.len(), 3, "(k=1, e=1) may still come");
-        // Emitter 1 ended after one record: (k=1, e=1) is skipped.
-        r.counts[1] = Some(1);
-        r.release(&mut ready);
-        assert_eq!(ns(&ready), vec![0, 10, 11, 20]);
-        r.counts[0] = Some(3);
-        r.release(&mut ready);
-        assert_eq!(ready.len(), 4);
-        assert!(r.groups.is_empty());
     }
 }

@@ -267,6 +267,9 @@ struct Chain {
     steps: Vec<(String, Box<dyn Step>, u64, u64)>,
     stage: usize,
     worker: usize,
+    /// Scratch buffers reused for every input (no allocation per item).
+    cur: Vec<Item>,
+    next: Vec<Item>,
 }
 
 impl Chain {
@@ -277,20 +280,26 @@ impl Chain {
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
-        self.run_from(0, vec![item], input, out)
+        let mut cur = std::mem::take(&mut self.cur);
+        cur.push(item);
+        let r = self.run_from(0, &mut cur, input, out);
+        cur.clear();
+        self.cur = cur;
+        r
     }
 
     /// Runs steps `start..` on the items `cur`; outputs go to `out`.
     fn run_from(
         &mut self,
         start: usize,
-        mut cur: Vec<Item>,
+        cur: &mut Vec<Item>,
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
         let (stage, worker) = (self.stage, self.worker);
+        let mut next = std::mem::take(&mut self.next);
         for (name, step, calls, ns) in self.steps.iter_mut().skip(start) {
-            let mut next = Vec::new();
+            next.clear();
             for it in cur.drain(..) {
                 let desc = it.describe();
                 let t0 = Instant::now();
@@ -314,9 +323,10 @@ impl Chain {
                     message,
                 });
             }
-            cur = next;
+            std::mem::swap(cur, &mut next);
         }
-        out.append(&mut cur);
+        out.append(cur);
+        self.next = next;
         Ok(())
     }
 
@@ -344,7 +354,7 @@ impl Chain {
                     message,
                 });
             }
-            self.run_from(i + 1, made, &input, out)?;
+            self.run_from(i + 1, &mut made, &input, out)?;
         }
         Ok(())
     }
@@ -370,6 +380,8 @@ fn run_worker(
         steps: Vec::new(),
         stage,
         worker: w,
+        cur: Vec::new(),
+        next: Vec::new(),
     };
     for (name, args) in &plan.stages[stage].steps {
         match reg.build_step(name, &StepContext { args, worker: info }) {

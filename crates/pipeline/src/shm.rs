@@ -1,27 +1,16 @@
 //! The shared-memory transport: one `shm-ring` channel per connection, one message per batch,
-//! one record per frame. Item arrays become record arrays (copied or zero-copy according to
-//! the [`Transfer`](crate::Transfer) policy); control frames are records with reserved
-//! metadata (`__f` frame kind, `__e`, `__k`, `__l`, `__j` JSON payload).
+//! one record per frame (encoding in [`crate::wire`]). Item arrays become record arrays (copied
+//! or zero-copy according to the [`Transfer`](crate::Transfer) policy).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use shm_ring::message::FieldRef;
-use shm_ring::{
-    ChannelConfig, Message, MessageBuilder, MessageView, MetaValue, Receiver, Sender, WaitConfig,
-};
+use shm_ring::{ChannelConfig, Message, Receiver, Sender, WaitConfig};
 
-use crate::item::{Array, Item, Leased, Meta, RawArray};
 use crate::node::Plan;
-use crate::wire::{Frame, Rx, TransportError, Tx};
-
-const K_ITEM: i64 = 1;
-const K_GROUP_END: i64 = 2;
-const K_EMITTER_DONE: i64 = 3;
-const K_EOS: i64 = 4;
-const K_ERROR: i64 = 5;
+use crate::wire::{self, Frame, Rx, TransportError, Tx};
 
 fn map_err(e: shm_ring::Error) -> TransportError {
     match e {
@@ -34,10 +23,13 @@ fn map_err(e: shm_ring::Error) -> TransportError {
     }
 }
 
-/// The channel configuration of a plan: a descriptor ring of about four batches.
+/// Bytes per ring slot.
+const SLOT_SIZE: u32 = 64;
+
+/// The channel configuration of a plan: a descriptor ring of eight batches unless the plan
+/// says otherwise (see [`ChannelGeometry::slots`](crate::ChannelGeometry::slots)).
 pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
-    let slot_size = plan.channel.slot_size.max(64);
-    let want = (4 * plan.batch_bytes / slot_size as usize).clamp(64, 1 << 16);
+    let want = (8 * plan.batch_bytes / SLOT_SIZE as usize).clamp(64, 1 << 16);
     let slots = if plan.channel.slots > 0 {
         plan.channel.slots
     } else {
@@ -45,14 +37,10 @@ pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
     };
     ChannelConfig {
         slots,
-        slot_size,
+        slot_size: SLOT_SIZE,
         blocks: plan.channel.blocks,
         block_size: plan.channel.block_size,
-        transfer: match plan.transfer {
-            crate::Transfer::Copy => shm_ring::Transfer::Copy,
-            crate::Transfer::ZeroCopy => shm_ring::Transfer::ZeroCopy,
-            crate::Transfer::Adaptive { threshold } => shm_ring::Transfer::Adaptive { threshold },
-        },
+        transfer: plan.transfer,
         wait: sender_wait(plan.process_count(), cpus()),
         ..ChannelConfig::default()
     }
@@ -117,94 +105,30 @@ struct ShmTx {
 /// How often a cancellable send looks at its flag.
 const CANCEL_POLL: Duration = Duration::from_millis(50);
 
-macro_rules! add_array {
-    ($b:expr, $name:expr, $a:expr, $($v:ident),*) => {
-        match $a {
-            $(Array::$v(x) => $b.array($name, x),)*
-        }
-    };
-}
-
-fn add_item<'a>(
-    mut b: MessageBuilder<'a>,
-    item: &'a Item,
-) -> Result<MessageBuilder<'a>, TransportError> {
-    for (name, a) in item.raw_arrays() {
-        b = match a {
-            RawArray::Owned(a) => {
-                add_array!(b, name, a, F32, F64, I8, I16, I32, I64, U8, U16, U32, U64)
-            }
-            // An array still in the upstream pool block: one copy, straight into ours.
-            RawArray::InPlace { code, shape, bytes } => {
-                let dtype = shm_ring::DType::from_code(code)
-                    .ok_or_else(|| TransportError::Other(format!("dtype code {code}")))?;
-                b.array_raw(name, dtype, shape, bytes).map_err(map_err)?
-            }
-        };
-    }
-    for (name, m) in item.metas() {
-        b = match m {
-            Meta::I64(v) => b.meta_i64(name, *v),
-            Meta::F64(v) => b.meta_f64(name, *v),
-            Meta::Str(s) => b.meta_str(name, s.as_str()),
-        };
-    }
-    Ok(b)
-}
-
 impl Tx for ShmTx {
     fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError> {
-        let Some(cancel) = self.cancel.clone() else {
-            return self.tx.send(build(frames)?).map_err(map_err);
-        };
-        loop {
-            // A timed-out send published nothing and gave its blocks back: build it again.
-            match self.tx.send_timeout(build(frames)?, CANCEL_POLL) {
-                Err(shm_ring::Error::Timeout) if !cancel.load(Ordering::Relaxed) => {}
-                Err(shm_ring::Error::Timeout) => return Err(TransportError::Closed),
-                r => return r.map_err(map_err),
+        let build = |seg| wire::build(seg).map_err(TransportError::Other);
+        for seg in wire::segments(frames) {
+            let Some(cancel) = self.cancel.clone() else {
+                self.tx.send(build(seg)?).map_err(map_err)?;
+                continue;
+            };
+            loop {
+                // A timed-out send published nothing and gave its blocks back: build it again.
+                match self.tx.send_timeout(build(seg)?, CANCEL_POLL) {
+                    Err(shm_ring::Error::Timeout) if !cancel.load(Ordering::Relaxed) => {}
+                    Err(shm_ring::Error::Timeout) => return Err(TransportError::Closed),
+                    r => break r.map_err(map_err)?,
+                }
             }
         }
+        Ok(())
     }
 
     fn transfer_counts(&self) -> (u64, u64) {
         let s = self.tx.stats();
         (s.zero_copy_arrays, s.copied_arrays)
     }
-}
-
-/// One message holding a batch of frames, one record per frame.
-fn build(frames: &[Frame]) -> Result<MessageBuilder<'_>, TransportError> {
-    let mut b = MessageBuilder::new();
-    for (i, f) in frames.iter().enumerate() {
-        if i > 0 {
-            b = b.next_record();
-        }
-        b = match f {
-            Frame::Item { e, k, last, item } => add_item(
-                b.meta_i64("__f", K_ITEM)
-                    .meta_i64("__e", i64::from(*e))
-                    .meta_i64("__k", *k as i64)
-                    .meta_i64("__l", i64::from(*last)),
-                item,
-            )?,
-            Frame::GroupEnd { e, k } => b
-                .meta_i64("__f", K_GROUP_END)
-                .meta_i64("__e", i64::from(*e))
-                .meta_i64("__k", *k as i64),
-            Frame::EmitterDone { e, n } => b
-                .meta_i64("__f", K_EMITTER_DONE)
-                .meta_i64("__e", i64::from(*e))
-                .meta_i64("__k", *n as i64),
-            Frame::Eos(s) => b
-                .meta_i64("__f", K_EOS)
-                .meta_str("__j", serde_json::to_string(s).unwrap_or_default()),
-            Frame::Error(r) => b
-                .meta_i64("__f", K_ERROR)
-                .meta_str("__j", serde_json::to_string(r).unwrap_or_default()),
-        };
-    }
-    Ok(b)
 }
 
 struct ShmRx {
@@ -214,78 +138,6 @@ struct ShmRx {
     /// Consumer only: keep zero-copy arrays in place: the messages with live leases, and the
     /// most pool blocks they may pin.
     lease: Option<(Vec<Weak<Message>>, usize)>,
-}
-
-/// Lets the consumer keep the zero-copy arrays of a received message in place.
-struct LeaseCx<'a> {
-    msg: &'a Arc<Message>,
-}
-
-fn decode_view(
-    m: MessageView<'_>,
-    out: &mut Vec<Frame>,
-    lease: Option<LeaseCx<'_>>,
-) -> Result<(), String> {
-    for (r, rec) in m.records().enumerate() {
-        let rec = rec.map_err(|e| e.to_string())?;
-        let (mut kind, mut e, mut k, mut last, mut json) = (0i64, 0i64, 0i64, 0i64, None);
-        let mut item = Item::new();
-        for f in rec.fields() {
-            match f.map_err(|e| e.to_string())? {
-                FieldRef::Meta(name, v) => match (name, v) {
-                    ("__f", MetaValue::I64(v)) => kind = v,
-                    ("__e", MetaValue::I64(v)) => e = v,
-                    ("__k", MetaValue::I64(v)) => k = v,
-                    ("__l", MetaValue::I64(v)) => last = v,
-                    ("__j", MetaValue::Str(s)) => json = Some(s.into_owned()),
-                    (name, MetaValue::I64(v)) => item.set_meta(name, Meta::I64(v)),
-                    (name, MetaValue::F64(v)) => item.set_meta(name, Meta::F64(v)),
-                    (name, MetaValue::Str(s)) => item.set_meta(name, Meta::Str(s.into_owned())),
-                },
-                FieldRef::Array(a) => {
-                    let code = a.dtype as u8;
-                    let lease = lease.as_ref().filter(|_| a.zero_copy);
-                    match lease {
-                        Some(l)
-                            if (1..=10).contains(&code)
-                                && a.shape.iter().product::<usize>() * a.dtype.size()
-                                    == a.bytes.len() =>
-                        {
-                            item.insert_leased(
-                                a.name,
-                                Leased::new(Arc::clone(l.msg), r, a.name, code, a.shape.to_vec()),
-                            );
-                        }
-                        _ => {
-                            let arr = Array::from_bytes(code, &a.shape, a.bytes)
-                                .map_err(|m| format!("array {:?}: {m}", a.name))?;
-                            item.insert(a.name, arr);
-                        }
-                    }
-                }
-            }
-        }
-        let e = u32::try_from(e).map_err(|_| format!("bad emitter index {e}"))?;
-        let k = k as u64;
-        let json = || {
-            json.clone()
-                .ok_or_else(|| "control record without payload".to_owned())
-        };
-        out.push(match kind {
-            K_ITEM => Frame::Item {
-                e,
-                k,
-                last: last != 0,
-                item,
-            },
-            K_GROUP_END => Frame::GroupEnd { e, k },
-            K_EMITTER_DONE => Frame::EmitterDone { e, n: k },
-            K_EOS => Frame::Eos(serde_json::from_str(&json()?).map_err(|e| e.to_string())?),
-            K_ERROR => Frame::Error(serde_json::from_str(&json()?).map_err(|e| e.to_string())?),
-            other => return Err(format!("unknown frame kind {other}")),
-        });
-    }
-    Ok(())
 }
 
 impl Rx for ShmRx {
@@ -326,8 +178,8 @@ impl ShmRx {
                 .map(|m| m.leased_blocks())
                 .sum();
             let lease = msg.leased_blocks() > 0 && pinned + msg.leased_blocks() <= *cap;
-            let cx = lease.then_some(LeaseCx { msg: &msg });
-            decode_view(msg.view(), &mut frames, cx).map_err(shm_ring::Error::Corrupt)?;
+            let cx = lease.then_some(&msg);
+            wire::decode(msg.view(), &mut frames, cx).map_err(shm_ring::Error::Corrupt)?;
             if lease && Arc::strong_count(&msg) > 1 {
                 live.push(Arc::downgrade(&msg));
             }
@@ -336,7 +188,7 @@ impl ShmRx {
         let mut bad = Ok(());
         self.rx.recv_batch(8, Some(timeout), |m| {
             if bad.is_ok() {
-                bad = decode_view(m, &mut frames, None);
+                bad = wire::decode(m, &mut frames, None);
             }
         })?;
         bad.map(|()| frames).map_err(shm_ring::Error::Corrupt)

@@ -153,7 +153,7 @@ opaque_debug!(Map, Filter, FlatMap);
 /// # Examples
 /// ```
 /// use shmpipe::{map, Item, Step};
-/// let mut s = map(|it: Item| Ok(it.with_i64("seen", 1)));
+/// let mut s = map(|it: Item| Ok(it.with_meta("seen", 1)));
 /// let mut out = Vec::new();
 /// s.process(Item::new(), &mut out).unwrap();
 /// assert_eq!(out[0].i64("seen"), Some(1));
@@ -172,8 +172,8 @@ where
 /// use shmpipe::{filter, Item, Step};
 /// let mut s = filter(|it: &Item| it.i64("n") == Some(1));
 /// let mut out = Vec::new();
-/// s.process(Item::new().with_i64("n", 2), &mut out).unwrap();
-/// s.process(Item::new().with_i64("n", 1), &mut out).unwrap();
+/// s.process(Item::new().with_meta("n", 2), &mut out).unwrap();
+/// s.process(Item::new().with_meta("n", 1), &mut out).unwrap();
 /// assert_eq!(out.len(), 1);
 /// ```
 pub fn filter<F>(f: F) -> Filter<F>

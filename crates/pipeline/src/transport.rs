@@ -60,26 +60,32 @@ impl SockTx {
 
 impl Tx for SockTx {
     fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError> {
-        self.buf.clear();
-        self.buf.extend_from_slice(&[0u8; 8]);
-        wire::encode(frames, &mut self.buf);
-        let len = self.buf.len() - 8;
-        if len > self.max {
-            return Err(TransportError::Other(format!(
-                "a batch of {len} bytes exceeds the channel's {} bytes (raise the pool with \
-                 PipelineBuilder::channel, or lower batch_bytes)",
-                self.max
-            )));
+        for seg in wire::segments(frames) {
+            let b = wire::build(seg).map_err(TransportError::Other)?;
+            let (words, len) = shm_ring::message::encode_inline(&b)
+                .map_err(|e| TransportError::Other(e.to_string()))?;
+            if len > self.max {
+                return Err(TransportError::Other(format!(
+                    "a batch of {len} bytes exceeds the channel's {} bytes (raise the pool with \
+                     PipelineBuilder::channel, or lower batch_bytes)",
+                    self.max
+                )));
+            }
+            self.buf.clear();
+            self.buf.extend_from_slice(&(len as u64).to_le_bytes());
+            self.buf
+                .extend_from_slice(&bytemuck::cast_slice::<u64, u8>(&words)[..len]);
+            self.stream.write_all(&self.buf).map_err(io_err)?;
         }
-        self.buf[..8].copy_from_slice(&(len as u64).to_le_bytes());
-        self.stream.write_all(&self.buf).map_err(io_err)
+        Ok(())
     }
 }
 
 /// Consumer end over a Unix socket pair.
 pub(crate) struct SockRx {
     stream: UnixStream,
-    buf: Vec<u8>,
+    /// One message body (8-aligned, as shm-ring's decoder wants it).
+    buf: Vec<u64>,
     /// Largest batch in bytes accepted from the peer.
     max: usize,
 }
@@ -138,13 +144,16 @@ impl Rx for SockRx {
                     self.max
                 ))
             })?;
-        self.buf.resize(len, 0);
+        self.buf.resize(len.div_ceil(8), 0);
+        let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.buf)[..len];
         self.stream
-            .read_exact(&mut self.buf)
+            .read_exact(body)
             .map_err(|e| TransportError::PeerDied(e.to_string()))?;
-        wire::decode(&self.buf)
-            .map(Some)
-            .map_err(TransportError::Other)
+        let view =
+            shm_ring::message::decode(body).map_err(|e| TransportError::Other(e.to_string()))?;
+        let mut frames = Vec::new();
+        wire::decode(view, &mut frames, None).map_err(TransportError::Other)?;
+        Ok(Some(frames))
     }
 }
 
@@ -167,7 +176,7 @@ mod tests {
     #[test]
     fn batches_over_the_limit_are_refused_by_the_sender() {
         let (mut tx, _rx) = SockTx::pair(64).unwrap();
-        let item = crate::Item::new().with_array("x", ndarray::Array1::<f32>::zeros(100));
+        let item = crate::Item::new().with("x", ndarray::Array1::<f32>::zeros(100));
         let frames = [Frame::Item {
             e: 0,
             k: 0,

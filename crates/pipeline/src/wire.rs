@@ -1,11 +1,21 @@
-//! What travels between processes: frames (items and control markers) in batches, and the
-//! small transport trait the pipeline logic is written against.
+//! What travels between processes: frames (items and control markers) in batches, their
+//! encoding as shm-ring messages (the same for both transports), and the small transport
+//! trait the pipeline logic is written against.
+//!
+//! # Encoding
+//! One shm-ring message per batch (message tag [`TAG_BATCH`]): one record per frame, whose u64
+//! record tag says what the record is and carries the ordering fields ([`pack`]): an item's
+//! fields are the item's arrays and metadata, nothing reserved. The end of stream
+//! ([`TAG_EOS`]) and an error report ([`TAG_ERROR`]) are messages of their own whose fields
+//! are the counters / the report (no JSON). The socket transport sends the same messages,
+//! encoded with `shm_ring::message::encode_inline`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use shm_ring::{FieldRef, MessageBuilder, MessageView, MetaValue};
 
-use crate::item::{Array, Item, Meta};
+use crate::item::{Array, Item, Leased, Meta};
 use crate::source::SourceError;
 
 /// The `(e, k)` of the items made by [`Step::finish`](crate::Step::finish) (and of what later
@@ -17,6 +27,9 @@ pub(crate) const FINISH_K: u64 = u64::MAX;
 
 /// One entry of a batch.
 #[derive(Debug, Clone, PartialEq)]
+// An item is a few hundred bytes (its fields inline); boxing it would cost an allocation
+// per item.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Frame {
     /// An item derived from record `k` of emitter `e`. `last` (ordered mode only) marks the
     /// last item of the group of outputs of that record.
@@ -38,7 +51,7 @@ pub(crate) enum Frame {
 }
 
 /// Counters a producer reports with its end marker.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Stats {
     /// Bad records skipped (emitters).
     pub skipped: u64,
@@ -68,7 +81,7 @@ impl Stats {
 }
 
 /// A failure reported by a child through the data path.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Report {
     Step {
         step: String,
@@ -124,189 +137,346 @@ pub(crate) trait Rx: Send {
     fn recv(&mut self, timeout: Option<Duration>) -> Result<Option<Vec<Frame>>, TransportError>;
 }
 
-// ----- a compact binary encoding (used by the socket transport and for tests)
+// ----- the encoding: shm-ring messages
 
-const F_ITEM: u8 = 1;
-const F_GROUP_END: u8 = 2;
-const F_EMITTER_DONE: u8 = 3;
-const F_EOS: u8 = 4;
-const F_ERROR: u8 = 5;
+/// Message tag of a batch of records (items and ordering markers).
+pub(crate) const TAG_BATCH: u32 = 1;
+/// Message tag of the end of stream: record 0 holds the counters, one record per step follows.
+pub(crate) const TAG_EOS: u32 = 2;
+/// Message tag of an error report (one record; its tag says which kind of report).
+pub(crate) const TAG_ERROR: u32 = 3;
 
-pub(crate) fn encode(frames: &[Frame], out: &mut Vec<u8>) {
-    put_u32(out, frames.len() as u32);
-    for f in frames {
-        match f {
-            Frame::Item { e, k, last, item } => {
-                out.push(F_ITEM);
-                put_u32(out, *e);
-                put_u64(out, *k);
-                out.push(u8::from(*last));
-                encode_item(item, out);
-            }
-            Frame::GroupEnd { e, k } => {
-                out.push(F_GROUP_END);
-                put_u32(out, *e);
-                put_u64(out, *k);
-            }
-            Frame::EmitterDone { e, n } => {
-                out.push(F_EMITTER_DONE);
-                put_u32(out, *e);
-                put_u64(out, *n);
-            }
-            Frame::Eos(stats) => {
-                out.push(F_EOS);
-                put_str(out, &serde_json::to_string(stats).unwrap_or_default());
-            }
-            Frame::Error(r) => {
-                out.push(F_ERROR);
-                put_str(out, &serde_json::to_string(r).unwrap_or_default());
-            }
-        }
+/// Record kinds of a batch (bits 62..64 of the record tag).
+const R_ITEM: u64 = 0;
+const R_ITEM_LAST: u64 = 1;
+const R_GROUP_END: u64 = 2;
+const R_EMITTER_DONE: u64 = 3;
+
+/// Bits of the record index (or count) in a record tag; the emitter takes the 16 above it.
+const K_BITS: u32 = 46;
+const K_MAX: u64 = (1 << K_BITS) - 1;
+const E_MAX: u64 = 0xffff;
+
+/// The record tag of a batch record: kind (2 bits), emitter (16 bits), record index (46 bits).
+/// [`FINISH_E`]/[`FINISH_K`] take the all-ones values of their fields.
+pub(crate) fn pack(kind: u64, e: u32, k: u64) -> Result<u64, String> {
+    let e = if e == FINISH_E { E_MAX } else { u64::from(e) };
+    let k = if k == FINISH_K { K_MAX } else { k };
+    if e > E_MAX || k > K_MAX || (e == E_MAX) != (k == K_MAX) {
+        return Err(format!(
+            "record ({e}, {k}) does not fit a record tag (at most {E_MAX} emitters and 2^{K_BITS} records)"
+        ));
+    }
+    Ok(kind << 62 | e << K_BITS | k)
+}
+
+/// The inverse of [`pack`].
+pub(crate) fn unpack(tag: u64) -> (u64, u32, u64) {
+    let (e, k) = ((tag >> K_BITS) & E_MAX, tag & K_MAX);
+    if e == E_MAX {
+        (tag >> 62, FINISH_E, FINISH_K)
+    } else {
+        (tag >> 62, e as u32, k)
     }
 }
 
-fn encode_item(item: &Item, out: &mut Vec<u8>) {
-    put_u32(out, item.arrays().count() as u32);
-    for (name, a) in item.arrays() {
-        put_str(out, name);
-        out.push(a.code());
-        put_u32(out, a.shape().len() as u32);
-        for &d in a.shape() {
-            put_u64(out, d as u64);
+/// The messages a batch of frames becomes: runs of batch records, and each end-of-stream or
+/// error frame on its own.
+pub(crate) fn segments(frames: &[Frame]) -> impl Iterator<Item = &[Frame]> {
+    let control = |f: &Frame| matches!(f, Frame::Eos(_) | Frame::Error(_));
+    let mut rest = frames;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
         }
-        a.with_bytes(|b| {
-            put_u64(out, b.len() as u64);
-            out.extend_from_slice(b);
-        });
+        let n = if control(&rest[0]) {
+            1
+        } else {
+            rest.iter().position(control).unwrap_or(rest.len())
+        };
+        let (seg, r) = rest.split_at(n);
+        rest = r;
+        Some(seg)
+    })
+}
+
+/// Longest string a metadata field holds.
+const MAX_STR: usize = 60_000;
+
+fn clip(s: &str) -> &str {
+    if s.len() <= MAX_STR {
+        return s;
     }
-    put_u32(out, item.metas().count() as u32);
+    let mut end = MAX_STR;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+fn add_item<'a>(mut b: MessageBuilder<'a>, item: &'a Item) -> Result<MessageBuilder<'a>, String> {
+    for (name, a) in item.stored() {
+        macro_rules! typed {
+            ($($v:ident),*) => {
+                match a {
+                    // Infallible and borrowed: no `Result` around the builder per array.
+                    $(Ok(Array::$v(x)) => b.array(name, x),)*
+                    Ok(a @ Array::Bool(_)) => {
+                        let a = a.raw();
+                        b.array_raw(name, a.dtype(), a.shape(), a.bytes())
+                            .map_err(|e| format!("array {name:?}: {e}"))?
+                    }
+                    Err(a) => b
+                        .array_raw(name, a.dtype(), a.shape(), a.bytes())
+                        .map_err(|e| format!("array {name:?}: {e}"))?,
+                }
+            };
+        }
+        b = typed!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16);
+    }
     for (name, m) in item.metas() {
-        put_str(out, name);
-        match m {
-            Meta::I64(v) => {
-                out.push(0);
-                out.extend_from_slice(&v.to_le_bytes());
+        b = match m {
+            Meta::I64(v) => b.meta_i64(name, *v),
+            Meta::F64(v) => b.meta_f64(name, *v),
+            Meta::Str(s) => b.meta_str(name, s.as_str()),
+        };
+    }
+    Ok(b)
+}
+
+/// One message for a segment (see [`segments`]).
+pub(crate) fn build(seg: &[Frame]) -> Result<MessageBuilder<'_>, String> {
+    let mut b = MessageBuilder::new();
+    match seg {
+        [Frame::Eos(s)] => {
+            b = b
+                .tag(TAG_EOS)
+                .meta_i64("skipped", s.skipped as i64)
+                .meta_i64("zero_copy", s.zero_copy as i64)
+                .meta_i64("copied", s.copied as i64);
+            for (name, n, ns) in &s.steps {
+                b = b
+                    .next_record()
+                    .meta_str("step", clip(name))
+                    .meta_i64("n", *n as i64)
+                    .meta_i64("ns", *ns as i64);
             }
-            Meta::F64(v) => {
-                out.push(1);
-                out.extend_from_slice(&v.to_le_bytes());
-            }
-            Meta::Str(s) => {
-                out.push(2);
-                put_str(out, s);
-            }
+            return Ok(b);
         }
+        [Frame::Error(r)] => return Ok(report(b.tag(TAG_ERROR), r)),
+        _ => {}
     }
+    b = b.tag(TAG_BATCH);
+    for (i, f) in seg.iter().enumerate() {
+        if i > 0 {
+            b = b.next_record();
+        }
+        b = match f {
+            Frame::Item { e, k, last, item } => {
+                let kind = if *last { R_ITEM_LAST } else { R_ITEM };
+                add_item(b.record_tag(pack(kind, *e, *k)?), item)?
+            }
+            Frame::GroupEnd { e, k } => b.record_tag(pack(R_GROUP_END, *e, *k)?),
+            Frame::EmitterDone { e, n } => b.record_tag(pack(R_EMITTER_DONE, *e, *n)?),
+            Frame::Eos(_) | Frame::Error(_) => return Err("control frame inside a batch".into()),
+        };
+    }
+    Ok(b)
 }
 
-fn put_u32(out: &mut Vec<u8>, v: u32) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-fn put_u64(out: &mut Vec<u8>, v: u64) {
-    out.extend_from_slice(&v.to_le_bytes());
-}
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_u32(out, s.len() as u32);
-    out.extend_from_slice(s.as_bytes());
-}
+/// Report kinds (the record tag of an error message).
+const REP_STEP: u64 = 1;
+const REP_BAD_RECORD: u64 = 2;
+const REP_IO: u64 = 3;
+const REP_SOURCE_OTHER: u64 = 4;
+const REP_OTHER: u64 = 5;
 
-/// A bounds-checked reader over an encoded batch.
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-        let end = end.ok_or_else(|| format!("truncated batch at byte {}", self.pos))?;
-        let s = &self.buf[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(a))
-    }
-    fn str(&mut self) -> Result<&'a str, String> {
-        let n = self.u32()? as usize;
-        std::str::from_utf8(self.take(n)?).map_err(|e| e.to_string())
-    }
-}
-
-pub(crate) fn decode(buf: &[u8]) -> Result<Vec<Frame>, String> {
-    let mut r = Reader { buf, pos: 0 };
-    let n = r.u32()? as usize;
-    let mut frames = Vec::with_capacity(n.min(buf.len()));
-    for _ in 0..n {
-        let f = match r.u8()? {
-            F_ITEM => {
-                let e = r.u32()?;
-                let k = r.u64()?;
-                let last = r.u8()? != 0;
-                Frame::Item {
-                    e,
-                    k,
-                    last,
-                    item: decode_item(&mut r)?,
+fn report<'a>(b: MessageBuilder<'a>, r: &'a Report) -> MessageBuilder<'a> {
+    match r {
+        Report::Step {
+            step,
+            stage,
+            worker,
+            input,
+            message,
+        } => b
+            .record_tag(REP_STEP)
+            .meta_str("step", clip(step))
+            .meta_i64("stage", *stage as i64)
+            .meta_i64("worker", *worker as i64)
+            .meta_str("input", clip(input))
+            .meta_str("message", clip(message)),
+        Report::Source { emitter, error } => {
+            let b = b.meta_i64("emitter", *emitter as i64);
+            match error {
+                SourceError::BadRecord {
+                    file,
+                    line,
+                    field,
+                    message,
+                } => {
+                    let b = b
+                        .record_tag(REP_BAD_RECORD)
+                        .meta_str("file", clip(file))
+                        .meta_i64("line", *line as i64)
+                        .meta_str("message", clip(message));
+                    match field {
+                        Some(f) => b.meta_str("field", clip(f)),
+                        None => b,
+                    }
+                }
+                SourceError::Io { file, message } => b
+                    .record_tag(REP_IO)
+                    .meta_str("file", clip(file))
+                    .meta_str("message", clip(message)),
+                SourceError::Other(m) => {
+                    b.record_tag(REP_SOURCE_OTHER).meta_str("message", clip(m))
                 }
             }
-            F_GROUP_END => Frame::GroupEnd {
-                e: r.u32()?,
-                k: r.u64()?,
-            },
-            F_EMITTER_DONE => Frame::EmitterDone {
-                e: r.u32()?,
-                n: r.u64()?,
-            },
-            F_EOS => Frame::Eos(serde_json::from_str(r.str()?).map_err(|e| e.to_string())?),
-            F_ERROR => Frame::Error(serde_json::from_str(r.str()?).map_err(|e| e.to_string())?),
-            other => return Err(format!("unknown frame kind {other}")),
-        };
-        frames.push(f);
+        }
+        Report::Other { role, message } => b
+            .record_tag(REP_OTHER)
+            .meta_str("role", clip(role))
+            .meta_str("message", clip(message)),
     }
-    if r.pos != buf.len() {
-        return Err("trailing bytes after batch".into());
-    }
-    Ok(frames)
 }
 
-fn decode_item(r: &mut Reader<'_>) -> Result<Item, String> {
-    let mut item = Item::new();
-    let na = r.u32()?;
-    for _ in 0..na {
-        let name = r.str()?;
-        let code = r.u8()?;
-        let ndim = r.u32()? as usize;
-        if ndim > 32 {
-            return Err(format!("array {name:?} has {ndim} dimensions"));
+fn read_report(r: &shm_ring::RecordView<'_>) -> Result<Report, String> {
+    let s = |n: &str| {
+        r.meta_str(n)
+            .map(str::to_owned)
+            .ok_or_else(|| format!("error report without {n:?}"))
+    };
+    let i = |n: &str| {
+        r.meta_i64(n)
+            .ok_or_else(|| format!("error report without {n:?}"))
+    };
+    let emitter = || i("emitter").map(|v| v as usize);
+    Ok(match r.tag() {
+        REP_STEP => Report::Step {
+            step: s("step")?,
+            stage: i("stage")? as usize,
+            worker: i("worker")? as usize,
+            input: s("input")?,
+            message: s("message")?,
+        },
+        REP_BAD_RECORD => Report::Source {
+            emitter: emitter()?,
+            error: SourceError::BadRecord {
+                file: s("file")?,
+                line: i("line")? as u64,
+                field: r.meta_str("field").map(str::to_owned),
+                message: s("message")?,
+            },
+        },
+        REP_IO => Report::Source {
+            emitter: emitter()?,
+            error: SourceError::Io {
+                file: s("file")?,
+                message: s("message")?,
+            },
+        },
+        REP_SOURCE_OTHER => Report::Source {
+            emitter: emitter()?,
+            error: SourceError::Other(s("message")?),
+        },
+        REP_OTHER => Report::Other {
+            role: s("role")?,
+            message: s("message")?,
+        },
+        t => return Err(format!("unknown error report kind {t}")),
+    })
+}
+
+/// Decodes one message into frames. `lease`: the received message, when zero-copy arrays may
+/// stay in it (read in place by the items).
+pub(crate) fn decode(
+    m: MessageView<'_>,
+    out: &mut Vec<Frame>,
+    lease: Option<&Arc<shm_ring::Message>>,
+) -> Result<(), String> {
+    let err = |e: shm_ring::Error| e.to_string();
+    match m.tag() {
+        TAG_BATCH => {}
+        TAG_EOS => {
+            let mut stats = Stats::default();
+            for (i, r) in m.records().enumerate() {
+                let r = r.map_err(err)?;
+                let v = |n: &str| r.meta_i64(n).unwrap_or(0) as u64;
+                if i == 0 {
+                    stats.skipped = v("skipped");
+                    stats.zero_copy = v("zero_copy");
+                    stats.copied = v("copied");
+                } else {
+                    let name = r.meta_str("step").ok_or("step counters without a name")?;
+                    stats.steps.push((name.to_owned(), v("n"), v("ns")));
+                }
+            }
+            out.push(Frame::Eos(stats));
+            return Ok(());
         }
-        let mut shape = Vec::with_capacity(ndim);
-        for _ in 0..ndim {
-            shape.push(usize::try_from(r.u64()?).map_err(|e| e.to_string())?);
+        TAG_ERROR => {
+            let r = m.record(0).map_err(err)?;
+            out.push(Frame::Error(read_report(&r)?));
+            return Ok(());
         }
-        let len = usize::try_from(r.u64()?).map_err(|e| e.to_string())?;
-        let bytes = r.take(len)?;
-        item.insert(name, Array::from_bytes(code, &shape, bytes)?);
+        t => return Err(format!("unknown message kind {t}")),
     }
-    let nm = r.u32()?;
-    for _ in 0..nm {
-        let name = r.str()?;
-        let m = match r.u8()? {
-            0 => Meta::I64(r.u64()? as i64),
-            1 => Meta::F64(f64::from_bits(r.u64()?)),
-            2 => Meta::Str(r.str()?.to_owned()),
-            t => return Err(format!("unknown metadata type {t}")),
+    out.reserve(m.len());
+    for (r, rec) in m.records().enumerate() {
+        let rec = rec.map_err(err)?;
+        let (kind, e, k) = unpack(rec.tag());
+        let item = match kind {
+            R_ITEM | R_ITEM_LAST => read_item(&rec, r, lease)?,
+            R_GROUP_END => {
+                out.push(Frame::GroupEnd { e, k });
+                continue;
+            }
+            _ => {
+                out.push(Frame::EmitterDone { e, n: k });
+                continue;
+            }
         };
-        item.set_meta(name, m);
+        out.push(Frame::Item {
+            e,
+            k,
+            last: kind == R_ITEM_LAST,
+            item,
+        });
+    }
+    Ok(())
+}
+
+fn read_item(
+    rec: &shm_ring::RecordView<'_>,
+    r: usize,
+    lease: Option<&Arc<shm_ring::Message>>,
+) -> Result<Item, String> {
+    let mut item = Item::new();
+    for f in rec.fields() {
+        match f.map_err(|e| e.to_string())? {
+            FieldRef::Meta(name, v) => item.push_meta(
+                name,
+                match v {
+                    MetaValue::I64(v) => Meta::I64(v),
+                    MetaValue::F64(v) => Meta::F64(v),
+                    MetaValue::Str(s) => Meta::Str(s.into_owned()),
+                },
+            ),
+            FieldRef::Array(a) => match lease {
+                Some(msg) if a.zero_copy && a.dtype != shm_ring::DType::Bool => {
+                    item.insert_leased(
+                        a.name,
+                        Leased::new(Arc::clone(msg), r, a.name, a.dtype, &a.shape),
+                    );
+                }
+                _ => {
+                    let arr = Array::from_bytes(a.dtype, &a.shape, a.bytes)
+                        .map_err(|m| format!("array {:?}: {m}", a.name))?;
+                    item.push_array(a.name, arr);
+                }
+            },
+        }
     }
     Ok(item)
 }
@@ -316,25 +486,45 @@ mod tests {
     use super::*;
     use ndarray::array;
 
+    fn round_trip(frames: &[Frame]) -> Vec<Frame> {
+        let mut out = Vec::new();
+        for seg in segments(frames) {
+            let b = build(seg).unwrap();
+            let (words, len) = shm_ring::message::encode_inline(&b).unwrap();
+            let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+            decode(shm_ring::message::decode(body).unwrap(), &mut out, None).unwrap();
+        }
+        out
+    }
+
     #[test]
-    fn batches_round_trip_and_truncation_is_an_error() {
+    fn frames_round_trip_through_shm_ring_messages() {
         let frames = vec![
             Frame::Item {
                 e: 1,
                 k: 9,
                 last: true,
                 item: Item::new()
-                    .with_array("x", array![[1.0f32, 2.0], [3.0, 4.0]])
-                    .with_array("c", array![1u8, 0])
-                    .with_str("id", "é")
-                    .with_f64("s", -0.25)
-                    .with_i64("n", -3),
+                    .with("x", array![[1.0f32, 2.0], [3.0, 4.0]])
+                    .with("c", array![true, false])
+                    .with("h", array![half::f16::from_f32(0.5)])
+                    .with("b", array![half::bf16::from_f32(-3.0)])
+                    .with("u", array![u64::MAX])
+                    .with_meta("id", "é")
+                    .with_meta("s", -0.25)
+                    .with_meta("n", -3),
             },
             Frame::GroupEnd { e: 0, k: 2 },
+            Frame::Item {
+                e: FINISH_E,
+                k: FINISH_K,
+                last: false,
+                item: Item::new(),
+            },
             Frame::EmitterDone { e: 2, n: 100 },
             Frame::Eos(Stats {
                 skipped: 3,
-                steps: vec![("a".into(), 4, 5)],
+                steps: vec![("a".into(), 4, 5), ("b".into(), 6, 7)],
                 zero_copy: 1,
                 copied: 2,
             }),
@@ -342,12 +532,34 @@ mod tests {
                 role: "w".into(),
                 message: "m".into(),
             }),
+            Frame::Error(Report::Source {
+                emitter: 1,
+                error: SourceError::BadRecord {
+                    file: "f".into(),
+                    line: 3,
+                    field: None,
+                    message: "bad".into(),
+                },
+            }),
+            Frame::Error(Report::Step {
+                step: "s".into(),
+                stage: 1,
+                worker: 2,
+                input: "emitter 0, record 3".into(),
+                message: "boom".into(),
+            }),
         ];
-        let mut buf = Vec::new();
-        encode(&frames, &mut buf);
-        assert_eq!(decode(&buf).unwrap(), frames);
-        for cut in [1, 10, buf.len() / 2, buf.len() - 1] {
-            assert!(decode(&buf[..cut]).is_err(), "cut at {cut}");
+        assert_eq!(segments(&frames).count(), 5);
+        assert_eq!(round_trip(&frames), frames);
+    }
+
+    #[test]
+    fn record_tags_pack_and_refuse_what_does_not_fit() {
+        for (kind, e, k) in [(0, 0, 0), (3, 65_534, K_MAX - 1), (1, FINISH_E, FINISH_K)] {
+            assert_eq!(unpack(pack(kind, e, k).unwrap()), (kind, e, k));
         }
+        assert!(pack(0, 65_535, 0).is_err());
+        assert!(pack(0, 0, K_MAX).is_err());
+        assert!(pack(0, 0, 1 << 50).is_err());
     }
 }

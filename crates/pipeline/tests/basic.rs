@@ -27,11 +27,11 @@ fn enqueue_dequeue_like_the_seed() {
             .start()
             .unwrap();
         let _g = ShmGuard::containing(p.id().to_owned());
-        p.enqueue(Item::new().with_i64("n", 3)).unwrap();
+        p.enqueue(Item::new().with_meta("n", 3)).unwrap();
         let out = p.dequeue().unwrap().unwrap();
         assert_eq!(out.i64("n"), Some(5));
         for n in 0..100 {
-            p.enqueue(Item::new().with_i64("n", n)).unwrap();
+            p.enqueue(Item::new().with_meta("n", n)).unwrap();
         }
         p.close_input();
         let mut got: Vec<i64> = p.by_ref().map(|r| r.unwrap().i64("n").unwrap()).collect();
@@ -112,7 +112,11 @@ fn channels_larger_than_memory_are_a_clear_error_at_start() {
         .emitters(8)
         .workers(8)
         .step("inc")
-        .channel(0, 4096, 1 << 30)
+        .channel(shmpipe::ChannelGeometry {
+            slots: 0,
+            blocks: 4096,
+            block_size: 1 << 30,
+        })
         .start()
         .unwrap_err();
     let msg = err.to_string();
@@ -139,7 +143,10 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
     // copied, so the pipeline cannot stall on its own outputs.
     let items: Vec<Item> = p.map(|r| r.unwrap()).collect();
     assert_eq!(items.len(), 120);
-    let shared = items.iter().filter(|i| i.is_shared("x")).count();
+    let shared = items
+        .iter()
+        .filter(|i| i.get("x").unwrap().is_shared())
+        .count();
     assert!(shared >= 1, "no array was read in place");
     assert!(
         shared <= 6,
@@ -153,11 +160,17 @@ fn consumer_reads_zero_copy_arrays_in_place_and_never_starves_the_pool() {
         assert_eq!(x.len(), 50_000);
         assert!(x.iter().all(|&v| v == n as f32));
         assert_eq!(it.get("x").unwrap().nbytes(), 200_000);
+        // Listing the arrays copies nothing: a leased array is still viewed in place.
+        for (name, a) in it.arrays() {
+            assert_eq!(name, "x");
+            assert_eq!(a.bytes().as_ptr(), x.as_ptr().cast::<u8>());
+            assert_eq!(a.is_shared(), it.get("x").unwrap().is_shared());
+        }
     }
     let mut one = items[0].clone();
-    if one.is_shared("x") {
+    if one.get("x").unwrap().is_shared() {
         one.array_mut::<f32>("x").unwrap()[0] = -1.0;
-        assert!(!one.is_shared("x"));
+        assert!(!one.get("x").unwrap().is_shared());
         assert_ne!(one, items[0]);
     }
 }
@@ -170,7 +183,11 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
         .step("inc")
         .workers(1)
         .transfer(shmpipe::Transfer::ZeroCopy)
-        .channel(64, 4, 64 << 10)
+        .channel(shmpipe::ChannelGeometry {
+            slots: 64,
+            blocks: 4,
+            block_size: 64 << 10,
+        })
         .start()
         .unwrap();
     let _g = ShmGuard::containing(p.id().to_owned());
@@ -178,7 +195,7 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
     // Enqueueing never blocks: the error surfaces either at a later enqueue or at the consumer.
     let mut err = None;
     for _ in 0..50 {
-        if let Err(e) = p.enqueue(Item::new().with_i64("n", 0).with_array("x", big.clone())) {
+        if let Err(e) = p.enqueue(Item::new().with_meta("n", 0).with("x", big.clone())) {
             err = Some(e);
             break;
         }

@@ -12,7 +12,7 @@ fn reg() -> Registry {
     registry().step("via_program", |_| {
         Ok(map(|it: Item| {
             let via = std::env::var_os(MARK).is_some();
-            Ok(it.with_i64("via", i64::from(via)))
+            Ok(it.with_meta("via", i64::from(via)))
         }))
     })
 }
@@ -43,7 +43,7 @@ fn children_run_the_given_program() {
     let _g = ShmGuard::containing(p.id().to_owned());
     let _k = KillOnDrop(p.pids());
     for n in 0..10 {
-        p.enqueue(Item::new().with_i64("n", n)).unwrap();
+        p.enqueue(Item::new().with_meta("n", n)).unwrap();
     }
     p.close_input();
     let vias: Vec<i64> = p.by_ref().map(|r| r.unwrap().i64("via").unwrap()).collect();

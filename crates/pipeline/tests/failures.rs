@@ -288,7 +288,7 @@ fn a_sigkilled_enqueue_parent_leaves_nothing_and_the_next_start_works() {
         .workers(1)
         .start()
         .unwrap();
-    p.enqueue(shmpipe::Item::new().with_i64("n", 1)).unwrap();
+    p.enqueue(shmpipe::Item::new().with_meta("n", 1)).unwrap();
     p.close_input();
     assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(2));
 }

@@ -18,7 +18,7 @@ struct Chunk {
 
 impl Chunk {
     fn emit(&mut self, fin: i64, out: &mut Vec<Item>) {
-        out.extend(self.buf.drain(..).map(|it| it.with_i64("fin", fin)));
+        out.extend(self.buf.drain(..).map(|it| it.with_meta("fin", fin)));
     }
 }
 

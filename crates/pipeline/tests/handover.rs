@@ -30,7 +30,7 @@ fn staged_close_right_after_start_loses_nothing() {
         let (id, pids) = (p.id().to_owned(), p.pids());
         let _g = (ShmGuard::containing(id), KillOnDrop(pids));
         for n in 0..20 {
-            p.enqueue(Item::new().with_i64("n", n)).unwrap();
+            p.enqueue(Item::new().with_meta("n", n)).unwrap();
         }
         p.close_input();
         let mut got = within(Duration::from_secs(10), "the run", move || {
@@ -57,8 +57,8 @@ fn worker_killed_right_after_start_is_an_error_not_a_hang() {
         for n in 0..3000 {
             let _ = p.enqueue(
                 Item::new()
-                    .with_i64("n", n)
-                    .with_array("x", ndarray::Array1::<f32>::zeros(256)),
+                    .with_meta("n", n)
+                    .with("x", ndarray::Array1::<f32>::zeros(256)),
             );
         }
         p.close_input();
@@ -133,7 +133,11 @@ fn pools_larger_than_dev_shm_work() {
             .step("inc")
             .workers(1)
             .transfer(Transfer::ZeroCopy)
-            .channel(256, 16, 4 << 20)
+            .channel(shmpipe::ChannelGeometry {
+                slots: 256,
+                blocks: 16,
+                block_size: 4 << 20,
+            })
             .start()
             .unwrap_or_else(|e| {
                 println!("START FAILED {e}");
@@ -186,7 +190,7 @@ fn socket_transport_binds_no_name() {
         .unwrap();
     let _g = KillOnDrop(p.pids());
     for n in 0..10 {
-        p.enqueue(Item::new().with_i64("n", n)).unwrap();
+        p.enqueue(Item::new().with_meta("n", n)).unwrap();
     }
     let first = p.dequeue().unwrap().unwrap();
     assert!(first.i64("n").is_some());

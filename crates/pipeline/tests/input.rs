@@ -27,7 +27,7 @@ fn dropping_the_input_handle_closes_the_input() {
     // The handle is Send: feed from another thread, as with a channel sender.
     let feeder = std::thread::spawn(move || {
         for n in 0..100 {
-            input.send(Item::new().with_i64("n", n)).unwrap();
+            input.send(Item::new().with_meta("n", n)).unwrap();
         }
         // dropped here: the input closes
     });
@@ -49,7 +49,7 @@ fn run_feeds_closes_and_collects() {
         .start()
         .unwrap();
     let _g = KillOnDrop(p.pids());
-    let items = (0..50).map(|n| Item::new().with_i64("n", n));
+    let items = (0..50).map(|n| Item::new().with_meta("n", n));
     let out = within(Duration::from_secs(10), "run", move || p.run(items));
     let mut got: Vec<i64> = out.unwrap().iter().map(|i| i.i64("n").unwrap()).collect();
     got.sort_unstable();
@@ -67,7 +67,7 @@ fn helper_forgot_close() {
         .start()
         .unwrap();
     print_ready(&p);
-    p.enqueue(Item::new().with_i64("n", 1)).unwrap();
+    p.enqueue(Item::new().with_meta("n", 1)).unwrap();
     assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(2));
     let _ = p.dequeue(); // waits forever: the test kills us
 }

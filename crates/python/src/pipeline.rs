@@ -69,7 +69,11 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
     }
     if let Some(c) = spec["channel"].as_array() {
         let g = |i: usize| c.get(i).and_then(Value::as_u64).unwrap_or(0);
-        b = b.channel(g(0) as u32, g(1) as u32, g(2) as usize);
+        b = b.channel(shmpipe::ChannelGeometry {
+            slots: g(0) as u32,
+            blocks: g(1) as u32,
+            block_size: g(2) as usize,
+        });
     }
     if spec["staged"].as_bool() == Some(true) {
         b = b.topology(Topology::Staged { workers: vec![] });

@@ -56,3 +56,9 @@ def items(n, width=4):
 def shout(item):
     print(f"step saw {item['n']}")
     return item
+
+
+def count_true(item):
+    """Reads the bool mask in the worker and passes every array on unchanged."""
+    item["trues"] = int(item["mask"].sum())
+    return item

@@ -255,3 +255,20 @@ def test_prints_of_a_step_are_not_lost():
                        timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     assert sorted(r.stdout.split("\n"))[-3:] == ["step saw 0", "step saw 1", "step saw 2"]
+
+
+def test_float16_bool_and_uint64_arrays_cross_unchanged():
+    # Issue 9: pipelines used to carry only f32/f64/int/uint arrays (bool became uint8,
+    # float16 was refused).
+    from pipeline_steps import count_true
+    src = [{"n": i,
+            "h": np.arange(i, i + 5, dtype=np.float16) / 4,
+            "mask": np.arange(6) % (i + 2) == 0,
+            "u": np.array([2**64 - 1 - i], dtype=np.uint64)} for i in range(20)]
+    out = sorted(shmpipe.Pipeline(src, steps=[count_true], workers=2), key=lambda d: d["n"])
+    assert len(out) == 20
+    for want, got in zip(src, out):
+        for k in ("h", "mask", "u"):
+            assert got[k].dtype == want[k].dtype, k
+            np.testing.assert_array_equal(got[k], want[k])
+        assert got["trues"] == int(want["mask"].sum())

@@ -172,7 +172,8 @@ struct RowsStep {
 impl Step for RowsStep {
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
         let rows = item
-            .take_array::<i64>(ROWS_FIELD)
+            .remove(ROWS_FIELD)
+            .and_then(|a| a.into_typed::<i64>().ok())
             .ok_or_else(|| StepError::new(format!("expected an i64 array {ROWS_FIELD:?}")))?;
         for &r in rows.iter() {
             let r = usize::try_from(r).map_err(|_| StepError::new(format!("row {r}")))?;
@@ -191,7 +192,7 @@ impl Step for RowsStep {
                             out.push(batch_to_item(b.map_err(StepError::new)?));
                         }
                     }
-                    None => out.push(entry_to_item(w).with_i64(ROW_META, r as i64)),
+                    None => out.push(entry_to_item(w).with_meta(ROW_META, r as i64)),
                 }
             }
         }

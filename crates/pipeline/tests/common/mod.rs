@@ -23,8 +23,8 @@ pub fn range_items(n: i64, len: usize) -> Vec<Item> {
     (0..n)
         .map(|i| {
             Item::new()
-                .with_i64("n", i)
-                .with_array("x", Array1::from_elem(len, i as f32))
+                .with_meta("n", i)
+                .with("x", Array1::from_elem(len, i as f32))
         })
         .collect()
 }
@@ -34,7 +34,7 @@ pub fn registry() -> Registry {
         .step("inc", |_| {
             Ok(map(|it: Item| {
                 let n = it.i64("n").ok_or_else(|| StepError::new("no n"))?;
-                Ok(it.with_i64("n", n + 1))
+                Ok(it.with_meta("n", n + 1))
             }))
         })
         .step("fan", |cx| {
@@ -42,7 +42,7 @@ pub fn registry() -> Registry {
             Ok(flat_map(move |it: Item, out: &mut Vec<Item>| {
                 let n = it.i64("n").ok_or_else(|| StepError::new("no n"))?;
                 for j in 0..fan_count(n, max) {
-                    out.push(it.clone().with_i64("sub", j));
+                    out.push(it.clone().with_meta("sub", j));
                 }
                 Ok(())
             }))
@@ -74,7 +74,7 @@ pub fn registry() -> Registry {
             let w = cx.worker.worker as i64;
             let seed = cx.worker.seed as i64;
             Ok(map(move |it: Item| {
-                Ok(it.with_i64("worker", w).with_i64("wseed", seed))
+                Ok(it.with_meta("worker", w).with_meta("wseed", seed))
             }))
         })
         .source("range", |cx| {
@@ -117,7 +117,7 @@ pub fn helper_parent(enqueue: bool) {
     let mut p = b.start().unwrap();
     if enqueue {
         for n in 0..100_000 {
-            p.enqueue(Item::new().with_i64("n", n)).unwrap();
+            p.enqueue(Item::new().with_meta("n", n)).unwrap();
         }
     }
     print_ready(&p);

@@ -16,13 +16,13 @@ pub fn entry_to_item(mut e: DataEntry) -> Item {
         item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
     }
     if let Some(id) = &e.item_id {
-        item.set_str(ITEM_ID_META, id);
+        item.insert_meta(ITEM_ID_META, &**id);
     }
     if let Some(s) = e.start {
-        item.set_i64(START_META, s.ordinal);
+        item.insert_meta(START_META, s.ordinal);
     }
     if let Some(s) = e.forecast_start {
-        item.set_i64(FORECAST_START_META, s.ordinal);
+        item.insert_meta(FORECAST_START_META, s.ordinal);
     }
     item
 }
@@ -36,7 +36,8 @@ pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError>
     let names: Vec<String> = item.arrays().map(|(n, _)| n.to_owned()).collect();
     for n in names {
         let a = item
-            .take_array::<f32>(&n)
+            .remove(&n)
+            .and_then(|a| a.into_typed::<f32>().ok())
             .ok_or_else(|| StepError::new(format!("array {n:?} is not f32")))?;
         if a.ndim() > crate::entry::MAX_NDIM {
             return Err(StepError::new(format!(
@@ -64,7 +65,7 @@ pub fn batch_to_item(b: Batch) -> Item {
         .iter()
         .map(|p| p.map_or(i64::MIN, |p| p.ordinal))
         .collect();
-    let mut item = Item::new().with_array(FORECAST_START_FIELD, Array1::from(starts));
+    let mut item = Item::new().with(FORECAST_START_FIELD, Array1::from(starts));
     for (name, a) in b.into_fields() {
         item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
     }
@@ -80,7 +81,7 @@ pub fn batch_rows(item: &Item) -> usize {
 
 /// Packs entries into one record: series `j`'s fields and metadata named `"{j}/{name}"`.
 pub fn group_items(entries: Vec<Item>) -> Item {
-    let mut g = Item::new().with_i64(GROUP_META, entries.len() as i64);
+    let mut g = Item::new().with_meta(GROUP_META, entries.len() as i64);
     for (j, mut it) in entries.into_iter().enumerate() {
         let names: Vec<String> = it.arrays().map(|(n, _)| n.to_owned()).collect();
         for n in names {
@@ -89,7 +90,7 @@ pub fn group_items(entries: Vec<Item>) -> Item {
             }
         }
         for (n, m) in it.metas() {
-            g.set_meta(&format!("{j}/{n}"), m.clone());
+            g.insert_meta(&format!("{j}/{n}"), m.clone());
         }
     }
     g
@@ -124,7 +125,7 @@ pub fn split_group(mut item: Item, n: usize, freq: Freq) -> Result<Vec<DataEntry
             continue;
         }
         let (j, field) = index(name)?;
-        parts[j].set_meta(&field, m.clone());
+        parts[j].insert_meta(&field, m.clone());
     }
     parts.into_iter().map(|p| item_to_entry(p, freq)).collect()
 }

@@ -84,7 +84,7 @@ impl Source for I64Records {
             .records
             .get(index)
             .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
-        Ok(Item::new().with_array(self.field, Array1::from(r.clone())))
+        Ok(Item::new().with(self.field, Array1::from(r.clone())))
     }
 }
 
@@ -173,8 +173,8 @@ impl Source for LinesSource {
             .cloned()
             .ok_or_else(|| SourceError::Other(format!("index {index} out of range")))?;
         Ok(Item::new()
-            .with_array(LINE_FIELD, Array1::from(self.data[r].to_vec()))
-            .with_i64(LINE_NO_META, line as i64))
+            .with(LINE_FIELD, Array1::from(self.data[r].to_vec()))
+            .with_meta(LINE_NO_META, line as i64))
     }
 }
 

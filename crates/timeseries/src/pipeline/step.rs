@@ -66,7 +66,10 @@ impl TrainStep {
 
 impl Step for TrainStep {
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
-        if let Some(ranges) = item.take_array::<i64>(RANGES_FIELD) {
+        if let Some(ranges) = item
+            .remove(RANGES_FIELD)
+            .and_then(|a| a.into_typed::<i64>().ok())
+        {
             use std::os::unix::fs::FileExt;
             let (file, path, mut buf) = self
                 .file
@@ -92,7 +95,10 @@ impl Step for TrainStep {
             }
             self.file = Some((file, path, buf));
             result?;
-        } else if let Some(numbers) = item.take_array::<i64>(LINES_FIELD) {
+        } else if let Some(numbers) = item
+            .remove(LINES_FIELD)
+            .and_then(|a| a.into_typed::<i64>().ok())
+        {
             // Taken out for the loop (`run_ref` borrows `self`), put back after.
             let cache = self
                 .cache
@@ -112,7 +118,10 @@ impl Step for TrainStep {
             }
             self.cache = Some(cache);
             result?;
-        } else if let Some(lines) = item.take_array::<u8>(LINE_FIELD) {
+        } else if let Some(lines) = item
+            .remove(LINE_FIELD)
+            .and_then(|a| a.into_typed::<u8>().ok())
+        {
             let bytes = lines
                 .as_slice()
                 .ok_or_else(|| StepError::new("json_line is not contiguous"))?;
