@@ -490,18 +490,6 @@ impl Item {
         })
     }
 
-    /// All arrays in insertion order for encoding: heap arrays as they are (the message
-    /// builder borrows them), arrays in shared memory as views.
-    pub(crate) fn stored(&self) -> impl Iterator<Item = (&str, Result<&Array, ArrayRef<'_>>)> {
-        self.arrays.iter().map(|(n, a)| {
-            let a = match a {
-                Slot::Owned(a) => Ok(&**a),
-                l @ Slot::Leased(_) => Err(l.raw()),
-            };
-            (n.as_str(), a)
-        })
-    }
-
     /// All arrays in insertion order, as views (no copy).
     pub fn arrays(&self) -> impl ExactSizeIterator<Item = (&str, ArrayRef<'_>)> {
         self.arrays.iter().map(|(n, a)| (n.as_str(), a.raw()))
