@@ -301,6 +301,8 @@ enum Slot {
     Owned(Box<Array>),
     /// In a shared-memory pool block of a received message (zero-copy), read in place.
     Leased(Arc<Leased>),
+    /// A small array of a received batch, in the batch's heap buffer (see [`crate::arena`]).
+    Batch(crate::arena::Shared, u32),
 }
 
 impl Slot {
@@ -313,6 +315,18 @@ impl Slot {
                 bytes: l.bytes(),
                 shared: true,
             },
+            Slot::Batch(b, i) => {
+                // The cell is set before any item of the batch is handed out.
+                let (dtype, shape, bytes) = b
+                    .get()
+                    .map_or((DType::U8, &[0][..], &[][..]), |b| b.get(*i));
+                ArrayRef {
+                    dtype,
+                    shape,
+                    bytes,
+                    shared: false,
+                }
+            }
         }
     }
 }
@@ -448,6 +462,12 @@ impl Item {
             .push((Name::new(name), Slot::Owned(Box::new(a))));
     }
 
+    /// Adds array `i` of a received batch's buffer, name already checked to be new.
+    pub(crate) fn push_batch_array(&mut self, name: &str, b: &crate::arena::Shared, i: u32) {
+        self.arrays
+            .push((Name::new(name), Slot::Batch(Arc::clone(b), i)));
+    }
+
     /// A typed view of array `name` (no copy); `None` when absent or of another dtype.
     ///
     /// An array that crossed from a worker to the consumer zero-copy is viewed in place in
@@ -471,8 +491,8 @@ impl Item {
         if slot.raw().dtype != T::DTYPE {
             return None;
         }
-        if let Slot::Leased(l) = slot {
-            *slot = Slot::Owned(Box::new(Slot::Leased(Arc::clone(l)).raw().to_owned()));
+        if !matches!(slot, Slot::Owned(_)) {
+            *slot = Slot::Owned(Box::new(slot.raw().to_owned()));
         }
         let Slot::Owned(a) = slot else { return None };
         let shape = IxDyn(a.shape());
@@ -486,7 +506,7 @@ impl Item {
         let pos = self.arrays.iter().position(|(n, _)| n == name)?;
         Some(match self.arrays.remove(pos).1 {
             Slot::Owned(a) => *a,
-            l @ Slot::Leased(_) => l.raw().to_owned(),
+            s => s.raw().to_owned(),
         })
     }
 

@@ -414,11 +414,28 @@ pub(crate) fn decode(
         t => return Err(format!("unknown message kind {t}")),
     }
     out.reserve(m.len());
+    // Small arrays are copied into one buffer for the whole batch; the cell is set whatever
+    // happens, so no item can see it unset.
+    let shared: crate::arena::Shared = Arc::default();
+    let mut arena = crate::arena::BatchArrays::default();
+    let r = decode_batch(m, out, lease, &shared, &mut arena);
+    let _ = shared.set(arena);
+    r
+}
+
+fn decode_batch(
+    m: MessageView<'_>,
+    out: &mut Vec<Frame>,
+    lease: Option<&Arc<shm_ring::Message>>,
+    shared: &crate::arena::Shared,
+    arena: &mut crate::arena::BatchArrays,
+) -> Result<(), String> {
+    let err = |e: shm_ring::Error| e.to_string();
     for (r, rec) in m.records().enumerate() {
         let rec = rec.map_err(err)?;
         let (kind, e, k) = unpack(rec.tag());
         let item = match kind {
-            R_ITEM | R_ITEM_LAST => read_item(&rec, r, lease)?,
+            R_ITEM | R_ITEM_LAST => read_item(&rec, r, lease, shared, arena)?,
             R_GROUP_END => {
                 out.push(Frame::GroupEnd { e, k });
                 continue;
@@ -442,6 +459,8 @@ fn read_item(
     rec: &shm_ring::RecordView<'_>,
     r: usize,
     lease: Option<&Arc<shm_ring::Message>>,
+    shared: &crate::arena::Shared,
+    arena: &mut crate::arena::BatchArrays,
 ) -> Result<Item, String> {
     let mut item = Item::new();
     for f in rec.fields() {
@@ -462,6 +481,10 @@ fn read_item(
                     );
                 }
                 _ => {
+                    if let Some(i) = arena.push(a.dtype, &a.shape, a.bytes) {
+                        item.push_batch_array(a.name, shared, i);
+                        continue;
+                    }
                     let arr = Array::from_bytes(a.dtype, &a.shape, a.bytes)
                         .map_err(|m| format!("array {:?}: {m}", a.name))?;
                     item.push_array(a.name, arr);
