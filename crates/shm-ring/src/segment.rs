@@ -64,6 +64,7 @@ const READY_AT: usize = 40;
 /// API; reached through [`crate::ChannelLayout::segment_wire`].
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub struct SegmentWire {
     /// u64 ([`MAGIC`]).
     pub magic: usize,
@@ -85,6 +86,7 @@ pub struct SegmentWire {
     pub layout_version: u32,
 }
 
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub(crate) const SEGMENT_WIRE: SegmentWire = SegmentWire {
     magic: MAGIC_AT,
     version: VERSION_AT,

@@ -54,8 +54,11 @@ const REC_BLOCK: u32 = 3;
 /// A record header's u32 words, in the order the sender writes (`write_pod` in
 /// `Sender::send_inner`) and the receiver reads (`read_pod` in `receiver/records.rs`) them as
 /// one `[n_slots, kind, body_len, block]`: byte offsets from the record's first slot.
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const REC_N_SLOTS_AT: usize = 0;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const REC_KIND_AT: usize = 4;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const REC_BODY_LEN_AT: usize = 8;
 const REC_BLOCK_AT: usize = 12;
 const _: () = assert!(REC_BLOCK_AT + 4 == RECORD_HEADER);
@@ -270,6 +273,7 @@ pub struct ChannelLayout {
 /// user; see `ChannelHeader`).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub struct ChannelWire {
     /// u32: descriptor ring capacity.
     pub slots: usize,
@@ -295,6 +299,7 @@ pub struct ChannelWire {
 /// slot, and the values of `kind`.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub struct RecordWire {
     /// Slots the record takes.
     pub n_slots: usize,

@@ -34,19 +34,31 @@ const MAX_NDIM: usize = 16;
 // Where each header field lies (the encoder writes them in this order; the decoder reads them
 // at these offsets): body header from the body's start, record header from the record's
 // start, field header from the field's start.
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const BODY_MAGIC_AT: usize = 0;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const BODY_TAG_AT: usize = 4;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const BODY_RECORDS_AT: usize = 8;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const BODY_LEN_AT: usize = 12;
 const BODY_BLOCK_REFS_AT: usize = 16;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const REC_LEN_AT: usize = 0;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const REC_FIELDS_AT: usize = 4;
 const REC_TAG_AT: usize = 8;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const FIELD_KIND_AT: usize = 0;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const FIELD_NAME_LEN_AT: usize = 1;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const FIELD_NDIM_AT: usize = 2;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const FIELD_DTYPE_AT: usize = 3;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const FIELD_LOC_AT: usize = 4;
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 const FIELD_A_AT: usize = 8;
 const FIELD_B_AT: usize = 16;
 const _: () = assert!(BODY_BLOCK_REFS_AT + 8 == BODY_HEADER);
@@ -105,6 +117,7 @@ pub struct BodyWire {
     pub loc_block: u8,
 }
 
+#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub(crate) const BODY_WIRE: BodyWire = BodyWire {
     magic: BODY_MAGIC_AT,
     tag: BODY_TAG_AT,
