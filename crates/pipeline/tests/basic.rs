@@ -241,7 +241,8 @@ fn step_metrics_count_every_input_and_at_least_its_time() {
         let mut p = b.start().unwrap();
         let (id, pids) = (p.id().to_owned(), p.pids());
         let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids));
-        assert_eq!(p.by_ref().map(|r| r.unwrap()).count() as u64, n);
+        let got: Vec<Item> = p.by_ref().map(|r| r.unwrap()).collect();
+        assert_eq!(got.len() as u64, n);
         let m = p.metrics();
         assert_eq!(m.steps.len(), 1, "{:?}", m.steps);
         let (name, calls, time) = &m.steps[0];
