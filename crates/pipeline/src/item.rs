@@ -103,6 +103,21 @@ impl Array {
         pod!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16)
     }
 
+    /// The `ndarray` inside, writable, when it is one of `T` (`None` for a foreign `Element`
+    /// type sharing the dtype).
+    fn typed_mut<T: Element>(&mut self) -> Option<&mut ArrayD<T>> {
+        macro_rules! cast {
+            ($($v:ident),*) => {
+                match self {
+                    $(Array::$v(x) => (x as &mut dyn std::any::Any).downcast_mut::<ArrayD<T>>(),)*
+                }
+            };
+        }
+        cast!(
+            F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, Bool
+        )
+    }
+
     /// Payload size in bytes.
     pub fn nbytes(&self) -> usize {
         self.shape().iter().product::<usize>() * self.dtype().size()
@@ -495,6 +510,10 @@ impl Item {
             *slot = Slot::Owned(Box::new(slot.raw().to_owned()));
         }
         let Slot::Owned(a) = slot else { return None };
+        if a.typed_mut::<T>().is_some() {
+            // A view of the array itself: no shape conversion and no stride checks.
+            return a.typed_mut::<T>().map(|x| x.view_mut());
+        }
         let shape = IxDyn(a.shape());
         let data = bytemuck::try_cast_slice_mut::<u8, T>(a.bytes_mut()?).ok()?;
         ArrayViewMutD::from_shape(shape, data).ok()
