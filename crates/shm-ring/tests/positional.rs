@@ -161,7 +161,7 @@ fn missing_and_wrongly_typed_fields_are_refused_at_send() {
     let name = unique("pos-refuse");
     let guard = shm_guard(&[&name]);
     let s = schema();
-    let [t, f, id, scale, start] =
+    let [t, f, id, scale, _start] =
         ["target", "feats", "item_id", "scale", "start"].map(|n| s.field(n).unwrap());
     let mut tx = Sender::with_schema(&name, &cfg(), &s).unwrap();
     let short = [0f32; 15];
