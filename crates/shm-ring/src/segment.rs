@@ -59,12 +59,12 @@ const START_AT: usize = 24;
 const SIZE_AT: usize = 32;
 const READY_AT: usize = 40;
 
+#[cfg(feature = "layout-internals")]
 /// Where the segment header's fields lie (bytes from the segment's start), and the layout
 /// version this build writes: for tests and tools that poke at a live segment. Not a stable
 /// API; reached through [`crate::ChannelLayout::segment_wire`].
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub struct SegmentWire {
     /// u64 ([`MAGIC`]).
     pub magic: usize,
@@ -86,7 +86,7 @@ pub struct SegmentWire {
     pub layout_version: u32,
 }
 
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
+#[cfg(feature = "layout-internals")]
 pub(crate) const SEGMENT_WIRE: SegmentWire = SegmentWire {
     magic: MAGIC_AT,
     version: VERSION_AT,

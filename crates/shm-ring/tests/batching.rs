@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{shm_guard, unique};
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, TypedReceiver, TypedSender};
 
 /// A sender blocked on a full ring goes on as soon as the receiver takes one message, although
 /// the receiver hands slots back only in batches of a quarter of the ring otherwise.
@@ -70,6 +70,46 @@ fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
         got.push(m.tag());
     }
     assert_eq!(got, (100..150).collect::<Vec<_>>());
+    drop((tx, rx));
+    guard.assert_gone();
+}
+
+/// The typed path, as `a_blocked_sender_proceeds_when_one_message_is_taken`: a `TypedReceiver`
+/// must not hold the slots it read across calls while its producer waits for room (it used to
+/// hand them back once per quarter of the ring, so this sender timed out).
+#[test]
+fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
+    let name = unique("batch-typed-full");
+    let guard = shm_guard(&[&name]);
+    let cfg = ChannelConfig {
+        slots: 64,
+        ..ChannelConfig::default()
+    };
+    let mut tx = TypedSender::<[f32; 16]>::create(&name, &cfg).unwrap();
+    let mut rx = TypedReceiver::<[f32; 16]>::open(&name).unwrap();
+    let mut sent = 0u32;
+    while tx.try_send([sent as f32; 16]).is_ok() {
+        sent += 1;
+    }
+    assert_eq!(sent, 64, "one slot per value");
+    let sender = std::thread::spawn(move || {
+        let r = tx.send_timeout(&[64.0; 16], Duration::from_secs(10));
+        (r, Instant::now(), tx)
+    });
+    // Long enough for the sender to stop spinning and sleep on the futex.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(rx.recv().unwrap()[0], 0.0);
+    let took_one = Instant::now();
+    let (r, done, tx) = sender.join().unwrap();
+    r.unwrap();
+    let lag = done.saturating_duration_since(took_one);
+    assert!(
+        lag < Duration::from_secs(2),
+        "the typed sender went on {lag:?} after a slot was taken"
+    );
+    for i in 1..=64 {
+        assert_eq!(rx.recv().unwrap()[0], i as f32);
+    }
     drop((tx, rx));
     guard.assert_gone();
 }

@@ -51,17 +51,6 @@ const MAX_SCHEMA: u32 = 1 << 20;
 const REC_PAD: u32 = 1;
 const REC_INLINE: u32 = 2;
 const REC_BLOCK: u32 = 3;
-/// A record header's u32 words, in the order the sender writes (`write_pod` in
-/// `Sender::send_inner`) and the receiver reads (`read_pod` in `receiver/records.rs`) them as
-/// one `[n_slots, kind, body_len, block]`: byte offsets from the record's first slot.
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const REC_N_SLOTS_AT: usize = 0;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const REC_KIND_AT: usize = 4;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const REC_BODY_LEN_AT: usize = 8;
-const REC_BLOCK_AT: usize = 12;
-const _: () = assert!(REC_BLOCK_AT + 4 == RECORD_HEADER);
 /// A completion-ring entry with this bit set is not a block index but a note "the records at
 /// descriptor positions `[low 32 bits, + bits 32..62)` were dropped unread" (corrupt): the
 /// producer takes back every block still out with them.
@@ -269,11 +258,11 @@ pub struct ChannelLayout {
     pub body_wire: crate::message::BodyWire,
 }
 
+#[cfg(feature = "layout-internals")]
 /// Offsets of the channel header's words, from the segment's start (each read once by its
 /// user; see `ChannelHeader`).
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub struct ChannelWire {
     /// u32: descriptor ring capacity.
     pub slots: usize,
@@ -295,11 +284,11 @@ pub struct ChannelWire {
     pub schema_len: usize,
 }
 
+#[cfg(feature = "layout-internals")]
 /// A record header in the descriptor ring: offsets of its u32 words from the record's first
 /// slot, and the values of `kind`.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
 pub struct RecordWire {
     /// Slots the record takes.
     pub n_slots: usize,
@@ -316,6 +305,22 @@ pub struct RecordWire {
     /// Kind of a record whose body lives in pool block `block`.
     pub kind_block: u32,
 }
+
+#[cfg(feature = "layout-internals")]
+/// A record header's u32 words, in the order the sender writes (`write_pod` in
+/// `Sender::send_inner`) and the receiver reads (`read_pod` in `receiver/records.rs`) them as
+/// one `[n_slots, kind, body_len, block]`: byte offsets from the record's first slot.
+const RECORD_WIRE: RecordWire = RecordWire {
+    n_slots: 0,
+    kind: 4,
+    body_len: 8,
+    block: 12,
+    kind_pad: REC_PAD,
+    kind_inline: REC_INLINE,
+    kind_block: REC_BLOCK,
+};
+#[cfg(feature = "layout-internals")]
+const _: () = assert!(RECORD_WIRE.block + 4 == RECORD_HEADER);
 
 #[cfg(feature = "layout-internals")]
 /// Offsets of the schema region's encoding (see `schema/wire.rs`): the header's words from
@@ -438,15 +443,7 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<Chan
             consumer: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, consumer),
             schema_len: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, schema_len),
         },
-        record_wire: RecordWire {
-            n_slots: REC_N_SLOTS_AT,
-            kind: REC_KIND_AT,
-            body_len: REC_BODY_LEN_AT,
-            block: REC_BLOCK_AT,
-            kind_pad: REC_PAD,
-            kind_inline: REC_INLINE,
-            kind_block: REC_BLOCK,
-        },
+        record_wire: RECORD_WIRE,
         body_wire: crate::message::BODY_WIRE,
     })
 }

@@ -54,10 +54,8 @@ pub struct TypedSender<T> {
 #[derive(Debug)]
 pub struct TypedReceiver<T> {
     inner: Receiver,
-    /// Slots read but not yet handed back: published in one store when the ring runs empty
-    /// or a quarter of it is waiting (the producer only needs them when the ring fills up).
+    /// Slots read but not yet handed back (0 between calls: every receive hands its slot back).
     unreleased: u32,
-    release_every: u32,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -265,11 +263,9 @@ impl<T> AsFd for TypedSender<T> {
 
 impl<T: Pod> TypedReceiver<T> {
     fn wrap(inner: Receiver) -> TypedReceiver<T> {
-        let release_every = (inner.desc.shape().capacity / 4).max(1);
         TypedReceiver {
             inner,
             unreleased: 0,
-            release_every,
             _t: PhantomData,
         }
     }
@@ -335,13 +331,14 @@ impl<T: Pod> TypedReceiver<T> {
         Ok(v)
     }
 
-    /// Counts a value read (skipped, not yet handed back), handing back a batch when due.
+    /// Hands the slot just read back to the producer at once. Holding read slots across
+    /// calls (it used to hand them back once per quarter of the ring) kept a producer blocked
+    /// on a full ring waiting for this receiver's next call, which may never come
+    /// (`batching::a_blocked_typed_sender_proceeds_when_one_value_is_taken`).
     #[inline]
     fn read_one(&mut self) {
         self.unreleased += 1;
-        if self.unreleased >= self.release_every {
-            self.publish();
-        }
+        self.publish();
     }
 
     /// Hands the slots read so far back to the producer (one store).

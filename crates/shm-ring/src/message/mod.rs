@@ -31,40 +31,7 @@ pub(crate) const RECORD_HEADER: usize = 16;
 pub(crate) const FIELD_HEADER: usize = 24;
 const MAX_NDIM: usize = 16;
 
-// Where each header field lies (the encoder writes them in this order; the decoder reads them
-// at these offsets): body header from the body's start, record header from the record's
-// start, field header from the field's start.
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const BODY_MAGIC_AT: usize = 0;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const BODY_TAG_AT: usize = 4;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const BODY_RECORDS_AT: usize = 8;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const BODY_LEN_AT: usize = 12;
-const BODY_BLOCK_REFS_AT: usize = 16;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const REC_LEN_AT: usize = 0;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const REC_FIELDS_AT: usize = 4;
-const REC_TAG_AT: usize = 8;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const FIELD_KIND_AT: usize = 0;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const FIELD_NAME_LEN_AT: usize = 1;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const FIELD_NDIM_AT: usize = 2;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const FIELD_DTYPE_AT: usize = 3;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const FIELD_LOC_AT: usize = 4;
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
-const FIELD_A_AT: usize = 8;
-const FIELD_B_AT: usize = 16;
-const _: () = assert!(BODY_BLOCK_REFS_AT + 8 == BODY_HEADER);
-const _: () = assert!(REC_TAG_AT + 8 == RECORD_HEADER);
-const _: () = assert!(FIELD_B_AT + 8 == FIELD_HEADER);
-
+#[cfg(feature = "layout-internals")]
 /// Offsets of the message encoding's header fields (see the module doc), for tests and tools
 /// that poke at a live channel: reached through `ChannelLayout::body_wire`. Not a stable API.
 #[doc(hidden)]
@@ -117,30 +84,39 @@ pub struct BodyWire {
     pub loc_block: u8,
 }
 
-#[cfg_attr(not(feature = "layout-internals"), allow(dead_code))] // read by `channel_layout` only
+#[cfg(feature = "layout-internals")]
+/// Where each header field lies: the encoder (`encode.rs`) writes them in this order, the
+/// decoder (`decode.rs`, `copy.rs`) reads them at these offsets.
 pub(crate) const BODY_WIRE: BodyWire = BodyWire {
-    magic: BODY_MAGIC_AT,
-    tag: BODY_TAG_AT,
-    n_records: BODY_RECORDS_AT,
-    len: BODY_LEN_AT,
-    block_refs: BODY_BLOCK_REFS_AT,
+    magic: 0,
+    tag: 4,
+    n_records: 8,
+    len: 12,
+    block_refs: 16,
     header: BODY_HEADER,
-    record_len: REC_LEN_AT,
-    record_fields: REC_FIELDS_AT,
-    record_tag: REC_TAG_AT,
+    record_len: 0,
+    record_fields: 4,
+    record_tag: 8,
     record_header: RECORD_HEADER,
-    field_kind: FIELD_KIND_AT,
-    field_name_len: FIELD_NAME_LEN_AT,
-    field_ndim: FIELD_NDIM_AT,
-    field_dtype: FIELD_DTYPE_AT,
-    field_loc: FIELD_LOC_AT,
-    field_a: FIELD_A_AT,
-    field_b: FIELD_B_AT,
+    field_kind: 0,
+    field_name_len: 1,
+    field_ndim: 2,
+    field_dtype: 3,
+    field_loc: 4,
+    field_a: 8,
+    field_b: 16,
     field_header: FIELD_HEADER,
     dim: 8,
     align: 8,
     loc_inline: LOC_INLINE,
     loc_block: LOC_BLOCK,
+};
+#[cfg(feature = "layout-internals")]
+const _: () = {
+    // The last field of each header ends where the header does (a u32 pad after block_refs).
+    assert!(BODY_WIRE.block_refs + 8 == BODY_HEADER);
+    assert!(BODY_WIRE.record_tag + 8 == RECORD_HEADER);
+    assert!(BODY_WIRE.field_b + 8 == FIELD_HEADER);
 };
 
 const KIND_I64: u8 = 1;
