@@ -49,7 +49,7 @@ pub struct PositionalView<'a> {
     schema: &'a Schema,
     tag: u32,
     records: usize,
-    index: SmallVec<[Entry; 8]>,
+    index: SmallVec<[Entry; 4]>,
 }
 
 /// One record of a [`PositionalView`]: values by [`FieldId`].
@@ -299,30 +299,36 @@ impl<'a> PositionalRecord<'_, 'a> {
         })
     }
 
+    /// The bytes of array field `f`, its spec and where its dims are (dynamic shapes).
+    #[inline]
+    fn data(&self, f: FieldId) -> Result<(&'a FieldSpec, &'a [u8], usize), Error> {
+        let (spec, e) = self.entry(f)?;
+        match e {
+            // SAFETY: `at + len <= body.len()`, checked in `parse`.
+            Entry::Inline { at, len, dims } => {
+                Ok((spec, unsafe { self.view.data.slice(at, len) }, dims))
+            }
+            Entry::Block { block, len, dims } => {
+                Ok((spec, self.view.pool.block(block as u64, len as u64)?, dims))
+            }
+            _ => Err(Error::Field(FieldError::NotAnArray {
+                name: spec.name.clone(),
+            })),
+        }
+    }
+
     /// The raw bytes of array field `f` and its shape.
     ///
     /// # Errors
     /// [`FieldError::OutOfRange`], [`FieldError::NotAnArray`].
     pub fn array_bytes(&self, f: FieldId) -> Result<(&'a [u8], SmallVec<[usize; 4]>), Error> {
-        let (spec, e) = self.entry(f)?;
-        let FieldKind::Array { rank, shape, .. } = &spec.kind else {
-            return Err(Error::Field(FieldError::NotAnArray {
-                name: spec.name.clone(),
-            }));
-        };
-        let (bytes, dims) = match e {
-            // SAFETY: `at + len <= body.len()`, checked in `parse`.
-            Entry::Inline { at, len, dims } => (unsafe { self.view.data.slice(at, len) }, dims),
-            Entry::Block { block, len, dims } => {
-                (self.view.pool.block(block as u64, len as u64)?, dims)
-            }
-            _ => return Err(corrupt("array entry of another kind")),
-        };
-        let shape = match shape {
-            Some(s) => s.iter().copied().collect(),
-            None => (0..*rank)
+        let (spec, bytes, dims) = self.data(f)?;
+        let shape = match &spec.kind {
+            FieldKind::Array { shape: Some(s), .. } => s.iter().copied().collect(),
+            FieldKind::Array { rank, .. } => (0..*rank)
                 .map(|i| rd_u64(self.view.body, dims + 8 * i) as usize)
                 .collect(),
+            FieldKind::Meta => SmallVec::new(),
         };
         Ok((bytes, shape))
     }
@@ -333,13 +339,12 @@ impl<'a> PositionalRecord<'_, 'a> {
     /// [`FieldError::WrongType`] for another dtype, as [`PositionalRecord::array_bytes`],
     /// [`Error::Corrupt`] for data misaligned for `T`.
     pub fn slice<T: Element>(&self, f: FieldId) -> Result<&'a [T], Error> {
-        let (spec, _) = self.entry(f)?;
+        let (spec, bytes, _) = self.data(f)?;
         if let FieldKind::Array { dtype, .. } = &spec.kind
             && *dtype != T::DTYPE
         {
             return Err(Self::wrong(spec, format!("{} array", T::DTYPE)));
         }
-        let (bytes, _) = self.array_bytes(f)?;
         bytemuck::try_cast_slice(bytes)
             .map_err(|e| corrupt(format!("array '{}': {e:?}", spec.name)))
     }

@@ -102,7 +102,7 @@ pub struct SchemaMessage<'a> {
     pub(crate) tag: u32,
     pub(crate) n_fields: usize,
     /// `n_fields` values per record, record after record.
-    pub(crate) vals: SmallVec<[Option<PosVal<'a>>; 4]>,
+    pub(crate) vals: SmallVec<[Option<PosVal<'a>>; 2]>,
 }
 
 impl<'a> SchemaMessage<'a> {
