@@ -217,7 +217,14 @@ fn missing_and_wrongly_typed_fields_are_refused_at_send() {
         .meta("f");
     let far = longer.field("f").unwrap();
     let e = tx
-        .send(SchemaMessage::new(&s).meta_i64(far, 1))
+        // (then more fields and records: the builder stays usable, the send refuses it)
+        .send(
+            SchemaMessage::new(&s)
+                .meta_i64(far, 1)
+                .meta_i64(id, 2)
+                .next_record()
+                .meta_i64(id, 3),
+        )
         .unwrap_err();
     assert!(
         matches!(e, Error::Field(FieldError::OutOfRange { .. })),

@@ -101,6 +101,8 @@ pub(crate) enum PosVal<'a> {
 pub struct SchemaMessage<'a> {
     pub(crate) tag: u32,
     pub(crate) n_fields: usize,
+    /// A [`FieldId`] past the schema that was given (refused at send).
+    pub(crate) bad_field: Option<usize>,
     /// `n_fields` values per record, record after record.
     pub(crate) vals: SmallVec<[Option<PosVal<'a>>; 2]>,
 }
@@ -114,6 +116,7 @@ impl<'a> SchemaMessage<'a> {
         SchemaMessage {
             tag: 0,
             n_fields: n,
+            bad_field: None,
             vals,
         }
     }
@@ -146,7 +149,7 @@ impl<'a> SchemaMessage<'a> {
         if f.index() < self.n_fields {
             self.vals[base + f.index()] = Some(v);
         } else {
-            self.n_fields = usize::MAX; // poisoned: `check` reports it
+            self.bad_field = Some(f.index());
         }
         self
     }
@@ -233,14 +236,21 @@ impl<'a> SchemaMessage<'a> {
     /// Checks every value against `schema`: each field set, of the right kind, dtype, rank,
     /// shape (fixed shapes) and byte length.
     pub(crate) fn check(&self, schema: &Schema) -> Result<(), Error> {
-        if self.n_fields != schema.len() {
+        if let Some(index) = self.bad_field {
             return Err(Error::Field(FieldError::OutOfRange {
-                index: self.n_fields,
+                index,
                 len: schema.len(),
             }));
         }
+        if self.n_fields != schema.len() {
+            return Err(Error::InvalidArgument(format!(
+                "a SchemaMessage built for a schema of {} fields, sent on one of {}",
+                self.n_fields,
+                schema.len()
+            )));
+        }
         for (i, v) in self.vals.iter().enumerate() {
-            let spec = &schema.fields()[i % self.n_fields.max(1)];
+            let spec = &schema.fields()[i % self.n_fields];
             let name = &spec.name;
             let wrong = |found: String| {
                 Error::Field(FieldError::WrongType {
