@@ -304,9 +304,11 @@ impl<'a> PositionalRecord<'_, 'a> {
     fn data(&self, f: FieldId) -> Result<(&'a FieldSpec, &'a [u8], usize), Error> {
         let (spec, e) = self.entry(f)?;
         match e {
-            // SAFETY: `at + len <= body.len()`, checked in `parse`.
             Entry::Inline { at, len, dims } => {
-                Ok((spec, unsafe { self.view.data.slice(at, len) }, dims))
+                // SAFETY: `at + len <= body.len()` (checked in `parse` on the private copy;
+                // the entry is private too), as `DataRef::slice` requires.
+                let bytes = unsafe { self.view.data.slice(at, len) };
+                Ok((spec, bytes, dims))
             }
             Entry::Block { block, len, dims } => {
                 Ok((spec, self.view.pool.block(block as u64, len as u64)?, dims))
