@@ -86,7 +86,9 @@ pub struct Metrics {
     pub bytes: u64,
     /// Time since start.
     pub elapsed: Duration,
-    /// Per step: (name, inputs processed over all workers, total time in the step).
+    /// Per step: (name, inputs processed over all workers, total time in the step). A worker
+    /// running a single step times runs of inputs as a whole (the time then includes the
+    /// per-input overhead around the step); with several steps, every call is timed.
     pub steps: Vec<(String, u64, Duration)>,
     /// Fraction of the consumer's receive attempts that found a batch waiting (near 1: the
     /// workers are ahead of the consumer; near 0: the consumer waits for the workers).

@@ -103,6 +103,21 @@ impl Array {
         pod!(F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16)
     }
 
+    /// The `ndarray` inside, writable, when it is one of `T` (`None` for a foreign `Element`
+    /// type sharing the dtype).
+    fn typed_mut<T: Element>(&mut self) -> Option<&mut ArrayD<T>> {
+        macro_rules! cast {
+            ($($v:ident),*) => {
+                match self {
+                    $(Array::$v(x) => (x as &mut dyn std::any::Any).downcast_mut::<ArrayD<T>>(),)*
+                }
+            };
+        }
+        cast!(
+            F32, F64, I8, I16, I32, I64, U8, U16, U32, U64, F16, BF16, Bool
+        )
+    }
+
     /// Payload size in bytes.
     pub fn nbytes(&self) -> usize {
         self.shape().iter().product::<usize>() * self.dtype().size()
@@ -301,6 +316,8 @@ enum Slot {
     Owned(Box<Array>),
     /// In a shared-memory pool block of a received message (zero-copy), read in place.
     Leased(Arc<Leased>),
+    /// A small array of a received batch, in the batch's heap buffer (see [`crate::arena`]).
+    Batch(crate::arena::Shared, u32),
 }
 
 impl Slot {
@@ -313,6 +330,18 @@ impl Slot {
                 bytes: l.bytes(),
                 shared: true,
             },
+            Slot::Batch(b, i) => {
+                // The cell is set before any item of the batch is handed out.
+                let (dtype, shape, bytes) = b
+                    .get()
+                    .map_or((DType::U8, &[0][..], &[][..]), |b| b.get(*i));
+                ArrayRef {
+                    dtype,
+                    shape,
+                    bytes,
+                    shared: false,
+                }
+            }
         }
     }
 }
@@ -448,6 +477,12 @@ impl Item {
             .push((Name::new(name), Slot::Owned(Box::new(a))));
     }
 
+    /// Adds array `i` of a received batch's buffer, name already checked to be new.
+    pub(crate) fn push_batch_array(&mut self, name: &str, b: &crate::arena::Shared, i: u32) {
+        self.arrays
+            .push((Name::new(name), Slot::Batch(Arc::clone(b), i)));
+    }
+
     /// A typed view of array `name` (no copy); `None` when absent or of another dtype.
     ///
     /// An array that crossed from a worker to the consumer zero-copy is viewed in place in
@@ -471,10 +506,14 @@ impl Item {
         if slot.raw().dtype != T::DTYPE {
             return None;
         }
-        if let Slot::Leased(l) = slot {
-            *slot = Slot::Owned(Box::new(Slot::Leased(Arc::clone(l)).raw().to_owned()));
+        if !matches!(slot, Slot::Owned(_)) {
+            *slot = Slot::Owned(Box::new(slot.raw().to_owned()));
         }
         let Slot::Owned(a) = slot else { return None };
+        if a.typed_mut::<T>().is_some() {
+            // A view of the array itself: no shape conversion and no stride checks.
+            return a.typed_mut::<T>().map(|x| x.view_mut());
+        }
         let shape = IxDyn(a.shape());
         let data = bytemuck::try_cast_slice_mut::<u8, T>(a.bytes_mut()?).ok()?;
         ArrayViewMutD::from_shape(shape, data).ok()
@@ -486,19 +525,7 @@ impl Item {
         let pos = self.arrays.iter().position(|(n, _)| n == name)?;
         Some(match self.arrays.remove(pos).1 {
             Slot::Owned(a) => *a,
-            l @ Slot::Leased(_) => l.raw().to_owned(),
-        })
-    }
-
-    /// All arrays in insertion order for encoding: heap arrays as they are (the message
-    /// builder borrows them), arrays in shared memory as views.
-    pub(crate) fn stored(&self) -> impl Iterator<Item = (&str, Result<&Array, ArrayRef<'_>>)> {
-        self.arrays.iter().map(|(n, a)| {
-            let a = match a {
-                Slot::Owned(a) => Ok(&**a),
-                l @ Slot::Leased(_) => Err(l.raw()),
-            };
-            (n.as_str(), a)
+            s => s.raw().to_owned(),
         })
     }
 

@@ -57,6 +57,7 @@
 #![deny(missing_docs)]
 
 mod alloc;
+mod arena;
 mod broker;
 mod builder;
 mod config;

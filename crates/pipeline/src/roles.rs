@@ -270,6 +270,9 @@ struct Chain {
     /// Scratch buffers reused for every input (no allocation per item).
     cur: Vec<Item>,
     next: Vec<Item>,
+    /// Time every step call. Off for a one-step chain: the worker then times runs of inputs
+    /// as a whole (two clock reads per run of a batch, not per item).
+    per_call: bool,
 }
 
 impl Chain {
@@ -302,9 +305,11 @@ impl Chain {
             next.clear();
             for it in cur.drain(..) {
                 let desc = it.describe();
-                let t0 = Instant::now();
+                let t0 = self.per_call.then(Instant::now);
                 let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
-                *ns += t0.elapsed().as_nanos() as u64;
+                if let Some(t0) = t0 {
+                    *ns += t0.elapsed().as_nanos() as u64;
+                }
                 *calls += 1;
                 let message = match r {
                     Ok(Ok(())) => continue,
@@ -382,6 +387,7 @@ fn run_worker(
         worker: w,
         cur: Vec::new(),
         next: Vec::new(),
+        per_call: plan.stages[stage].steps.len() != 1,
     };
     for (name, args) in &plan.stages[stage].steps {
         match reg.build_step(name, &StepContext { args, worker: info }) {
@@ -401,6 +407,8 @@ fn run_worker(
     let ordered = plan.ordered;
     let mut stats = Stats::default();
     let mut outputs = Vec::new();
+    // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
+    let mut groups: Vec<(u32, u64, bool, usize)> = Vec::new();
     loop {
         let next = ins.next(&mut || out.flush_all());
         let frames = match next {
@@ -415,35 +423,62 @@ fn run_worker(
             Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
             Err(NextError::Idle(e)) => return lost("output", &e),
         };
-        for f in frames {
-            let sent = match f {
-                Frame::Item { e, k, last, item } => {
-                    let input = || {
-                        if (e, k) == (FINISH_E, FINISH_K) {
-                            format!(
-                                "end of stream (finish output of stage {})",
-                                stage.saturating_sub(1)
-                            )
-                        } else {
-                            format!("emitter {e}, record {k}")
-                        }
-                    };
-                    if let Err(r) = chain.run(item, &input, &mut outputs) {
-                        out.report(r);
-                        return EXIT_REPORTED;
+        let mut frames = frames.into_iter().peekable();
+        while frames.peek().is_some() {
+            // A run of items: all through the chain first (timed as a whole when the chain
+            // has one step), then their outputs in order.
+            let t0 = (!chain.per_call).then(Instant::now);
+            let mut failed = None;
+            while let Some(Frame::Item { .. }) = frames.peek() {
+                let Some(Frame::Item { e, k, last, item }) = frames.next() else {
+                    break;
+                };
+                let input = || {
+                    if (e, k) == (FINISH_E, FINISH_K) {
+                        format!(
+                            "end of stream (finish output of stage {})",
+                            stage.saturating_sub(1)
+                        )
+                    } else {
+                        format!("emitter {e}, record {k}")
                     }
-                    let dest = plan.route(stage, e, k);
-                    let n = outputs.len();
-                    let mut r = Ok(());
-                    for (i, item) in outputs.drain(..).enumerate() {
-                        let last = ordered && last && i + 1 == n;
-                        r = r.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
-                    }
-                    if ordered && last && n == 0 {
-                        r = r.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
-                    }
-                    r
+                };
+                if let Err(r) = chain.run(item, &input, &mut outputs) {
+                    failed = Some(r);
+                    break;
                 }
+                groups.push((e, k, last, outputs.len()));
+            }
+            if let (Some(t0), Some(step)) = (t0, chain.steps.first_mut()) {
+                step.3 += t0.elapsed().as_nanos() as u64;
+            }
+            let mut sent = Ok(());
+            let mut done = 0;
+            let mut outs = outputs.drain(..);
+            for (e, k, last, end) in groups.drain(..) {
+                let dest = plan.route(stage, e, k);
+                let n = end - done;
+                done = end;
+                for (i, item) in outs.by_ref().take(n).enumerate() {
+                    let last = ordered && last && i + 1 == n;
+                    sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+                }
+                if ordered && last && n == 0 {
+                    sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
+                }
+            }
+            drop(outs);
+            if let Err(e) = sent {
+                return lost("output", &e);
+            }
+            if let Some(r) = failed {
+                out.report(r);
+                return EXIT_REPORTED;
+            }
+            let Some(f) = frames.next() else { break };
+            let sent = match f {
+                // Not reached: the run above took every item up to here.
+                Frame::Item { .. } => Ok(()),
                 Frame::GroupEnd { e, k } => {
                     out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k })
                 }

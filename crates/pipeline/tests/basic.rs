@@ -223,3 +223,34 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
     drop(p);
     assert!(shm_entries(&id).is_empty());
 }
+
+#[test]
+fn step_metrics_count_every_input_and_at_least_its_time() {
+    // A one-step chain is timed per run of a batch's inputs, a longer one per call: both
+    // must count every input and at least the time the step spent.
+    let reg = registry();
+    shmpipe::init(&reg);
+    let n = 30u64;
+    for steps in [1usize, 2] {
+        let mut b = Pipeline::builder(&reg)
+            .source_named("range", serde_json::json!({"n": n, "len": 4}))
+            .workers(2);
+        for _ in 0..steps {
+            b = b.step_with("sleep_ms", serde_json::json!({"ms": 1}));
+        }
+        let mut p = b.start().unwrap();
+        let (id, pids) = (p.id().to_owned(), p.pids());
+        let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids));
+        let got: Vec<Item> = p.by_ref().map(|r| r.unwrap()).collect();
+        assert_eq!(got.len() as u64, n);
+        let m = p.metrics();
+        assert_eq!(m.steps.len(), 1, "{:?}", m.steps);
+        let (name, calls, time) = &m.steps[0];
+        assert_eq!(name, "sleep_ms");
+        assert_eq!(*calls, n * steps as u64);
+        assert!(
+            *time >= std::time::Duration::from_millis(n * steps as u64),
+            "{steps} step(s): {time:?} for {calls} calls of 1 ms"
+        );
+    }
+}

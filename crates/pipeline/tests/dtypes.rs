@@ -80,3 +80,26 @@ fn f16_bf16_bool_and_u64_arrays_cross_unchanged() {
         }
     }
 }
+
+#[test]
+fn array_mut_edits_heap_arrays_in_place_keeping_their_shape() {
+    let mut it = Item::new()
+        .with("h", Array1::from(vec![f16::from_f32(1.0), f16::ZERO]))
+        .with(
+            "x",
+            Array2::from_shape_vec((2, 2), vec![1u16, 2, 3, 4]).unwrap(),
+        );
+    it.array_mut::<f16>("h").unwrap()[1] = f16::from_f32(-2.0);
+    it.array_mut::<u16>("x").unwrap()[[1, 0]] = 9;
+    assert!(it.array_mut::<u8>("x").is_none(), "u16 is not u8");
+    let h = it.array::<f16>("h").unwrap();
+    assert_eq!(
+        h.as_slice(),
+        Some(&[f16::from_f32(1.0), f16::from_f32(-2.0)][..])
+    );
+    let x = it.array::<u16>("x").unwrap();
+    assert_eq!(
+        (x.shape(), x.as_slice()),
+        (&[2, 2][..], Some(&[1, 2, 9, 4][..]))
+    );
+}

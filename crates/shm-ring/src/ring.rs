@@ -510,6 +510,25 @@ impl<S: Storage> Consumer<S> {
         self.head = self.head.wrapping_add(n);
     }
 
+    /// Publishes our read position (the slots read or skipped so far) with one Release store,
+    /// without the Dekker fence of [`Consumer::release`]: for a consumer that hands slots back
+    /// after every value and cannot afford a full fence each time. If the producer's waiting
+    /// flag is seen raised, falls back to [`Consumer::release`] (fence + wake). A producer that
+    /// raises its flag at the same instant may miss this store and fall asleep; it is woken by
+    /// the consumer's next full `release` (before the consumer waits, and every quarter of the
+    /// ring) or wakes by itself at the end of its sleep slice
+    /// (`WaitConfig::liveness_check`, 50 ms): a late wake-up, never a lost one.
+    #[inline]
+    pub fn publish_head(&mut self) {
+        let h = self.storage.header();
+        // SYNC POINT (Release): we are done reading every slot before `head`; pairs with the
+        // producer's Acquire load of `head` in `free` (as in `release`).
+        h.head.0.store(self.head, Ordering::Release);
+        if h.producer_waiting.0.load(Ordering::Relaxed) != 0 {
+            self.release(0);
+        }
+    }
+
     /// Hands the next `n` slots (which were available), and any skipped before, back to the
     /// producer. Returns whether the producer was waiting (and so got woken).
     #[inline]

@@ -54,8 +54,12 @@ pub struct TypedSender<T> {
 #[derive(Debug)]
 pub struct TypedReceiver<T> {
     inner: Receiver,
-    /// Slots read but not yet handed back (0 between calls: every receive hands its slot back).
+    /// Values read since the last full `release` (each was handed back at once by
+    /// `publish_head`; the full release adds the fence and the waiting-flag check).
     unreleased: u32,
+    /// Every this many values (a quarter of the ring) the hand-back is a full `release`
+    /// (fence + waiting-flag check), so a producer that raced into sleep is woken promptly.
+    release_every: u32,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -263,9 +267,11 @@ impl<T> AsFd for TypedSender<T> {
 
 impl<T: Pod> TypedReceiver<T> {
     fn wrap(inner: Receiver) -> TypedReceiver<T> {
+        let release_every = (inner.desc.shape().capacity / 4).max(1);
         TypedReceiver {
             inner,
             unreleased: 0,
+            release_every,
             _t: PhantomData,
         }
     }
@@ -338,7 +344,13 @@ impl<T: Pod> TypedReceiver<T> {
     #[inline]
     fn read_one(&mut self) {
         self.unreleased += 1;
-        self.publish();
+        if self.unreleased >= self.release_every {
+            self.publish();
+        } else {
+            // The slot goes back at once (one Release store, no fence): see
+            // `ring::Consumer::publish_head` for why a late wake-up is bounded.
+            self.inner.desc.publish_head();
+        }
     }
 
     /// Hands the slots read so far back to the producer (one store).

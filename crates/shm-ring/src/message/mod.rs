@@ -126,6 +126,7 @@ const KIND_ARRAY: u8 = 4;
 pub(crate) const LOC_INLINE: u8 = 0;
 pub(crate) const LOC_BLOCK: u8 = 1;
 
+mod build_mut;
 mod copy;
 mod decode;
 mod encode;
