@@ -13,7 +13,7 @@
 //!   str           = str_len bytes padded to 8
 //! ```
 //! The receiver checks every value against its private copy of the schema
-//! ([`super::schema_decode`]).
+//! (`message::schema_decode`).
 
 use smallvec::SmallVec;
 
