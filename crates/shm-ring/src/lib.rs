@@ -95,7 +95,10 @@ pub use dtype::{DType, Element};
 #[cfg(not(loom))]
 pub use error::Error;
 #[cfg(not(loom))]
-pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
+pub use message::{
+    ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, PositionalRecord, PositionalView,
+    RecordView, SchemaMessage,
+};
 #[cfg(not(loom))]
 pub use op_error::{RecvError, SendError, TrySendError};
 #[cfg(not(loom))]

@@ -32,6 +32,7 @@ pub struct Receiver {
 }
 
 mod open;
+mod positional;
 mod records;
 mod returns;
 
@@ -80,7 +81,20 @@ impl Receiver {
         }
     }
 
+    /// Refuses the self-describing receive calls on a channel with a schema (its bodies are
+    /// data-only: [`Receiver::recv_positional`]).
+    fn self_describing(&self) -> Result<(), Error> {
+        match self.schema.as_deref() {
+            Some(ChannelSchema::Fields(s)) => Err(Error::InvalidArgument(format!(
+                "the channel has a schema {s}: its messages are read by position with \
+                 recv_positional"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Message, Error> {
+        self.self_describing()?;
         self.shared.check()?;
         let rec = self.next_rec(deadline)?;
         let pos = self.desc.position();
@@ -174,6 +188,7 @@ impl Receiver {
         timeout: Option<Duration>,
         mut f: impl FnMut(MessageView<'_>),
     ) -> Result<usize, Error> {
+        self.self_describing()?;
         self.shared.check()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut rec = self.next_rec(deadline)?;

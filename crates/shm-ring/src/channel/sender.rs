@@ -67,11 +67,16 @@ pub struct Sender {
     /// Since when the channel has had no consumer (None while one is attached).
     unattached_since: Option<Instant>,
     max_inline: usize,
+    /// The channel's field schema ([`Sender::with_schema`]): its messages are data-only.
+    fields: Option<Arc<crate::schema::Schema>>,
     pub(super) stats: SenderStats,
 }
 
 mod create;
+mod positional;
 mod watch;
+
+pub use positional::Outgoing;
 
 use watch::Watch;
 
@@ -122,7 +127,11 @@ impl Sender {
 
     /// A block from the pool for `len` bytes (their pages committed), waiting (up to
     /// `deadline`) while every block is out.
-    fn alloc_block(&mut self, len: usize, deadline: Option<Instant>) -> Result<u32, Error> {
+    pub(super) fn alloc_block(
+        &mut self,
+        len: usize,
+        deadline: Option<Instant>,
+    ) -> Result<u32, Error> {
         if let Some(b) = self.pool.try_alloc(len)? {
             return Ok(b);
         }
@@ -217,8 +226,13 @@ impl Sender {
     /// blocks are reclaimed); [`Error::TooLarge`]; [`Error::InvalidArgument`] for a loan from
     /// another sender or a field over the encoding limits. On error, loans in the message go
     /// back to the pool.
-    pub fn send(&mut self, mut msg: MessageBuilder<'_>) -> Result<(), Error> {
-        self.send_inner(&mut msg, None)?;
+    ///
+    /// On a channel with a schema ([`Sender::with_schema`]) send a
+    /// [`SchemaMessage`](crate::SchemaMessage) (checked against the schema, then data-only);
+    /// on any other channel a [`MessageBuilder`]; the other kind is refused
+    /// ([`Error::InvalidArgument`]).
+    pub fn send<M: Outgoing>(&mut self, mut msg: M) -> Result<(), Error> {
+        msg.send_on(self, None)?;
         self.flush();
         Ok(())
     }
@@ -249,12 +263,12 @@ impl Sender {
     ///
     /// # Errors
     /// As [`Sender::send`], and [`Error::Timeout`].
-    pub fn send_timeout(
+    pub fn send_timeout<M: Outgoing>(
         &mut self,
-        mut msg: MessageBuilder<'_>,
+        mut msg: M,
         timeout: Duration,
     ) -> Result<(), Error> {
-        self.send_inner(&mut msg, Some(Instant::now() + timeout))?;
+        msg.send_on(self, Some(Instant::now() + timeout))?;
         self.flush();
         Ok(())
     }
@@ -339,7 +353,7 @@ impl Sender {
     /// # Errors
     /// [`Error::TooLarge`] if the record (with its pad) can never fit in the ring.
     #[inline]
-    fn place_record(&self, n: u32) -> Result<u32, Error> {
+    pub(super) fn place_record(&self, n: u32) -> Result<u32, Error> {
         let contiguous = self.desc.contiguous(0);
         let pad = if contiguous < n { contiguous } else { 0 };
         if pad + n > self.desc.shape().capacity {
@@ -370,7 +384,11 @@ impl Sender {
     /// Waits until `need` slots after the staged ones are free (publishing the staged ones
     /// first: the consumer must see them to make room).
     #[cold]
-    fn wait_for_slots(&mut self, need: u32, deadline: Option<Instant>) -> Result<(), Error> {
+    pub(super) fn wait_for_slots(
+        &mut self,
+        need: u32,
+        deadline: Option<Instant>,
+    ) -> Result<(), Error> {
         self.flush();
         let wait = self.cfg.wait;
         let this = std::cell::RefCell::new(self);
@@ -401,7 +419,7 @@ impl Sender {
         )
     }
 
-    fn send_inner(
+    pub(super) fn send_inner(
         &mut self,
         msg: &mut MessageBuilder<'_>,
         deadline: Option<Instant>,
@@ -412,6 +430,12 @@ impl Sender {
             || h.producer_closed.load(Ordering::Relaxed) != 0
         {
             return Err(Error::Disconnected);
+        }
+        if let Some(s) = &self.fields {
+            return Err(Error::InvalidArgument(format!(
+                "a self-describing message on a channel with a schema {s}: build it with \
+                 SchemaMessage (fields by FieldId)"
+            )));
         }
         message::check_limits(msg)?;
         // 1. Where does each array go?

@@ -34,7 +34,7 @@ impl<'a> PoolRef<'a> {
         }
     }
 
-    fn block(&self, idx: u64, len: u64) -> Result<&'a [u8], Error> {
+    pub(crate) fn block(&self, idx: u64, len: u64) -> Result<&'a [u8], Error> {
         if idx >= self.blocks as u64 || len > self.block_size as u64 {
             return Err(corrupt(format!(
                 "array in block {idx} of {len} bytes (pool: {} blocks of {} bytes)",
@@ -117,7 +117,7 @@ impl<'a> DataRef<'a> {
     /// # Safety
     /// `at + len` must not exceed the length of the body this data belongs to.
     #[inline]
-    unsafe fn slice(&self, at: usize, len: usize) -> &'a [u8] {
+    pub(crate) unsafe fn slice(&self, at: usize, len: usize) -> &'a [u8] {
         // SAFETY: inside the body's length (caller), for which `ptr` is readable for 'a
         // (constructor). This is a zero-copy array view: a hostile producer may change the
         // values while they are read (documented on `MessageView`); bounds and layout were

@@ -182,15 +182,25 @@ pub(crate) unsafe fn encode_raw(
 }
 
 /// Writes a body through a raw pointer (the destination may be shared memory).
-struct Writer {
+pub(super) struct Writer {
     dst: *mut u8,
     len: usize,
     pos: usize,
 }
 
 impl Writer {
+    /// A writer of `len` bytes at `dst` (valid for writes of `len` bytes: the caller's
+    /// contract, as for `encode_raw`).
     #[inline]
-    fn bytes(&mut self, b: &[u8]) {
+    pub(super) fn new(dst: *mut u8, len: usize) -> Self {
+        Writer { dst, len, pos: 0 }
+    }
+    #[inline]
+    pub(super) fn pos(&self) -> usize {
+        self.pos
+    }
+    #[inline]
+    pub(super) fn bytes(&mut self, b: &[u8]) {
         assert!(b.len() <= self.len - self.pos, "encoder overran its body");
         // SAFETY: `pos + b.len() <= len` (checked), and `dst` is valid for `len` bytes of
         // writes (`encode_raw`'s contract); `b` is our own memory, not the destination.
@@ -198,15 +208,15 @@ impl Writer {
         self.pos += b.len();
     }
     #[inline]
-    fn u32(&mut self, v: u32) {
+    pub(super) fn u32(&mut self, v: u32) {
         self.bytes(&v.to_le_bytes());
     }
     #[inline]
-    fn u64(&mut self, v: u64) {
+    pub(super) fn u64(&mut self, v: u64) {
         self.bytes(&v.to_le_bytes());
     }
     #[inline]
-    fn align8(&mut self) {
+    pub(super) fn align8(&mut self) {
         let n = pad8(self.pos) - self.pos;
         assert!(n <= self.len - self.pos, "encoder overran its body");
         // SAFETY: in bounds (checked), see `bytes`.

@@ -161,6 +161,22 @@ pub enum FieldError {
         /// Its name.
         name: String,
     },
+    /// A field of a schema message was not set (every field of every record must be).
+    Missing {
+        /// Its name.
+        name: String,
+        /// The record it is missing from.
+        record: usize,
+    },
+    /// A value of another kind, dtype or shape than the schema's field.
+    WrongType {
+        /// The field's name.
+        name: String,
+        /// What the schema says.
+        expected: String,
+        /// What was given (or asked for).
+        found: String,
+    },
     /// A position past the last field.
     OutOfRange {
         /// The position asked for.
@@ -184,6 +200,18 @@ impl fmt::Display for FieldError {
             FieldError::NotAnArray { name } => write!(
                 f,
                 "field '{name}' is metadata, not an array: read it with meta/meta_i64/meta_str"
+            ),
+            FieldError::Missing { name, record } => write!(
+                f,
+                "field '{name}' of record {record} was not set: a schema message sets every field"
+            ),
+            FieldError::WrongType {
+                name,
+                expected,
+                found,
+            } => write!(
+                f,
+                "field '{name}' is a {expected} in the channel's schema, not a {found}"
             ),
             FieldError::OutOfRange { index, len } => write!(
                 f,

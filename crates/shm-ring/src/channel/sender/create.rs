@@ -50,6 +50,10 @@ impl Sender {
         if let Some(ChannelSchema::Fields(s)) = schema {
             s.check()?;
         }
+        let fields = match schema {
+            Some(ChannelSchema::Fields(s)) => Some(Arc::new(s.clone())),
+            _ => None,
+        };
         let schema = schema.map(wire::encode);
         let schema_len = schema.as_ref().map_or(0, |s| s.len());
         let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
@@ -78,7 +82,9 @@ impl Sender {
                 )
             };
         }
-        Self::init(seg, layout, cfg)
+        let mut tx = Self::init(seg, layout, cfg)?;
+        tx.fields = fields;
+        Ok(tx)
     }
 
     /// Creates an anonymous channel (memfd): hand [`Sender::segment`]'s file to a child process
@@ -145,6 +151,7 @@ impl Sender {
             consumer: None,
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
+            fields: None,
             stats: SenderStats::default(),
         })
     }
