@@ -7,13 +7,10 @@ use smallvec::SmallVec;
 
 use super::alloc::BlockPool;
 use super::wait::block_on;
-use super::{
-    ChannelConfig, ChannelHeader, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing,
-    channel_header,
-};
+use super::{ChannelConfig, ChannelHeader, ShmRing, channel_header};
 use crate::dtype::Element;
 use crate::error::Error;
-use crate::message::{self, ArraySrc, FieldSrc, MessageBuilder, Place};
+use crate::message::{self, FieldSrc, MessageBuilder, Place};
 use crate::op_error::{SendError, TrySendError};
 use crate::pool::{ArrayLoanUninit, LoanToken};
 use crate::ring::{self, Storage};
@@ -75,6 +72,7 @@ pub struct Sender {
 mod create;
 mod positional;
 mod watch;
+mod write;
 
 pub use positional::Outgoing;
 
@@ -440,154 +438,35 @@ impl Sender {
         message::check_limits(msg)?;
         // 1. Where does each array go?
         let mut places: SmallVec<[Place; 8]> = SmallVec::with_capacity(msg.fields.len());
-        let mut new_blocks = 0usize;
         for f in &msg.fields {
             places.push(match &f.src {
                 FieldSrc::Meta(_) => Place::None,
-                FieldSrc::Array {
-                    data: ArraySrc::Loan(t),
-                    ..
-                } => {
-                    if !Arc::ptr_eq(&t.home, self.pool.home()) {
-                        return Err(Error::InvalidArgument(format!(
-                            "array '{}' was loaned from another sender",
-                            f.name
-                        )));
-                    }
-                    Place::Block(t.block)
-                }
                 FieldSrc::Array { data, .. } => {
-                    let len = data.len();
-                    if self.cfg.blocks > 0 && self.cfg.transfer.zero_copy(len) {
-                        let block_size = self.pool.home().geom.block_size;
-                        if len > block_size {
-                            return Err(Error::TooLarge {
-                                what: "zero-copy array",
-                                needed: len,
-                                limit: block_size,
-                                setting: "ChannelConfig::block_size",
-                            });
-                        }
-                        new_blocks += 1;
-                        Place::Block(u32::MAX)
-                    } else {
-                        Place::Inline
-                    }
+                    self.place_array(data, &format_args!("'{}'", f.name))?
                 }
             });
         }
         let body_len = message::body_len(msg, &places);
-        let inline = RECORD_HEADER + body_len <= self.max_inline;
-        if !inline {
-            if self.cfg.blocks == 0 {
-                return Err(Error::TooLarge {
-                    what: "message body (too large to travel inline)",
-                    needed: RECORD_HEADER + body_len,
-                    limit: self.max_inline,
-                    setting: "ChannelConfig::slots (or slot_size)",
-                });
-            }
-            let block_size = self.pool.home().geom.block_size;
-            if body_len > block_size {
-                return Err(Error::TooLarge {
-                    what: "message body",
-                    needed: body_len,
-                    limit: block_size,
-                    setting: "ChannelConfig::block_size",
-                });
-            }
-            new_blocks += 1;
-        }
-        if new_blocks > self.cfg.blocks as usize {
-            return Err(Error::TooLarge {
-                what: "message (pool blocks)",
-                needed: new_blocks,
-                limit: self.cfg.blocks as usize,
-                setting: "ChannelConfig::blocks",
-            });
-        }
-        // 2. Blocks for arrays copied zero-copy, and their data.
-        let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
-        let result = (|| {
-            for (i, f) in msg.fields.iter().enumerate() {
-                if places[i] == Place::Block(u32::MAX)
-                    && let FieldSrc::Array { data, .. } = &f.src
-                {
-                    let src = data.bytes();
-                    let b = self.alloc_block(src.len(), deadline)?;
-                    taken.push(b);
-                    places[i] = Place::Block(b);
-                    // Block b is ours alone; block_size >= len (checked above).
-                    self.pool.write_block(b, src);
-                }
-            }
-            let body_block = if inline {
-                None
-            } else {
-                let b = self.alloc_block(body_len, deadline)?;
-                taken.push(b);
-                Some(b)
-            };
-            let n_slots = if inline {
-                (RECORD_HEADER + body_len).div_ceil(self.desc.shape().slot_size as usize) as u32
-            } else {
-                1
-            };
-            let pad = self.place_record(n_slots)?;
-            if self.desc.free(pad + n_slots)? < pad + n_slots {
-                self.wait_for_slots(pad + n_slots, deadline)?;
-            }
-            Ok((body_block, n_slots, pad))
-        })();
-        let (body_block, n_slots, pad) = match result {
-            Ok(v) => v,
-            Err(e) => {
-                self.pool.unsent(&taken);
-                return Err(e);
-            }
-        };
-        // 3. Write the record (and the body) and hand the blocks over.
-        let rec_pos = self.desc.position().wrapping_add(pad);
-        // `pad + n_slots` slots are free (checked or waited for above, and the consumer only
-        // frees more): the chunk has them all.
-        let mut chunk = self.desc.write_chunk_uninit(pad + n_slots)?;
-        if pad > 0 {
-            chunk.write_pod(0, 0, [pad, REC_PAD, 0, 0]);
-        }
-        match body_block {
-            None => {
-                chunk.write_pod(pad, 0, [n_slots, REC_INLINE, body_len as u32, 0]);
-                let rec = chunk.as_mut_ptr(pad);
-                // SAFETY: the chunk's n_slots contiguous free slots (reserve_slots) start at
-                // `rec` and hold RECORD_HEADER + body_len bytes; slot memory is 8-aligned.
-                // Written through pointers only: a hostile consumer writing these slots
-                // meanwhile only spoils the message it is about to read.
-                unsafe { message::encode_raw(msg, &places, rec.add(RECORD_HEADER), body_len) };
-            }
-            Some(b) => {
-                let block = self.pool.home().block_ptr(b);
-                // SAFETY: block b is free, block_size >= body_len (checked), 64-aligned.
-                // Pointers only, as above.
-                unsafe { message::encode_raw(msg, &places, block, body_len) };
-                chunk.write_pod(pad, 0, [1, REC_BLOCK, body_len as u32, b]);
-            }
-        }
-        // Staged: the caller publishes (`flush`).
-        chunk.stage(pad + n_slots);
-        for b in taken {
-            self.pool.sent(b, rec_pos);
-        }
+        let inline = self.check_body(&places, body_len)?;
+        // 2.-3. Blocks, slots, the record and its body (see `sender/write.rs`).
+        let m: &MessageBuilder<'_> = msg;
+        let rec_pos = self.write_record(
+            &mut places,
+            |i| match &m.fields[i].src {
+                FieldSrc::Array { data, .. } => Some(data.bytes()),
+                FieldSrc::Meta(_) => None,
+            },
+            inline,
+            body_len,
+            deadline,
+            // SAFETY: `write_record` hands `dst` with `body_len` writable 8-aligned bytes of
+            // a record or block of ours; written through pointers only (a hostile consumer
+            // scribbling there meanwhile only spoils the message it is about to read).
+            |dst, places| unsafe { message::encode_raw(m, places, dst, body_len) },
+        )?;
         for (f, p) in msg.fields.iter_mut().zip(&places) {
             if let FieldSrc::Array { data, .. } = &mut f.src {
-                self.stats.array_bytes += data.len() as u64;
-                if let ArraySrc::Loan(t) = std::mem::replace(data, ArraySrc::Borrowed(&[])) {
-                    let b = (*t).take();
-                    self.pool.sent(b, rec_pos);
-                }
-                match p {
-                    Place::Block(_) => self.stats.zero_copy_arrays += 1,
-                    _ => self.stats.copied_arrays += 1,
-                }
+                self.account_array(data, *p, rec_pos);
             }
         }
         self.stats.messages += 1;
