@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::{ChannelHeader, Message, ShmRing, WaitConfig, channel_header};
 use crate::error::Error;
-use crate::message::{self, DataRef, MessageView};
+use crate::message::{self, DataRef, MessageView, PoolRef};
 use crate::ring::{self, Storage};
 use crate::schema::ChannelSchema;
 use crate::sync::Ordering;
@@ -189,6 +189,31 @@ impl Receiver {
         mut f: impl FnMut(MessageView<'_>),
     ) -> Result<usize, Error> {
         self.self_describing()?;
+        self.read_in_place(max, timeout, |body, data, pool, blocks| {
+            let v = MessageView::parse_with(body, data, pool)?;
+            v.for_each_block(|b| blocks.push(b))?;
+            f(v);
+            Ok(())
+        })
+    }
+
+    /// The in-place batch loop of [`Receiver::recv_batch`] and [`Receiver::recv_positional`]:
+    /// waits for a record, then for up to `max` messages copies the body's headers into a
+    /// private buffer and lets `each(body, data, pool, blocks)` parse, validate and read it
+    /// (pushing every pool block the message names onto `blocks`); releases every slot read
+    /// with one store and every block once at the end. A message `each` refuses ends the batch
+    /// with its error, and every block it named comes back to the producer.
+    pub(super) fn read_in_place(
+        &mut self,
+        max: usize,
+        timeout: Option<Duration>,
+        mut each: impl FnMut(
+            &[u8],
+            DataRef<'_>,
+            PoolRef<'_>,
+            &mut SmallVec<[u32; 16]>,
+        ) -> Result<(), Error>,
+    ) -> Result<usize, Error> {
         self.shared.check()?;
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut rec = self.next_rec(deadline)?;
@@ -213,21 +238,20 @@ impl Receiver {
                 // validated as private data.
                 unsafe { message::copy_for_parse(src, len, body) };
                 let body: &[u8] = body;
-                // SAFETY: the `len` body bytes at `src` stay mapped while `self` is borrowed.
+                // SAFETY: the `len` body bytes at `src` stay mapped while `self` is borrowed;
+                // inline array ranges read through it are checked against `len` by the parser.
                 let data = unsafe { DataRef::shared(src) };
-                let view = MessageView::parse_with(body, data, self.shared.pool());
-                let mut ok = view.and_then(|v| v.for_each_block(|b| blocks.push(b)).map(|_| v));
-                if let Ok(v) = ok.as_mut() {
-                    f(*v);
-                    done += 1;
-                }
+                let ok = each(body, data, self.shared.pool(), &mut blocks);
                 if let Some(b) = block {
                     blocks.push(b);
                 }
-                if let Err(e) = ok {
-                    dropped = Some(self.desc.position());
-                    self.skip(n);
-                    break Err(e);
+                match ok {
+                    Ok(()) => done += 1,
+                    Err(e) => {
+                        dropped = Some(self.desc.position());
+                        self.skip(n);
+                        break Err(e);
+                    }
                 }
             }
             // Move past this record without publishing (one store at the end).
