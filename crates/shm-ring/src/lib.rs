@@ -102,7 +102,7 @@ pub use message::{
 #[cfg(not(loom))]
 pub use op_error::{RecvError, SendError, TrySendError};
 #[cfg(not(loom))]
-pub use pool::{ArrayLoan, ArrayLoanUninit};
+pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 #[cfg(not(loom))]
 pub use schema::{FieldError, FieldId, FieldKind, FieldSpec, Schema, SchemaError, ValueType};
 #[cfg(not(loom))]

@@ -65,6 +65,11 @@ impl Receiver {
         self.producer.pid()
     }
 
+    /// The producer's pool as read (and validated) at open: (blocks, bytes per block).
+    pub fn pool_geometry(&self) -> (u32, usize) {
+        (self.shared.pool.blocks, self.shared.pool.block_size)
+    }
+
     pub(super) fn header(&self) -> &ChannelHeader {
         channel_header(&self.shared.seg)
     }

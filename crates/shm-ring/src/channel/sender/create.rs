@@ -1,7 +1,7 @@
 //! Creating the producer end: the segment (named or anonymous), the channel header, the
 //! schema region (written once, before the segment is published), the rings and the pool.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Sender, SenderStats};
@@ -136,11 +136,7 @@ impl Sender {
             },
             layout.comp,
         );
-        let home = Arc::new(PoolHome {
-            seg: seg.clone(),
-            geom: layout.pool,
-            orphans: Mutex::new(Vec::new()),
-        });
+        let home = Arc::new(PoolHome::new(seg.clone(), layout.pool));
         let ident = crate::channel::file_ident(&seg);
         Ok(Sender {
             seg,
