@@ -1,6 +1,7 @@
 //! Block pins: a sent loan's block is not reused while a pin of it lives (whatever order the
 //! consumer's release and the pin's drop come in), the pool stays mapped under a pin after
-//! the sender is gone; bool loans; the pool geometry a receiver reads at open.
+//! the sender is gone; bool loans; the pool geometry a receiver reads at open; a send that
+//! waits in slices without losing its message (`try_send_timeout`).
 #![cfg(not(loom))]
 
 use std::os::fd::AsFd;
@@ -131,4 +132,27 @@ fn a_bool_loan_travels_as_bool_and_the_receiver_knows_the_pool() {
         .unwrap();
     assert_eq!(f, (DType::Bool, vec![2, 3], vec![0, 1, 0, 1, 0, 1]));
     assert_eq!(m.leased_blocks(), 1, "zero-copy");
+}
+
+#[test]
+fn try_send_timeout_waits_and_gives_the_message_back_with_its_loan() {
+    let cfg = ChannelConfig { slots: 2, ..cfg(4) };
+    let (mut tx, mut rx) = pair(&cfg);
+    while tx.try_send(MessageBuilder::new().tag(1)).is_ok() {}
+    let loan = tx.loan::<u32>(&[4]).unwrap().fill(9);
+    let t0 = std::time::Instant::now();
+    let back = match tx.try_send_timeout(
+        MessageBuilder::new().tag(2).array_loan("x", loan),
+        std::time::Duration::from_millis(30),
+    ) {
+        Err(shm_ring::TrySendError::Full(m)) => m,
+        other => panic!("expected Full, got {other:?}"),
+    };
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(25));
+    while rx.try_recv().unwrap().is_some() {}
+    tx.try_send_timeout(back, std::time::Duration::from_secs(5))
+        .unwrap();
+    let m = rx.recv().unwrap();
+    assert_eq!(m.tag(), 2);
+    assert_eq!(m.record(0).unwrap().slice::<u32>("x").unwrap(), &[9; 4]);
 }
