@@ -1,7 +1,7 @@
 //! Python exceptions and the mapping of the Rust errors onto them.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -52,24 +52,6 @@ create_exception!(
     PeerDied,
     "A pipeline process (worker or emitter) died."
 );
-
-/// A shm-ring error as a Python exception.
-pub fn ring_err(e: shm_ring::Error) -> PyErr {
-    use shm_ring::Error as E;
-    let msg = e.to_string();
-    match e {
-        E::Timeout => PyTimeoutError::new_err(msg),
-        E::PeerDied { .. } => PeerDied::new_err(msg),
-        E::Corrupt(_) | E::NotASegment(_) | E::VersionMismatch { .. } => {
-            CorruptMessage::new_err(msg)
-        }
-        E::Disconnected => Disconnected::new_err(msg),
-        E::InvalidArgument(_) | E::TooLarge { .. } => PyValueError::new_err(msg),
-        E::NotFound(_) => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
-        E::AlreadyExists(_) => pyo3::exceptions::PyFileExistsError::new_err(msg),
-        _ => ShmpipeError::new_err(msg),
-    }
-}
 
 /// A pipeline error as a Python exception.
 pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {

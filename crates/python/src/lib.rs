@@ -21,6 +21,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<channel::Message>()?;
     m.add_class::<channel::Loan>()?;
     m.add_class::<channel::Lease>()?;
+    m.add_class::<channel::Records>()?;
     m.add_class::<item::ItemLease>()?;
     m.add_class::<pipeline::PipelineRun>()?;
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;

@@ -79,6 +79,9 @@ def test_loan_is_zero_copy_and_the_block_returns_when_the_last_view_is_gone(chan
     gc.collect()
     assert alive() is None
     assert rx.held_blocks == 0
+    assert tx.free_blocks() == 1, "the producer's sent array still holds the block"
+    del buf
+    gc.collect()
     assert tx.free_blocks() == 2
 
 
@@ -264,6 +267,7 @@ def test_interop_torch_dlpack_and_asarray(chan_name):
     b = tx.loan((256, 256), np.float32)
     b[:] = 1.5
     tx.send({"x": b})
+    del b  # the producer's array would hold the block too
     m = rx.recv(timeout=5)
     x = m["x"]
     assert np.asarray(x) is x or np.shares_memory(np.asarray(x), x)

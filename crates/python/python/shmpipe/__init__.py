@@ -32,6 +32,7 @@ from ._native import (
     PipelineError,
     PoolExhausted,
     Receiver,
+    Records,
     Sender,
     ShmpipeError,
     StepError,
@@ -49,6 +50,7 @@ __all__ = [
     "PoolExhausted",
     "Receiver",
     "ReceiverHandle",
+    "Records",
     "Sender",
     "ShmpipeError",
     "StepError",
@@ -64,7 +66,7 @@ class ReceiverHandle:
     with ``multiprocessing.reduction.DupFd``, as multiprocessing does for its own pipes):
     pass it as an argument of ``Process(target=..., args=(handle,))`` and call
     :meth:`open` in the child. For ``subprocess``, pass ``handle.fileno()`` in ``pass_fds``
-    and call ``Receiver.from_fd(os.dup(fd))`` there.
+    and call ``Receiver.from_fd(fd)`` there (the receiver takes its own duplicate).
     """
 
     def __init__(self, fd: int):
@@ -75,7 +77,7 @@ class ReceiverHandle:
 
     def open(self) -> Receiver:
         """Opens the channel (the handle stays valid; each open takes its own descriptor)."""
-        return Receiver.from_fd(os.dup(self._fd))
+        return Receiver.from_fd(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:
