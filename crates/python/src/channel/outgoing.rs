@@ -96,10 +96,21 @@ impl<'py> Outgoing<'py> {
                 out.metas.push((k.extract::<String>()?, meta_value(&v)?));
             }
         }
-        // Every value is fine: take the loans over.
+        // Every value is fine: take the loans over (a private loan is copied like any array).
         for (i, k) in loans {
             let (name, part) = &mut out.parts[i];
-            *part = Part::Loan(loan::take(&out.keep[k], name)?);
+            *part = match loan::take(&out.keep[k], name)? {
+                Some(loan::Taken::Block(l)) => Part::Loan(Some(l)),
+                _ => {
+                    let (dt, shape, bytes) = borrow(&out.keep[k])?;
+                    Part::Borrowed {
+                        dt,
+                        shape,
+                        bytes,
+                        arr: k,
+                    }
+                }
+            };
         }
         Ok(out)
     }

@@ -343,6 +343,11 @@ impl Sender {
         let dt = dtype::from_py(py, dtype)?;
         let end = deadline(timeout)?;
         let this = slf.get();
+        let nbytes = shape.iter().product::<usize>().saturating_mul(dt.size());
+        if this.cfg.blocks == 0 || !this.cfg.transfer.zero_copy(nbytes) {
+            // Below the threshold: private memory, copied by `send` (cheaper than a block).
+            return Loan::private(py, dt, &shape);
+        }
         let l = this.take_loan(py, dt, &shape, end)?;
         Loan::into_array(py, l, dt, &shape, &this.live_loans)
     }
