@@ -129,7 +129,7 @@ def test_no_view_of_a_sent_loan_ever_shows_a_later_loan():
 
 def test_views_made_from_a_sent_loan_are_read_only():
     tx, rx = _pair(blocks=2)
-    buf = tx.loan((8, 8), np.float64)
+    buf = tx.loan((16, 16), np.float64)  # 2 KiB: a pool block (above the 1 KiB threshold)
     buf[:] = 1
     tx.send({"x": buf})
     for what, v in {"the array": buf, "a slice": buf[1:], "asarray": np.asarray(buf),
@@ -138,7 +138,7 @@ def test_views_made_from_a_sent_loan_are_read_only():
         with pytest.raises(ValueError):
             v[0] = 5
     assert memoryview(buf).readonly
-    assert float(rx.recv(timeout=5)["x"].sum()) == 64
+    assert float(rx.recv(timeout=5)["x"].sum()) == 256
 
 
 def test_holding_every_block_in_loan_arrays_is_a_clear_error_not_a_hang():
@@ -307,7 +307,7 @@ def test_peer_died_carries_the_pid(kill_on_exit):
 
 def test_a_weakref_to_a_loan_dies_with_its_last_view():
     tx, rx = _pair()
-    buf = tx.loan((4,), np.float32)
+    buf = tx.loan((512,), np.float32)  # a pool block
     owner = weakref.ref(buf.base)
     v = buf[1:]
     tx.send({"x": buf})

@@ -21,8 +21,8 @@ the array's base object alive):
   and the last view of the loan is gone, and it stays mapped, even after ``close()``. So no
   view ever shows another message or reads unmapped memory; each loaned array you keep costs a
   block (``del buf`` after ``send``), and ``loan()`` raises ``PoolExhausted`` rather than wait
-  forever when such arrays hold every block. (A loan below ``threshold=`` is private memory
-  that ``send`` copies, as it copies small arrays: no block.)
+  forever when such arrays hold every block. (A loan below ``threshold=`` is an ordinary
+  zeroed array that ``send`` copies, as it copies any small array: no block, stays writable.)
 - ``send`` makes the loaned array, and every view made from it afterwards, read-only. Views
   made before the ``send`` keep numpy's write access: writing through them changes what the
   consumer reads.

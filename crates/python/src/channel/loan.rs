@@ -1,10 +1,11 @@
 //! `Sender.loan`'s arrays: a pool block as a writable numpy array, and how `send` takes it
 //! back.
 //!
-//! Arrays below the channel's threshold (`threshold=`, 1 KiB by default) are private memory
-//! that `send` copies into the message, as it copies small arrays it is given: a pool block's
-//! round trip (loan, consumer's release, return) costs more than copying them. Larger ones
-//! are pool blocks, written in place and read by the consumer where they lie.
+//! Arrays below the channel's threshold (`threshold=`, 1 KiB by default) are not loans at all:
+//! `Sender.loan` gives an ordinary zeroed numpy array, which `send` copies into the message as
+//! it copies any small array (a pool block's round trip, loan, the consumer's release and the
+//! return, costs more than copying them). Larger ones are pool blocks, written in place and
+//! read by the consumer where they lie.
 //!
 //! The array's base object is a [`Loan`]. numpy collapses base chains, so every view of the
 //! array (slices, reshapes, `np.asarray`), and everything that holds one (a `memoryview`, a
@@ -15,12 +16,12 @@
 
 use std::sync::Arc;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use half::f16;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods, npyffi};
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use shm_ring::{ArrayLoan, BlockPin, DType, MessageBuilder};
 
@@ -96,49 +97,25 @@ macro_rules! any_loan {
 }
 any_loan!(F32 f32, F64 f64, I8 i8, I16 i16, I32 i32, I64 i64, U8 u8, U16 u16, U32 u32, U64 u64, F16 f16);
 
-/// Where a loaned array's memory is. The fields are owners, held for what their drop does
-/// (unpin the block, free the buffer), never read.
-#[derive(Debug)]
-#[allow(dead_code)]
-enum Memory {
-    /// A pool block, pinned (mapped and out of the pool while this object lives): zero-copy.
-    Block(BlockPin),
-    /// Private memory that `send` copies into the message: for arrays below the channel's
-    /// threshold, where a pool block's round trip costs more than the copy (as for `send`).
-    Private(Box<[u64]>),
-}
-
-/// The memory of a loaned array: the base object of the array `Sender.loan` returns (see the
-/// module doc).
+/// A pool block loaned to Python code: the base object of the array `Sender.loan` returns
+/// (see the module doc).
 #[derive(Debug)]
 #[pyclass(module = "shmpipe._native", frozen, weakref)]
 pub struct Loan {
-    /// The block's loan, until `send` takes it (`None` for private memory).
+    /// The loan, until `send` takes it.
     inner: Mutex<Option<AnyLoan>>,
-    /// A private loan was sent (it can be sent once, as a block's).
-    sent: AtomicBool,
-    memory: Memory,
-    /// Start of the memory (the array's data pointer) and the array's length in bytes.
+    /// Keeps the block mapped and out of the pool while this object (any view) lives.
+    _pin: BlockPin,
+    /// Start of the block (the array's data pointer) and the array's length in bytes.
     ptr: usize,
     nbytes: usize,
-    /// Live `Loan` objects of the sender holding a block (`None` for private memory).
-    live: Option<Arc<AtomicUsize>>,
-}
-
-/// What `send` takes from a whole loaned array.
-#[derive(Debug)]
-pub(super) enum Taken {
-    /// The block's loan: the array travels zero-copy.
-    Block(AnyLoan),
-    /// Private memory: the array is copied like any other.
-    Private,
+    /// Live `Loan` objects of the sender (each holds one block).
+    live: Arc<AtomicUsize>,
 }
 
 impl Drop for Loan {
     fn drop(&mut self) {
-        if let Some(live) = &self.live {
-            live.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.live.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -158,11 +135,10 @@ impl Loan {
             py,
             Loan {
                 inner: Mutex::new(Some(loan)),
-                sent: AtomicBool::new(false),
-                memory: Memory::Block(pin),
+                _pin: pin,
                 ptr: ptr as usize,
                 nbytes,
-                live: Some(Arc::clone(live)),
+                live: Arc::clone(live),
             },
         )?;
         // SAFETY: `owner` (the array's base) holds a pin of the block: it stays mapped, and
@@ -171,40 +147,6 @@ impl Loan {
         // (`take`). Every byte pattern is a valid value (a bool loan was zeroed). The
         // consumer's process maps the pool too: it may change the values, never the bounds.
         unsafe { view::view(py, dt, shape, ptr, owner.into_any(), true) }
-    }
-
-    /// A writable numpy array of `shape` x `dt` (zeroed) in private memory owned by a `Loan`.
-    pub(super) fn private<'py>(
-        py: Python<'py>,
-        dt: DType,
-        shape: &[usize],
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let nbytes = shape
-            .iter()
-            .try_fold(dt.size(), |a, &d| a.checked_mul(d))
-            .ok_or_else(|| PyValueError::new_err(format!("shape {shape:?} overflows")))?;
-        let mut buf = vec![0u64; nbytes.div_ceil(8).max(1)].into_boxed_slice();
-        let ptr = buf.as_mut_ptr().cast::<u8>();
-        let owner = Bound::new(
-            py,
-            Loan {
-                inner: Mutex::new(None),
-                sent: AtomicBool::new(false),
-                memory: Memory::Private(buf),
-                ptr: ptr as usize,
-                nbytes,
-                live: None,
-            },
-        )?;
-        // SAFETY: `owner` (the array's base) owns the buffer, a heap allocation that never
-        // moves (the Loan is frozen) of at least `nbytes` bytes, 8-aligned, zeroed (a valid
-        // value of every dtype, bool included); only this array and its views reach it.
-        unsafe { view::view(py, dt, shape, ptr, owner.into_any(), true) }
-    }
-
-    /// Whether the array's memory is a pool block (else private memory).
-    fn is_block(&self) -> bool {
-        matches!(self.memory, Memory::Block(_))
     }
 }
 
@@ -234,26 +176,18 @@ pub(super) fn is_whole(arr: &Bound<'_, PyAny>) -> bool {
     whole(arr).is_some()
 }
 
-/// Takes what `send` needs from `arr`, a whole array returned by `Sender.loan` (a block's loan
-/// now belongs to the message), and makes the array read-only. `None` if `arr` is no such
-/// array.
-pub(super) fn take(arr: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<Taken>> {
+/// Takes the loan out of `arr`, a whole array returned by `Sender.loan` (the block now
+/// belongs to the message), and makes the array read-only. `None` if `arr` is no such array.
+pub(super) fn take(arr: &Bound<'_, PyAny>, name: &str) -> PyResult<Option<AnyLoan>> {
     let Some(loan) = whole(arr) else {
         return Ok(None);
     };
-    let l = loan.get();
-    let sent = || PyRuntimeError::new_err(format!("the loaned array {name:?} was already sent"));
-    let taken = if l.is_block() {
-        Taken::Block(lock(&l.inner).take().ok_or_else(sent)?)
-    } else {
-        if l.sent.swap(true, Ordering::Relaxed) {
-            return Err(sent());
-        }
-        Taken::Private
-    };
+    let taken = lock(&loan.get().inner).take().ok_or_else(|| {
+        PyRuntimeError::new_err(format!("the loaned array {name:?} was already sent"))
+    })?;
     if let Ok(a) = arr.cast::<PyUntypedArray>() {
-        // The message owns the data now: no more writes through this array (views made from
-        // it from now on are read-only too; see the package docs for earlier ones).
+        // The block now belongs to the message: no more writes through this array (views
+        // made from it from now on are read-only too; see the package docs for earlier ones).
         // SAFETY: clearing a flag of a live array we hold.
         unsafe { (*a.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
     }

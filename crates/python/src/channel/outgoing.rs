@@ -96,21 +96,10 @@ impl<'py> Outgoing<'py> {
                 out.metas.push((k.extract::<String>()?, meta_value(&v)?));
             }
         }
-        // Every value is fine: take the loans over (a private loan is copied like any array).
+        // Every value is fine: take the loans over.
         for (i, k) in loans {
             let (name, part) = &mut out.parts[i];
-            *part = match loan::take(&out.keep[k], name)? {
-                Some(loan::Taken::Block(l)) => Part::Loan(Some(l)),
-                _ => {
-                    let (dt, shape, bytes) = borrow(&out.keep[k])?;
-                    Part::Borrowed {
-                        dt,
-                        shape,
-                        bytes,
-                        arr: k,
-                    }
-                }
-            };
+            *part = Part::Loan(loan::take(&out.keep[k], name)?);
         }
         Ok(out)
     }

@@ -14,7 +14,6 @@ use shm_ring::MetaValue;
 use super::errors::{from_fd_err, ring_err};
 use super::message::Message;
 use super::{batch, closed, deadline, lock, slice, view};
-use crate::dtype;
 use crate::errors::{Disconnected, PoolExhausted};
 
 /// What keeps a received message (and its pool blocks) alive: the base object of its arrays.
@@ -140,7 +139,13 @@ impl Receiver {
         })
     }
 
+    /// The Python `Message` of `msg`. Arrays in pool blocks are views whose base is a `Lease`
+    /// of the message; a message with no block (every array copied through the ring) gives
+    /// arrays of their own instead (a 16-float copy costs less than a lease object).
     fn wrap<'py>(&self, py: Python<'py>, msg: shm_ring::Message) -> PyResult<Bound<'py, Message>> {
+        if msg.leased_blocks() == 0 {
+            return message(py, &msg, None);
+        }
         self.held.fetch_add(msg.leased_blocks(), Ordering::Relaxed);
         let lease = Bound::new(
             py,
@@ -149,33 +154,41 @@ impl Receiver {
                 held: Arc::clone(&self.held),
             },
         )?;
-        let view = lease.get().msg.view();
-        let tag = view.tag();
-        let mut m = if view.len() == 1 {
-            let rec = view.record(0).map_err(|e| ring_err(py, e))?;
-            let (arrays, meta) = record(py, &lease, rec)?;
-            Message::new(arrays, meta, None)
-        } else {
-            let list = PyList::empty(py);
-            let mut first = None;
-            for rec in view.records() {
-                let (a, m) = record(py, &lease, rec.map_err(|e| ring_err(py, e))?)?;
-                first.get_or_insert_with(|| (a.clone(), m.clone()));
-                list.append(Bound::new(py, Message::new(a, m, None))?)?;
-            }
-            let (a, m) = first.unwrap_or_else(|| (PyDict::new(py), None));
-            Message::new(a, m, Some(list.unbind()))
-        };
-        m.tag = tag;
-        Bound::new(py, m)
+        message(py, &lease.get().msg, Some(&lease))
     }
 }
 
-/// The arrays (numpy views over the message, its `lease` their base) and metadata of one
-/// record; the metadata dict only if the record has metadata.
+/// The `Message` of `msg`: arrays as views with base `lease`, or copies without one.
+fn message<'py>(
+    py: Python<'py>,
+    msg: &shm_ring::Message,
+    lease: Option<&Bound<'py, Lease>>,
+) -> PyResult<Bound<'py, Message>> {
+    let view = msg.view();
+    let mut m = if view.len() == 1 {
+        let rec = view.record(0).map_err(|e| ring_err(py, e))?;
+        let (arrays, meta) = record(py, lease, rec)?;
+        Message::new(arrays, meta, None)
+    } else {
+        let list = PyList::empty(py);
+        let mut first = None;
+        for rec in view.records() {
+            let (a, m) = record(py, lease, rec.map_err(|e| ring_err(py, e))?)?;
+            first.get_or_insert_with(|| (a.clone(), m.clone()));
+            list.append(Bound::new(py, Message::new(a, m, None))?)?;
+        }
+        let (a, m) = first.unwrap_or_else(|| (PyDict::new(py), None));
+        Message::new(a, m, Some(list.unbind()))
+    };
+    m.tag = view.tag();
+    Bound::new(py, m)
+}
+
+/// The arrays and metadata of one record (the metadata dict only if there is metadata):
+/// views with base `lease` (the message's owner), or copies if there is none.
 fn record<'py>(
     py: Python<'py>,
-    lease: &Bound<'py, Lease>,
+    lease: Option<&Bound<'py, Lease>>,
     rec: shm_ring::RecordView<'_>,
 ) -> PyResult<(Bound<'py, PyDict>, Option<Bound<'py, PyDict>>)> {
     let arrays = PyDict::new(py);
@@ -184,36 +197,27 @@ fn record<'py>(
         match f.map_err(|e| ring_err(py, e))? {
             shm_ring::FieldRef::Array(a) => {
                 let aligned = (a.bytes.as_ptr() as usize).is_multiple_of(a.dtype.size());
-                let arr = if a.dtype == shm_ring::DType::Bool || !aligned || a.bytes.is_empty() {
-                    // Bytes to check (bool) or to align: a private copy.
-                    // SAFETY: the bytes live in the message (its heap body or its leased
-                    // blocks), which `lease` owns and never moves.
-                    unsafe {
-                        dtype::array_over(
-                            py,
-                            a.dtype,
-                            &a.shape,
-                            a.bytes,
-                            lease.clone().into_any(),
-                            true,
-                        )?
+                let arr = match lease {
+                    // Bytes to check (bool), to align, or no lease: a private copy.
+                    Some(lease) if a.dtype != shm_ring::DType::Bool && aligned => {
+                        // SAFETY: the bytes live in the message (its private heap body, or
+                        // pool blocks leased to it: the sender does not touch them until the
+                        // lease returns them), which `lease`, the array's base, owns and
+                        // never moves; aligned; any bit pattern is a valid number. Writable:
+                        // the block is this message's alone (a hostile producer could still
+                        // change the values).
+                        unsafe {
+                            view::view(
+                                py,
+                                a.dtype,
+                                &a.shape,
+                                a.bytes.as_ptr().cast_mut(),
+                                lease.clone().into_any(),
+                                true,
+                            )?
+                        }
                     }
-                } else {
-                    // SAFETY: the bytes live in the message (its private heap body, or pool
-                    // blocks leased to it: the sender does not touch them until the lease
-                    // returns them), which `lease`, the array's base, owns and never moves;
-                    // aligned; any bit pattern is a valid number. Writable: the block is this
-                    // message's alone (a hostile producer could still change the values).
-                    unsafe {
-                        view::view(
-                            py,
-                            a.dtype,
-                            &a.shape,
-                            a.bytes.as_ptr().cast_mut(),
-                            lease.clone().into_any(),
-                            true,
-                        )?
-                    }
+                    _ => view::copy(py, a.dtype, &a.shape, a.bytes)?,
                 };
                 arrays.set_item(a.name, arr)?;
             }

@@ -12,7 +12,7 @@ use shm_ring::{ChannelConfig, DType, MessageBuilder, Transfer, TrySendError};
 use super::errors::ring_err;
 use super::loan::{AnyLoan, Loan};
 use super::outgoing::{Outgoing, Part};
-use super::{batch, closed, deadline, lock, slice};
+use super::{batch, closed, deadline, lock, slice, view};
 use crate::dtype;
 use crate::errors::PoolExhausted;
 
@@ -238,6 +238,33 @@ impl Sender {
     }
 }
 
+/// A shape given as an int or a sequence of ints.
+fn shape_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    if let Ok(t) = obj.cast::<pyo3::types::PyTuple>() {
+        return t.iter().map(|d| d.extract::<usize>()).collect();
+    }
+    if let Ok(n) = obj.extract::<usize>() {
+        return Ok(vec![n]);
+    }
+    obj.extract::<Vec<usize>>()
+}
+
+/// The dtype of `obj`: the last few objects asked for are remembered (held, so their
+/// addresses cannot be reused by other objects), as a loop asks for the same one each time.
+fn dtype_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    static SEEN: Mutex<Vec<(Py<PyAny>, DType)>> = Mutex::new(Vec::new());
+    if let Some(&(_, dt)) = lock(&SEEN).iter().find(|(o, _)| o.as_ptr() == obj.as_ptr()) {
+        return Ok(dt);
+    }
+    let dt = dtype::from_py(py, obj)?;
+    let mut seen = lock(&SEEN);
+    if seen.len() >= 8 {
+        seen.remove(0);
+    }
+    seen.push((obj.clone().unbind(), dt));
+    Ok(dt)
+}
+
 #[pymethods]
 impl Sender {
     /// Creates the named channel `name` (see `Sender.create` in `shmpipe`).
@@ -335,18 +362,19 @@ impl Sender {
     #[pyo3(signature = (shape, dtype, timeout=None))]
     fn loan<'py>(
         slf: &Bound<'py, Self>,
-        shape: Vec<usize>,
+        shape: &Bound<'py, PyAny>,
         dtype: &Bound<'py, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
-        let dt = dtype::from_py(py, dtype)?;
+        let shape = shape_of(shape)?;
+        let dt = dtype_of(py, dtype)?;
         let end = deadline(timeout)?;
         let this = slf.get();
         let nbytes = shape.iter().product::<usize>().saturating_mul(dt.size());
         if this.cfg.blocks == 0 || !this.cfg.transfer.zero_copy(nbytes) {
-            // Below the threshold: private memory, copied by `send` (cheaper than a block).
-            return Loan::private(py, dt, &shape);
+            // Below the threshold: an ordinary array, copied by `send` (cheaper than a block).
+            return view::zeros(py, dt, &shape);
         }
         let l = this.take_loan(py, dt, &shape, end)?;
         Loan::into_array(py, l, dt, &shape, &this.live_loans)
