@@ -1,13 +1,14 @@
 //! The public builder of a pipeline, and `start()`: spawning the children and connecting them.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Transfer;
 use crate::error::Error;
-use crate::handover::Ctrl;
+use crate::handover::{Ctrl, Kind};
 use crate::input::Feeder;
 use crate::node::{
     self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
@@ -17,6 +18,7 @@ use crate::pipeline::{
     Pipeline, Reorder, Topology, interrupt_flag,
 };
 use crate::process::{self, ChildProc, Shared};
+use crate::share::{self, SharedFd};
 use crate::source::JsonLines;
 use crate::step::Registry;
 use crate::transport::TransportKind;
@@ -48,6 +50,9 @@ pub struct PipelineBuilder {
     ctrl_c: bool,
     lease: bool,
     warn_idle: Duration,
+    /// Descriptors shared with the children ([`PipelineBuilder::share_fd`]): read-only
+    /// reopenings, close-on-exec, indexed by [`SharedFd`].
+    shared: Vec<Arc<OwnedFd>>,
 }
 
 impl PipelineBuilder {
@@ -78,7 +83,59 @@ impl PipelineBuilder {
             ctrl_c: true,
             lease: true,
             warn_idle: DEFAULT_WARN_IDLE,
+            shared: Vec::new(),
         }
+    }
+
+    /// Shares a sealed memfd with the pipeline's children: returns a handle to put in the
+    /// arguments of steps or of the source (`json!({"data": handle})`); a step or source
+    /// factory gets the descriptor with [`StepContext::shared_fd`] /
+    /// [`SourceContext::shared_fd`]. Each child receives, through its control socket at start,
+    /// exactly the descriptors its own arguments name, checks them and keeps them until it
+    /// exits. The pipeline holds its own read-only reopening of `fd` (close-on-exec) from
+    /// now until it is dropped, so the caller may close `fd` at once; nothing names the
+    /// descriptor by number.
+    ///
+    /// `fd` must be a memfd sealed `F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
+    /// F_SEAL_SEAL`: its bytes and size can never change, so a child validates it once and
+    /// maps it without risk of SIGBUS.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `fd` is not such a memfd, cannot be reopened read-only, or more
+    /// than 128 descriptors are shared.
+    ///
+    /// [`StepContext::shared_fd`]: crate::StepContext::shared_fd
+    /// [`SourceContext::shared_fd`]: crate::SourceContext::shared_fd
+    pub fn share_fd(&mut self, fd: BorrowedFd<'_>) -> Result<SharedFd, Error> {
+        if self.shared.len() >= crate::handover::MAX_FDS {
+            return Err(Error::Config(format!(
+                "share_fd: at most {} shared descriptors",
+                crate::handover::MAX_FDS
+            )));
+        }
+        let ro = share::read_only_copy(fd).map_err(|e| Error::Config(format!("share_fd: {e}")))?;
+        self.shared.push(Arc::new(ro));
+        Ok(SharedFd::new(self.shared.len() - 1))
+    }
+
+    /// The shared descriptors that `role` receives: those its arguments name, in index order.
+    fn shared_for(&self, plan: &Plan, role: Role) -> Vec<u32> {
+        let mut idx = Vec::new();
+        match role {
+            Role::Emitter(_) => {
+                if let Some(SourceSpec::Named { args, .. }) = &plan.source {
+                    share::handles_in(args, &mut idx);
+                }
+            }
+            Role::Worker { stage, .. } => {
+                for (_, args) in &plan.stages[stage].steps {
+                    share::handles_in(args, &mut idx);
+                }
+            }
+        }
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| i as u32).collect()
     }
 
     /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
@@ -265,6 +322,19 @@ impl PipelineBuilder {
                 "no source named {name:?} is registered"
             )));
         }
+        let mut named = Vec::new();
+        if let Some(SourceSpec::Named { args, .. }) = &self.source {
+            share::handles_in(args, &mut named);
+        }
+        for (_, args) in &self.steps {
+            share::handles_in(args, &mut named);
+        }
+        if let Some(i) = named.into_iter().find(|&i| i >= self.shared.len()) {
+            return Err(Error::Config(format!(
+                "the arguments name shared descriptor {i}, which this builder did not share \
+                 (PipelineBuilder::share_fd)"
+            )));
+        }
         let stages = match &self.topology {
             Topology::Staged { workers } if !self.steps.is_empty() => {
                 if !workers.is_empty() && workers.len() != self.steps.len() {
@@ -363,6 +433,7 @@ impl PipelineBuilder {
             waiting_since: None,
             warned: false,
             plan,
+            _shared: self.shared.clone(),
         };
         let plan = &p.plan;
         // Enqueue mode: the parent is emitter 0 and creates its channels itself.
@@ -401,9 +472,18 @@ impl PipelineBuilder {
                 plan: plan.clone(),
                 role,
                 ctrl_fd: -1,
+                shared: self.shared_for(plan, role),
             };
             let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
             let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
+            // Its shared descriptors first of all (queued on its socket before it reads; a
+            // child that died already shows up in the broker's first gather).
+            let fds: Vec<BorrowedFd<'_>> = spec
+                .shared
+                .iter()
+                .map(|&i| self.shared[i as usize].as_fd())
+                .collect();
+            let _ = ctrl.send(Kind::Shared, &fds);
             shared
                 .children
                 .lock()

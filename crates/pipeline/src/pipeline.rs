@@ -63,6 +63,9 @@ pub struct Pipeline {
     pub(crate) waiting_since: Option<Instant>,
     /// The idle warning was given.
     pub(crate) warned: bool,
+    /// The descriptors shared with the children ([`PipelineBuilder::share_fd`]): held for
+    /// the pipeline's whole life.
+    pub(crate) _shared: Vec<Arc<std::os::fd::OwnedFd>>,
 }
 
 impl std::fmt::Debug for Pipeline {

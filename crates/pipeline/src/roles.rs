@@ -46,7 +46,8 @@ fn log(msg: &str) {
 
 /// The start-up hand-over of a child: creates its outputs and sends their descriptors, gets
 /// its inputs, attaches, and waits for the parent's go. `Err(code)`: exit with it.
-fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<dyn Rx>>), i32> {
+fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<dyn Rx>>), i32> {
+    let (plan, role) = (&spec.plan, spec.role);
     let setup = |m: String| {
         log(&m);
         EXIT_SETUP
@@ -56,6 +57,12 @@ fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<d
         CtrlError::Eof => EXIT_ORPHAN,
         e => setup(format!("start-up: {e}")),
     };
+    // The shared descriptors come first, checked before anything else is set up.
+    match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
+        (Kind::Shared, fds) => crate::share::install(&spec.shared, fds).map_err(setup)?,
+        (Kind::Stop, _) => return Err(EXIT_STOPPED),
+        (k, _) => return Err(setup(format!("expected shared descriptors, got {k:?}"))),
+    }
     let mut txs = Vec::new();
     let mut fds = Vec::new();
     for _ in 0..plan.outputs_of(role) {
@@ -121,7 +128,7 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
     let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
-    let (outs, ins) = match hand_over(plan, spec.role, &ctrl) {
+    let (outs, ins) = match hand_over(spec, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
     };
