@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use shmpipe::{
-    Epochs, Item, Pipeline, Registry, SourceContext, SourceError, Step, StepContext, StepError,
+    Epochs, Item, Pipeline, PipelineBuilder, Registry, SourceContext, SourceError, Step,
+    StepContext, StepError,
 };
 
 use crate::arrow::ArrowDataset;
@@ -267,6 +268,41 @@ pub struct RowsWorkload {
     pub transform: bool,
 }
 
+impl RowStore {
+    /// The arguments of [`STEP_ROWS`] that run `cfg`'s chain over this store, for a pipeline
+    /// built with `b` (what [`start_rows`] uses; for pipelines composed by hand).
+    ///
+    /// # Errors
+    /// If the store cannot be handed to the pipeline.
+    pub fn step_args(
+        &self,
+        _b: &mut PipelineBuilder,
+        cfg: &RowsWorkload,
+    ) -> Result<serde_json::Value, WorkloadError> {
+        let mut args = cfg.chain.to_args();
+        if let Some(a) = args.as_object_mut() {
+            a.extend([
+                ("batch_size".to_string(), json!(cfg.batch_size)),
+                ("transform".to_string(), json!(cfg.transform)),
+                ("batch".to_string(), json!(cfg.transform)),
+            ]);
+            if let serde_json::Value::Object(s) = self.args() {
+                a.extend(s);
+            }
+        }
+        Ok(args)
+    }
+
+    /// The arguments of [`SOURCE_ROWS`] over this store, `cfg.group` rows per record.
+    ///
+    /// # Errors
+    /// If the store cannot be opened.
+    pub fn source_args(&self, cfg: &RowsWorkload) -> Result<serde_json::Value, WorkloadError> {
+        let rows = self.rows(cfg.chain.freq).map_err(WorkloadError::Pipeline)?;
+        Ok(json!({"rows": rows, "group": cfg.group}))
+    }
+}
+
 /// Starts the pipeline over `store` (the caller reads the outputs).
 ///
 /// # Errors
@@ -276,21 +312,9 @@ pub fn start_rows(
     store: &RowStore,
     cfg: &RowsWorkload,
 ) -> Result<Pipeline, WorkloadError> {
-    let c = &cfg.chain;
-    let rows = store.rows(c.freq).map_err(WorkloadError::Pipeline)?;
-    let mut args = c.to_args();
-    if let Some(a) = args.as_object_mut() {
-        a.extend([
-            ("batch_size".to_string(), json!(cfg.batch_size)),
-            ("transform".to_string(), json!(cfg.transform)),
-            ("batch".to_string(), json!(cfg.transform)),
-        ]);
-        if let serde_json::Value::Object(s) = store.args() {
-            a.extend(s);
-        }
-    }
-    Pipeline::builder(reg)
-        .source_named(SOURCE_ROWS, json!({"rows": rows, "group": cfg.group}))
+    let mut b = Pipeline::builder(reg);
+    let args = store.step_args(&mut b, cfg)?;
+    b.source_named(SOURCE_ROWS, store.source_args(cfg)?)
         .emitters(cfg.emitters.max(1))
         .epochs(Epochs::Finite(cfg.epochs as u64))
         .seed(cfg.seed)

@@ -689,3 +689,11 @@ impl SharedDataset {
         start..start + self.map.len()
     }
 }
+
+impl std::os::fd::AsFd for SharedDataset {
+    /// The sealed memfd (to share it with a pipeline:
+    /// [`PipelineBuilder::share_fd`](shmpipe::PipelineBuilder::share_fd)).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}

@@ -10,7 +10,7 @@ use common::same;
 use shmpipe_timeseries::arrow::ArrowDataset;
 use shmpipe_timeseries::pipeline::item_to_entry;
 use shmpipe_timeseries::rows::{
-    ROW_META, RowStore, RowsWorkload, register_rows, run_rows, start_rows,
+    ROW_META, RowStore, RowsWorkload, SOURCE_ROWS, STEP_ROWS, register_rows, run_rows, start_rows,
 };
 use shmpipe_timeseries::shared::SharedDataset;
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
@@ -105,4 +105,60 @@ fn shared_memfd_dataset_through_the_pipeline() {
         stats.windows + 1,
         windows_in_process(&entries, &cfg) * cfg.epochs as u64
     );
+}
+
+/// Issue 16, hole 3: the shared dataset travelled as `(pid, fd number)` and workers opened
+/// `/proc/<pid>/fd/<n>` when their step was built, after `start()` had returned. A parent
+/// that dropped the store and built another one (which takes the same number) had the
+/// workers silently read the second dataset. A step built 300 ms late makes the race certain.
+#[test]
+fn a_store_dropped_after_start_is_still_the_one_the_workers_read() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let reg = register_rows(shmpipe::Registry::new()).step("slow_build", |cx| {
+        let ms = cx.args["ms"].as_u64().unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        Ok(shmpipe::map(Ok))
+    });
+    shmpipe::init(&reg);
+    let dataset = |seed| {
+        let g = GenConfig {
+            num_series: 12,
+            min_len: 20,
+            max_len: 40,
+            seed,
+            ..GenConfig::default()
+        };
+        (jsonl::parse_lines(&to_bytes(&g), g.freq).unwrap(), g.freq)
+    };
+    let ((a, freq), (b, _)) = (dataset(1), dataset(2));
+    assert!(!same(&a[0], &b[0]), "the two datasets differ");
+    let ds_a = SharedDataset::create(&a, freq).unwrap();
+    let number = ds_a.as_fd().as_raw_fd();
+    let store_a = RowStore::shared(ds_a);
+    let cfg = RowsWorkload {
+        epochs: 1,
+        ..workload(freq, false)
+    };
+    let mut builder = shmpipe::Pipeline::builder(&reg);
+    let args = store_a.step_args(&mut builder, &cfg).unwrap();
+    let p = builder
+        .source_named(SOURCE_ROWS, store_a.source_args(&cfg).unwrap())
+        .step_with("slow_build", serde_json::json!({"ms": 300}))
+        .step_with(STEP_ROWS, args)
+        .workers(2)
+        .start()
+        .unwrap();
+    drop(store_a);
+    let store_b = SharedDataset::create(&b, freq).unwrap();
+    assert_eq!(store_b.as_fd().as_raw_fd(), number, "B reuses A's number");
+    let mut seen = 0;
+    for item in p {
+        let item = item.unwrap();
+        let row = item.i64(ROW_META).unwrap() as usize;
+        let e = item_to_entry(item, freq).unwrap();
+        assert!(same(&e, &a[row]), "row {row} is not dataset A's");
+        seen += 1;
+    }
+    assert_eq!(seen, a.len());
+    drop(store_b);
 }
