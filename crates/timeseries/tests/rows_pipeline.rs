@@ -10,7 +10,8 @@ use common::same;
 use shmpipe_timeseries::arrow::ArrowDataset;
 use shmpipe_timeseries::pipeline::item_to_entry;
 use shmpipe_timeseries::rows::{
-    ROW_META, RowStore, RowsWorkload, SOURCE_ROWS, STEP_ROWS, register_rows, run_rows, start_rows,
+    ROW_META, ROWS_FIELD, RowStore, RowsWorkload, SOURCE_ROWS, STEP_ROWS, register_rows, run_rows,
+    start_rows,
 };
 use shmpipe_timeseries::shared::SharedDataset;
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
@@ -161,4 +162,68 @@ fn a_store_dropped_after_start_is_still_the_one_the_workers_read() {
     }
     assert_eq!(seen, a.len());
     drop(store_b);
+}
+
+/// Issue 16, hole 4: `RowStore::arrow_mapped` is `unsafe` (the file must not change while
+/// mapped), but safe code reached the same mapping through the step argument
+/// `"mapped": true`; truncating the file then killed the worker with SIGBUS. Whatever the
+/// arguments, safe code gets the data or an error, never a worker killed by a signal.
+#[test]
+fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
+    use shmpipe::ndarray::Array1;
+    let reg = register_rows(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let freq: Freq = "D".parse().unwrap();
+    let copy = shmpipe_test_kit::TempFile::new("mapped-arrow", "feather");
+    std::fs::copy(fixture("daily.feather"), &copy.0).unwrap();
+    let rows = ArrowDataset::open(&copy.0, freq).unwrap().len();
+    assert!(rows >= 3, "{rows} rows");
+    let mut args = ChainConfig {
+        freq,
+        ..ChainConfig::default()
+    }
+    .to_args();
+    args.as_object_mut().unwrap().extend([
+        (
+            "arrow_path".to_owned(),
+            serde_json::json!(copy.0.display().to_string()),
+        ),
+        ("mapped".to_owned(), serde_json::json!(true)),
+        ("transform".to_owned(), serde_json::json!(false)),
+        ("batch".to_owned(), serde_json::json!(false)),
+    ]);
+    let mut p = shmpipe::Pipeline::builder(&reg)
+        .step_with(STEP_ROWS, args)
+        .workers(1)
+        .start()
+        .unwrap();
+    let row = |r: i64| shmpipe::Item::new().with(ROWS_FIELD, Array1::from(vec![r]));
+    let mut outcome = Vec::new();
+    p.enqueue(row(0)).unwrap();
+    outcome.push(p.dequeue());
+    if matches!(outcome[0], Ok(Some(_))) {
+        // The worker has the file open (mapped, before the fix) and has read row 0.
+        std::fs::File::options()
+            .write(true)
+            .open(&copy.0)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        for r in 1..rows as i64 {
+            p.enqueue(row(r)).unwrap();
+        }
+        p.close_input();
+        outcome.extend(std::iter::from_fn(|| match p.dequeue() {
+            Ok(None) => None,
+            r => Some(r),
+        }));
+    }
+    for r in &outcome {
+        if let Err(e) = r {
+            assert!(
+                !matches!(e, shmpipe::Error::ProcessDied { .. }),
+                "safe step arguments killed a worker: {e}"
+            );
+        }
+    }
 }
