@@ -1,6 +1,7 @@
-//! The workload over stores every worker reads in place (a memory-mapped GluonTS
-//! Arrow file, a sealed shared memfd), as a real multi-process pipeline: every
-//! series reaches the workers intact, and the window counts are exact.
+//! The workload over stores every worker reads in place (a GluonTS Arrow file copied
+//! into a sealed memfd, a sealed memfd of parsed series), as a real multi-process pipeline:
+//! every series reaches the workers intact, and the window counts are exact; a store dropped
+//! after `start()` and safe step arguments cannot make workers read the wrong data or die.
 //!
 //! Each test re-executes this binary as workers and emitters (`shmpipe::init`).
 
@@ -68,14 +69,13 @@ fn check_passthrough(reg: &shmpipe::Registry, store: &RowStore, want: &[DataEntr
 }
 
 #[test]
-fn mapped_gluonts_arrow_file_through_the_pipeline() {
+fn gluonts_arrow_file_in_a_sealed_memfd_through_the_pipeline() {
     let reg = register_rows(shmpipe::Registry::new());
     shmpipe::init(&reg);
     let freq: Freq = "D".parse().unwrap();
     let path = fixture("daily.feather");
     let entries = ArrowDataset::open(&path, freq).unwrap().entries().unwrap();
-    // SAFETY: the fixture file is not modified while the test runs.
-    let store = unsafe { RowStore::arrow_mapped(&path) };
+    let store = RowStore::arrow_shared(&path).unwrap();
     check_passthrough(&reg, &store, &entries, freq);
     let cfg = workload(freq, true);
     let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
@@ -164,7 +164,7 @@ fn a_store_dropped_after_start_is_still_the_one_the_workers_read() {
     drop(store_b);
 }
 
-/// Issue 16, hole 4: `RowStore::arrow_mapped` is `unsafe` (the file must not change while
+/// Issue 16, hole 4: `RowStore::arrow_mapped` was `unsafe` (the file must not change while
 /// mapped), but safe code reached the same mapping through the step argument
 /// `"mapped": true`; truncating the file then killed the worker with SIGBUS. Whatever the
 /// arguments, safe code gets the data or an error, never a worker killed by a signal.
@@ -224,6 +224,43 @@ fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
                 !matches!(e, shmpipe::Error::ProcessDied { .. }),
                 "safe step arguments killed a worker: {e}"
             );
+            assert!(e.to_string().contains("\"mapped\""), "{e}");
         }
     }
+}
+
+/// The safe way to have every worker read an Arrow file in place: a sealed copy. The file
+/// truncated in the middle of the run changes nothing for the workers.
+#[test]
+fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
+    let reg = register_rows(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let freq: Freq = "D".parse().unwrap();
+    let copy = shmpipe_test_kit::TempFile::new("shared-arrow", "feather");
+    std::fs::copy(fixture("daily.feather"), &copy.0).unwrap();
+    let entries = ArrowDataset::open(&copy.0, freq)
+        .unwrap()
+        .entries()
+        .unwrap();
+    let store = RowStore::arrow_shared(&copy.0).unwrap();
+    let cfg = RowsWorkload {
+        group: 1,
+        ..workload(freq, false)
+    };
+    let mut p = start_rows(&reg, &store, &cfg).unwrap();
+    let mut seen = 0;
+    while let Some(item) = p.dequeue().unwrap() {
+        if seen == 0 {
+            std::fs::File::options()
+                .write(true)
+                .open(&copy.0)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+        }
+        let row = item.i64(ROW_META).unwrap() as usize;
+        assert!(same(&item_to_entry(item, freq).unwrap(), &entries[row]));
+        seen += 1;
+    }
+    assert_eq!(seen, entries.len() * cfg.epochs);
 }
