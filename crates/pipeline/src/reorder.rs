@@ -103,4 +103,18 @@ mod tests {
         assert_eq!(ready.len(), 4);
         assert!(r.groups.is_empty());
     }
+
+    /// Issue 16 (suspected, confirmed): a hostile worker could grow the reorder buffer without
+    /// bound with indices far ahead of anything issued; they were kept until the end.
+    #[test]
+    fn indices_never_issued_are_not_kept() {
+        let mut r = Reorder::new(1);
+        let mut ready = VecDeque::new();
+        for i in 0..10_000u64 {
+            let _ = r.add(0, (1 << 40) + i, Some(item(i as i64)), true);
+        }
+        r.release(&mut ready);
+        assert!(ready.is_empty());
+        assert_eq!(r.groups.len(), 0, "far-ahead groups kept");
+    }
 }
