@@ -10,6 +10,7 @@ use crate::Transfer;
 use crate::error::Error;
 use crate::handover::{Ctrl, Kind};
 use crate::input::Feeder;
+use crate::issued::Issued;
 use crate::node::{
     self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
@@ -414,13 +415,21 @@ impl PipelineBuilder {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }
         let shared = Arc::new(Shared::default());
+        // Ordered mode: what each emitter has issued bounds the reorder buffer.
+        let issued = if plan.ordered {
+            Some(Arc::new(Issued::create(plan.emitters).map_err(|e| {
+                Error::Transport(format!("issued counters: {e}"))
+            })?))
+        } else {
+            None
+        };
         let mut p = Pipeline {
             inputs: None,
             feeder: None,
             shared: Arc::clone(&shared),
             supervisor: None,
             ready: VecDeque::new(),
-            reorder: plan.ordered.then(|| Reorder::new(plan.emitters)),
+            reorder: issued.clone().map(Reorder::new),
             finished: false,
             failed: false,
             stats: Stats::default(),
@@ -451,6 +460,7 @@ impl PipelineBuilder {
                 Outputs::new(txs, plan),
                 plan.stages[0].workers,
                 cancel,
+                issued.clone(),
             ));
         }
         let args = self
@@ -478,11 +488,15 @@ impl PipelineBuilder {
             let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
             // Its shared descriptors first of all (queued on its socket before it reads; a
             // child that died already shows up in the broker's first gather).
-            let fds: Vec<BorrowedFd<'_>> = spec
+            let mut fds: Vec<BorrowedFd<'_>> = spec
                 .shared
                 .iter()
                 .map(|&i| self.shared[i as usize].as_fd())
                 .collect();
+            // An emitter of an ordered pipeline also gets the issued counters, last.
+            if let (Role::Emitter(_), Some(c)) = (role, issued.as_ref()) {
+                fds.push(c.fd());
+            }
             let _ = ctrl.send(Kind::Shared, &fds);
             shared
                 .children

@@ -64,6 +64,7 @@ mod config;
 mod error;
 mod handover;
 mod input;
+mod issued;
 mod item;
 mod jsonl;
 mod name;
