@@ -101,10 +101,11 @@ pub(crate) struct SockRx {
     have: usize,
     /// The current batch's body length, once its prefix is complete (checked against `max`).
     len: Option<usize>,
-    /// Time spent waiting for the rest of a started batch without receiving a byte.
-    stalled: Duration,
-    /// A started batch whose peer sends nothing more for this long (while we wait) is an
-    /// error: a live producer writes a batch in one go, so only a broken one stops half-way.
+    /// When the last byte of the current batch arrived (meaningful while `have > 0`).
+    last_byte: Instant,
+    /// A started batch of which nothing more is waiting this long after its last byte is an
+    /// error: a live producer writes a batch in one go and blocks only on a full socket (then
+    /// bytes are waiting), so only a broken or stopped one leaves it half-way this long.
     stall_limit: Duration,
 }
 
@@ -133,7 +134,7 @@ impl SockRx {
             head: [0; 8],
             have: 0,
             len: None,
-            stalled: Duration::ZERO,
+            last_byte: Instant::now(),
             stall_limit: Duration::from_secs(10),
         })
     }
@@ -164,7 +165,7 @@ impl SockRx {
             });
         }
         self.have += n;
-        self.stalled = Duration::ZERO;
+        self.last_byte = Instant::now();
         if self.len.is_none() && self.have == 8 {
             // The peer's length, checked before anything is allocated for it.
             let len = u64::from_le_bytes(self.head);
@@ -196,8 +197,8 @@ impl SockRx {
         Ok(frames)
     }
 
-    /// Waits up to `left` for bytes; whether any are there.
-    fn wait(&self, left: Duration) -> Result<bool, TransportError> {
+    /// Waits up to `left` for bytes (or the end of the stream).
+    fn wait(&self, left: Duration) -> Result<(), TransportError> {
         use rustix::event::{PollFd, PollFlags, Timespec, poll};
         let ts = Timespec {
             tv_sec: left.as_secs() as i64,
@@ -206,8 +207,7 @@ impl SockRx {
         let fd = self.stream.as_fd();
         let mut fds = [PollFd::new(&fd, PollFlags::IN)];
         match poll(&mut fds, Some(&ts)) {
-            Ok(n) => Ok(n > 0),
-            Err(rustix::io::Errno::INTR) => Ok(false),
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
             Err(e) => Err(TransportError::Other(e.to_string())),
         }
     }
@@ -227,23 +227,20 @@ impl Rx for SockRx {
                 }
                 Progress::Nothing => {}
             }
+            if self.have > 0 && self.last_byte.elapsed() >= self.stall_limit {
+                return Err(TransportError::Other(format!(
+                    "the producer stopped in the middle of a batch ({} of {} bytes) and sent \
+                     nothing more for {:?}",
+                    self.have,
+                    self.len.map_or(8, |l| 8 + l),
+                    self.last_byte.elapsed()
+                )));
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Ok(None);
             }
-            let t0 = Instant::now();
-            if !self.wait(left)? && self.have > 0 {
-                self.stalled += t0.elapsed();
-                if self.stalled >= self.stall_limit {
-                    return Err(TransportError::Other(format!(
-                        "the producer stopped in the middle of a batch ({} of {} bytes) and \
-                         sent nothing more for {:?}",
-                        self.have,
-                        self.len.map_or(8, |l| 8 + l),
-                        self.stalled
-                    )));
-                }
-            }
+            self.wait(left)?;
         }
     }
 }
@@ -312,9 +309,9 @@ mod tests {
         }
     }
 
-    /// A peer that stops in the middle of a batch and stays alive is an error once it has
-    /// sent nothing more while the consumer waited `stall_limit`; a peer that closes in the
-    /// middle of one is a lost peer, not a clean end.
+    /// A peer that stops in the middle of a batch and stays alive is an error once nothing
+    /// more of it has come for `stall_limit`; a peer that closes in the middle of one is a lost
+    /// peer, not a clean end.
     #[test]
     fn a_batch_cut_short_is_an_error() {
         let bytes = encoded_batch(1);
