@@ -81,12 +81,10 @@ impl SharedFd {
     }
 
     /// In a pipeline child: the descriptor this handle names, checked on receipt (a sealed
-    /// memfd, opened read-only). It stays open until the child exits.
-    ///
-    /// # Errors
-    /// In a process that is not a pipeline child, or when this child did not receive the
-    /// descriptor (its arguments did not name it).
-    pub fn fd(self) -> Result<BorrowedFd<'static>, String> {
+    /// memfd, opened read-only). It stays open until the child exits. Errors: in a process
+    /// that is not a pipeline child, or when this child did not receive the descriptor (its
+    /// arguments did not name it).
+    pub(crate) fn fd(self) -> Result<BorrowedFd<'static>, String> {
         let Some(got) = RECEIVED.get() else {
             return Err(format!(
                 "shared descriptor {} is only available in a pipeline's children",
