@@ -393,6 +393,63 @@ impl PipelineBuilder {
         })
     }
 
+    /// Spawns every emitter and worker of `plan` into `shared.children`, each with its shared
+    /// descriptors queued on its control socket (the issued counters last, for an emitter of
+    /// an ordered pipeline).
+    fn spawn_children(
+        &self,
+        plan: &Plan,
+        shared: &Shared,
+        issued: Option<&Issued>,
+    ) -> Result<(), Error> {
+        let args = self
+            .child_args
+            .clone()
+            .unwrap_or_else(|| std::env::args().skip(1).collect());
+        let mut roles: Vec<Role> = Vec::new();
+        if plan.source.is_some() {
+            roles.extend((0..plan.emitters).map(Role::Emitter));
+        }
+        for (s, st) in plan.stages.iter().enumerate() {
+            roles.extend((0..st.workers).map(|w| Role::Worker {
+                stage: s,
+                worker: w,
+            }));
+        }
+        for role in roles {
+            let mut spec = ChildSpec {
+                plan: plan.clone(),
+                role,
+                ctrl_fd: -1,
+                shared: self.shared_for(plan, role),
+            };
+            let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
+            let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
+            // Its shared descriptors first of all (queued on its socket before it reads; a
+            // child that died already shows up in the broker's first gather).
+            let mut fds: Vec<BorrowedFd<'_>> = spec
+                .shared
+                .iter()
+                .map(|&i| self.shared[i as usize].as_fd())
+                .collect();
+            if let (Role::Emitter(_), Some(c)) = (role, issued) {
+                fds.push(c.fd());
+            }
+            let _ = ctrl.send(Kind::Shared, &fds);
+            shared
+                .children
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ChildProc {
+                    role,
+                    child,
+                    status: None,
+                    ctrl,
+                });
+        }
+        Ok(())
+    }
+
     /// Starts the emitter and worker processes and connects the consumer.
     ///
     /// # Errors
@@ -463,52 +520,7 @@ impl PipelineBuilder {
                 issued.clone(),
             ));
         }
-        let args = self
-            .child_args
-            .clone()
-            .unwrap_or_else(|| std::env::args().skip(1).collect());
-        let mut roles: Vec<Role> = Vec::new();
-        if plan.source.is_some() {
-            roles.extend((0..plan.emitters).map(Role::Emitter));
-        }
-        for (s, st) in plan.stages.iter().enumerate() {
-            roles.extend((0..st.workers).map(|w| Role::Worker {
-                stage: s,
-                worker: w,
-            }));
-        }
-        for role in roles {
-            let mut spec = ChildSpec {
-                plan: plan.clone(),
-                role,
-                ctrl_fd: -1,
-                shared: self.shared_for(plan, role),
-            };
-            let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
-            let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
-            // Its shared descriptors first of all (queued on its socket before it reads; a
-            // child that died already shows up in the broker's first gather).
-            let mut fds: Vec<BorrowedFd<'_>> = spec
-                .shared
-                .iter()
-                .map(|&i| self.shared[i as usize].as_fd())
-                .collect();
-            // An emitter of an ordered pipeline also gets the issued counters, last.
-            if let (Role::Emitter(_), Some(c)) = (role, issued.as_ref()) {
-                fds.push(c.fd());
-            }
-            let _ = ctrl.send(Kind::Shared, &fds);
-            shared
-                .children
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(ChildProc {
-                    role,
-                    child,
-                    status: None,
-                    ctrl,
-                });
-        }
+        self.spawn_children(plan, &shared, issued.as_deref())?;
         p.supervisor = Some(process::supervise(Arc::clone(&shared)));
         let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
         p.inputs = Some(Inputs::new(rxs));
