@@ -16,19 +16,20 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-mod batch;
 mod errors;
 mod loan;
 mod message;
 mod outgoing;
 mod receiver;
+mod records;
+mod send_many;
 mod sender;
 mod view;
 
-pub use batch::Records;
 pub use loan::Loan;
 pub use message::Message;
 pub use receiver::{Lease, Receiver};
+pub use records::Records;
 pub use sender::Sender;
 
 /// How long a blocked call waits with the GIL released before it checks for signals.

@@ -13,7 +13,7 @@ use shm_ring::MetaValue;
 
 use super::errors::{from_fd_err, ring_err};
 use super::message::Message;
-use super::{batch, closed, deadline, lock, slice, view};
+use super::{closed, deadline, lock, records, slice, view};
 use crate::errors::{Disconnected, PoolExhausted};
 
 /// What keeps a received message (and its pool blocks) alive: the base object of its arrays.
@@ -299,9 +299,9 @@ impl Receiver {
         py: Python<'py>,
         max_records: usize,
         timeout: Option<f64>,
-    ) -> PyResult<Bound<'py, batch::Records>> {
+    ) -> PyResult<Bound<'py, records::Records>> {
         let end = deadline(timeout)?;
-        let cols = self.receive(py, end, |rx, t| batch::gather(rx, max_records, t))?;
+        let cols = self.receive(py, end, |rx, t| records::gather(rx, max_records, t))?;
         match cols {
             Some(c) => c.into_records(py),
             None => Err(ring_err(py, shm_ring::Error::Timeout)),

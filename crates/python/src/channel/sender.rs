@@ -12,7 +12,7 @@ use shm_ring::{ChannelConfig, DType, MessageBuilder, Transfer, TrySendError};
 use super::errors::ring_err;
 use super::loan::{AnyLoan, Loan};
 use super::outgoing::{Outgoing, Part};
-use super::{batch, closed, deadline, lock, slice, view};
+use super::{closed, deadline, lock, send_many, slice, view};
 use crate::dtype;
 use crate::errors::PoolExhausted;
 
@@ -403,7 +403,7 @@ impl Sender {
         meta: Option<&Bound<'_, PyDict>>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        batch::send_many(self, py, arrays, meta, deadline(timeout)?)
+        send_many::send_many(self, py, arrays, meta, deadline(timeout)?)
     }
 
     /// Closes the channel: the receiver drains what was sent, then gets `Disconnected`.
