@@ -63,6 +63,7 @@ mod builder;
 mod config;
 mod error;
 mod handover;
+mod inline;
 mod input;
 mod item;
 mod jsonl;
@@ -71,8 +72,11 @@ mod node;
 mod pipeline;
 mod plan;
 mod process;
+mod ready;
+mod records;
 mod reorder;
 mod roles;
+mod seed;
 mod shm;
 mod shuffle;
 mod source;
@@ -92,6 +96,8 @@ pub use pipeline::{
 };
 pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
+pub use records::{ReadOrder, Records};
+pub use seed::item_seed;
 pub use shm_ring::Transfer;
 pub use source::{
     FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,
