@@ -63,6 +63,17 @@ def _fixup_main(main_path: str | None) -> None:
         _fixup_main_from_path(main_path)
 
 
+# An item that is not a dict travels as {VALUE: item} (see `shmpipe.Pipeline`).
+VALUE = "__shmpipe_value__"
+
+# One output even though iterable.
+_SINGLE = (str, bytes, bytearray, memoryview)
+
+
+def _single(o: Any) -> bool:
+    return isinstance(o, _SINGLE) or type(o).__module__ == "numpy" or not hasattr(o, "__iter__")
+
+
 class Runner:
     """Calls a step and normalises its result to a list of dicts (flat-map semantics)."""
 
@@ -75,14 +86,13 @@ class Runner:
             return []
         if isinstance(r, dict):
             return [r]
-        out = list(r)
-        for o in out:
-            if not isinstance(o, dict):
-                raise TypeError(f"a step returns a dict, None, or an iterable of dicts; got an "
-                                f"iterable holding {type(o).__name__}")
-        return out
+        if _single(r):
+            return [{VALUE: r}]
+        return [o if isinstance(o, dict) else {VALUE: o} for o in r]
 
     def process(self, item: dict) -> list:
+        if len(item) == 1 and VALUE in item:
+            item = item[VALUE]
         return self._outputs(self.fn(item))
 
     def finish(self) -> list:
