@@ -24,7 +24,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
-use pyo3::exceptions::{PyRuntimeError, PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyException, PyRuntimeError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use shmpipe::{Error, Input, Item, Pipeline, Records};
 
@@ -173,7 +173,7 @@ impl Run {
             _ => None,
         };
         if let Some(r) = raised {
-            if !r.is_instance_of::<pyo3::exceptions::PyException>(py) {
+            if !r.is_instance_of::<PyException>(py) {
                 return r;
             }
             let err = pipe_err(py, e);
@@ -314,6 +314,11 @@ impl Run {
                         }
                         Err(e) => {
                             let e = self.convert(py, e);
+                            if !e.is_instance_of::<PyException>(py) {
+                                // Ctrl-C (or `sys.exit`) in a step: stopped, not failed.
+                                self.close(py, Duration::ZERO);
+                                return Err(e);
+                            }
                             return Err(self.fail(py, e));
                         }
                     }

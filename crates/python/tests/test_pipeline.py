@@ -254,7 +254,12 @@ def test_ctrl_c_stops_a_pipeline_with_keyboard_interrupt(mode):
             t = time.monotonic()
             time.sleep(0.5)
             left = [x for x in pids if os.path.exists(f"/proc/{x}")]
-            print("interrupted", t, len(left), flush=True)
+            try:
+                p.dequeue(timeout=0)
+                after = "nothing"
+            except BaseException as e:
+                after = type(e).__name__
+            print("interrupted", t, len(left), after, flush=True)
         except BaseException as e:
             print("raised", type(e).__name__, flush=True)
     """)
@@ -272,6 +277,7 @@ def test_ctrl_c_stops_a_pipeline_with_keyboard_interrupt(mode):
             # (Iterating, the interrupt may also land between two outputs, in the caller's
             # code: then the generator, held by `it`, stops the workers when it is closed.)
             assert line[2] == "0", "the interrupted wait stopped the workers"
+            assert line[3] == "ValueError", "closed (not failed: no sticky KeyboardInterrupt)"
         assert proc.wait(10) == 0
     finally:
         proc.kill()
