@@ -8,11 +8,14 @@ import pickle
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from ._native import PipelineRun, builtin_steps
 from ._native import item_seed as _item_seed
 from ._steps import step_spec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Step = Union[Callable[[dict], Any], str, tuple]
 
@@ -172,6 +175,7 @@ class Pipeline:
         self._source = source
         self._prefetch = prefetch
         self._persistent = persistent_workers
+        self._epochs = epochs
         self._run: PipelineRun | None = None
         self._fd: int | None = None
         self._epoch = 0  # the next epoch of a source this process reads
@@ -265,13 +269,15 @@ class Pipeline:
             raise ValueError("the pipeline is closed")
 
     def _enqueue_run(self) -> PipelineRun:
+        run = self._run
+        if run is not None and self._source is None:
+            return run
         if self._source is not None:
             raise ValueError("enqueue and dequeue need a pipeline without a source: "
                              "Pipeline(steps, workers=...); a pipeline with a source is "
                              "iterated")
-        self._check_not_closed()
-        if self._run is None:
-            self.start()
+        self.start()
+        assert self._run is not None
         return self._run
 
     def enqueue(self, item: Any, timeout: float | None = None) -> None:
@@ -340,7 +346,8 @@ class Pipeline:
             self._epoch = 0
             self._start_fed_once()
         run = self._run
-        epochs = self._spec["epochs"]
+        assert run is not None
+        epochs = self._epochs
         try:
             n = 0
             while epochs is None or n < epochs:
@@ -365,9 +372,10 @@ class Pipeline:
         return self._run.pids if self._run else []
 
     def _close_fd(self) -> None:
-        if getattr(self, "_fd", None) is not None:
-            os.close(self._fd)
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
             self._fd = None
+            os.close(fd)
 
     def close(self) -> None:
         """Stops every process and frees the shared memory of the current run. A pipeline
@@ -406,7 +414,7 @@ def item_seed() -> int:
     return s
 
 
-def item_rng() -> "numpy.random.Generator":  # noqa: F821 - numpy is imported lazily
+def item_rng() -> np.random.Generator:
     """A numpy generator for the input the calling step processes.
 
     Seeded from the pipeline's ``seed``, the input's position in the stream (over all
@@ -418,8 +426,8 @@ def item_rng() -> "numpy.random.Generator":  # noqa: F821 - numpy is imported la
     s = item_seed()
     cached = getattr(_rng, "cached", None)
     if cached is None or cached[0] != s:
-        import numpy as np
+        import numpy
 
-        cached = (s, np.random.default_rng(s))
+        cached = (s, numpy.random.default_rng(s))
         _rng.cached = cached
     return cached[1]
