@@ -114,12 +114,17 @@ impl Pump {
         self.pids.clone()
     }
 
-    /// The next message, waiting up to `wait`. `Disconnected`: the end of stream was handed
-    /// over (or the pump was shut down).
-    pub(crate) fn recv(&self, wait: Duration) -> Result<Msg, RecvTimeoutError> {
+    /// Waits up to `wait` for the next message and gives it to `sink` before anyone else
+    /// can take one, so that messages taken by several threads stay in order.
+    /// `Disconnected`: the end of stream was handed over (or the pump was shut down).
+    pub(crate) fn recv_into(
+        &self,
+        wait: Duration,
+        sink: impl FnOnce(Msg),
+    ) -> Result<(), RecvTimeoutError> {
         let g = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         match g.as_ref() {
-            Some(rx) => rx.recv_timeout(wait),
+            Some(rx) => rx.recv_timeout(wait).map(sink),
             None => Err(RecvTimeoutError::Disconnected),
         }
     }

@@ -10,9 +10,11 @@
 //!
 //! A full pipeline makes `enqueue` wait for another thread's `dequeue`. When no other thread
 //! dequeues (the calling thread is the consumer, or nobody dequeued yet), waiting would never
-//! end: `enqueue` then takes outputs off the queue itself and keeps them (`overflow`) for the
+//! end: `enqueue` then takes outputs off the queue itself and keeps them (`taken`) for the
 //! next `dequeue`, in order. Nothing deadlocks; memory then grows with the outputs the caller
-//! has not dequeued, never with what the processes hold.
+//! has not dequeued, never with what the processes hold. Whoever takes a message off the
+//! pump's queue appends it to `taken` while it still holds the queue, and `dequeue` returns
+//! the front of `taken`: the order holds with any number of threads.
 //!
 //! Locks: `state` and `input` are held briefly and never across Python code or a wait; the
 //! inline pipeline and the source are locked without the GIL (their use runs Python code,
@@ -55,8 +57,8 @@ struct State {
     fed: u64,
     left: u64,
     user_done: u64,
-    /// Messages taken off the pump's queue by `enqueue`, not yet returned by `dequeue`.
-    overflow: VecDeque<Msg>,
+    /// Messages taken off the pump's queue, not yet returned by `dequeue` (in order).
+    taken: VecDeque<Msg>,
     /// The thread that dequeues (the last one that did).
     consumer: Option<ThreadId>,
     /// The pipeline's failure, raised again by every later call.
@@ -232,12 +234,15 @@ impl Run {
         self.fail(py, e)
     }
 
-    /// A message left the pump's queue: its inputs are no longer in the processes.
-    fn note_left(&self, msg: &Msg) {
+    /// A message left the pump's queue: its inputs are no longer in the processes; it waits
+    /// in `taken` for `dequeue`.
+    fn stash(&self, msg: Msg) {
+        let mut st = lock(&self.state);
         if let Some(d) = msg.done() {
-            let mut st = lock(&self.state);
             st.left = st.left.max(d);
         }
+        st.taken.push_back(msg);
+        drop(st);
         self.room.notify_all();
     }
 
@@ -257,7 +262,7 @@ impl Run {
                 let mut st = lock(&self.state);
                 st.consumer = Some(me);
                 self.check_open(py, &st)?;
-                match st.overflow.pop_front() {
+                match st.taken.pop_front() {
                     Some(m) => Some(m),
                     None if st.ended => return Ok(Out::End),
                     None if stop_at.is_some_and(|s| st.user_done >= s) => {
@@ -275,13 +280,8 @@ impl Run {
             }
             let wait = slice(deadline);
             match &self.backend {
-                Backend::Pump(p) => match py.detach(|| p.recv(wait)) {
-                    Ok(m) => {
-                        self.note_left(&m);
-                        if let Some(it) = self.take(py, m)? {
-                            return Ok(Out::Item(it));
-                        }
-                    }
+                Backend::Pump(p) => match py.detach(|| p.recv_into(wait, |m| self.stash(m))) {
+                    Ok(()) => {}
                     Err(RecvTimeoutError::Timeout) => {
                         if self.waited(py, deadline)? {
                             return Ok(Out::Timeout);
@@ -370,16 +370,20 @@ impl Run {
                 st.consumer.is_none_or(|c| c == me)
             };
             let timed_out = match &self.backend {
-                Backend::Pump(p) if consumer_is_me => match py.detach(|| p.recv(slice(deadline))) {
-                    Ok(Msg::Failed) => return Err(self.pump_failure(py)),
-                    Ok(m) => {
-                        self.note_left(&m);
-                        lock(&self.state).overflow.push_back(m);
-                        false
+                Backend::Pump(p) if consumer_is_me => {
+                    match py.detach(|| p.recv_into(slice(deadline), |m| self.stash(m))) {
+                        Ok(()) => {
+                            if p.failure.lock().is_ok_and(|f| f.is_some()) {
+                                return Err(self.pump_failure(py));
+                            }
+                            false
+                        }
+                        Err(RecvTimeoutError::Timeout) => self.waited(py, deadline)?,
+                        Err(RecvTimeoutError::Disconnected) => {
+                            return Err(self.pump_failure(py));
+                        }
                     }
-                    Err(RecvTimeoutError::Timeout) => self.waited(py, deadline)?,
-                    Err(RecvTimeoutError::Disconnected) => return Err(self.pump_failure(py)),
-                },
+                }
                 Backend::Pump(p) => {
                     py.detach(|| {
                         let st = lock(&self.state);

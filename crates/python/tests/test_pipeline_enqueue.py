@@ -160,6 +160,22 @@ def test_enqueue_blocks_at_the_bound_while_another_thread_dequeues():
     assert sorted(got) == list(range(bound)) + [99]
 
 
+def test_a_feeder_thread_and_a_consumer_keep_every_output_in_order():
+    # Both threads start the pipeline lazily, and until the consumer's first dequeue the
+    # feeder takes outputs off the pipeline itself (nobody else dequeues yet).
+    for _ in range(4):
+        with shmpipe.Pipeline([double], workers=2, ordered=True, max_in_flight=4) as p:
+            def feed():
+                p.enqueue_many({"n": i, "x": np.zeros(2)} for i in range(200))
+                p.close_input()
+
+            t = threading.Thread(target=feed)
+            t.start()
+            got = [o["n"] for o in p]
+            t.join()
+        assert got == list(range(200))
+
+
 def test_misuse_is_refused_in_python_terms():
     p = shmpipe.Pipeline([add_1], workers=1)
     p.enqueue(1)  # starts the pipeline

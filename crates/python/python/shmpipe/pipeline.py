@@ -180,6 +180,8 @@ class Pipeline:
         self._fd: int | None = None
         self._epoch = 0  # the next epoch of a source this process reads
         self._closed = False
+        # Several threads may enqueue and dequeue: one of them starts the processes.
+        self._start_lock = threading.Lock()
 
     @staticmethod
     def _step(s: Step) -> dict:
@@ -254,14 +256,15 @@ class Pipeline:
         With a source: the workers become persistent, serving every later iteration until
         :meth:`close`. Starting a started pipeline does nothing.
         """
-        self._check_not_closed()
-        if self._source is None:
-            if self._run is None:
-                self._run = self._start_run(self._spec)
-        elif self._run is None or not self._persistent:
-            self.close()
-            self._persistent = True
-            self._start_fed_once()
+        with self._start_lock:
+            self._check_not_closed()
+            if self._source is None:
+                if self._run is None:
+                    self._run = self._start_run(self._spec)
+            elif self._run is None or not self._persistent:
+                self.close()
+                self._persistent = True
+                self._start_fed_once()
         return self
 
     def _check_not_closed(self) -> None:
