@@ -339,3 +339,10 @@ def test_item_rng_in_enqueue_mode_depends_on_seed_and_position_only():
     assert run(3) == a and run(0) == a
     with pytest.raises(RuntimeError, match="inside a step"):
         shmpipe.item_rng()
+
+
+def test_the_example_runs_as_written():
+    script = os.path.join(HERE, "..", "examples", "pipeline_enqueue_dequeue.py")
+    r = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "seed 7 gives the same windows" in r.stdout
