@@ -274,6 +274,34 @@ def test_workers_0_stops_at_a_breakpoint_in_a_step():
     assert r.stdout.rstrip().endswith("out 1")
 
 
+def test_workers_0_with_a_step_of_the_main_script_does_not_run_the_script_again(tmp_path):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import os
+        import numpy as np
+        import shmpipe
+        print("imported", __name__, os.getpid(), flush=True)
+
+        def square(item):
+            item["x"] = item["x"] ** 2
+            return item
+
+        if __name__ == "__main__":
+            data = [{"x": np.full(3, float(i))} for i in range(10)]
+            here = [int(o["x"][0]) for o in shmpipe.Pipeline(data, steps=[square], workers=0)]
+            there = [int(o["x"][0]) for o in shmpipe.Pipeline(data, steps=[square], workers=2,
+                                                                ordered=True)]
+            assert here == there == [i * i for i in range(10)], (here, there)
+            print("main", os.getpid(), flush=True)
+    """))
+    # Named with a `..`: the path the parent pickles is not its `__file__` as written.
+    path = os.path.join(str(tmp_path), "..", tmp_path.name, "job.py")
+    r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    me = r.stdout.split("main ")[1].split()[0]
+    assert f"imported __mp_main__ {me}" not in r.stdout, "the parent ran its script twice"
+
+
 # ----- persistent workers
 
 def test_persistent_workers_serve_every_epoch_complete_and_exact():
