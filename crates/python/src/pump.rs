@@ -114,19 +114,25 @@ impl Pump {
         self.pids.clone()
     }
 
-    /// Waits up to `wait` for the next message and gives it to `sink` before anyone else
-    /// can take one, so that messages taken by several threads stay in order.
+    /// Waits up to `wait` for the next message and gives it to `sink`, then up to `more`
+    /// messages already queued, before anyone else can take one: messages taken by several
+    /// threads stay in order, and a wake-up takes what came meanwhile.
     /// `Disconnected`: the end of stream was handed over (or the pump was shut down).
     pub(crate) fn recv_into(
         &self,
         wait: Duration,
-        sink: impl FnOnce(Msg),
+        more: usize,
+        mut sink: impl FnMut(Msg),
     ) -> Result<(), RecvTimeoutError> {
         let g = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-        match g.as_ref() {
-            Some(rx) => rx.recv_timeout(wait).map(sink),
-            None => Err(RecvTimeoutError::Disconnected),
+        let Some(rx) = g.as_ref() else {
+            return Err(RecvTimeoutError::Disconnected);
+        };
+        sink(rx.recv_timeout(wait)?);
+        for m in rx.try_iter().take(more) {
+            sink(m);
         }
+        Ok(())
     }
 
     /// Takes the pipeline's error, if it failed and nobody took it yet.

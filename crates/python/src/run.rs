@@ -280,7 +280,9 @@ impl Run {
             }
             let wait = slice(deadline);
             match &self.backend {
-                Backend::Pump(p) => match py.detach(|| p.recv_into(wait, |m| self.stash(m))) {
+                // `taken` is empty here: one wake-up takes what is queued, up to 9 messages
+                // (a bound, or a slow consumer would let the pump run ahead without limit).
+                Backend::Pump(p) => match py.detach(|| p.recv_into(wait, 8, |m| self.stash(m))) {
                     Ok(()) => {}
                     Err(RecvTimeoutError::Timeout) => {
                         if self.waited(py, deadline)? {
@@ -308,7 +310,7 @@ impl Run {
                         Ok(Some(it)) => return Ok(Out::Item(it)),
                         Ok(None) => lock(&self.state).ended = true,
                         Err(Error::Timeout) => {
-                            if !wait.is_zero() && self.waited(py, deadline)? {
+                            if self.waited(py, deadline)? {
                                 return Ok(Out::Timeout);
                             }
                         }
@@ -371,7 +373,9 @@ impl Run {
             };
             let timed_out = match &self.backend {
                 Backend::Pump(p) if consumer_is_me => {
-                    match py.detach(|| p.recv_into(slice(deadline), |m| self.stash(m))) {
+                    // Everything queued: these outputs wait for this thread's dequeue anyway.
+                    let all = usize::MAX;
+                    match py.detach(|| p.recv_into(slice(deadline), all, |m| self.stash(m))) {
                         Ok(()) => {
                             if p.failure.lock().is_ok_and(|f| f.is_some()) {
                                 return Err(self.pump_failure(py));

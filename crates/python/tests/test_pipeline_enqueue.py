@@ -257,6 +257,18 @@ def test_workers_0_runs_in_this_process_with_the_same_outputs_and_errors():
     assert isinstance(e.__cause__, ZeroDivisionError), "the step's own exception, for pdb.pm()"
 
 
+def test_workers_0_dequeue_times_out_and_runs_on():
+    with shmpipe.Pipeline([add_1], workers=0) as p:
+        for timeout in (0, 0.1):
+            t0 = time.monotonic()
+            with pytest.raises(TimeoutError, match="timeout="):
+                p.dequeue(timeout=timeout)
+            assert time.monotonic() - t0 < 2
+        p.enqueue(1)
+        assert p.dequeue(timeout=0) == 2
+        assert p.pending == 0
+
+
 def test_workers_0_stops_at_a_breakpoint_in_a_step():
     code = textwrap.dedent("""
         import sys
