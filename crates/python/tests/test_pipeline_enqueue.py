@@ -352,6 +352,19 @@ def test_persistent_epochs_equal_one_run_over_the_same_epochs():
     assert per_epoch[0] != per_epoch[1], "each epoch has its own permutation"
 
 
+def test_persistent_workers_read_a_jsonl_file_as_its_emitter_would(tmp_path):
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(f'{{"n": {i}, "x": [{i}, {i}]}}\n' for i in range(50)))
+    want = sorted((o["n"], o["sub"]) for o in shmpipe.Pipeline(str(path), steps=[fan], workers=2))
+    assert len(want) == sum(i % 3 for i in range(50))
+    with shmpipe.Pipeline(str(path), steps=[fan], workers=2, persistent_workers=True) as p:
+        for _ in range(2):
+            assert sorted((o["n"], o["sub"]) for o in p) == want
+    missing = shmpipe.Pipeline(str(tmp_path / "nope.jsonl"), steps=[fan], persistent_workers=True)
+    with pytest.raises(shmpipe.PipelineError, match="nope.jsonl"):
+        list(missing)
+
+
 # ----- seeds
 
 def test_item_rng_gives_the_same_outputs_for_any_worker_count():
