@@ -70,6 +70,8 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
     let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
     let mut b = Pipeline::builder(&reg)
         .handle_ctrl_c(false)
+        // The pump always waits for output: `Run` says when a user's dequeue waits in vain.
+        .warn_idle_after(Duration::ZERO)
         .child_program(program, args)
         .workers(u("workers", 2) as usize)
         .emitters(u("emitters", 1) as usize)
@@ -239,8 +241,9 @@ impl PipelineRun {
         } else {
             Backend::Pump(Pump::start(p, prefetch))
         };
+        let warn_idle = Duration::from_secs_f64(spec["warn_idle"].as_f64().unwrap_or(5.0).max(0.0));
         Ok(PipelineRun {
-            run: Run::new(backend, input, max_in_flight, records),
+            run: Run::new(backend, input, max_in_flight, records, warn_idle),
             id,
         })
     }

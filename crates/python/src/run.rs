@@ -69,6 +69,8 @@ struct State {
     closed: bool,
     /// The current epoch of the parent-fed source has been read to its end.
     exhausted: bool,
+    /// The word about a forgotten `close_input()` was said.
+    warned: bool,
 }
 
 /// A running pipeline (see the module doc).
@@ -85,6 +87,9 @@ pub(crate) struct Run {
     feed_ahead: u64,
     /// The parent-fed source, if any.
     feed: Mutex<Option<Records>>,
+    /// A `dequeue` that waits this long with nothing in the pipeline and the input open says
+    /// so on stderr, once (zero: never).
+    warn_idle: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -105,6 +110,7 @@ impl Run {
         input: Option<Input>,
         max_in_flight: u64,
         feed: Option<Records>,
+        warn_idle: Duration,
     ) -> Run {
         let feed_ahead = match backend {
             Backend::Pump(_) => max_in_flight.max(1),
@@ -121,6 +127,7 @@ impl Run {
             room: Condvar::new(),
             max_in_flight,
             feed: Mutex::new(feed),
+            warn_idle,
         }
     }
 
@@ -195,6 +202,27 @@ impl Run {
         Ok(deadline.is_some_and(|d| Instant::now() >= d))
     }
 
+    /// A user's `dequeue` has waited since `since`: a forgotten `close_input()` must not be a
+    /// silent hang. Said once, when nothing is in the pipeline and the input is open (never
+    /// while the caller merely pauses, nor between the epochs of persistent workers).
+    fn idle_word(&self, since: Instant) {
+        if self.warn_idle.is_zero() || since.elapsed() < self.warn_idle {
+            return;
+        }
+        let open = lock(&self.input).is_some();
+        let mut st = lock(&self.state);
+        if st.warned || !open || st.fed != st.user_done || !st.taken.is_empty() {
+            return;
+        }
+        st.warned = true;
+        eprintln!(
+            "shmpipe: dequeue() has waited {:.1} s for an output while nothing is enqueued or \
+             in the pipeline; if the input is complete, call close_input() (dequeue then \
+             returns None at the end)",
+            since.elapsed().as_secs_f64()
+        );
+    }
+
     /// Takes a message off the pump's queue into the counts; returns its output.
     fn take(&self, py: Python<'_>, msg: Msg) -> PyResult<Option<Item>> {
         let mut st = lock(&self.state);
@@ -254,6 +282,7 @@ impl Run {
         stop_at: Option<u64>,
     ) -> PyResult<Out> {
         let me = std::thread::current().id();
+        let since = Instant::now();
         // With `workers=0` and an epoch to finish, the first wait is a poll: every input
         // enqueued so far is run before it gives up.
         let mut poll = stop_at.is_some();
@@ -285,6 +314,9 @@ impl Run {
                 Backend::Pump(p) => match py.detach(|| p.recv_into(wait, 8, |m| self.stash(m))) {
                     Ok(()) => {}
                     Err(RecvTimeoutError::Timeout) => {
+                        if stop_at.is_none() {
+                            self.idle_word(since);
+                        }
                         if self.waited(py, deadline)? {
                             return Ok(Out::Timeout);
                         }
@@ -310,6 +342,9 @@ impl Run {
                         Ok(Some(it)) => return Ok(Out::Item(it)),
                         Ok(None) => lock(&self.state).ended = true,
                         Err(Error::Timeout) => {
+                            if stop_at.is_none() {
+                                self.idle_word(since);
+                            }
                             if self.waited(py, deadline)? {
                                 return Ok(Out::Timeout);
                             }

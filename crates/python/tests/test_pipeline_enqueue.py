@@ -176,6 +176,35 @@ def test_a_feeder_thread_and_a_consumer_keep_every_output_in_order():
         assert got == list(range(200))
 
 
+def test_a_word_about_close_input_only_when_a_dequeue_waits_for_nothing():
+    code = textwrap.dedent("""
+        import sys, time
+        sys.path.insert(0, sys.argv[1])
+        import shmpipe
+        from pipeline_steps import double, items
+        kw = dict(workers=1, warn_idle=0.5)
+        with shmpipe.Pipeline(items(10), steps=[double], persistent_workers=True, **kw) as p:
+            list(p)
+            time.sleep(1.0)  # between epochs
+            list(p)
+        with shmpipe.Pipeline([double], **kw) as p:
+            p.enqueue(items(1)[0])
+            time.sleep(1.0)  # nobody dequeues
+            p.dequeue()
+            print("QUIET SO FAR", file=sys.stderr, flush=True)
+            try:
+                p.dequeue(timeout=1.5)  # waits, and nothing was enqueued
+            except TimeoutError:
+                pass
+    """)
+    r = subprocess.run([sys.executable, "-c", code, HERE], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, after = r.stderr.split("QUIET SO FAR")
+    assert "close_input" not in before, before
+    assert "close_input()" in after and "dequeue" in after, after
+
+
 def test_misuse_is_refused_in_python_terms():
     p = shmpipe.Pipeline([add_1], workers=1)
     p.enqueue(1)  # starts the pipeline

@@ -79,7 +79,9 @@ class Pipeline:
       output is ever ``None`` (a step that returns ``None`` has no output), so
       ``for out in iter(p.dequeue, None)`` reads to the end, and so does ``for out in p``.
       ``dequeue(timeout=s)`` raises ``TimeoutError`` after ``s`` seconds without an output;
-      the pipeline runs on.
+      the pipeline runs on. A :meth:`dequeue` that has waited ``warn_idle`` seconds (default
+      5; 0: never) while nothing is enqueued and the input is open says once on stderr that
+      :meth:`close_input` may be missing.
 
       **Back-pressure**: at most ``max_in_flight`` inputs are in the pipeline at once
       (enqueued, with outputs not yet dequeued; default ``4 * prefetch * workers``). A full
@@ -153,7 +155,8 @@ class Pipeline:
                  seed: int = 0, shuffle_buffer: int = 256, epochs: int | None = 1,
                  shard=None, prefetch: int = 8, batch_bytes: int | None = None,
                  skip_bad_records: bool = False, channel: tuple | None = None,
-                 persistent_workers: bool = False, max_in_flight: int | None = None):
+                 persistent_workers: bool = False, max_in_flight: int | None = None,
+                 warn_idle: float = 5.0):
         if not steps and _looks_like_steps(source):
             source, steps = None, source
         if workers < 0:
@@ -170,7 +173,7 @@ class Pipeline:
             "seed": seed, "shuffle_buffer": shuffle_buffer, "epochs": epochs,
             "rank": rank, "world_size": world, "batch_bytes": batch_bytes,
             "skip_bad_records": skip_bad_records, "channel": list(channel) if channel else None,
-            "steps": self._steps, "max_in_flight": max_in_flight,
+            "steps": self._steps, "max_in_flight": max_in_flight, "warn_idle": warn_idle,
         }
         self._source = source
         self._prefetch = prefetch
