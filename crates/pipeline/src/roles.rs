@@ -383,10 +383,10 @@ impl Chain {
 
     /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
     /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
-    /// Item seeds: those of a pseudo-input of this worker (what it holds depends on it).
+    /// Item seeds: those of the pseudo-input `(FINISH_E, FINISH_K)`.
     pub(crate) fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
         let input = || "end of stream".to_owned();
-        let key = (FINISH_E, ((self.stage as u64) << 32) | self.worker as u64);
+        let key = (FINISH_E, FINISH_K);
         for i in 0..self.steps.len() {
             let (name, step, _, ns) = &mut self.steps[i];
             let mut made = Vec::new();

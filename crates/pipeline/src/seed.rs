@@ -15,21 +15,24 @@ thread_local! {
     static CURRENT: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
-/// A domain separator, so that item seeds never equal the emitters' shuffle seeds (both are
-/// derived from the pipeline's seed).
-const ITEM_SALT: u64 = 0x6974_656d_7365_6564; // "itemseed"
+/// The domain tag of an input's seed among the seeds a pipeline derives (the emitters'
+/// shuffle seeds are derived from the same pipeline seed). "ITEMSEED", the tag of the
+/// `bigitems` branch's `ItemContext::seed`, so that the two fold into one: an input's seed is
+/// that context seed, and a step call's seed is derived from it and the step's index.
+const ITEM_SEED: u64 = 0x4954_454D_5345_4544;
 
 /// The seed of the input the calling step is processing, or `None` outside a step call.
 ///
-/// It is derived from the pipeline's [`seed`](crate::PipelineBuilder::seed), the input's
-/// identity (emitter `e`, record `k` of that emitter, counted over all epochs; in enqueue mode
-/// `e = 0` and `k` counts the enqueued items) and the step's position in the pipeline (over
-/// all stages). So every run with the same seed, the same source order and any number of
+/// It is `derive_seed(&[input_seed, step])`: `input_seed = derive_seed(&[seed, ITEM_SEED, e,
+/// k])` from the pipeline's [`seed`](crate::PipelineBuilder::seed) and the input's identity
+/// (emitter `e`, record `k` of that emitter, counted over all epochs; in enqueue mode `e = 0`
+/// and `k` counts the enqueued items), and `step` the step's position in the pipeline (over
+/// all stages, so the topology does not matter). So every run with the same seed, the same source order and any number of
 /// workers gives every step call the same seed. All outputs of one input reach a later step
 /// with the same seed: a step that draws for each of them should draw from one generator
 /// per seed, in turn (the order of the outputs of one input is fixed). Outputs made by
 /// [`Step::finish`](crate::Step::finish) depend on what the worker saw, and so on the worker
-/// count; their seed is that of the worker.
+/// count; their input is `(u32::MAX, u64::MAX)`.
 ///
 /// # Examples
 /// ```
@@ -47,7 +50,8 @@ pub fn item_seed() -> Option<u64> {
 
 /// The item seed of input `(e, k)` at global step index `step`.
 pub(crate) fn for_input(seed: u64, e: u32, k: u64, step: usize) -> u64 {
-    derive_seed(&[seed, ITEM_SALT, u64::from(e), k, step as u64])
+    let input = derive_seed(&[seed, ITEM_SEED, u64::from(e), k]);
+    derive_seed(&[input, step as u64])
 }
 
 /// Sets the current item seed of this thread (`None`: outside a step call).
