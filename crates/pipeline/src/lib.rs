@@ -65,6 +65,7 @@ mod error;
 mod handover;
 mod inline;
 mod input;
+mod issued;
 mod item;
 mod jsonl;
 mod name;
@@ -77,6 +78,7 @@ mod records;
 mod reorder;
 mod roles;
 mod seed;
+mod share;
 mod shm;
 mod shuffle;
 mod source;
@@ -98,6 +100,7 @@ pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
 pub use records::{ReadOrder, Records};
 pub use seed::item_seed;
+pub use share::SharedFd;
 pub use shm_ring::Transfer;
 pub use source::{
     FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,

@@ -65,7 +65,30 @@ fn cfg_err(m: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(m.to_string())
 }
 
-fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::PipelineBuilder> {
+/// Shares the pickled source's sealed memfd, descriptor `fd` of this process (held by the
+/// calling `shmpipe.Pipeline`), with the emitters: through a duplicate of our own (`os.dup`
+/// checks that the number is open), of which `share_fd` makes its read-only reopening.
+fn share_source_fd(
+    py: Python<'_>,
+    b: &mut shmpipe::PipelineBuilder,
+    fd: &Value,
+) -> PyResult<shmpipe::SharedFd> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    let fd = fd
+        .as_i64()
+        .ok_or_else(|| cfg_err("source: no descriptor"))?;
+    let dup: i32 = py.import("os")?.call_method1("dup", (fd,))?.extract()?;
+    // SAFETY: `os.dup` just returned this new descriptor and nothing else holds it.
+    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
+    b.share_fd(owned.as_fd()).map_err(cfg_err)
+}
+
+fn build(
+    py: Python<'_>,
+    spec: &Value,
+    program: String,
+    args: Vec<String>,
+) -> PyResult<shmpipe::PipelineBuilder> {
     let reg = worker::registry();
     let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
     let mut b = Pipeline::builder(&reg)
@@ -113,7 +136,10 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
             src["name"].as_str().unwrap_or_default(),
             src["args"].clone(),
         ),
-        Some("sequence") => b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": src["fd"]})),
+        Some("sequence") => {
+            let h = share_source_fd(py, &mut b, &src["fd"])?;
+            b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": h}))
+        }
         // Enqueue mode: this process feeds the pipeline (or the user does).
         None => b,
         _ => return Err(cfg_err("source: a path, a sequence or a named source")),
@@ -222,7 +248,7 @@ impl PipelineRun {
         } else {
             None
         };
-        let b = build(&spec, program, args)?;
+        let b = build(py, &spec, program, args)?;
         let mut p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
         let id = p.id().to_owned();
         let input = if spec["source"].is_object() {

@@ -16,6 +16,10 @@
 //! pump's queue appends it to `taken` while it still holds the queue, and `dequeue` returns
 //! the front of `taken`: the order holds with any number of threads.
 //!
+//! The counts come from the workers' group ends: a corrupt worker could report more inputs
+//! done than were fed, so they are clamped to `fed` (never an underflow; at worst an epoch
+//! that ends before its last outputs, which then come with the next one).
+//!
 //! Locks: `state` and `input` are held briefly and never across Python code or a wait; the
 //! inline pipeline and the source are locked without the GIL (their use runs Python code,
 //! which may release it).
@@ -228,11 +232,11 @@ impl Run {
         let mut st = lock(&self.state);
         match msg {
             Msg::Item(it, done) => {
-                st.user_done = done;
+                st.user_done = done.min(st.fed);
                 Ok(Some(it))
             }
             Msg::Progress(done) => {
-                st.user_done = done;
+                st.user_done = done.min(st.fed);
                 Ok(None)
             }
             Msg::Failed => {
@@ -267,7 +271,7 @@ impl Run {
     fn stash(&self, msg: Msg) {
         let mut st = lock(&self.state);
         if let Some(d) = msg.done() {
-            st.left = st.left.max(d);
+            st.left = st.left.max(d).min(st.fed);
         }
         st.taken.push_back(msg);
         drop(st);
@@ -335,7 +339,7 @@ impl Run {
                     });
                     {
                         let mut st = lock(&self.state);
-                        st.user_done = st.user_done.max(done);
+                        st.user_done = st.user_done.max(done).min(st.fed);
                         st.left = st.user_done;
                     }
                     match r {
@@ -399,7 +403,7 @@ impl Run {
                         "enqueue after close_input(): the input of this pipeline is closed",
                     ));
                 }
-                if st.fed - st.left < self.max_in_flight {
+                if st.fed.saturating_sub(st.left) < self.max_in_flight {
                     st.fed += 1;
                     drop(st);
                     return self.send(py, item);
@@ -515,7 +519,7 @@ impl Run {
 
     /// Feeds records of the current epoch while there is room.
     fn top_up(&self, py: Python<'_>) -> PyResult<()> {
-        let room = |st: &State| !st.exhausted && st.fed - st.left < self.feed_ahead;
+        let room = |st: &State| !st.exhausted && st.fed.saturating_sub(st.left) < self.feed_ahead;
         while room(&lock(&self.state)) {
             let next = self.with_feed(py, Iterator::next)?;
             match next {
