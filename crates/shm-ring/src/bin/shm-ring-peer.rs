@@ -22,6 +22,21 @@
 //! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
 //! shm-ring-peer fill-anon BYTES           create an anonymous channel whose pool totals BYTES,
 //!                                         write every pool byte; print "filled BYTES"
+//! shm-ring-peer hold-leaderless NAME N    receive N messages and keep them in a second thread, print
+//!                                         "held", then end the main thread only (its leader shows
+//!                                         `State: Z` while the process lives on); on stdin "check"
+//!                                         print "sums S1 S2 ..." (sum of u32 array "x" of each)
+//! shm-ring-peer produce-leaderless NAME   create NAME, hand the sender to a second thread, print
+//!                                         "ready", end the main thread only; on stdin "send" send a
+//!                                         message (meta "seq" = 0) and print "sent"
+//! shm-ring-peer fork-drop NAME            receive one message, fork; the child drops the message
+//!                                         and the receiver and exits; print "forked"; then on stdin
+//!                                         "check" print "sum S" (u32 array "x"), on "recv" receive
+//!                                         one more and print "tag T"
+//! shm-ring-peer fork-send NAME            create NAME, wait for its consumer, fork; the child tries
+//!                                         to send (meta "seq" = 99) and prints "child sent" or
+//!                                         "child refused: ERROR"; then the parent sends seq 1 and
+//!                                         prints "parent sent"; waits for stdin to close
 //! ```
 #[cfg(loom)]
 fn main() {}
@@ -49,6 +64,62 @@ mod real {
         let mut o = std::io::stdout();
         let _ = writeln!(o, "{s}");
         let _ = o.flush();
+    }
+
+    unsafe extern "C" {
+        fn syscall(num: std::ffi::c_long, ...) -> std::ffi::c_long;
+        fn fork() -> i32;
+        fn _exit(code: i32) -> !;
+    }
+
+    /// Ends the calling thread only: the raw `exit` system call (not `exit_group`, and not
+    /// `pthread_exit`, whose forced unwinding must not cross Rust frames). When the main thread
+    /// does this, the process lives on in its other threads while its thread-group leader shows
+    /// `State: Z` in `/proc/<pid>/stat`, exactly as after `pthread_exit` in C.
+    fn exit_this_thread_only() -> ! {
+        #[cfg(target_arch = "x86_64")]
+        const SYS_EXIT: std::ffi::c_long = 60;
+        #[cfg(target_arch = "aarch64")]
+        const SYS_EXIT: std::ffi::c_long = 93;
+        // SAFETY: `exit` ends this thread without running anything of it again; every value the
+        // other threads use was moved to them, and nothing on this stack is referenced by them.
+        unsafe { syscall(SYS_EXIT, 0 as std::ffi::c_long) };
+        unreachable!("the exit system call returned")
+    }
+
+    /// `fork()`: `Some(0)` in the child, `Some(pid)` in the parent. Only called while this
+    /// process has one thread.
+    fn fork_now() -> Option<i32> {
+        // SAFETY: the peer is single-threaded when it forks (no lock can be held by another
+        // thread); the child only drops handles, prints and calls `_exit`.
+        let pid = unsafe { fork() };
+        (pid >= 0).then_some(pid)
+    }
+
+    fn exit_child() -> ! {
+        // SAFETY: `_exit` ends the forked child without running atexit handlers or flushing
+        // buffers it shares with the parent.
+        unsafe { _exit(0) }
+    }
+
+    fn reap(pid: i32) {
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty());
+        }
+    }
+
+    fn stdin_lines() -> impl Iterator<Item = String> {
+        use std::io::BufRead;
+        std::io::stdin().lock().lines().map_while(Result::ok)
+    }
+
+    fn sum_x(m: &shm_ring::Message) -> u64 {
+        m.record(0)
+            .and_then(|r| {
+                r.array::<u32>("x")
+                    .map(|a| a.iter().map(|&v| v as u64).sum())
+            })
+            .unwrap_or(u64::MAX)
     }
 
     fn sleep_forever() -> ! {
@@ -320,6 +391,92 @@ mod real {
                 std::os::unix::fs::FileExt::write_all_at(&f, &bytes, off)
                     .map_err(|e| e.to_string())?;
                 say("corrupted");
+                Ok(())
+            })(),
+            "hold-leaderless" => (|| {
+                let mut rx = Receiver::open_timeout(&arg(1), Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                let n: usize = arg(2).parse().unwrap_or(1);
+                let mut held = Vec::new();
+                for _ in 0..n {
+                    held.push(rx.recv().map_err(|e| e.to_string())?);
+                }
+                std::thread::spawn(move || {
+                    let _rx = rx;
+                    for line in stdin_lines() {
+                        if line == "check" {
+                            let sums: Vec<String> =
+                                held.iter().map(|m| sum_x(m).to_string()).collect();
+                            say(&format!("sums {}", sums.join(" ")));
+                        }
+                    }
+                    std::process::exit(0)
+                });
+                say("held");
+                exit_this_thread_only()
+            })(),
+            "produce-leaderless" => (|| {
+                let mut tx = Sender::create(&arg(1), &ChannelConfig::default())
+                    .map_err(|e| e.to_string())?;
+                std::thread::spawn(move || {
+                    for line in stdin_lines() {
+                        if line == "send" {
+                            match tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 0)) {
+                                Ok(()) => say("sent"),
+                                Err(e) => say(&format!("send failed: {e}")),
+                            }
+                        }
+                    }
+                    std::process::exit(0)
+                });
+                say("ready");
+                exit_this_thread_only()
+            })(),
+            "fork-drop" => (|| {
+                let mut rx = Receiver::open_timeout(&arg(1), Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                let m = rx.recv().map_err(|e| e.to_string())?;
+                say("got");
+                match fork_now().ok_or("fork failed")? {
+                    0 => {
+                        drop(m);
+                        drop(rx);
+                        exit_child()
+                    }
+                    child => reap(child),
+                }
+                say("forked");
+                for line in stdin_lines() {
+                    match line.as_str() {
+                        "check" => say(&format!("sum {}", sum_x(&m))),
+                        "recv" => match rx.recv_timeout(Duration::from_secs(5)) {
+                            Ok(m) => say(&format!("tag {}", m.tag())),
+                            Err(e) => say(&format!("recv failed: {e}")),
+                        },
+                        _ => {}
+                    }
+                }
+                Ok(())
+            })(),
+            "fork-send" => (|| {
+                let mut tx = Sender::create(&arg(1), &ChannelConfig::default())
+                    .map_err(|e| e.to_string())?;
+                tx.wait_for_consumer(Duration::from_secs(10))
+                    .map_err(|e| e.to_string())?;
+                match fork_now().ok_or("fork failed")? {
+                    0 => {
+                        match tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 99)) {
+                            Ok(()) => say("child sent"),
+                            Err(e) => say(&format!("child refused: {e}")),
+                        }
+                        exit_child()
+                    }
+                    child => reap(child),
+                }
+                tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 1))
+                    .map_err(|e| e.to_string())?;
+                say("parent sent");
+                for _ in stdin_lines() {}
                 Ok(())
             })(),
             other => Err(format!("unknown command {other:?}")),

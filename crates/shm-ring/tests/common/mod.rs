@@ -45,7 +45,8 @@ impl Peer {
 
     pub fn spawn_cmd(cmd: &mut Command) -> Peer {
         let mut child = ChildGuard(
-            cmd.stdout(Stdio::piped())
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn peer"),
@@ -63,6 +64,27 @@ impl Peer {
         let mut s = String::new();
         self.out.read_line(&mut s).expect("read peer stdout");
         s.trim().to_string()
+    }
+
+    /// Writes one line to the peer's stdin (a command for the peers that read one).
+    pub fn tell(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("write peer stdin");
+        stdin.flush().expect("flush peer stdin");
+    }
+
+    /// Waits until the peer's thread-group leader shows `State: Z` (its main thread ended while
+    /// other threads run), at most 5 s.
+    pub fn wait_leader_zombie(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while shmpipe_test_kit::proc::stat(self.pid()).map(|s| s.state) != Some('Z') {
+            assert!(
+                Instant::now() < deadline,
+                "the peer's main thread did not end"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     pub fn kill(&mut self) {
