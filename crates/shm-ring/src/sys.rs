@@ -166,18 +166,40 @@ pub(crate) fn pid() -> u32 {
 /// or `None` if it cannot be read. Together with the pid it names a process uniquely, so a
 /// recycled pid is not mistaken for the creator of a segment.
 pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
-    proc_stat(pid).map(|(_, start)| start)
+    proc_stat(pid).map(|s| s.start)
 }
 
-/// State letter and start time of process `pid`, from `/proc/<pid>/stat`; `None` if the file
-/// cannot be read or parsed (which says nothing about the process: see [`liveness`]).
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// The fields of `/proc/<pid>/stat` that liveness needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcStat {
+    /// State letter of the thread-group leader (field 3).
+    state: char,
+    /// Threads of the group not yet released (field 20): a leader that ended while other
+    /// threads run shows `Z` with more than one; a real zombie shows one.
+    threads: u64,
+    /// Start time in clock ticks since boot (field 22).
+    start: u64,
+}
+
+/// Parses the text of a `/proc/<pid>/stat` file; `None` if it is malformed.
+fn parse_stat(stat: &str) -> Option<ProcStat> {
     // The command name (field 2) is in parentheses and may contain spaces: split after it.
     let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
+    // Fields 3 (state) .. : field n is the (n - 3)th after the name.
+    let threads = fields.nth(16)?.parse().ok()?;
+    let start = fields.nth(1)?.parse().ok()?;
+    Some(ProcStat {
+        state,
+        threads,
+        start,
+    })
+}
+
+/// The stat fields of process `pid`; `None` if the file cannot be read or parsed (which says
+/// nothing about the process: see [`liveness`]).
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// What we know about a process.
@@ -185,8 +207,8 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 pub(crate) enum Liveness {
     /// It exists (and, where its start time is known, is the process we mean).
     Alive,
-    /// Definitely gone: no such process (`ESRCH`), a zombie, or another process that reuses
-    /// the pid (a different start time).
+    /// Definitely gone: no such process (`ESRCH`), another process that reuses the pid (a
+    /// different start time), or a zombie whose whole thread group has ended.
     Dead,
     /// Cannot tell (`/proc` unreadable: out of file descriptors or memory, `hidepid`, another
     /// pid namespace...). Every caller treats this as alive.
@@ -194,16 +216,21 @@ pub(crate) enum Liveness {
 }
 
 /// Whether the process `pid` that started at `start_time` (0: not known) still exists.
-/// Only definite evidence gives [`Liveness::Dead`].
+/// Only definite evidence gives [`Liveness::Dead`]. A leader in state `Z` is not such evidence
+/// by itself: a process whose main thread ended (`pthread_exit`) while other threads run shows
+/// `Z` for its leader and is alive; it is dead only once the kernel counts no other thread.
 pub(crate) fn liveness(pid: u32, start_time: u64) -> Liveness {
     let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Liveness::Unknown; // 0 or out of range: not a pid, so not evidence of anything
     };
-    if let Some((state, start)) = proc_stat(pid) {
-        if matches!(state, 'Z' | 'X') || (start_time != 0 && start != start_time) {
-            return Liveness::Dead;
-        }
-        return Liveness::Alive;
+    if let Some(s) = proc_stat(pid) {
+        let other_process = start_time != 0 && s.start != start_time;
+        let group_ended = matches!(s.state, 'Z' | 'X') && s.threads <= 1;
+        return if other_process || group_ended {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        };
     }
     // /proc told us nothing: ask the kernel directly.
     match rustix::process::test_kill_process(p) {
@@ -250,8 +277,9 @@ impl PeerProcess {
         self.pid
     }
 
-    /// Whether the process has definitely exited (or was never the one we expected). "Cannot
-    /// tell" is not dead: this returns `false` then.
+    /// Whether the process has definitely exited (or was never the one we expected): its
+    /// pidfd is readable (the kernel says so only once the whole thread group has ended), or
+    /// [`liveness`] has definite evidence. "Cannot tell" is not dead: this returns `false` then.
     pub(crate) fn is_dead(&self) -> bool {
         if self.gone {
             return true;
@@ -326,6 +354,40 @@ mod tests {
         assert_eq!(liveness(0x7fff_fff0, 0), Liveness::Dead);
         assert!(PeerProcess::watch(0x7fff_fff0, 0).is_dead());
         assert!(!PeerProcess::watch(0, 0).is_dead());
+    }
+
+    #[test]
+    fn stat_fields_are_parsed_past_a_name_with_spaces_and_parentheses() {
+        let line = "42 (a) b (c) Z 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 3 0 12345 0 0";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                state: 'Z',
+                threads: 3,
+                start: 12345
+            })
+        );
+        assert_eq!(parse_stat("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_zombie_is_dead_only_once_its_thread_group_ended() {
+        // An unreaped child that exited: a real zombie (one thread left, its leader's).
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let start = process_start_time(pid).unwrap_or(0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while proc_stat(pid).map(|s| s.state) != Some('Z') {
+            assert!(std::time::Instant::now() < deadline, "child did not exit");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let s = proc_stat(pid).unwrap();
+        assert_eq!(s.threads, 1, "{s:?}");
+        assert_eq!(liveness(pid, start), Liveness::Dead);
+        assert!(PeerProcess::watch(pid, start).is_dead());
+        child.wait().unwrap();
     }
 
     #[test]

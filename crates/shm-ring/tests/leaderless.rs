@@ -49,7 +49,12 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
     );
     assert_eq!(sums, "sums 1000 2000", "the live consumer's arrays changed");
     assert_eq!(tx.free_blocks().unwrap(), 0);
+    // Once its last thread is gone it is dead, and its blocks come back.
     consumer.kill();
+    match tx.loan_timeout::<u32>(&[10], Duration::from_secs(5)) {
+        Err(Error::PeerDied { reclaimed, .. }) => assert_eq!(reclaimed, 2),
+        other => panic!("expected PeerDied, got {other:?}"),
+    }
     drop(tx);
     guard.assert_gone();
 }
@@ -74,6 +79,8 @@ fn a_producer_whose_main_thread_ended_is_not_reported_dead() {
     assert_eq!(m.record(0).unwrap().meta_i64("seq"), Some(0));
     drop(m);
     producer.kill();
+    let r = rx.recv_timeout(Duration::from_secs(5)).map(|m| m.tag());
+    assert!(matches!(r, Err(Error::PeerDied { .. })), "{r:?}");
     drop(rx);
     drop(guard);
 }
