@@ -86,6 +86,14 @@ pub enum Error {
     Schema(crate::schema::SchemaError),
     /// A field or record looked up that the message (or schema) does not have.
     Field(crate::schema::FieldError),
+    /// A handle was used in a process other than the one that made it (a child that inherited
+    /// it through `fork()`): handles are not fork-safe (see the crate docs, "Fork").
+    Forked {
+        /// The process the handle belongs to.
+        owner: u32,
+        /// The process that tried to use it.
+        caller: u32,
+    },
     /// An operating-system call failed.
     Os(io::Error),
 }
@@ -207,6 +215,12 @@ impl fmt::Display for Error {
             ),
             Error::Schema(e) => write!(f, "{e}"),
             Error::Field(e) => write!(f, "{e}"),
+            Error::Forked { owner, caller } => write!(
+                f,
+                "this channel handle belongs to process {owner}; process {caller} inherited it \
+                 through fork() and may not send, receive or loan with it (handles are not \
+                 fork-safe: open or create the channel in the child, or pass it a descriptor)"
+            ),
             Error::Os(e) => write!(f, "os error: {e}"),
         }
     }

@@ -26,6 +26,16 @@
 //! processes: the examples `quickstart_send` and `quickstart_recv` (the README's quick start),
 //! and `typed_quickstart` for the typed path.
 //!
+//! ## Fork
+//! Handles are not fork-safe. A child made by `fork()` inherits copies of every [`Sender`],
+//! [`Receiver`], [`Message`] and loan of its parent, but they stay the parent's: in the child,
+//! sends, loans and receives fail with [`Error::Forked`], and drops do nothing to the channel
+//! (no pool block is handed back, the channel is not closed), so the parent keeps every lease
+//! it holds. The child may read the messages and arrays it inherited while the parent keeps
+//! them, and `exec` or exit; to use a channel in the child, open it there (by name, or from a
+//! descriptor passed to it) or create one. Forks are noticed through `pthread_atfork`, so they
+//! must go through the C library (`fork()`, Python's `os.fork` and `multiprocessing` do).
+//!
 //! ## Quick start
 //! ```
 //! use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, TypedReceiver, TypedSender};
@@ -62,6 +72,8 @@ mod channel;
 pub mod dtype;
 #[cfg(not(loom))]
 mod error;
+#[cfg(not(loom))]
+mod fork;
 #[cfg(not(loom))]
 pub mod message;
 #[cfg(not(loom))]

@@ -303,6 +303,23 @@ impl PeerProcess {
     }
 }
 
+unsafe extern "C" {
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> std::ffi::c_int;
+}
+
+/// Has `child` run in the child of every later `fork()` done through the C library
+/// (`pthread_atfork`; Python's `os.fork` and `multiprocessing` go through it). `child` must be
+/// async-signal-safe. A failure (out of memory) leaves forks unseen.
+pub(crate) fn on_fork_in_child(child: extern "C" fn()) {
+    // SAFETY: registers a plain function pointer with the C library; `child` lives for the
+    // whole program (a `fn` item) and does nothing but an atomic add.
+    let _ = unsafe { pthread_atfork(None, None, Some(child)) };
+}
+
 /// Sleeps while `*word == expected`, at most `timeout`. The word may live in shared memory
 /// (no `FUTEX_PRIVATE_FLAG`). Spurious returns are fine: callers re-check their condition.
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {

@@ -74,3 +74,27 @@ fn a_forked_child_cannot_send_on_an_inherited_sender() {
     drop(rx);
     drop(guard);
 }
+
+#[test]
+fn a_forked_child_can_neither_send_nor_receive_on_typed_ends() {
+    let name = unique("fork-typed");
+    let guard = shm_guard(&[&name]);
+    let peer = Peer::spawn(&["fork-typed", &name]);
+    let (ok, out, err) = peer.finish(Duration::from_secs(20));
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "{out}");
+    assert!(
+        lines[0].starts_with("child send: ") && lines[0].contains("fork()"),
+        "{out}"
+    );
+    assert!(
+        lines[1].starts_with("child recv: ") && lines[1].contains("fork()"),
+        "{out}"
+    );
+    // The child's drops neither closed the channel nor handed slots back: the parent reads
+    // both values and the channel still works.
+    assert_eq!(lines[2], "parent got 1 2", "{out}");
+    assert_eq!(lines[3], "parent sent 3", "{out}");
+    guard.assert_gone();
+}

@@ -37,6 +37,11 @@
 //!                                         to send (meta "seq" = 99) and prints "child sent" or
 //!                                         "child refused: ERROR"; then the parent sends seq 1 and
 //!                                         prints "parent sent"; waits for stdin to close
+//! shm-ring-peer fork-typed NAME           make typed [f32; 16] channel NAME and open it here, send
+//!                                         1.0 and 2.0, fork; the child tries a send and a receive and
+//!                                         prints "child send: R" and "child recv: R" (R: "ok" or the
+//!                                         error); the parent then prints "parent got A B" and the
+//!                                         sender's free slots check "parent sent"
 //! ```
 #[cfg(loom)]
 fn main() {}
@@ -477,6 +482,38 @@ mod real {
                     .map_err(|e| e.to_string())?;
                 say("parent sent");
                 for _ in stdin_lines() {}
+                Ok(())
+            })(),
+            "fork-typed" => (|| {
+                let cfg = ChannelConfig {
+                    linger: Duration::ZERO,
+                    ..ChannelConfig::default()
+                };
+                let mut tx = shm_ring::TypedSender::<[f32; 16]>::create(&arg(1), &cfg)
+                    .map_err(|e| e.to_string())?;
+                let mut rx = shm_ring::TypedReceiver::<[f32; 16]>::open(&arg(1))
+                    .map_err(|e| e.to_string())?;
+                tx.send(&[1.0; 16]).map_err(|e| e.to_string())?;
+                tx.send(&[2.0; 16]).map_err(|e| e.to_string())?;
+                let verdict = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".into());
+                match fork_now().ok_or("fork failed")? {
+                    0 => {
+                        let sent = tx.send(&[9.0; 16]).map_err(|e| e.to_string());
+                        say(&format!("child send: {}", verdict(sent)));
+                        let got = rx.try_recv().map(|_| ()).map_err(|e| e.to_string());
+                        say(&format!("child recv: {}", verdict(got)));
+                        drop(rx);
+                        drop(tx);
+                        exit_child()
+                    }
+                    child => reap(child),
+                }
+                let a = rx.recv().map_err(|e| e.to_string())?[0];
+                let b = rx.recv().map_err(|e| e.to_string())?[0];
+                say(&format!("parent got {a} {b}"));
+                tx.send(&[3.0; 16]).map_err(|e| e.to_string())?;
+                let c = rx.recv().map_err(|e| e.to_string())?[0];
+                say(&format!("parent sent {c}"));
                 Ok(())
             })(),
             other => Err(format!("unknown command {other:?}")),

@@ -69,6 +69,16 @@ impl Receiver {
         channel_header(&self.shared.seg)
     }
 
+    /// The process that made this receiver.
+    pub(super) fn owner(&self) -> crate::fork::Owner {
+        self.shared.owner
+    }
+
+    /// `Err(Forked)` in a forked child, `Err(Corrupt)` once the completion ring broke.
+    pub(super) fn check_usable(&self) -> Result<(), Error> {
+        self.shared.check()
+    }
+
     /// `Err(PeerDied)` once the producer process is gone.
     pub(super) fn producer_alive(&self) -> Result<(), Error> {
         if self.producer.is_dead() {
@@ -287,6 +297,9 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
+        if !self.shared.owner.is_current_strict() {
+            return; // a forked child's copy: the parent is still the consumer
+        }
         self.release_read();
         super::own_receiver(self.ident, Some(false));
         let h = self.header();

@@ -10,6 +10,7 @@ use super::wait::block_on;
 use super::{ChannelConfig, ChannelHeader, ShmRing, channel_header};
 use crate::dtype::Element;
 use crate::error::Error;
+use crate::fork::Owner;
 use crate::message::{self, FieldSrc, MessageBuilder, Place};
 use crate::op_error::{SendError, TrySendError};
 use crate::pool::{ArrayLoanUninit, LoanToken};
@@ -66,6 +67,11 @@ pub struct Sender {
     max_inline: usize,
     /// The channel's field schema ([`Sender::with_schema`]): its messages are data-only.
     fields: Option<Arc<crate::schema::Schema>>,
+    /// The process that made this sender: any other (a forked child) is refused.
+    pub(super) owner: Owner,
+    /// `owner.gate()` until this sender shuts down, then `fork::CLOSED_GATE`: the typed fast
+    /// path checks "our process and not shut down" with one compare (`Owner::holds`).
+    pub(super) gate: u32,
     pub(super) stats: SenderStats,
 }
 
@@ -109,6 +115,7 @@ impl Sender {
 
     /// Number of pool blocks free right now (after taking back what the consumer returned).
     pub fn free_blocks(&mut self) -> Result<usize, Error> {
+        self.owner.check()?;
         self.pool.collect_returns()?;
         Ok(self.pool.available())
     }
@@ -184,6 +191,7 @@ impl Sender {
         shape: &[usize],
         deadline: Option<Instant>,
     ) -> Result<ArrayLoanUninit<T>, Error> {
+        self.owner.check()?;
         let len = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -332,6 +340,10 @@ impl Sender {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn shutdown(&mut self) {
+        if !self.owner.is_current() {
+            return; // a forked child's copy: the channel is the parent's
+        }
+        self.gate = crate::fork::CLOSED_GATE;
         self.flush();
         // SYNC POINT: Release (SeqCst) publishes every committed slot before the flag; the
         // consumer reads the flag with Acquire after finding the ring empty.
@@ -422,6 +434,7 @@ impl Sender {
         msg: &mut MessageBuilder<'_>,
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
+        self.owner.check()?;
         let h = self.header();
         // Our own flag (`shutdown`) or the consumer's: either way nobody will read this.
         if h.consumer_closed.load(Ordering::Relaxed) != 0
@@ -480,6 +493,9 @@ impl Sender {
 
 impl Drop for Sender {
     fn drop(&mut self) {
+        if !self.owner.is_current_strict() {
+            return; // a forked child's copy: closing is the parent's business
+        }
         self.shutdown();
         self.linger();
     }

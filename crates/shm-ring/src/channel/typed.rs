@@ -60,6 +60,8 @@ pub struct TypedReceiver<T> {
     /// Every this many values (a quarter of the ring) the hand-back is a full `release`
     /// (fence + waiting-flag check), so a producer that raced into sleep is woken promptly.
     release_every: u32,
+    /// The process of the receiver (a copy of its owner, kept here for the fast path).
+    owner: crate::fork::Owner,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -125,18 +127,22 @@ impl<T: Pod> TypedSender<T> {
         self.inner.stats.messages
     }
 
-    /// Whether neither end has closed (two loads of a line nobody writes while it is open).
+    /// Whether this process made the sender, has not shut it down, and the consumer has not
+    /// closed (one compare of process-local words, and one load of a line nobody writes while
+    /// the channel is open). The producer's own close flag is not read back: only this sender
+    /// sets it, and its gate says so.
     #[inline]
     fn is_open(&self) -> bool {
-        let h = self.inner.header();
-        h.consumer_closed.load(Ordering::Relaxed) == 0
-            && h.producer_closed.load(Ordering::Relaxed) == 0
+        crate::fork::Owner::holds(self.inner.gate)
+            && self.inner.header().consumer_closed.load(Ordering::Relaxed) == 0
     }
 
     #[inline]
     fn check_open(&self) -> Result<(), SendError> {
         if self.is_open() {
             Ok(())
+        } else if !self.inner.owner.is_current() {
+            Err(SendError::from_internal(self.inner.owner.refusal()))
         } else {
             Err(SendError::Disconnected)
         }
@@ -269,6 +275,7 @@ impl<T: Pod> TypedReceiver<T> {
     fn wrap(inner: Receiver) -> TypedReceiver<T> {
         let release_every = (inner.desc.shape().capacity / 4).max(1);
         TypedReceiver {
+            owner: inner.owner(),
             inner,
             unreleased: 0,
             release_every,
@@ -367,6 +374,7 @@ impl<T: Pod> TypedReceiver<T> {
     /// `Some(())` once a value is available; `Err(Disconnected)` once the producer closed and
     /// everything was read.
     fn poll(&mut self) -> Result<Option<()>, Error> {
+        self.inner.check_usable()?;
         if self.inner.desc.available(1)? > 0 {
             return Ok(Some(()));
         }
@@ -418,8 +426,10 @@ impl<T: Pod> TypedReceiver<T> {
     /// [`RecvError::Corrupt`] for an impossible ring index.
     #[inline]
     pub fn recv(&mut self) -> Result<T, RecvError> {
-        // Fast path: a value published (by the cached index or one reload of the tail).
-        if let Ok(r) = self.inner.desc.read_chunk(1)
+        // Fast path: our own receiver, and a value published (by the cached index or one
+        // reload of the tail).
+        if self.owner.is_current()
+            && let Ok(r) = self.inner.desc.read_chunk(1)
             && r.len() == 1
         {
             let v = r.read_unaligned::<T>(0);
@@ -466,7 +476,7 @@ impl<T: Pod> TypedReceiver<T> {
 
 impl<T> Drop for TypedReceiver<T> {
     fn drop(&mut self) {
-        if self.unreleased > 0 {
+        if self.unreleased > 0 && self.owner.is_current() {
             self.inner.desc.release(0);
         }
     }

@@ -245,6 +245,7 @@ impl Receiver {
         );
         Ok(Receiver {
             shared: Arc::new(RxShared {
+                owner: crate::fork::Owner::current(),
                 seg,
                 comp: Mutex::new(comp),
                 pool: layout.pool,

@@ -136,7 +136,9 @@ impl Sender {
             },
             layout.comp,
         );
+        let owner = crate::fork::Owner::current();
         let home = Arc::new(PoolHome {
+            owner,
             seg: seg.clone(),
             geom: layout.pool,
             orphans: Mutex::new(Vec::new()),
@@ -152,6 +154,8 @@ impl Sender {
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
             fields: None,
+            owner,
+            gate: owner.gate(),
             stats: SenderStats::default(),
         })
     }

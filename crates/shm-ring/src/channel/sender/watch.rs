@@ -140,6 +140,7 @@ impl Sender {
     /// # Errors
     /// As described.
     pub fn check_consumer(&mut self) -> Result<(), Error> {
+        self.owner.check()?;
         self.consumer_gone()
     }
 
