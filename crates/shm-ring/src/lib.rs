@@ -80,6 +80,8 @@ pub mod message;
 mod op_error;
 #[cfg(not(loom))]
 mod pool;
+#[cfg(not(loom))]
+pub mod rendezvous;
 pub mod ring;
 #[cfg(not(loom))]
 pub mod schema;
@@ -116,9 +118,11 @@ pub use op_error::{RecvError, SendError, TrySendError};
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit};
 #[cfg(not(loom))]
+pub use rendezvous::Rendezvous;
+#[cfg(not(loom))]
 pub use schema::{FieldError, FieldId, FieldKind, FieldSpec, Schema, SchemaError, ValueType};
 #[cfg(not(loom))]
-pub use segment::{NAME_PREFIX, Segment, SegmentInfo, reclaim_stale};
+pub use segment::{Segment, SegmentInfo};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
 

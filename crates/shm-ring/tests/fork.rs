@@ -7,13 +7,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Peer, shm_guard, unique};
+use common::{Peer, name_guard, unique};
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
 
 #[test]
 fn a_forked_childs_drops_do_not_free_what_the_parent_holds() {
     let name = unique("fork-drop");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         blocks: 1,
         block_size: 64 << 10,
@@ -57,7 +57,7 @@ fn a_forked_childs_drops_do_not_free_what_the_parent_holds() {
 #[test]
 fn a_forked_child_cannot_send_on_an_inherited_sender() {
     let name = unique("fork-send");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut producer = Peer::spawn(&["fork-send", &name]);
     let mut rx = Receiver::open_timeout(&name, Duration::from_secs(20)).unwrap();
     let child = producer.line();
@@ -78,7 +78,7 @@ fn a_forked_child_cannot_send_on_an_inherited_sender() {
 #[test]
 fn a_forked_child_can_neither_send_nor_receive_on_typed_ends() {
     let name = unique("fork-typed");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let peer = Peer::spawn(&["fork-typed", &name]);
     let (ok, out, err) = peer.finish(Duration::from_secs(20));
     assert!(ok, "{err}");

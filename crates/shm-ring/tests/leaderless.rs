@@ -8,13 +8,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Peer, shm_guard, unique};
+use common::{Peer, name_guard, unique};
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
 
 #[test]
 fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
     let name = unique("leaderless-c");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         blocks: 2,
         block_size: 64 << 10,
@@ -62,7 +62,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
 #[test]
 fn a_producer_whose_main_thread_ended_is_not_reported_dead() {
     let name = unique("leaderless-p");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut producer = Peer::spawn(&["produce-leaderless", &name]);
     assert_eq!(producer.line(), "ready");
     let mut rx = Receiver::open(&name).unwrap();

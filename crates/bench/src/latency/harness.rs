@@ -175,7 +175,10 @@ pub fn measure_round(
     let result = run();
     if result.is_err() {
         let _ = crate::sys::shm_unlink(&super::raw::object_name(&name));
-        let _ = shm_ring::reclaim_stale();
+        let rdv = shm_ring::Rendezvous::default();
+        for side in ["ping", "pong"] {
+            let _ = rdv.remove_stale(&format!("{name}-{side}"));
+        }
     }
     result
 }

@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(slot_bytes(16), 64);
         assert_eq!(slot_bytes(17), 128);
         assert_eq!(ring_bytes(16, 4), 256 + 4 * 64);
-        assert!(!object_name("x").starts_with(shm_ring::NAME_PREFIX));
+        assert!(object_name("x").starts_with("shmpipe_ring-"));
     }
 
     #[test]

@@ -7,19 +7,33 @@
 //!                                         "sent", drop the sender (lingers), print "closed"
 //! shm-ring-peer sink NAME [CORE]        receive and sum array "x" of every message until closed
 //! shm-ring-peer hold NAME N               receive N messages, keep them (and their blocks), print "held", sleep
-//! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
+//! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed);
+//!                                         $SHM_RING_PEER_UID: one more uid allowed as its consumer
 //! shm-ring-peer typed-produce NAME COUNT [close]  create typed [f32; 16] channel NAME, send COUNT
 //!                                         values (value i: sixteen times i), print "sent", then
 //!                                         sleep (to be killed) or with "close" drop it, print "closed"
 //! shm-ring-peer typed-take NAME N         open typed [f32; 16] channel NAME, receive N, print
 //!                                         "took N", sleep (to be killed)
-//! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created",
 //!                                         then loan and fill its 16 blocks, printing "loaned K" after each
 //! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
-//! shm-ring-peer scribble NAME MS SEED BLOCKS BLOCK_SIZE   for MS ms write random bytes at random
-//!                                         offsets of channel NAME (headers, rings, pool), print "done N"
-//! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
+//! shm-ring-peer scribble PATH MS SEED BLOCKS BLOCK_SIZE   for MS ms write random bytes at random
+//!                                         offsets of the channel whose memory PATH reaches (e.g.
+//!                                         /proc/<pid>/fd/<n>): headers, rings, pool; print "done N"
+//! shm-ring-peer corrupt PATH OFFSET HEX   write the bytes HEX at OFFSET of the memory PATH reaches
+//! shm-ring-peer resize NAME|PATH          get channel NAME's memfd from its server (or open PATH),
+//!                                         try to truncate it to 0 and to grow it; print
+//!                                         "shrink: R" and "grow: R" (R: "ok" or the error)
+//! shm-ring-peer squat DIR NAME           what another user tries against channel NAME in socket
+//!                                         directory DIR: connect to its socket, bind a socket of
+//!                                         its own next to it, make a file in DIR, make a directory
+//!                                         next to DIR; prints "connect: R", "bind: R", "file: R",
+//!                                         "sibling: R" (R: "ok" or the error)
+//! shm-ring-peer fill-named BYTES NAME     create channel NAME with 16 blocks totalling BYTES, wait
+//!                                         for its consumer, fill block i with byte i and send each;
+//!                                         print "sent 16"
+//! shm-ring-peer drain-named NAME          open NAME (waiting up to 30 s), receive 16 messages and
+//!                                         keep them all, check every byte; print "verified BYTES"
 //! shm-ring-peer fill-anon BYTES           create an anonymous channel whose pool totals BYTES,
 //!                                         write every pool byte; print "filled BYTES"
 //! shm-ring-peer hold-leaderless NAME N    receive N messages and keep them in a second thread, print
@@ -266,14 +280,12 @@ mod real {
                 sleep_forever()
             })(),
             "produce-hang" => (|| {
-                let _tx = Sender::create(&arg(1), &ChannelConfig::default())
-                    .map_err(|e| e.to_string())?;
-                say("ready");
-                sleep_forever()
-            })(),
-            "create-die" => (|| {
-                let seg = shm_ring::Segment::create(&arg(1), 4096).map_err(|e| e.to_string())?;
-                seg.publish(7).map_err(|e| e.to_string())?;
+                // SHM_RING_PEER_UID: one more user allowed to open it (Rendezvous::peer_uid).
+                let mut cfg = ChannelConfig::default();
+                cfg.rendezvous.peer_uid = std::env::var("SHM_RING_PEER_UID")
+                    .ok()
+                    .and_then(|u| u.parse().ok());
+                let _tx = Sender::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
                 say("ready");
                 sleep_forever()
             })(),
@@ -343,7 +355,7 @@ mod real {
                     ..ChannelConfig::default()
                 };
                 let l = shm_ring::channel_layout(&cfg).map_err(|e| e.to_string())?;
-                let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
+                let path = arg(1);
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&path)
@@ -383,7 +395,7 @@ mod real {
                 Ok(())
             })(),
             "corrupt" => (|| {
-                let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
+                let path = arg(1);
                 let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;
                 let hex = arg(3);
                 let bytes: Vec<u8> = (0..hex.len() / 2)
@@ -514,6 +526,103 @@ mod real {
                 tx.send(&[3.0; 16]).map_err(|e| e.to_string())?;
                 let c = rx.recv().map_err(|e| e.to_string())?[0];
                 say(&format!("parent sent {c}"));
+                Ok(())
+            })(),
+            #[cfg(feature = "layout-internals")]
+            "resize" => (|| {
+                let target = arg(1);
+                let fd: std::os::fd::OwnedFd = if target.starts_with('/') {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&target)
+                        .map_err(|e| format!("{target}: {e}"))?
+                        .into()
+                } else {
+                    shm_ring::rendezvous::fetch_descriptor(
+                        &shm_ring::Rendezvous::default(),
+                        &target,
+                    )
+                    .map_err(|e| e.to_string())?
+                };
+                let len = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size as u64;
+                let verdict =
+                    |r: rustix::io::Result<()>| r.map_or_else(|e| e.to_string(), |()| "ok".into());
+                say(&format!(
+                    "shrink: {}",
+                    verdict(rustix::fs::ftruncate(&fd, 0))
+                ));
+                say(&format!(
+                    "grow: {}",
+                    verdict(rustix::fs::ftruncate(&fd, len * 2))
+                ));
+                Ok(())
+            })(),
+            "squat" => (|| {
+                use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+                let dir = std::path::PathBuf::from(arg(1));
+                let name = arg(2);
+                let verdict = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".to_string());
+                let sock = || {
+                    rustix::net::socket_with(
+                        AddressFamily::UNIX,
+                        SocketType::SEQPACKET,
+                        SocketFlags::CLOEXEC,
+                        None,
+                    )
+                    .map_err(|e| e.to_string())
+                };
+                let at = |n: &str| SocketAddrUnix::new(dir.join(n)).map_err(|e| e.to_string());
+                let connect = sock()
+                    .and_then(|s| rustix::net::connect(&s, &at(&name)?).map_err(|e| e.to_string()));
+                say(&format!("connect: {}", verdict(connect)));
+                let bind = sock().and_then(|s| {
+                    rustix::net::bind(&s, &at(&format!("{name}-squat"))?).map_err(|e| e.to_string())
+                });
+                say(&format!("bind: {}", verdict(bind)));
+                let file = std::fs::write(dir.join(format!("{name}-file")), b"x")
+                    .map_err(|e| e.to_string());
+                say(&format!("file: {}", verdict(file)));
+                let parent = dir.parent().ok_or("no parent")?;
+                let sibling = std::fs::create_dir(parent.join(format!("shmpipe-squat-{name}")))
+                    .map_err(|e| e.to_string());
+                say(&format!("sibling: {}", verdict(sibling)));
+                Ok(())
+            })(),
+            "fill-named" => (|| {
+                let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
+                let cfg = ChannelConfig {
+                    blocks: 16,
+                    block_size: bytes / 16,
+                    ..ChannelConfig::default()
+                };
+                let mut tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
+                tx.wait_for_consumer(Duration::from_secs(30))
+                    .map_err(|e| e.to_string())?;
+                for i in 0..16u8 {
+                    let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
+                    tx.send(shm_ring::MessageBuilder::new().array_loan("x", loan.fill(i)))
+                        .map_err(|e| e.to_string())?;
+                }
+                say("sent 16");
+                Ok(())
+            })(),
+            "drain-named" => (|| {
+                let mut rx = Receiver::open_timeout(&arg(1), Duration::from_secs(30))
+                    .map_err(|e| e.to_string())?;
+                let mut held = Vec::new();
+                let mut total = 0usize;
+                for i in 0..16u8 {
+                    let m = rx.recv().map_err(|e| e.to_string())?;
+                    let r = m.record(0).map_err(|e| e.to_string())?;
+                    let x = r.array::<u8>("x").map_err(|e| e.to_string())?;
+                    if x.iter().any(|&b| b != i) {
+                        return Err(format!("block {i} does not hold byte {i}"));
+                    }
+                    total += x.len();
+                    held.push(m);
+                }
+                say(&format!("verified {total}"));
                 Ok(())
             })(),
             other => Err(format!("unknown command {other:?}")),

@@ -13,7 +13,7 @@ use crate::schema::ChannelSchema;
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
-/// The consumer end of a channel, opened by name. `Send`, not `Sync`.
+/// The consumer end of a channel, opened by name or from a descriptor. `Send`, not `Sync`.
 #[derive(Debug)]
 pub struct Receiver {
     shared: Arc<RxShared>,
@@ -29,6 +29,11 @@ pub struct Receiver {
     schema: Option<Arc<ChannelSchema>>,
     /// Slots read (skipped) in this receive call, not yet handed back; see `release_read`.
     unreleased: u32,
+    /// Where the channel was found by name (`None` from a descriptor): once the producer is
+    /// dead, its socket is removed if stale (`remove_stale_name`).
+    served: Option<crate::rendezvous::Served>,
+    /// The stale socket was looked at already.
+    stale_removed: std::sync::atomic::AtomicBool,
 }
 
 mod open;
@@ -79,9 +84,21 @@ impl Receiver {
         self.shared.check()
     }
 
+    /// Removes the dead producer's socket if nobody listens on it any more (once).
+    fn remove_stale_name(&self) {
+        if let Some(s) = &self.served
+            && !self
+                .stale_removed
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            s.remove_if_stale();
+        }
+    }
+
     /// `Err(PeerDied)` once the producer process is gone.
     pub(super) fn producer_alive(&self) -> Result<(), Error> {
         if self.producer.is_dead() {
+            self.remove_stale_name();
             Err(Error::PeerDied {
                 pid: self.producer.pid(),
                 reclaimed: 0,
@@ -302,6 +319,9 @@ impl Drop for Receiver {
         }
         self.release_read();
         super::own_receiver(self.ident, Some(false));
+        if self.served.is_some() && self.producer.is_dead() {
+            self.remove_stale_name();
+        }
         let h = self.header();
         h.consumer_closed.store(1, Ordering::SeqCst);
         // Wake a producer asleep on a full ring or an empty pool.

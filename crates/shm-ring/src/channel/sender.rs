@@ -32,11 +32,11 @@ pub struct SenderStats {
     pub array_bytes: u64,
 }
 
-/// The producer end of a channel. It creates and owns the segment. Dropping it closes the
-/// channel (the consumer receives everything sent, then [`Error::Disconnected`]) and unlinks
-/// the name; if no consumer has attached yet, the drop first waits up to
-/// [`ChannelConfig::linger`] for one, so a consumer that starts later still finds the channel.
-/// `Send`, not `Sync`.
+/// The producer end of a channel. It creates and owns the segment (and, for a named channel,
+/// serves its name). Dropping it closes the channel (the consumer receives everything sent,
+/// then [`Error::Disconnected`]) and removes the name; if no consumer has attached yet, the
+/// drop first waits up to [`ChannelConfig::linger`] for one, serving the name meanwhile, so a
+/// consumer that starts later still finds the channel. `Send`, not `Sync`.
 ///
 /// # Examples
 /// ```
@@ -72,6 +72,8 @@ pub struct Sender {
     /// `owner.gate()` until this sender shuts down, then `fork::CLOSED_GATE`: the typed fast
     /// path checks "our process and not shut down" with one compare (`Owner::holds`).
     pub(super) gate: u32,
+    /// The name's server, for a named channel: dropped (socket removed) after the linger.
+    server: Option<crate::rendezvous::NameServer>,
     pub(super) stats: SenderStats,
 }
 
@@ -93,9 +95,9 @@ impl std::os::fd::AsFd for Sender {
 }
 
 impl Sender {
-    /// The channel's name (without the `shmpipe-` prefix); `None` if anonymous.
+    /// The channel's name; `None` if anonymous.
     pub fn name(&self) -> Option<&str> {
-        self.seg.name()
+        self.server.as_ref().map(|s| s.name())
     }
 
     /// The segment (e.g. to pass an anonymous channel's file to a child).

@@ -16,6 +16,7 @@ use super::wait::block_on;
 use super::{ChannelConfig, Receiver, Sender, WaitConfig};
 use crate::error::Error;
 use crate::op_error::{RecvError, SendError, TrySendError};
+use crate::rendezvous::Rendezvous;
 use crate::schema::{ChannelSchema, ValueType};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -86,7 +87,7 @@ pub(super) fn typed_config<T>(cfg: &ChannelConfig) -> Result<ChannelConfig, Erro
 }
 
 impl<T: Pod> TypedSender<T> {
-    /// Creates the typed channel `/dev/shm/shmpipe-<name>`.
+    /// Creates the typed channel `name` (served by name as [`Sender::create`] does).
     ///
     /// # Errors
     /// As [`Sender::create`]; [`Error::TooLarge`] for a `T` over 64 KiB.
@@ -112,7 +113,7 @@ impl<T: Pod> TypedSender<T> {
         })
     }
 
-    /// The channel's name (without the `shmpipe-` prefix); `None` if anonymous.
+    /// The channel's name; `None` if anonymous.
     pub fn name(&self) -> Option<&str> {
         self.inner.name()
     }
@@ -291,7 +292,7 @@ impl<T: Pod> TypedReceiver<T> {
     /// naming both types) for a channel of another type or of self-describing messages.
     pub fn open(name: &str) -> Result<TypedReceiver<T>, Error> {
         let v = ValueType::of::<T>();
-        Receiver::open_as(name, None, Expect::Value(&v)).map(Self::wrap)
+        Receiver::open_as(&Rendezvous::default(), name, None, Expect::Value(&v)).map(Self::wrap)
     }
 
     /// [`TypedReceiver::open`], waiting up to `timeout` for the channel to appear (see
@@ -301,7 +302,27 @@ impl<T: Pod> TypedReceiver<T> {
     /// As [`TypedReceiver::open`]; [`Error::NotFound`] after `timeout`.
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<TypedReceiver<T>, Error> {
         let v = ValueType::of::<T>();
-        Receiver::open_as(name, Some(timeout), Expect::Value(&v)).map(Self::wrap)
+        Receiver::open_as(
+            &Rendezvous::default(),
+            name,
+            Some(timeout),
+            Expect::Value(&v),
+        )
+        .map(Self::wrap)
+    }
+
+    /// [`TypedReceiver::open`] (with `timeout`: [`TypedReceiver::open_timeout`]) in the socket
+    /// directory and with the peers `rdv` says (see [`Receiver::open_in`]).
+    ///
+    /// # Errors
+    /// As [`TypedReceiver::open_timeout`].
+    pub fn open_in(
+        rdv: &Rendezvous,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<TypedReceiver<T>, Error> {
+        let v = ValueType::of::<T>();
+        Receiver::open_as(rdv, name, timeout, Expect::Value(&v)).map(Self::wrap)
     }
 
     /// Opens an anonymous typed channel from its memfd (see [`TypedSender::anonymous`]).

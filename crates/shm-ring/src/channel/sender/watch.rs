@@ -147,7 +147,7 @@ impl Sender {
     /// Keeps a named channel's name (this sender holds the segment) until a consumer has
     /// attached or closed, or [`ChannelConfig::linger`] has passed.
     pub(super) fn linger(&self) {
-        if self.seg.name().is_none() || self.cfg.linger.is_zero() {
+        if self.name().is_none() || self.cfg.linger.is_zero() {
             return;
         }
         let deadline = Instant::now() + self.cfg.linger;

@@ -1,85 +1,17 @@
-//! Every operating-system call of the crate: shared-memory files, space reservation, futexes,
-//! process liveness. Nothing else in the crate talks to the kernel directly.
+//! Every operating-system call of the crate: memory files, space reservation, futexes,
+//! process liveness, forks (here); directories (`dir`) and the Unix sockets of named channels
+//! (`socket`). Nothing else in the crate talks to the kernel directly.
+
+pub(crate) mod dir;
+pub(crate) mod socket;
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags, RenameFlags, SealFlags};
+use rustix::fs::{FallocateFlags, SealFlags};
 use rustix::process::{Pid, PidfdFlags};
-
-/// Directory where POSIX shared-memory objects live on Linux.
-pub(crate) const SHM_DIR: &str = "/dev/shm";
-
-/// `/dev/shm`, opened as a directory: every named segment is reached relative to it.
-pub(crate) fn shm_dir() -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat(
-        rustix::fs::CWD,
-        SHM_DIR,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-}
-
-/// Opens the entry `entry` of `dir` (read-write or read-only) without following a symlink
-/// (`ELOOP`) and without blocking (a FIFO opens at once instead of waiting for a writer).
-/// The caller must still check what it opened ([`fstat`]) before using it.
-pub(crate) fn open_entry(dir: &OwnedFd, entry: &str, write: bool) -> rustix::io::Result<File> {
-    let access = if write { OFlags::RDWR } else { OFlags::RDONLY };
-    let fd = rustix::fs::openat(
-        dir,
-        entry,
-        access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Creates the new entry `entry` of `dir`: `O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW`, mode 0600.
-pub(crate) fn create_entry(dir: &OwnedFd, entry: &str) -> rustix::io::Result<File> {
-    let fd = rustix::fs::openat(
-        dir,
-        entry,
-        OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::RDWR
-            | OFlags::NOFOLLOW
-            | OFlags::NOCTTY
-            | OFlags::CLOEXEC,
-        Mode::RUSR | Mode::WUSR,
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Gives the file `from` the name `to` in `dir`, atomically, failing with `EEXIST` if `to`
-/// exists (`renameat2(RENAME_NOREPLACE)`; `link` + `unlink` where that flag is unsupported).
-pub(crate) fn publish_entry(dir: &OwnedFd, from: &str, to: &str) -> rustix::io::Result<()> {
-    match rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-            rustix::fs::linkat(dir, from, dir, to, AtFlags::empty())?;
-            let _ = rustix::fs::unlinkat(dir, from, AtFlags::empty());
-            Ok(())
-        }
-        r => r,
-    }
-}
-
-/// Device and inode of the entry `entry` of `dir` itself (a symlink is not followed).
-pub(crate) fn entry_id(dir: &OwnedFd, entry: &str) -> Option<(u64, u64)> {
-    let st = rustix::fs::statat(dir, entry, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-    Some((st.st_dev, st.st_ino))
-}
-
-/// Removes the entry `entry` of `dir` if it still names the file `id` (device, inode).
-///
-/// The check and the unlink are two system calls: if, between them, another process removes
-/// the name and a third publishes a new file under it, the new file loses its name. Linux
-/// offers no "unlink if this inode" call; the window is a few microseconds wide and needs two
-/// other processes acting on the same name inside it.
-pub(crate) fn unlink_entry_if(dir: &OwnedFd, entry: &str, id: (u64, u64)) -> bool {
-    entry_id(dir, entry) == Some(id) && rustix::fs::unlinkat(dir, entry, AtFlags::empty()).is_ok()
-}
 
 /// `fstat`.
 pub(crate) fn fstat(file: &File) -> rustix::io::Result<rustix::fs::Stat> {
@@ -89,19 +21,6 @@ pub(crate) fn fstat(file: &File) -> rustix::io::Result<rustix::fs::Stat> {
 /// Our effective uid.
 pub(crate) fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
-}
-
-/// Takes a shared `flock` on `file` without waiting: `false` if someone holds it exclusively.
-/// The lock belongs to the open file description and dies with its last descriptor, that is
-/// with the process at the latest (even on SIGKILL).
-pub(crate) fn try_lock_shared(file: &File) -> bool {
-    rustix::fs::flock(file, FlockOperation::NonBlockingLockShared).is_ok()
-}
-
-/// Takes an exclusive `flock` on `file` without waiting: `true` only if no open file
-/// description anywhere holds a lock on the file.
-pub(crate) fn try_lock_exclusive(file: &File) -> bool {
-    rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
 /// An anonymous memory file (`memfd_create`) that can be sealed, closed on exec unless passed
@@ -339,17 +258,6 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 pub(crate) fn futex_wake_all(word: &AtomicU32) {
     let _ =
         rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
-}
-
-/// Names of the entries in `/dev/shm` that start with `prefix`.
-pub(crate) fn list_shm(prefix: &str) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(prefix))
-        .collect()
 }
 
 #[cfg(test)]
