@@ -232,3 +232,28 @@ fn a_same_user_process_cannot_resize_a_named_channel() {
     drop((tx, rx));
     guard.assert_gone();
 }
+
+/// Issue 16, hole 10: user nobody makes `/dev/shm/shmpipe-<name>` (what named channels used to
+/// be) before our create; our channel of that name is made, opened and used as if nothing were
+/// there (it lives in no file), and nobody's file is left alone.
+#[test]
+fn a_name_squatted_in_dev_shm_by_another_user_changes_nothing() {
+    if !is_root() {
+        eprintln!("SKIPPED: needs root to run a child as uid {NOBODY} (nobody)");
+        return;
+    }
+    let name = unique("squat");
+    let squat = format!("/dev/shm/shmpipe-{name}");
+    let _rm = scopeguard_remove(squat.clone().into());
+    let made = as_nobody(&mut std::process::Command::new("sh"))
+        .args(["-c", &format!("echo x > {squat} && chmod 666 {squat}")])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut tx = Sender::create(&name, &ChannelConfig::default()).expect("squatted");
+    let mut rx = Receiver::open(&name).expect("squatted");
+    tx.send(MessageBuilder::new().tag(9)).unwrap();
+    assert_eq!(rx.recv().unwrap().tag(), 9);
+    drop((tx, rx));
+    assert_eq!(std::fs::read(&squat).unwrap(), b"x\n");
+}
