@@ -8,6 +8,10 @@ use super::{HELLO, Rendezvous, SocketDir, check_name};
 use crate::error::Error;
 use crate::sys::{dir, socket};
 
+/// How long an opener whose server hung up without answering waits to see it die (a live
+/// server that refuses us costs the opener this much before its error).
+const DYING: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// A descriptor received for a name, with who served it and where.
 #[derive(Debug)]
 pub(crate) struct Fetched {
@@ -122,7 +126,18 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
             crate::sys::euid()
         )));
     }
-    let fd = receive(&conn, name, server_pid, deadline)?;
+    let fd = match receive(&conn, name, server_pid, deadline) {
+        // It hung up without a word: if it is dying (killed between our connect and its
+        // answer: its descriptors close before it is a zombie), the channel is gone, as for a
+        // stale socket.
+        Err(Error::NotASegment(_))
+            if crate::sys::PeerProcess::watch(server_pid, 0).wait_dead(DYING) =>
+        {
+            let _ = remove_if_stale(&dir, name, ident);
+            return Err(not_found());
+        }
+        r => r?,
+    };
     Ok(Fetched {
         fd,
         server_pid,

@@ -196,6 +196,33 @@ impl PeerProcess {
         self.pid
     }
 
+    /// Waits up to `timeout` for the process to be [dead](PeerProcess::is_dead); whether it
+    /// is. Sleeps on the pidfd when there is one.
+    pub(crate) fn wait_dead(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.is_dead() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let slice = left.min(Duration::from_millis(10));
+            match &self.pidfd {
+                Some(fd) => {
+                    let ts = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: slice.as_nanos() as i64,
+                    };
+                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                }
+                None => std::thread::sleep(slice),
+            }
+        }
+    }
+
     /// Whether the process has definitely exited (or was never the one we expected): its
     /// pidfd is readable (the kernel says so only once the whole thread group has ended), or
     /// [`liveness`] has definite evidence. "Cannot tell" is not dead: this returns `false` then.
