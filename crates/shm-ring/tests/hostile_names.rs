@@ -39,11 +39,7 @@ fn open_fds() -> usize {
 
 /// A fake server at `<dir>/<name>` that answers one connection with `bytes` and `fds` (or,
 /// with `None`, accepts and never answers), on a thread; returns when it is listening.
-fn fake_server(
-    dir: &std::path::Path,
-    name: &str,
-    answer: Option<(Vec<u8>, Vec<OwnedFd>)>,
-) -> std::thread::JoinHandle<()> {
+fn fake_server(dir: &std::path::Path, name: &str, answer: Answer) -> std::thread::JoinHandle<()> {
     let listener = seqpacket();
     rustix::net::bind(&listener, &SocketAddrUnix::new(dir.join(name)).unwrap()).unwrap();
     rustix::net::listen(&listener, 4).unwrap();
@@ -70,6 +66,9 @@ fn fake_server(
     })
 }
 
+/// What a fake server answers: bytes and descriptors (`None`: nothing, ever).
+type Answer = Option<(Vec<u8>, Vec<OwnedFd>)>;
+
 fn memfd(sealed: bool) -> OwnedFd {
     let anon = Sender::anonymous(&ChannelConfig::default()).unwrap();
     if sealed {
@@ -86,7 +85,7 @@ fn memfd(sealed: bool) -> OwnedFd {
 
 /// Opens `name` against a fake server answering `answer`; returns the error and how long it
 /// took. No descriptor of ours may be left open afterwards.
-fn open_against(answer: Option<(Vec<u8>, Vec<OwnedFd>)>) -> (String, Duration) {
+fn open_against(answer: Answer) -> (String, Duration) {
     let (dir, rdv) = private_rendezvous("fake-server");
     let name = unique("fake");
     // The answer's descriptors go to the server thread, which closes them when done.
@@ -106,7 +105,7 @@ fn open_against(answer: Option<(Vec<u8>, Vec<OwnedFd>)>) -> (String, Duration) {
 #[test]
 fn malformed_answers_are_refused_with_the_channel_and_its_server_named() {
     let me = std::process::id();
-    let cases: Vec<(&str, Option<(Vec<u8>, Vec<OwnedFd>)>, &str)> = vec![
+    let cases: Vec<(&str, Answer, &str)> = vec![
         (
             "another greeting",
             Some((b"shmpipe-name-v9\0".to_vec(), vec![memfd(true)])),
