@@ -1,8 +1,10 @@
 //! # shm-ring: zero-copy numeric arrays between processes
 //!
-//! A [`Sender`] creates a channel in POSIX shared memory (`/dev/shm/shmpipe-<name>`); a
-//! [`Receiver`] in another process opens it by name ([`Receiver::open_timeout`] waits for a
-//! producer that starts later). Messages are sets of named n-dimensional arrays (f32, f64,
+//! A [`Sender`] creates a channel in shared memory (a sealed memfd, never a file in
+//! `/dev/shm`) and serves it by name on a Unix socket in a directory only its user can enter
+//! (see [`Rendezvous`]); a [`Receiver`] in another process opens it by name
+//! ([`Receiver::open_timeout`] waits for a producer that starts later), or from a descriptor
+//! ([`Sender::anonymous`], [`Receiver::from_fd`]). Messages are sets of named n-dimensional arrays (f32, f64,
 //! i8..i64, u8..u64, f16, bf16 through [`Element`]; bool as one checked byte per element
 //! through [`MessageBuilder::array_bool`] and [`RecordView::array_bool`]) with small metadata.
 //! Small arrays are copied inline through a lock-free ring; large ones travel zero-copy: the

@@ -41,8 +41,8 @@ pub enum SendError {
     },
     /// The message breaks an encoding limit, or holds a loan of another sender.
     InvalidArgument(String),
-    /// A pool block used for the first time could not be reserved: `/dev/shm` (or the
-    /// memfd's tmpfs) is full (see [`Error::NoSpace`]).
+    /// A pool block used for the first time could not be reserved: memory is used up (see
+    /// [`Error::NoSpace`]).
     NoSpace {
         /// Segment name.
         name: String,
