@@ -14,9 +14,6 @@ use crate::transport::Transport;
 /// behind (killed producers cannot unlink their shared-memory objects, nor remove the sockets
 /// of their named channels).
 pub fn cleanup_after_failure(transport: Transport, name: &str) {
-    if transport == Transport::RingMin {
-        let _ = crate::sys::shm_unlink(&ring::object_name(name));
-    }
     if matches!(
         transport,
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive | Transport::ShmTyped
