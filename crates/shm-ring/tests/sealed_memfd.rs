@@ -173,3 +173,26 @@ fn a_64_mib_channel_fills_under_a_16_mb_dev_shm() {
     );
     assert!(stdout.contains("shm entries: 0"), "{stdout} {stderr}");
 }
+
+/// Issue 16: a refusal of a passed descriptor says what the descriptor is and what to pass,
+/// in terms of descriptors: a pipe, a disk file and an unsealed memfd were once all told "the
+/// name is taken by something else: pick another channel name".
+#[test]
+fn from_fd_refusals_speak_of_the_descriptor_not_of_a_name() {
+    let (pipe, _w) = rustix::pipe::pipe().unwrap();
+    let file: OwnedFd = File::open("/proc/self/exe").unwrap().into();
+    let memfd: OwnedFd = rustix::fs::memfd_create("plain", MemfdFlags::CLOEXEC)
+        .unwrap()
+        .into();
+    for (fd, what) in [
+        (pipe, "is a FIFO, not a memfd"),
+        (file, "cannot be sealed"),
+        (memfd, "instead of"),
+    ] {
+        let msg = Receiver::from_fd(fd).expect_err(what).to_string();
+        assert!(msg.contains(what), "{msg}");
+        assert!(msg.contains("the descriptor"), "{msg}");
+        assert!(msg.contains("Sender::anonymous"), "{msg}");
+        assert!(!msg.contains("name"), "{msg}");
+    }
+}
