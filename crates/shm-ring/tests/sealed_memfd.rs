@@ -181,9 +181,7 @@ fn a_64_mib_channel_fills_under_a_16_mb_dev_shm() {
 fn from_fd_refusals_speak_of_the_descriptor_not_of_a_name() {
     let (pipe, _w) = rustix::pipe::pipe().unwrap();
     let file: OwnedFd = File::open("/proc/self/exe").unwrap().into();
-    let memfd: OwnedFd = rustix::fs::memfd_create("plain", MemfdFlags::CLOEXEC)
-        .unwrap()
-        .into();
+    let memfd = rustix::fs::memfd_create("plain", MemfdFlags::CLOEXEC).unwrap();
     for (fd, what) in [
         (pipe, "is a FIFO, not a memfd"),
         (file, "cannot be sealed"),
