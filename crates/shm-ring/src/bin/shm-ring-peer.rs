@@ -66,11 +66,17 @@ fn main() {
 }
 
 #[cfg(not(loom))]
+#[path = "peer/issue16.rs"]
+mod issue16;
+
+#[cfg(not(loom))]
 mod real {
     use std::io::Write;
     use std::time::Duration;
 
     use shm_ring::{ChannelConfig, Error, Receiver, Sender};
+
+    use super::issue16;
 
     fn checksum(data: &[u8]) -> u64 {
         // FNV-1a over the bytes.
@@ -79,7 +85,7 @@ mod real {
         })
     }
 
-    fn say(s: &str) {
+    pub(crate) fn say(s: &str) {
         let mut o = std::io::stdout();
         let _ = writeln!(o, "{s}");
         let _ = o.flush();
@@ -95,7 +101,7 @@ mod real {
     /// `pthread_exit`, whose forced unwinding must not cross Rust frames). When the main thread
     /// does this, the process lives on in its other threads while its thread-group leader shows
     /// `State: Z` in `/proc/<pid>/stat`, exactly as after `pthread_exit` in C.
-    fn exit_this_thread_only() -> ! {
+    pub(crate) fn exit_this_thread_only() -> ! {
         #[cfg(target_arch = "x86_64")]
         const SYS_EXIT: std::ffi::c_long = 60;
         #[cfg(target_arch = "aarch64")]
@@ -108,31 +114,31 @@ mod real {
 
     /// `fork()`: `Some(0)` in the child, `Some(pid)` in the parent. Only called while this
     /// process has one thread.
-    fn fork_now() -> Option<i32> {
+    pub(crate) fn fork_now() -> Option<i32> {
         // SAFETY: the peer is single-threaded when it forks (no lock can be held by another
         // thread); the child only drops handles, prints and calls `_exit`.
         let pid = unsafe { fork() };
         (pid >= 0).then_some(pid)
     }
 
-    fn exit_child() -> ! {
+    pub(crate) fn exit_child() -> ! {
         // SAFETY: `_exit` ends the forked child without running atexit handlers or flushing
         // buffers it shares with the parent.
         unsafe { _exit(0) }
     }
 
-    fn reap(pid: i32) {
+    pub(crate) fn reap(pid: i32) {
         if let Some(p) = rustix::process::Pid::from_raw(pid) {
             let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty());
         }
     }
 
-    fn stdin_lines() -> impl Iterator<Item = String> {
+    pub(crate) fn stdin_lines() -> impl Iterator<Item = String> {
         use std::io::BufRead;
         std::io::stdin().lock().lines().map_while(Result::ok)
     }
 
-    fn sum_x(m: &shm_ring::Message) -> u64 {
+    pub(crate) fn sum_x(m: &shm_ring::Message) -> u64 {
         m.record(0)
             .and_then(|r| {
                 r.array::<u32>("x")
@@ -141,7 +147,7 @@ mod real {
             .unwrap_or(u64::MAX)
     }
 
-    fn sleep_forever() -> ! {
+    pub(crate) fn sleep_forever() -> ! {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
@@ -410,221 +416,15 @@ mod real {
                 say("corrupted");
                 Ok(())
             })(),
-            "hold-leaderless" => (|| {
-                let mut rx = Receiver::open_timeout(&arg(1), Duration::from_secs(10))
-                    .map_err(|e| e.to_string())?;
-                let n: usize = arg(2).parse().unwrap_or(1);
-                let mut held = Vec::new();
-                for _ in 0..n {
-                    held.push(rx.recv().map_err(|e| e.to_string())?);
-                }
-                std::thread::spawn(move || {
-                    let _rx = rx;
-                    for line in stdin_lines() {
-                        if line == "check" {
-                            let sums: Vec<String> =
-                                held.iter().map(|m| sum_x(m).to_string()).collect();
-                            say(&format!("sums {}", sums.join(" ")));
-                        }
-                    }
-                    std::process::exit(0)
-                });
-                say("held");
-                exit_this_thread_only()
-            })(),
-            "produce-leaderless" => (|| {
-                let mut tx = Sender::create(&arg(1), &ChannelConfig::default())
-                    .map_err(|e| e.to_string())?;
-                std::thread::spawn(move || {
-                    for line in stdin_lines() {
-                        if line == "send" {
-                            match tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 0)) {
-                                Ok(()) => say("sent"),
-                                Err(e) => say(&format!("send failed: {e}")),
-                            }
-                        }
-                    }
-                    std::process::exit(0)
-                });
-                say("ready");
-                exit_this_thread_only()
-            })(),
-            "fork-drop" => (|| {
-                let mut rx = Receiver::open_timeout(&arg(1), Duration::from_secs(10))
-                    .map_err(|e| e.to_string())?;
-                let m = rx.recv().map_err(|e| e.to_string())?;
-                say("got");
-                match fork_now().ok_or("fork failed")? {
-                    0 => {
-                        drop(m);
-                        drop(rx);
-                        exit_child()
-                    }
-                    child => reap(child),
-                }
-                say("forked");
-                for line in stdin_lines() {
-                    match line.as_str() {
-                        "check" => say(&format!("sum {}", sum_x(&m))),
-                        "recv" => match rx.recv_timeout(Duration::from_secs(5)) {
-                            Ok(m) => say(&format!("tag {}", m.tag())),
-                            Err(e) => say(&format!("recv failed: {e}")),
-                        },
-                        _ => {}
-                    }
-                }
-                Ok(())
-            })(),
-            "fork-send" => (|| {
-                let mut tx = Sender::create(&arg(1), &ChannelConfig::default())
-                    .map_err(|e| e.to_string())?;
-                tx.wait_for_consumer(Duration::from_secs(10))
-                    .map_err(|e| e.to_string())?;
-                match fork_now().ok_or("fork failed")? {
-                    0 => {
-                        match tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 99)) {
-                            Ok(()) => say("child sent"),
-                            Err(e) => say(&format!("child refused: {e}")),
-                        }
-                        exit_child()
-                    }
-                    child => reap(child),
-                }
-                tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 1))
-                    .map_err(|e| e.to_string())?;
-                say("parent sent");
-                for _ in stdin_lines() {}
-                Ok(())
-            })(),
-            "fork-typed" => (|| {
-                let cfg = ChannelConfig {
-                    linger: Duration::ZERO,
-                    ..ChannelConfig::default()
-                };
-                let mut tx = shm_ring::TypedSender::<[f32; 16]>::create(&arg(1), &cfg)
-                    .map_err(|e| e.to_string())?;
-                let mut rx = shm_ring::TypedReceiver::<[f32; 16]>::open(&arg(1))
-                    .map_err(|e| e.to_string())?;
-                tx.send(&[1.0; 16]).map_err(|e| e.to_string())?;
-                tx.send(&[2.0; 16]).map_err(|e| e.to_string())?;
-                let verdict = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".into());
-                match fork_now().ok_or("fork failed")? {
-                    0 => {
-                        let sent = tx.send(&[9.0; 16]).map_err(|e| e.to_string());
-                        say(&format!("child send: {}", verdict(sent)));
-                        let got = rx.try_recv().map(|_| ()).map_err(|e| e.to_string());
-                        say(&format!("child recv: {}", verdict(got)));
-                        drop(rx);
-                        drop(tx);
-                        exit_child()
-                    }
-                    child => reap(child),
-                }
-                let a = rx.recv().map_err(|e| e.to_string())?[0];
-                let b = rx.recv().map_err(|e| e.to_string())?[0];
-                say(&format!("parent got {a} {b}"));
-                tx.send(&[3.0; 16]).map_err(|e| e.to_string())?;
-                let c = rx.recv().map_err(|e| e.to_string())?[0];
-                say(&format!("parent sent {c}"));
-                Ok(())
-            })(),
-            #[cfg(feature = "layout-internals")]
-            "resize" => (|| {
-                let target = arg(1);
-                let fd: std::os::fd::OwnedFd = if target.starts_with('/') {
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(&target)
-                        .map_err(|e| format!("{target}: {e}"))?
-                        .into()
-                } else {
-                    shm_ring::rendezvous::fetch_descriptor(
-                        &shm_ring::Rendezvous::default(),
-                        &target,
-                    )
-                    .map_err(|e| e.to_string())?
-                };
-                let len = rustix::fs::fstat(&fd).map_err(|e| e.to_string())?.st_size as u64;
-                let verdict =
-                    |r: rustix::io::Result<()>| r.map_or_else(|e| e.to_string(), |()| "ok".into());
-                say(&format!(
-                    "shrink: {}",
-                    verdict(rustix::fs::ftruncate(&fd, 0))
-                ));
-                say(&format!(
-                    "grow: {}",
-                    verdict(rustix::fs::ftruncate(&fd, len * 2))
-                ));
-                Ok(())
-            })(),
-            "squat" => (|| {
-                use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-                let dir = std::path::PathBuf::from(arg(1));
-                let name = arg(2);
-                let verdict = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".to_string());
-                let sock = || {
-                    rustix::net::socket_with(
-                        AddressFamily::UNIX,
-                        SocketType::SEQPACKET,
-                        SocketFlags::CLOEXEC,
-                        None,
-                    )
-                    .map_err(|e| e.to_string())
-                };
-                let at = |n: &str| SocketAddrUnix::new(dir.join(n)).map_err(|e| e.to_string());
-                let connect = sock()
-                    .and_then(|s| rustix::net::connect(&s, &at(&name)?).map_err(|e| e.to_string()));
-                say(&format!("connect: {}", verdict(connect)));
-                let bind = sock().and_then(|s| {
-                    rustix::net::bind(&s, &at(&format!("{name}-squat"))?).map_err(|e| e.to_string())
-                });
-                say(&format!("bind: {}", verdict(bind)));
-                let file = std::fs::write(dir.join(format!("{name}-file")), b"x")
-                    .map_err(|e| e.to_string());
-                say(&format!("file: {}", verdict(file)));
-                let parent = dir.parent().ok_or("no parent")?;
-                let sibling = std::fs::create_dir(parent.join(format!("shmpipe-squat-{name}")))
-                    .map_err(|e| e.to_string());
-                say(&format!("sibling: {}", verdict(sibling)));
-                Ok(())
-            })(),
-            "fill-named" => (|| {
-                let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
-                let cfg = ChannelConfig {
-                    blocks: 16,
-                    block_size: bytes / 16,
-                    ..ChannelConfig::default()
-                };
-                let mut tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
-                tx.wait_for_consumer(Duration::from_secs(30))
-                    .map_err(|e| e.to_string())?;
-                for i in 0..16u8 {
-                    let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
-                    tx.send(shm_ring::MessageBuilder::new().array_loan("x", loan.fill(i)))
-                        .map_err(|e| e.to_string())?;
-                }
-                say("sent 16");
-                Ok(())
-            })(),
-            "drain-named" => (|| {
-                let mut rx = Receiver::open_timeout(&arg(1), Duration::from_secs(30))
-                    .map_err(|e| e.to_string())?;
-                let mut held = Vec::new();
-                let mut total = 0usize;
-                for i in 0..16u8 {
-                    let m = rx.recv().map_err(|e| e.to_string())?;
-                    let r = m.record(0).map_err(|e| e.to_string())?;
-                    let x = r.array::<u8>("x").map_err(|e| e.to_string())?;
-                    if x.iter().any(|&b| b != i) {
-                        return Err(format!("block {i} does not hold byte {i}"));
-                    }
-                    total += x.len();
-                    held.push(m);
-                }
-                say(&format!("verified {total}"));
-                Ok(())
-            })(),
+            "hold-leaderless" => issue16::hold_leaderless(&arg),
+            "produce-leaderless" => issue16::produce_leaderless(&arg),
+            "fork-drop" => issue16::fork_drop(&arg),
+            "fork-send" => issue16::fork_send(&arg),
+            "fork-typed" => issue16::fork_typed(&arg),
+            "resize" => issue16::resize(&arg),
+            "squat" => issue16::squat(&arg),
+            "fill-named" => issue16::fill_named(&arg),
+            "drain-named" => issue16::drain_named(&arg),
             other => Err(format!("unknown command {other:?}")),
         };
         if let Err(e) = result {

@@ -61,8 +61,12 @@ impl Rendezvous {
     }
 }
 
+/// How long a clean-up of another process's stale socket waits for the directory's lock (it is
+/// best effort: the next open or create of the name cleans up too).
+const CLEANUP_LOCK: std::time::Duration = std::time::Duration::from_millis(100);
+
 fn remove_if_stale(dir: &SocketDir, name: &str, ident: (u64, u64)) -> bool {
-    let Ok(_lock) = dir.lock() else {
+    let Ok(_lock) = dir.lock_within(CLEANUP_LOCK) else {
         return false;
     };
     let same = dir

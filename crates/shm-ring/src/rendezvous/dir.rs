@@ -3,7 +3,7 @@
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{DIR_ENV, LOCK_TIMEOUT, Rendezvous};
 use crate::error::Error;
@@ -167,15 +167,22 @@ impl SocketDir {
         dir::entry(&self.fd, name)
     }
 
-    /// Takes the directory's lock (every change of a name happens under it).
+    /// Takes the directory's lock (every change of a name happens under it), waiting up to
+    /// [`LOCK_TIMEOUT`].
     ///
     /// # Errors
-    /// [`Error::Os`] if another process of this user held it for [`LOCK_TIMEOUT`].
+    /// [`Error::Os`] if another process of this user held it all that time.
     pub(crate) fn lock(&self) -> Result<dir::DirLock<'_>, Error> {
-        dir::lock(&self.fd, Instant::now() + LOCK_TIMEOUT).map_err(|e| {
+        self.lock_within(LOCK_TIMEOUT)
+    }
+
+    /// [`SocketDir::lock`], waiting up to `wait` (a best-effort clean-up waits less than a
+    /// create).
+    pub(crate) fn lock_within(&self, wait: Duration) -> Result<dir::DirLock<'_>, Error> {
+        dir::lock(&self.fd, Instant::now() + wait).map_err(|e| {
             Error::Os(std::io::Error::other(format!(
-                "the socket directory {} stayed locked for {LOCK_TIMEOUT:?} (another process \
-                 of this user holds an flock on it): {e}",
+                "the socket directory {} stayed locked for {wait:?} (another process of this \
+                 user holds an flock on it): {e}",
                 self.path.display()
             )))
         })
