@@ -1,7 +1,7 @@
 //! Python exceptions and the mapping of the Rust errors onto them.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyValueError};
+use pyo3::exceptions::{PyException, PyKeyboardInterrupt, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
 create_exception!(
@@ -93,6 +93,7 @@ pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
             err
         }
         E::Interrupted => PyKeyboardInterrupt::new_err(msg),
+        E::Timeout => PyTimeoutError::new_err(msg),
         E::Config(_) => PyValueError::new_err(msg),
         _ => PipelineError::new_err(msg),
     }

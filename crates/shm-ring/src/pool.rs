@@ -29,6 +29,8 @@ pub(crate) struct PoolGeom {
 /// Shared by a [`crate::Sender`] and every loan it handed out.
 #[derive(Debug)]
 pub(crate) struct PoolHome {
+    /// The process of the sender (a loan dropped in a forked child gives nothing back).
+    pub owner: crate::fork::Owner,
     pub seg: Arc<Segment>,
     pub geom: PoolGeom,
     /// Blocks of loans dropped without being sent, and pinned blocks whose last pin went,
@@ -44,9 +46,10 @@ pub(crate) struct PoolHome {
 const RETURNED: u32 = 1 << 31;
 
 impl PoolHome {
-    /// A pool home over `seg` with no block pinned.
-    pub fn new(seg: Arc<Segment>, geom: PoolGeom) -> PoolHome {
+    /// A pool home over `seg` with no block pinned, for the sender of process `owner`.
+    pub fn new(owner: crate::fork::Owner, seg: Arc<Segment>, geom: PoolGeom) -> PoolHome {
         PoolHome {
+            owner,
             seg,
             geom,
             orphans: Mutex::new(Vec::new()),
@@ -117,6 +120,9 @@ impl BlockPin {
 
 impl Drop for BlockPin {
     fn drop(&mut self) {
+        if !self.home.owner.is_current() {
+            return; // a forked child's copy: the block is the parent's business
+        }
         let p = &self.home.pins[self.block as usize];
         // SYNC POINT: Release publishes this holder's last use of the block to whoever reuses
         // it (`PoolHome::release` loads with Acquire); Acquire sees its `RETURNED` mark.
@@ -159,6 +165,7 @@ impl LoanToken {
 impl Drop for LoanToken {
     fn drop(&mut self) {
         if self.live
+            && self.home.owner.is_current()
             && self.home.release(self.block)
             && let Ok(mut o) = self.home.orphans.lock()
         {

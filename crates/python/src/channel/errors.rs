@@ -25,7 +25,10 @@ pub(super) fn pythonize(text: &str) -> String {
     let mut s = text
         .replace("Receiver::open_timeout", "Receiver.open(name, timeout=...)")
         .replace("send_timeout", "send(..., timeout=...)")
-        .replace("shm_ring::reclaim_stale", "the next Sender.create");
+        .replace(
+            "ChannelConfig::rendezvous",
+            &format!("${}", shm_ring::rendezvous::DIR_ENV),
+        );
     while let Some(i) = s.find("ChannelConfig::") {
         let rest = &s[i + "ChannelConfig::".len()..];
         let end = rest
@@ -69,8 +72,10 @@ pub fn ring_err(py: Python<'_>, e: shm_ring::Error) -> PyErr {
              serves that name; pick another name, or close that Sender first"
         )),
         E::NotFound(n) => PyFileNotFoundError::new_err(format!(
-            "no channel named {n:?}: its producer has not created it yet, or closed it; start \
-             the producer first, or wait for it with Receiver.open(name, timeout=seconds)"
+            "no channel named {n:?}: its producer has not created it yet, or closed it, or \
+             died; start the producer first, or wait for it with Receiver.open(name, \
+             timeout=seconds) (both processes must use the same socket directory: ${})",
+            shm_ring::rendezvous::DIR_ENV
         )),
         E::Busy(pid) => {
             let err = ShmpipeError::new_err(format!(

@@ -267,7 +267,7 @@ fn dtype_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 
 #[pymethods]
 impl Sender {
-    /// Creates the named channel `name` (see `Sender.create` in `shmpipe`).
+    /// Creates the named channel `name`, served by a socket (see `Sender.create` in `shmpipe`).
     #[staticmethod]
     #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None))]
     fn create(
