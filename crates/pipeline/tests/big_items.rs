@@ -1,0 +1,167 @@
+//! Items of any size the machine holds travel through a pipeline without settings (issue 18):
+//! arrays far larger than a pool block, from an emitter, out of a step, through every
+//! topology and transfer mode, with the memory they took given back afterwards.
+
+mod common;
+
+use common::ShmGuard;
+use shmpipe::ndarray::Array1;
+use shmpipe::{Epochs, Item, MemorySource, Pipeline, Registry, StepError, Topology, Transfer, map};
+
+/// Floats per item of the `sized` source, in a mix that crosses the block size (1 MiB) in
+/// both directions: small, just over a block, several blocks, tens of blocks.
+const SIZES: [usize; 6] = [16, 300_000, 1_000, 2_000_000, 5_000_000, 262_144];
+
+fn sized_items(n: usize) -> Vec<Item> {
+    (0..n)
+        .map(|i| {
+            let len = SIZES[i % SIZES.len()];
+            Item::new()
+                .with_meta("i", i as i64)
+                .with("x", Array1::from_shape_fn(len, |j| ((i + j) % 1000) as f32))
+        })
+        .collect()
+}
+
+/// The sum of item `i`'s array after `double`.
+fn expected_sum(i: usize) -> f64 {
+    let len = SIZES[i % SIZES.len()];
+    (0..len).map(|j| 2.0 * ((i + j) % 1000) as f64).sum()
+}
+
+fn registry() -> Registry {
+    Registry::new()
+        .source("sized", |cx| {
+            let n = cx.args["n"].as_u64().unwrap_or(12) as usize;
+            Ok(MemorySource::new(sized_items(n)).part(cx.part, cx.parts))
+        })
+        .step("double", |_| {
+            Ok(map(|mut it: Item| {
+                let mut x = it
+                    .array_mut::<f32>("x")
+                    .ok_or_else(|| StepError::new("no x"))?;
+                x.mapv_inplace(|v| v * 2.0);
+                Ok(it)
+            }))
+        })
+        // A small input becomes a large output: `grow` floats made by the worker.
+        .step("grow", |cx| {
+            let len = cx.args["len"].as_u64().unwrap_or(0) as usize;
+            Ok(map(move |it: Item| {
+                let i = it.i64("i").unwrap_or(0);
+                Ok(it.with("big", Array1::from_elem(len, i as f32)))
+            }))
+        })
+}
+
+fn sums(out: &[Item]) -> Vec<(i64, f64)> {
+    let mut v: Vec<(i64, f64)> = out
+        .iter()
+        .map(|it| {
+            let x = it.array::<f32>("x").expect("x");
+            (
+                it.i64("i").expect("i"),
+                x.iter().map(|&v| f64::from(v)).sum(),
+            )
+        })
+        .collect();
+    v.sort_by_key(|p| p.0);
+    v
+}
+
+#[test]
+fn arrays_many_blocks_large_cross_every_topology_without_settings() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let n = 12;
+    let want: Vec<(i64, f64)> = (0..n).map(|i| (i as i64, expected_sum(i))).collect();
+    for (topology, transfer, ordered) in [
+        (Topology::Fused, Transfer::default(), false),
+        (Topology::Fused, Transfer::Copy, true),
+        (Topology::Fused, Transfer::ZeroCopy, false),
+        (
+            Topology::Staged {
+                workers: vec![2, 1],
+            },
+            Transfer::default(),
+            true,
+        ),
+    ] {
+        let what = format!("{topology:?} {transfer:?} ordered={ordered}");
+        let p = Pipeline::builder(&reg)
+            .source_named("sized", serde_json::json!({ "n": n }))
+            .step("double")
+            .step_with("grow", serde_json::json!({ "len": 0 }))
+            .workers(2)
+            .topology(topology)
+            .transfer(transfer)
+            .ordered(ordered)
+            .start()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let _g = ShmGuard::containing(p.id().to_owned());
+        let out: Vec<Item> = p
+            .map(|r| r.unwrap_or_else(|e| panic!("{what}: {e}")))
+            .collect();
+        assert_eq!(sums(&out), want, "{what}");
+        if ordered {
+            let order: Vec<i64> = out.iter().map(|it| it.i64("i").unwrap()).collect();
+            assert_eq!(order, (0..n as i64).collect::<Vec<_>>(), "{what}");
+        }
+    }
+}
+
+#[test]
+fn a_step_may_make_outputs_far_larger_than_a_block() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    // 12M floats = 48 MB per output, from 16-float inputs.
+    let len = 12_000_000usize;
+    let mut p = Pipeline::builder(&reg)
+        .step_with("grow", serde_json::json!({ "len": len }))
+        .workers(2)
+        .start()
+        .unwrap();
+    let _g = ShmGuard::containing(p.id().to_owned());
+    for i in 0..6i64 {
+        p.enqueue(Item::new().with_meta("i", i)).unwrap();
+    }
+    p.close_input();
+    let mut seen = Vec::new();
+    for r in p.by_ref() {
+        let it = r.unwrap();
+        let i = it.i64("i").unwrap();
+        let big = it.array::<f32>("big").unwrap();
+        assert_eq!(big.len(), len);
+        assert!(big.iter().all(|&v| v == i as f32), "item {i}");
+        seen.push(i);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, (0..6).collect::<Vec<_>>());
+    assert!(p.is_finished());
+}
+
+#[test]
+fn an_endless_source_of_large_items_keeps_flowing() {
+    // Blocks of the large size class come back and are used again: many more large items
+    // than any channel could hold at once go through.
+    let reg = registry();
+    shmpipe::init(&reg);
+    let mut p = Pipeline::builder(&reg)
+        .source_named("sized", serde_json::json!({ "n": 6 }))
+        .epochs(Epochs::Cycle)
+        .step("double")
+        .workers(2)
+        .start()
+        .unwrap();
+    let _g = ShmGuard::containing(p.id().to_owned());
+    let mut bytes = 0usize;
+    for r in p.take_epoch(60) {
+        let it = r.unwrap();
+        let i = it.i64("i").unwrap() as usize;
+        let x = it.array::<f32>("x").unwrap();
+        let s: f64 = x.iter().map(|&v| f64::from(v)).sum();
+        assert_eq!(s, expected_sum(i), "item {i}");
+        bytes += x.len() * 4;
+    }
+    assert!(bytes > 200 << 20, "{bytes} bytes");
+}
