@@ -63,6 +63,7 @@ impl Sender {
             cfg.blocks,
             cfg.block_size,
             schema_len,
+            cfg.large_pool,
         )?;
         // Headers, rings and schema now; each pool block when first loaned
         // (`BlockPool::try_alloc`).
@@ -108,6 +109,7 @@ impl Sender {
             consumer: AtomicU64::new(0),
             schema_len: AtomicU32::new(layout.schema_len as u32),
             _reserved: AtomicU32::new(0),
+            large_pool: AtomicU64::new(layout.pool.large_len as u64),
         };
         // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
         // segment header before `publish`), large enough (layout) and 128-aligned here.
