@@ -16,8 +16,16 @@ fn map_err(e: shm_ring::Error) -> TransportError {
     match e {
         shm_ring::Error::Disconnected => TransportError::Closed,
         shm_ring::Error::PeerDied { .. } => TransportError::PeerDied(e.to_string()),
-        shm_ring::Error::TooLarge { .. } => TransportError::Other(format!(
-            "{e} (raise the pool block size with PipelineBuilder::channel, or lower batch_bytes)"
+        shm_ring::Error::TooLarge {
+            what,
+            needed,
+            limit,
+            ..
+        } => TransportError::TooLarge(format!(
+            "{what} needs {needed} bytes but this pipeline's channels carry at most {limit}: \
+             raise ChannelGeometry::large_pool (PipelineBuilder::channel; the default \
+             shm_ring::machine_large_pool() carries any item the machine holds) or \
+             ChannelGeometry::block_size"
         )),
         other => TransportError::Other(other.to_string()),
     }
@@ -40,6 +48,7 @@ pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
         slot_size: SLOT_SIZE,
         blocks: plan.channel.blocks,
         block_size: plan.channel.block_size,
+        large_pool: plan.channel.large_pool,
         transfer: plan.transfer,
         wait: sender_wait(plan.process_count(), cpus()),
         ..ChannelConfig::default()
@@ -128,6 +137,12 @@ impl Tx for ShmTx {
     fn transfer_counts(&self) -> (u64, u64) {
         let s = self.tx.stats();
         (s.zero_copy_arrays, s.copied_arrays)
+    }
+
+    fn idle(&mut self) {
+        // Large extents the consumer is done with, unused for a while, give their pages back
+        // even if this producer sends nothing more for a long time.
+        let _ = self.tx.trim_memory(shm_ring::LARGE_KEEP);
     }
 }
 

@@ -165,3 +165,63 @@ fn an_endless_source_of_large_items_keeps_flowing() {
     }
     assert!(bytes > 200 << 20, "{bytes} bytes");
 }
+
+#[test]
+fn an_item_too_large_for_an_explicitly_small_channel_names_the_setting_in_the_parent() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    // From a worker's step (16 MiB outputs, channels without a large pool), and from an
+    // emitter (its 20 MB items into a large pool of 16 MiB).
+    for (large_pool, from_source, role) in [(0usize, false, "worker"), (16 << 20, true, "emitter")]
+    {
+        let b = Pipeline::builder(&reg)
+            .workers(2)
+            .channel(shmpipe::ChannelGeometry {
+                large_pool,
+                ..shmpipe::ChannelGeometry::default()
+            });
+        let b = if from_source {
+            b.source_named("sized", serde_json::json!({ "n": 6 }))
+                .step("double")
+        } else {
+            b.source_named("sized", serde_json::json!({ "n": 1 }))
+                .step_with("grow", serde_json::json!({ "len": 4 << 20 }))
+        };
+        let p = b.start().unwrap();
+        let _g = ShmGuard::containing(p.id().to_owned());
+        let err = p
+            .map(|r| r.map(|_| ()))
+            .find_map(Result::err)
+            .expect("an error");
+        let msg = err.to_string();
+        assert!(
+            matches!(err, shmpipe::Error::TooLarge { .. }),
+            "{large_pool}: {err:?}"
+        );
+        assert!(msg.contains("ChannelGeometry::large_pool"), "{msg}");
+        assert!(msg.contains(role), "{msg}");
+        assert!(!msg.contains("lost a peer"), "{msg}");
+    }
+}
+
+#[test]
+fn a_child_that_fails_at_start_gives_the_parent_its_reason() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    // Emitters and workers create their channels themselves: an address-space size that is
+    // not a whole number of pages makes each of them fail before the pipeline starts.
+    let err = Pipeline::builder(&reg)
+        .source_named("sized", serde_json::json!({ "n": 1 }))
+        .step("double")
+        .workers(2)
+        .channel(shmpipe::ChannelGeometry {
+            large_pool: 4095,
+            ..shmpipe::ChannelGeometry::default()
+        })
+        .start()
+        .map(|_| ())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("large_pool = 4095"), "{msg}");
+    assert!(!msg.contains("see its stderr"), "{msg}");
+}

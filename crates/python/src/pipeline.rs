@@ -73,6 +73,7 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
             slots: g(0) as u32,
             blocks: g(1) as u32,
             block_size: g(2) as usize,
+            ..shmpipe::ChannelGeometry::default()
         });
     }
     if spec["staged"].as_bool() == Some(true) {
