@@ -18,8 +18,9 @@ use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 use crate::{Epochs, OnBadRecord};
 
-/// The child's control socket and how it names itself (set once in [`run_child`]).
-static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
+/// The child's control socket, how it names itself on stderr, and its role as error reports
+/// name it (set once in [`run_child`]).
+static CHILD: OnceLock<(Arc<Ctrl>, String, String)> = OnceLock::new();
 
 /// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
 /// is no news and the child exits quietly. The parent tells its children one after another, so
@@ -27,7 +28,7 @@ static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
 /// allows the message a moment to arrive (a real loss is reported at most that much later).
 fn stopping() -> bool {
     const GRACE: Duration = Duration::from_millis(200);
-    let Some((c, _)) = CHILD.get() else {
+    let Some((c, _, _)) = CHILD.get() else {
         return false;
     };
     if c.stop_or_eof_pending() {
@@ -40,15 +41,24 @@ fn stopping() -> bool {
 
 /// Logs a real problem of this child on stderr, named by role and pid.
 fn log(msg: &str) {
-    let me = CHILD.get().map_or("child", |(_, m)| m.as_str());
+    let me = CHILD.get().map_or("child", |(_, m, _)| m.as_str());
     eprintln!("shmpipe {me}: {msg}");
+}
+
+/// This child's role as error reports name it (`worker 0 (stage 0)`).
+fn role_name() -> String {
+    CHILD
+        .get()
+        .map_or_else(|| "child".into(), |(_, _, r)| r.clone())
 }
 
 /// The start-up hand-over of a child: creates its outputs and sends their descriptors, gets
 /// its inputs, attaches, and waits for the parent's go. `Err(code)`: exit with it.
 fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<dyn Rx>>), i32> {
+    // The reason goes to the parent too, which reports it as what the pipeline failed of.
     let setup = |m: String| {
         log(&m);
+        let _ = ctrl.send_failure(&m);
         EXIT_SETUP
     };
     let quiet = |e: CtrlError| match e {
@@ -120,7 +130,11 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
-    let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
+    let _ = CHILD.set((
+        Arc::clone(&ctrl),
+        spec.role.log_name(),
+        spec.role.describe(),
+    ));
     let (outs, ins) = match hand_over(plan, spec.role, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
@@ -203,12 +217,16 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
                     Some(b) => b.push(item),
                     None => Some(item),
                 };
-                if let Some(item) = item {
-                    send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
+                if let Some(item) = item
+                    && let Err(e) = send(&mut out, item, &mut k)
+                {
+                    return Err(output_failed(&mut out, "sending", e));
                 }
             }
             for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
-                send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
+                if let Err(e) = send(&mut out, item, &mut k) {
+                    return Err(output_failed(&mut out, "sending", e));
+                }
             }
             epoch += 1;
         }
@@ -223,8 +241,30 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
         .and_then(|()| out.finish());
     match end {
-        Err(e) => lost("ending", &e),
+        Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
+    }
+}
+
+/// A send on an output failed: a lost peer is a consequence ([`lost`]); anything else is
+/// this child's own failure (a batch too large for the channel, say), reported downstream
+/// as what it is, so the parent raises it instead of "lost a peer". Returns the exit code.
+fn output_failed(out: &mut Outputs, what: &str, e: TransportError) -> i32 {
+    let role = role_name();
+    match e {
+        TransportError::Closed | TransportError::PeerDied(_) => lost(what, &e),
+        _ if stopping() => EXIT_STOPPED,
+        TransportError::TooLarge(message) => {
+            log(&format!("{what}: {message}"));
+            out.report(Report::TooLarge { role, message });
+            EXIT_REPORTED
+        }
+        TransportError::Other(m) => {
+            let message = format!("{what}: {m}");
+            log(&message);
+            out.report(Report::Other { role, message });
+            EXIT_REPORTED
+        }
     }
 }
 
@@ -410,7 +450,7 @@ fn run_worker(
     // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
     let mut groups: Vec<(u32, u64, bool, usize)> = Vec::new();
     loop {
-        let next = ins.next(&mut || out.flush_all());
+        let next = ins.next(&mut || out.idle());
         let frames = match next {
             Ok(Some((_, frames))) => frames,
             Ok(None) => break,
@@ -421,7 +461,7 @@ fn run_worker(
                 );
             }
             Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
-            Err(NextError::Idle(e)) => return lost("output", &e),
+            Err(NextError::Idle(e)) => return output_failed(&mut out, "output", e),
         };
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
@@ -469,7 +509,7 @@ fn run_worker(
             }
             drop(outs);
             if let Err(e) = sent {
-                return lost("output", &e);
+                return output_failed(&mut out, "output", e);
             }
             if let Some(r) = failed {
                 out.report(r);
@@ -493,7 +533,7 @@ fn run_worker(
                 }
             };
             if let Err(e) = sent {
-                return lost("output", &e);
+                return output_failed(&mut out, "output", e);
             }
         }
     }
@@ -515,7 +555,7 @@ fn run_worker(
         )
     });
     if let Err(e) = sent {
-        return lost("output", &e);
+        return output_failed(&mut out, "output", e);
     }
     let mut own = Stats {
         steps: chain
@@ -532,7 +572,7 @@ fn run_worker(
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
         .and_then(|()| out.finish());
     match end {
-        Err(e) => lost("ending", &e),
+        Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
     }
 }
