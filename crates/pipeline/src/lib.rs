@@ -98,7 +98,8 @@ pub use source::{
     derive_seed, part_range, split_seeks,
 };
 pub use step::{
-    Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,
+    Filter, FlatMap, ItemContext, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter,
+    flat_map, map,
 };
 
 // A pipeline can be moved to another thread, and items shared between threads.

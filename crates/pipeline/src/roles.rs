@@ -14,7 +14,7 @@ use crate::node::{
     Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
 };
 use crate::source::{ShuffleBuffer, Source, SourceContext, SourceError, derive_seed, epoch_order};
-use crate::step::{Registry, Step, StepContext, WorkerInfo};
+use crate::step::{ItemContext, Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 use crate::{Epochs, OnBadRecord};
 
@@ -313,29 +313,35 @@ struct Chain {
     /// Time every step call. Off for a one-step chain: the worker then times runs of inputs
     /// as a whole (two clock reads per run of a batch, not per item).
     per_call: bool,
+    /// The pipeline's seed, from which each input's [`ItemContext::seed`] is derived.
+    seed: u64,
 }
 
 impl Chain {
-    /// Runs all steps on `item`; outputs go to `out`.
+    /// Runs all steps on `item`, record `k` of emitter `e`; outputs go to `out`.
     fn run(
         &mut self,
         item: Item,
+        (e, k): (u32, u64),
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
         let mut cur = std::mem::take(&mut self.cur);
         cur.push(item);
-        let r = self.run_from(0, &mut cur, input, out);
+        let cx = ItemContext::new(self.seed, e, k);
+        let r = self.run_from(0, &mut cur, &cx, input, out);
         cur.clear();
         self.cur = cur;
         r
     }
 
-    /// Runs steps `start..` on the items `cur`; outputs go to `out`.
+    /// Runs steps `start..` on the items `cur` (descendants of the input of context `cx`);
+    /// outputs go to `out`.
     fn run_from(
         &mut self,
         start: usize,
         cur: &mut Vec<Item>,
+        cx: &ItemContext,
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
@@ -346,7 +352,9 @@ impl Chain {
             for it in cur.drain(..) {
                 let desc = it.describe();
                 let t0 = self.per_call.then(Instant::now);
-                let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    step.process_in(it, cx, &mut next)
+                }));
                 if let Some(t0) = t0 {
                     *ns += t0.elapsed().as_nanos() as u64;
                 }
@@ -379,6 +387,7 @@ impl Chain {
     /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
     fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
         let input = || "end of stream".to_owned();
+        let cx = ItemContext::new(self.seed, FINISH_E, FINISH_K);
         for i in 0..self.steps.len() {
             let (name, step, _, ns) = &mut self.steps[i];
             let mut made = Vec::new();
@@ -399,7 +408,7 @@ impl Chain {
                     message,
                 });
             }
-            self.run_from(i + 1, &mut made, &input, out)?;
+            self.run_from(i + 1, &mut made, &cx, &input, out)?;
         }
         Ok(())
     }
@@ -428,6 +437,7 @@ fn run_worker(
         cur: Vec::new(),
         next: Vec::new(),
         per_call: plan.stages[stage].steps.len() != 1,
+        seed: plan.seed,
     };
     for (name, args) in &plan.stages[stage].steps {
         match reg.build_step(name, &StepContext { args, worker: info }) {
@@ -483,7 +493,7 @@ fn run_worker(
                         format!("emitter {e}, record {k}")
                     }
                 };
-                if let Err(r) = chain.run(item, &input, &mut outputs) {
+                if let Err(r) = chain.run(item, (e, k), &input, &mut outputs) {
                     failed = Some(r);
                     break;
                 }
