@@ -134,7 +134,7 @@ fn per_worker_pss(
         epochs: epochs_for(series),
         workers,
         emitters: 1,
-        group: 16,
+        group_bytes: shmpipe_timeseries::pipeline::DEFAULT_GROUP_BYTES,
         seed: 0,
     };
     sampled((series * cfg.epochs) as u64, |cb| {

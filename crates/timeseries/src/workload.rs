@@ -83,7 +83,7 @@ impl std::str::FromStr for Split {
 /// let loader = |split, epochs| WorkloadConfig {
 ///     source: WorkloadSource::Memory(series.clone()),
 ///     chain: ChainConfig { context_length: 168, prediction_length: 24, split, ..ChainConfig::default() },
-///     batch_size: 32, epochs, workers: 2, emitters: 1, group: 16, seed: 0,
+///     batch_size: 32, epochs, workers: 2, emitters: 1, group_bytes: 64 << 10, seed: 0,
 /// };
 /// // Random windows, `num_instances` per series on average, for 3 epochs.
 /// let train = run_in_process(&loader(Split::Train, 3), |_| {}).unwrap();
@@ -298,9 +298,10 @@ pub struct WorkloadConfig {
     pub workers: usize,
     /// Emitter processes reading the input (pipeline runner only).
     pub emitters: usize,
-    /// Series (or JSON lines) per record sent from an emitter to a worker
-    /// (pipeline runner only; see [`crate::pipeline::DEFAULT_GROUP`]).
-    pub group: usize,
+    /// Bytes of series (JSON text, or parsed arrays) per record sent from an emitter to a
+    /// worker; a larger series travels alone (pipeline runner only; see
+    /// [`crate::pipeline::DEFAULT_GROUP_BYTES`]).
+    pub group_bytes: usize,
     /// Seed of the samplers.
     pub seed: u64,
 }
@@ -406,7 +407,7 @@ impl std::error::Error for WorkloadError {
 /// let entries = jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap();
 /// let cfg = WorkloadConfig {
 ///     source: WorkloadSource::Memory(Arc::new(entries)),
-///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, group: 16, seed: 0,
+///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, group_bytes: 64 << 10, seed: 0,
 /// };
 /// let stats = run_in_process(&cfg, |_| {}).unwrap();
 /// assert_eq!(stats.series, 100);
