@@ -43,13 +43,18 @@ use step::TrainStep;
 
 use crate::period::Freq;
 use crate::workload::{
-    WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, consume_batches,
+    Split, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, consume_batches,
+    mean_window,
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
 /// Args: [`ChainConfig::to_args`](crate::workload::ChainConfig::to_args) (`{"freq",
 /// "context_length", "prediction_length", "num_instances", "fused", "split", "min_past",
-/// "min_future"}`) and `"batch_size"`.
+/// "min_future", "mean_window"}`) and `"batch_size"`; for training without `"mean_window"`,
+/// `"data_path"` (the file) makes each worker compute it
+/// ([`mean_window`](crate::workload::mean_window)). Windows are drawn from each record's
+/// [`ItemContext::seed`](shmpipe::ItemContext::seed): with a mean window they are the same
+/// for any number of workers.
 pub const STEP_TRAIN: &str = "gluonts_train";
 /// Step: parse raw lines into entries only (for the staged layout).
 pub const STEP_PARSE: &str = "gluonts_parse";
@@ -223,7 +228,14 @@ pub fn run_workload_with(
             ));
         }
     };
-    let c = &cfg.chain;
+    let mut c = cfg.chain.clone();
+    // The training sampler's mean window from the whole file, once, here: the windows of a
+    // series then do not depend on which worker gets it.
+    if c.split == Split::Train && c.mean_window.is_none() {
+        c.mean_window = mean_window(args, &c)
+            .map_err(|e| WorkloadError::Pipeline(format!("{}: {e}", args.display())))?;
+    }
+    let c = &c;
     let mut step_args = c.to_args();
     step_args["batch_size"] = json!(cfg.batch_size);
     match &cfg.source {

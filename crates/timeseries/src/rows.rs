@@ -84,12 +84,32 @@ impl RowStore {
         })
     }
 
-    /// Number of series (opens the file for an Arrow store).
-    fn rows(&self, freq: Freq) -> Result<usize, String> {
-        match &self.0 {
-            StoreSpec::Arrow { path, mapped } => Ok(open_arrow(path, *mapped, freq)?.len()),
-            StoreSpec::Shared(ds) => Ok(ds.len()),
-        }
+    /// Number of series, and the training sampler's mean admissible window over them (see
+    /// [`ChainConfig::mean_window`]; opens the file for an Arrow store).
+    fn rows(&self, cfg: &ChainConfig) -> Result<(usize, Option<f64>), String> {
+        let lens: Vec<usize> = match &self.0 {
+            StoreSpec::Arrow { path, mapped } => {
+                let d = open_arrow(path, *mapped, cfg.freq)?;
+                (0..d.len())
+                    .map(|i| d.entry(i).map(|e| target_len(&e)))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| e.to_string())?
+            }
+            StoreSpec::Shared(ds) => (0..ds.len())
+                .map(|i| ds.entry(i).map(|e| target_len(&e)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?,
+        };
+        let (min_past, min_future) = (cfg.min_past, cfg.min_future());
+        let windows: Vec<u64> = lens
+            .iter()
+            .map(|&n| crate::sampler::bounds(n, min_past, min_future))
+            .filter(|(a, b)| b >= a)
+            .map(|(a, b)| (b - a + 1) as u64)
+            .collect();
+        let mean = (!windows.is_empty())
+            .then(|| windows.iter().sum::<u64>() as f64 / windows.len() as f64);
+        Ok((lens.len(), mean))
     }
 
     fn args(&self) -> serde_json::Value {
@@ -170,6 +190,20 @@ struct RowsStep {
 }
 
 impl Step for RowsStep {
+    /// Windows drawn from the record's own seed, as [`STEP_TRAIN`](crate::pipeline::STEP_TRAIN)
+    /// does: the same for any number of workers.
+    fn process_in(
+        &mut self,
+        item: Item,
+        cx: &shmpipe::ItemContext,
+        out: &mut Vec<Item>,
+    ) -> Result<(), StepError> {
+        if let Some(chain) = &mut self.chain {
+            chain.reseed(cx.seed);
+        }
+        self.process(item, out)
+    }
+
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
         let rows = item
             .remove(ROWS_FIELD)
@@ -205,6 +239,11 @@ impl Step for RowsStep {
         }
         Ok(())
     }
+}
+
+/// Time length of an entry's target (0 without one).
+fn target_len(e: &DataEntry) -> usize {
+    e.get(crate::field::TARGET).map_or(0, |t| t.time_len())
 }
 
 /// Metadata of an unbatched output: the row it came from.
@@ -276,8 +315,12 @@ pub fn start_rows(
     store: &RowStore,
     cfg: &RowsWorkload,
 ) -> Result<Pipeline, WorkloadError> {
-    let c = &cfg.chain;
-    let rows = store.rows(c.freq).map_err(WorkloadError::Pipeline)?;
+    let mut c = cfg.chain.clone();
+    let (rows, mean) = store.rows(&c).map_err(WorkloadError::Pipeline)?;
+    // The same windows for any number of workers (see `ChainConfig::mean_window`).
+    if c.mean_window.is_none() {
+        c.mean_window = mean;
+    }
     let mut args = c.to_args();
     if let Some(a) = args.as_object_mut() {
         a.extend([

@@ -37,6 +37,8 @@ fn chain() -> ChainConfig {
 fn windows(reg: &shmpipe::Registry, path: &std::path::Path, workers: usize) -> Vec<Vec<u8>> {
     let mut args = chain().to_args();
     args["batch_size"] = serde_json::json!(1);
+    // The sampler's mean window from the whole file, as the loaders pass it.
+    args["data_path"] = serde_json::json!(path.display().to_string());
     let p = Pipeline::builder(reg)
         .source_named(
             SOURCE_LINES,

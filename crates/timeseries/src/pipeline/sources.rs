@@ -297,7 +297,7 @@ mod tests {
         let flat: Vec<usize> = runs.into_iter().flatten().collect();
         assert_eq!(flat, (0..sizes.len()).collect::<Vec<_>>());
         assert!(runs_by_bytes(&[], 10).is_empty());
-        assert_eq!(runs_by_bytes(&[0, 0, 0], 0), vec![0..1, 1..2, 2..3]);
+        assert_eq!(runs_by_bytes(&[1, 1, 1], 0), vec![0..1, 1..2, 2..3]);
         assert_eq!(runs_by_bytes(&[1; 5], usize::MAX), vec![0..5]);
     }
 }
