@@ -52,7 +52,7 @@ use crate::workload::{
 /// "context_length", "prediction_length", "num_instances", "fused", "split", "min_past",
 /// "min_future", "mean_window"}`) and `"batch_size"`; for training without `"mean_window"`,
 /// `"data_path"` (the file) makes each worker compute it
-/// ([`mean_window`](crate::workload::mean_window)). Windows are drawn from each record's
+/// ([`crate::workload::mean_window`]). Windows are drawn from each record's
 /// [`ItemContext::seed`](shmpipe::ItemContext::seed): with a mean window they are the same
 /// for any number of workers.
 pub const STEP_TRAIN: &str = "gluonts_train";
