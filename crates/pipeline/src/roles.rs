@@ -455,6 +455,8 @@ fn run_worker(
         }
     }
     let ordered = plan.ordered;
+    // Most bytes of outputs a run of inputs holds before they go out (see the loop below).
+    let run_bytes = (4 * plan.batch_bytes).max(64 << 10);
     let mut stats = Stats::default();
     let mut outputs = Vec::new();
     // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
@@ -476,10 +478,16 @@ fn run_worker(
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
             // A run of items: all through the chain first (timed as a whole when the chain
-            // has one step), then their outputs in order.
+            // has one step), then their outputs in order. A run ends once its outputs hold
+            // `run_bytes` of arrays: a batch of many small records (row numbers, say) whose
+            // outputs are large is not all held at once (issue 18: it grew every worker's heap
+            // by megabytes, so the memory of a shared dataset grew with the workers).
             let t0 = (!chain.per_call).then(Instant::now);
             let mut failed = None;
-            while let Some(Frame::Item { .. }) = frames.peek() {
+            let mut run_out = 0usize;
+            while run_out < run_bytes
+                && let Some(Frame::Item { .. }) = frames.peek()
+            {
                 let Some(Frame::Item { e, k, last, item }) = frames.next() else {
                     break;
                 };
@@ -493,10 +501,12 @@ fn run_worker(
                         format!("emitter {e}, record {k}")
                     }
                 };
+                let before = outputs.len();
                 if let Err(r) = chain.run(item, (e, k), &input, &mut outputs) {
                     failed = Some(r);
                     break;
                 }
+                run_out += outputs[before..].iter().map(Item::nbytes).sum::<usize>();
                 groups.push((e, k, last, outputs.len()));
             }
             if let (Some(t0), Some(step)) = (t0, chain.steps.first_mut()) {
@@ -524,6 +534,9 @@ fn run_worker(
             if let Some(r) = failed {
                 out.report(r);
                 return EXIT_REPORTED;
+            }
+            if let Some(Frame::Item { .. }) = frames.peek() {
+                continue; // the run ended on its bytes: the next one
             }
             let Some(f) = frames.next() else { break };
             let sent = match f {

@@ -279,3 +279,46 @@ fn memory_taken_by_large_items_is_given_back_once_they_stop() {
         "{after} bytes still held ({peak} at the peak)"
     );
 }
+
+/// Peak resident memory of process `pid` (`VmHWM`), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+#[test]
+fn a_worker_does_not_hold_every_output_of_a_received_batch() {
+    // Small inputs arrive a hundred to a message; each becomes a 4 MB output. A worker that
+    // ran the whole message before sending anything held hundreds of megabytes (issue 18: the
+    // shared time-series store's memory grew with the workers for this reason).
+    let reg = registry();
+    shmpipe::init(&reg);
+    let mut p = Pipeline::builder(&reg)
+        .step_with("grow", serde_json::json!({ "len": 1 << 20 }))
+        .workers(1)
+        .start()
+        .unwrap();
+    let _g = ShmGuard::containing(p.id().to_owned());
+    let worker = p.pids()[0];
+    for i in 0..120i64 {
+        p.enqueue(Item::new().with_meta("i", i)).unwrap();
+    }
+    p.close_input();
+    let mut n = 0;
+    for r in p {
+        let it = r.unwrap();
+        assert_eq!(it.array::<f32>("big").unwrap().len(), 1 << 20);
+        n += 1;
+        if n == 100 {
+            let peak = peak_rss(worker);
+            assert!(peak < 100 << 20, "the worker's peak RSS is {peak} bytes");
+        }
+    }
+    assert_eq!(n, 120);
+}
