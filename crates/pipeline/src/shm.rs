@@ -187,12 +187,17 @@ impl ShmRx {
             // pinned, so the producer can always go on (one message never needs more than half
             // of its blocks); beyond that, copy.
             live.retain(|w| w.strong_count() > 0);
-            let pinned: usize = live
+            let (pinned, pinned_large) = live
                 .iter()
                 .filter_map(Weak::upgrade)
-                .map(|m| m.leased_blocks())
-                .sum();
-            let lease = msg.leased_blocks() > 0 && pinned + msg.leased_blocks() <= *cap;
+                .fold((0, 0), |(n, b), m| {
+                    (n + m.leased_blocks(), b + m.leased_large_bytes())
+                });
+            // Extents of the large size class: at most half of what the producer may have out
+            // (larger items are copied out), so it always finds room for the next one.
+            let lease = msg.leased_blocks() > 0
+                && pinned + msg.leased_blocks() <= *cap
+                && pinned_large + msg.leased_large_bytes() <= shm_ring::LARGE_IN_FLIGHT / 2;
             let cx = lease.then_some(&msg);
             wire::decode(msg.view(), &mut frames, cx).map_err(shm_ring::Error::Corrupt)?;
             if lease && Arc::strong_count(&msg) > 1 {

@@ -83,8 +83,8 @@ pub mod transfer;
 pub use calibrate::{Calibration, calibrate};
 #[cfg(not(loom))]
 pub use channel::{
-    ChannelConfig, LARGE_KEEP, MAX_LARGE_POOL, Message, Receiver, Sender, SenderStats,
-    TypedReceiver, TypedSender, WaitConfig, machine_large_pool,
+    ChannelConfig, LARGE_IN_FLIGHT, LARGE_KEEP, MAX_LARGE_POOL, Message, Receiver, Sender,
+    SenderStats, TypedReceiver, TypedSender, WaitConfig, machine_large_pool,
 };
 #[cfg(all(not(loom), feature = "layout-internals"))]
 #[doc(hidden)]

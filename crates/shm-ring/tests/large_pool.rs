@@ -382,3 +382,55 @@ fn a_consumer_returning_an_extent_not_in_flight_is_corrupt() {
     drop(tx);
     guard.assert_gone();
 }
+
+#[test]
+fn a_producer_ahead_of_its_consumer_holds_at_most_large_in_flight() {
+    let (mut tx, mut rx) = pair(&cfg());
+    let x = data(MIB, 1); // 4 MiB items
+    let mut sent = 0;
+    loop {
+        let m = MessageBuilder::new()
+            .array_slice("x", &[x.len()], &x)
+            .unwrap();
+        match tx.try_send(m) {
+            Ok(()) => sent += 1,
+            Err(shm_ring::TrySendError::Full(_)) => break,
+            Err(e) => panic!("{e}"),
+        }
+        assert!(sent <= 64, "never full");
+    }
+    assert_eq!(
+        sent,
+        shm_ring::LARGE_IN_FLIGHT / (4 * MIB),
+        "4 MiB items in flight"
+    );
+    assert!(
+        held(&tx) <= shm_ring::LARGE_IN_FLIGHT + 2 * MIB,
+        "{}",
+        held(&tx)
+    );
+    // One item larger than the whole budget goes alone, once the consumer keeps at most half.
+    for _ in 0..sent {
+        rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    }
+    let huge = data(20 * MIB, 2); // 80 MiB
+    fn m(a: &[f32]) -> MessageBuilder<'_> {
+        MessageBuilder::new()
+            .array_slice("h", &[a.len()], a)
+            .unwrap()
+    }
+    tx.send(m(&huge)).unwrap();
+    assert!(matches!(
+        tx.try_send(m(&huge)),
+        Err(shm_ring::TrySendError::Full(_))
+    ));
+    let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(first.leased_large_bytes() >= 80 * MIB);
+    drop(first);
+    tx.send(m(&huge)).unwrap();
+    let second = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        second.record(0).unwrap().array::<f32>("h").unwrap().len(),
+        huge.len()
+    );
+}

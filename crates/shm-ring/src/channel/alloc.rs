@@ -70,6 +70,14 @@ impl BlockPool {
         self.large.as_ref().map_or(0, LargePool::committed)
     }
 
+    /// Extents taken from now on belong to a new message or loan (see `LargePool`).
+    #[inline]
+    pub(super) fn new_message(&mut self) {
+        if let Some(l) = &mut self.large {
+            l.new_message();
+        }
+    }
+
     /// Whether extents of the large size class are out or reserved.
     #[inline]
     pub(super) fn large_active(&self) -> bool {

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::{LARGE_OUT, PAGE};
+use super::{LARGE_IN_FLIGHT, LARGE_OUT, PAGE};
 use crate::error::{Error, corrupt};
 use crate::segment::Segment;
 
@@ -59,6 +59,10 @@ pub(super) struct LargePool {
     warm: Vec<(Extent, Instant)>,
     /// Extents loaned or in flight (at most [`LARGE_OUT`]).
     out: Vec<Out>,
+    /// Bytes of the extents in `out`.
+    out_bytes: usize,
+    /// Bytes of the extents taken for the message being written (see [`LargePool::new_message`]).
+    msg_bytes: usize,
     /// Bytes reserved in out and warm extents.
     committed: usize,
 }
@@ -82,6 +86,8 @@ impl LargePool {
             holes,
             warm: Vec::new(),
             out: Vec::new(),
+            out_bytes: 0,
+            msg_bytes: 0,
             committed: 0,
         }
     }
@@ -130,6 +136,14 @@ impl LargePool {
         if self.out.len() >= LARGE_OUT as usize {
             return Ok(None);
         }
+        // At most LARGE_IN_FLIGHT bytes out, or a message of any size while at most half of
+        // that is out besides it (what a consumer may keep): the producer never runs far
+        // ahead of a slow consumer with large items, and always finds room for its next one.
+        let bytes = pages_for(len.max(1)) * PAGE;
+        let others = self.out_bytes - self.msg_bytes;
+        if self.out_bytes + bytes > LARGE_IN_FLIGHT && others > LARGE_IN_FLIGHT / 2 {
+            return Ok(None);
+        }
         let need = pages_for(len.max(1));
         if need > self.pages as usize {
             return Ok(None);
@@ -160,6 +174,8 @@ impl LargePool {
             self.committed += want - ext.committed;
             ext.committed = want;
         }
+        self.out_bytes += ext.pages as usize * PAGE;
+        self.msg_bytes += ext.pages as usize * PAGE;
         self.out.push(Out {
             ext,
             since: Instant::now(),
@@ -224,7 +240,15 @@ impl LargePool {
 
     fn take_out(&mut self, i: usize) {
         let o = self.out.swap_remove(i);
+        self.out_bytes -= o.ext.pages as usize * PAGE;
+        self.msg_bytes = self.msg_bytes.min(self.out_bytes);
         self.free_warm(o.ext, o.since);
+    }
+
+    /// The extents taken from now on belong to a new message (or loan): those of earlier
+    /// ones count against [`LARGE_IN_FLIGHT`], its own do not hold it back.
+    pub(super) fn new_message(&mut self) {
+        self.msg_bytes = 0;
     }
 
     /// Extent `idx` went out with the record at descriptor position `pos`.

@@ -62,6 +62,13 @@ const PAGE: usize = 4096;
 /// ring has room for all of them besides every block.
 const LARGE_OUT: u32 = 64;
 
+/// Most bytes of extents of the large size class a producer has out at once (in flight or
+/// loaned), unless a single item is larger: then it goes alone, once at most half of this
+/// is out. A consumer that keeps messages should keep at most half of this in extents
+/// ([`Message::leased_large_bytes`]), copying the rest: the producer then always finds
+/// room for its next item. Bounds what a producer far ahead of a slow consumer holds.
+pub const LARGE_IN_FLIGHT: usize = 64 << 20;
+
 /// The shared part of a channel, after the segment header. Every field is an atomic: the
 /// peer may write any of them at any time, so each is read once (into a local) and validated.
 #[repr(C)]

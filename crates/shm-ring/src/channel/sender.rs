@@ -202,6 +202,7 @@ impl Sender {
             // An extent of the large size class, if the channel has one that holds it.
             self.large_fits("loaned array", bytes)?;
         }
+        self.pool.new_message();
         let block = self.alloc_block(bytes, deadline)?;
         Ok(ArrayLoanUninit::new(LoanToken {
             home: self.pool.home().clone(),

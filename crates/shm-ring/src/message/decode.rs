@@ -214,18 +214,19 @@ impl<'a> MessageView<'a> {
     }
 
     /// Calls `f` with the index of every pool block the message references (all records),
-    /// validating the whole encoding on the way. A message whose header counts no block
-    /// reference is not scanned: if the sender lied, it only withholds its own blocks, and
-    /// every access to an array is validated anyway.
-    pub(crate) fn for_each_block(&self, f: impl FnMut(u32)) -> Result<(), Error> {
+    /// and the bytes of the array there, validating the whole encoding on the way. A message
+    /// whose header counts no block reference is not scanned: if the sender lied, it only
+    /// withholds its own blocks, and every access to an array is validated anyway.
+    pub(crate) fn for_each_block(&self, f: impl FnMut(u32, usize)) -> Result<(), Error> {
         if self.block_refs == 0 {
             return Ok(());
         }
         self.validate_all(f)
     }
 
-    /// Parses and validates every record and field, calling `f` for every block reference.
-    pub(crate) fn validate_all(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
+    /// Parses and validates every record and field, calling `f` for every block reference
+    /// (block index, bytes of the array).
+    pub(crate) fn validate_all(&self, mut f: impl FnMut(u32, usize)) -> Result<(), Error> {
         let mut names: SmallVec<[&str; 8]> = SmallVec::new();
         for r in self.records() {
             names.clear();
@@ -239,7 +240,7 @@ impl<'a> MessageView<'a> {
                 if let FieldRef::Array(a) = field
                     && let Some(b) = a.block
                 {
-                    f(b);
+                    f(b, a.bytes.len());
                 }
             }
         }
@@ -526,6 +527,6 @@ impl<'a> Fields<'a> {
 /// [`Error::Corrupt`] on any invalid encoding.
 pub fn decode(body: &[u8]) -> Result<MessageView<'_>, Error> {
     let v = MessageView::parse(body, PoolRef::empty())?;
-    v.validate_all(|_| {})?;
+    v.validate_all(|_, _| {})?;
     Ok(v)
 }

@@ -155,6 +155,7 @@ impl Sender {
         encode: impl FnOnce(*mut u8, &[Place]),
     ) -> Result<u32, Error> {
         let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
+        self.pool.new_message();
         let result = (|| {
             for (i, place) in places.iter_mut().enumerate() {
                 if is_new(*place)
