@@ -185,7 +185,9 @@ impl LargePool {
     }
 
     /// The smallest warm extent of `need` pages or more, if it wastes little: at most twice
-    /// the need plus 1 MiB (a one-off huge extent is not kept busy by small items).
+    /// the need plus 1 MiB (a one-off huge extent is not kept busy by small items). Of equal
+    /// ones, the last to come back (LIFO, as the block free list: its pages are the likeliest
+    /// to be still in cache).
     fn take_warm(&mut self, need: u32) -> Option<Extent> {
         let slack = need
             .saturating_mul(2)
@@ -194,10 +196,11 @@ impl LargePool {
             .warm
             .iter()
             .enumerate()
+            .rev()
             .filter(|(_, (e, _))| e.pages >= need && e.pages <= slack)
             .min_by_key(|(_, (e, _))| e.pages)
             .map(|(i, _)| i)?;
-        Some(self.warm.swap_remove(i).0)
+        Some(self.warm.remove(i).0)
     }
 
     /// `need` pages of fresh address space (first fit), nothing reserved yet.
