@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
+use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::Outputs;
 use crate::wire::{Frame, Stats, TransportError};
@@ -115,16 +116,39 @@ pub(crate) struct Feeder {
 }
 
 impl Feeder {
-    pub(crate) fn start(mut out: Outputs, workers: usize, cancel: Arc<AtomicBool>) -> Feeder {
+    /// A feeder without a thread: whoever holds the returned receiver takes the items
+    /// (`workers(0)`: the consumer runs the steps itself).
+    pub(crate) fn inline(cancel: Arc<AtomicBool>) -> (Feeder, mpsc::Receiver<Feed>) {
         let (tx, rx) = mpsc::channel::<Feed>();
-        let stop = Arc::clone(&cancel);
         let state = Arc::new(InputState {
             closed: AtomicBool::new(false),
             last_send_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             failure: Mutex::new(None),
         });
-        let errors = Arc::clone(&state);
+        let input = Input {
+            tx,
+            state: Arc::clone(&state),
+        };
+        let f = Feeder {
+            input: Some(input),
+            state,
+            handle: None,
+            cancel,
+        };
+        (f, rx)
+    }
+
+    /// `issued` (ordered mode): raised before each item goes out, as an emitter does.
+    pub(crate) fn start(
+        mut out: Outputs,
+        workers: usize,
+        cancel: Arc<AtomicBool>,
+        issued: Option<Arc<Issued>>,
+    ) -> Feeder {
+        let (mut f, rx) = Feeder::inline(cancel);
+        let stop = Arc::clone(&f.cancel);
+        let errors = Arc::clone(&f.state);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -151,6 +175,9 @@ impl Feeder {
                 }
                 match msg {
                     Feed::Item(item) => {
+                        if let Some(c) = &issued {
+                            c.raise(0, k + 1);
+                        }
                         out.push(
                             (k % workers as u64) as usize,
                             Frame::Item {
@@ -176,14 +203,7 @@ impl Feeder {
                 f.get_or_insert((Instant::now(), e.to_string()));
             }
         });
-        Feeder {
-            input: Some(Input {
-                tx,
-                state: Arc::clone(&state),
-            }),
-            state,
-            handle: Some(handle),
-            cancel,
-        }
+        f.handle = Some(handle);
+        f
     }
 }

@@ -63,7 +63,9 @@ mod builder;
 mod config;
 mod error;
 mod handover;
+mod inline;
 mod input;
+mod issued;
 mod item;
 mod jsonl;
 mod name;
@@ -71,8 +73,12 @@ mod node;
 mod pipeline;
 mod plan;
 mod process;
+mod ready;
+mod records;
 mod reorder;
 mod roles;
+mod seed;
+mod share;
 mod shm;
 mod shuffle;
 mod source;
@@ -92,14 +98,16 @@ pub use pipeline::{
 };
 pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
+pub use records::{ReadOrder, Records};
+pub use seed::item_seed;
+pub use share::SharedFd;
 pub use shm_ring::Transfer;
 pub use source::{
     FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,
     derive_seed, part_range, split_seeks,
 };
 pub use step::{
-    Filter, FlatMap, ItemContext, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter,
-    flat_map, map,
+    Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,
 };
 
 // A pipeline can be moved to another thread, and items shared between threads.

@@ -1,6 +1,6 @@
 //! Sources read by emitter processes: the [`Source`] trait, its errors and an in-memory
 //! source. JSON lines are in [`crate::jsonl`], the seeded shuffling helpers in
-//! [`crate::shuffle`].
+//! [`crate::shuffle`], the order of reading in [`crate::records`].
 
 use std::fmt;
 use std::ops::Range;
@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::item::Item;
 pub use crate::jsonl::{FieldKind, JsonLines, JsonLinesPart, split_seeks};
 pub use crate::shuffle::derive_seed;
-pub(crate) use crate::shuffle::{ShuffleBuffer, epoch_order};
 
 /// A random-access set of records: one part of the data, read by one emitter.
 ///
@@ -100,6 +99,18 @@ pub struct SourceContext<'a> {
     pub part: usize,
     /// Number of parts: `world_size * emitters`.
     pub parts: usize,
+}
+
+impl SourceContext<'_> {
+    /// The descriptor shared under argument `key` (a [`SharedFd`](crate::SharedFd) handle
+    /// from [`PipelineBuilder::share_fd`](crate::PipelineBuilder::share_fd)): a sealed memfd
+    /// opened read-only, checked when this emitter received it, open until it exits.
+    ///
+    /// # Errors
+    /// When `args[key]` is not a handle, or outside a pipeline's emitter.
+    pub fn shared_fd(&self, key: &str) -> Result<std::os::fd::BorrowedFd<'static>, SourceError> {
+        crate::share::from_args(self.args, key).map_err(SourceError::Other)
+    }
 }
 
 /// An in-memory source. Use [`MemorySource::part`] in a registered source factory to read

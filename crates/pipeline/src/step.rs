@@ -34,46 +34,6 @@ pub trait Step: Send + 'static {
     /// [`Error::Step`](crate::Error::Step) naming the step, the worker and the input.
     fn process(&mut self, item: Item, out: &mut Vec<Item>) -> Result<(), StepError>;
 
-    /// [`process`](Step::process) with the input's [`ItemContext`]: where it came from, and
-    /// [`ItemContext::seed`] for any randomness the step draws for it. The pipeline calls this
-    /// one; the default ignores the context and calls `process`. A step that draws random
-    /// numbers seeds them from `cx.seed` to give the same outputs for any number of workers
-    /// and any topology (a per-worker generator makes them depend on which worker got which
-    /// input).
-    ///
-    /// # Errors
-    /// As [`process`](Step::process).
-    ///
-    /// # Examples
-    /// ```
-    /// use shmpipe::{Item, ItemContext, Step, StepError};
-    /// /// Tags every item with a number drawn for it alone.
-    /// struct Draw;
-    /// impl Step for Draw {
-    ///     fn process(&mut self, _: Item, _: &mut Vec<Item>) -> Result<(), StepError> {
-    ///         Err(StepError::new("needs its context"))
-    ///     }
-    ///     fn process_in(&mut self, item: Item, cx: &ItemContext, out: &mut Vec<Item>) -> Result<(), StepError> {
-    ///         out.push(item.with_meta("draw", (cx.seed % 100) as i64));
-    ///         Ok(())
-    ///     }
-    /// }
-    /// let cx = ItemContext::new(7, 0, 42);
-    /// let (mut a, mut b) = (Vec::new(), Vec::new());
-    /// Draw.process_in(Item::new(), &cx, &mut a).unwrap();
-    /// Draw.process_in(Item::new(), &cx, &mut b).unwrap(); // another worker, same input
-    /// assert_eq!(a[0].i64("draw"), b[0].i64("draw"));
-    /// ```
-    fn process_in(
-        &mut self,
-        item: Item,
-        cx: &ItemContext,
-        out: &mut Vec<Item>,
-    ) -> Result<(), StepError> {
-        let _ = cx;
-        self.process(item, out)
-    }
-
     /// End of stream: pushes whatever the step still holds (e.g. a last partial batch) to
     /// `out`. The default does nothing.
     ///
@@ -131,50 +91,8 @@ impl Step for Box<dyn Step> {
         (**self).process(item, out)
     }
 
-    fn process_in(
-        &mut self,
-        item: Item,
-        cx: &ItemContext,
-        out: &mut Vec<Item>,
-    ) -> Result<(), StepError> {
-        (**self).process_in(item, cx, out)
-    }
-
     fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
         (**self).finish(out)
-    }
-}
-
-/// What a step knows about the input record it processes ([`Step::process_in`]): which
-/// emitter read it, its place in that emitter's stream, and a seed for the randomness drawn
-/// for it. Every output of a record (and whatever later steps and stages make of them) gets
-/// the record's context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ItemContext {
-    /// The emitter that read the record (in enqueue mode, 0: the parent); `u32::MAX` for
-    /// what [`Step::finish`] made.
-    pub emitter: u32,
-    /// The record's index in that emitter's stream: its records in the order it sent them,
-    /// epoch after epoch (`u64::MAX` for what `finish` made).
-    pub record: u64,
-    /// `derive_seed(&[pipeline seed, ITEM_SEED, emitter, record])`: the same whatever the
-    /// number of workers, the topology or the worker the record reaches; it changes with the
-    /// pipeline's seed, the epoch, the shuffle, and the number of emitters and ranks (which
-    /// decide the records each emitter reads).
-    pub seed: u64,
-}
-
-/// Domain tag of [`ItemContext::seed`] among the seeds a pipeline derives.
-const ITEM_SEED: u64 = 0x4954_454D_5345_4544;
-
-impl ItemContext {
-    /// The context of record `record` of emitter `emitter` in a pipeline seeded with `seed`.
-    pub fn new(seed: u64, emitter: u32, record: u64) -> ItemContext {
-        ItemContext {
-            emitter,
-            record,
-            seed: crate::shuffle::derive_seed(&[seed, ITEM_SEED, u64::from(emitter), record]),
-        }
     }
 }
 
@@ -342,6 +260,18 @@ pub struct StepContext<'a> {
     pub args: &'a serde_json::Value,
     /// Where the instance will run.
     pub worker: WorkerInfo,
+}
+
+impl StepContext<'_> {
+    /// The descriptor shared under argument `key` (a [`SharedFd`](crate::SharedFd) handle
+    /// from [`PipelineBuilder::share_fd`](crate::PipelineBuilder::share_fd)): a sealed memfd
+    /// opened read-only, checked when this worker received it, open until the worker exits.
+    ///
+    /// # Errors
+    /// When `args[key]` is not a handle, or outside a pipeline's worker.
+    pub fn shared_fd(&self, key: &str) -> Result<std::os::fd::BorrowedFd<'static>, StepError> {
+        crate::share::from_args(self.args, key).map_err(StepError::new)
+    }
 }
 
 type StepFactory = Arc<dyn Fn(&StepContext<'_>) -> Result<Box<dyn Step>, StepError> + Send + Sync>;

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::{poke, shm_guard, unique};
+use common::{name_guard, poke, unique};
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
 
 const MIB: usize = 1 << 20;
@@ -251,19 +251,19 @@ fn le64(v: u64) -> Vec<u8> {
 #[test]
 fn the_header_area_size_is_checked_against_the_segment() {
     let name = unique("large-hdr");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = cfg();
     let tx = Sender::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
     assert_eq!(l.large_len, 1 << 30);
     for v in [0u64, 4096, 1 << 31, u64::MAX, (1 << 30) + 1] {
-        poke(&name, l.channel_wire.large_pool, &le64(v));
+        poke(&tx, l.channel_wire.large_pool, &le64(v));
         match Receiver::open(&name) {
             Err(Error::Corrupt(why)) => assert!(why.contains("large pool"), "{v}: {why}"),
             other => panic!("{v}: expected Corrupt, got {other:?}"),
         }
     }
-    poke(&name, l.channel_wire.large_pool, &le64(1 << 30));
+    poke(&tx, l.channel_wire.large_pool, &le64(1 << 30));
     let rx = Receiver::open(&name).unwrap();
     drop((tx, rx));
     guard.assert_gone();
@@ -296,10 +296,10 @@ fn an_array_reference_past_the_large_area_is_corrupt() {
     // past the end), an index whose byte offset overflows.
     for idx in [blocks + pages, blocks + pages - 1, u64::MAX] {
         let (name, tx, mut rx, l) = named_with_extent("large-ref");
-        let guard = shm_guard(&[&name]);
+        let guard = name_guard(&[&name]);
         let w = l.body_wire;
         let field = l.desc_slots + l.record_header + w.header + w.record_header;
-        poke(&name, field + w.field_a, &le64(idx));
+        poke(&tx, field + w.field_a, &le64(idx));
         match rx.recv_timeout(Duration::from_secs(2)) {
             Err(Error::Corrupt(why)) => {
                 assert!(why.contains(&format!("array in block {idx}")), "{why}")
@@ -314,7 +314,7 @@ fn an_array_reference_past_the_large_area_is_corrupt() {
 #[test]
 fn a_record_body_past_the_large_area_is_corrupt() {
     let name = unique("large-rec");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = ChannelConfig {
         transfer: Transfer::Copy,
         ..cfg()
@@ -334,7 +334,7 @@ fn a_record_body_past_the_large_area_is_corrupt() {
     let pages = (l.large_len / 4096) as u32;
     let blocks = c.blocks;
     // The body's extent moved to the last page: its 2 MiB would run past the area.
-    poke(&name, l.desc_slots + w.block, &le32(blocks + pages - 1));
+    poke(&tx, l.desc_slots + w.block, &le32(blocks + pages - 1));
     match rx.recv_timeout(Duration::from_secs(2)) {
         Err(Error::Corrupt(why)) => assert!(
             why.contains(&format!("block {}", blocks + pages - 1)),
@@ -363,13 +363,13 @@ fn a_record_body_past_the_large_area_is_corrupt() {
 #[test]
 fn a_consumer_returning_an_extent_not_in_flight_is_corrupt() {
     let name = unique("large-comp");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = cfg();
     let mut tx = Sender::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
     // Completion slot 0 = the first extent (never sent), completion tail = 1.
-    poke(&name, l.comp_slots, &le64(u64::from(c.blocks)));
-    poke(&name, l.comp_ring, &le32(1));
+    poke(&tx, l.comp_slots, &le64(u64::from(c.blocks)));
+    poke(&tx, l.comp_ring, &le32(1));
     let x = data(MIB / 2, 1);
     match tx.send(
         MessageBuilder::new()

@@ -53,8 +53,8 @@ use crate::workload::{
 /// "min_future", "mean_window"}`) and `"batch_size"`; for training without `"mean_window"`,
 /// `"data_path"` (the file) makes each worker compute it
 /// ([`crate::workload::mean_window`]). Windows are drawn from each record's
-/// [`ItemContext::seed`](shmpipe::ItemContext::seed): with a mean window they are the same
-/// for any number of workers.
+/// seed ([`shmpipe::item_seed`]): with a mean window they are the same for any number of
+/// workers.
 pub const STEP_TRAIN: &str = "gluonts_train";
 /// Step: parse raw lines into entries only (for the staged layout).
 pub const STEP_PARSE: &str = "gluonts_parse";

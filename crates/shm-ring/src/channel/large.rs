@@ -341,7 +341,7 @@ mod tests {
 
     fn area(pages: u32) -> (Segment, LargePool) {
         let len = pages as usize * PAGE;
-        let seg = Segment::anonymous_reserving(PAGE + len, PAGE).unwrap();
+        let seg = Segment::anonymous_reserving("large-test", PAGE + len, PAGE).unwrap();
         (seg, LargePool::new(PAGE, len, 10))
     }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use shmpipe::{Item, ItemContext, Step, StepContext, StepError};
+use shmpipe::{Item, Step, StepContext, StepError};
 
 use super::convert::{batch_to_item, entry_to_item, item_to_entry, split_group};
 use super::{GROUP_META, LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
@@ -74,22 +74,13 @@ impl TrainStep {
 }
 
 impl Step for TrainStep {
-    /// Draws every window of a record from the record's own seed: the same windows for any
-    /// number of workers (a per-worker stream made them depend on which worker got which
-    /// record).
-    fn process_in(
-        &mut self,
-        item: Item,
-        cx: &ItemContext,
-        out: &mut Vec<Item>,
-    ) -> Result<(), StepError> {
-        if let Some(chain) = &mut self.chain {
-            chain.reseed(cx.seed);
-        }
-        self.process(item, out)
-    }
-
+    /// Draws every window of a record from the record's own seed
+    /// ([`shmpipe::item_seed`]): the same windows for any number of workers (a per-worker
+    /// stream made them depend on which worker got which record).
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        if let (Some(chain), Some(seed)) = (&mut self.chain, shmpipe::item_seed()) {
+            chain.reseed(seed);
+        }
         if let Some(ranges) = item
             .remove(RANGES_FIELD)
             .and_then(|a| a.into_typed::<i64>().ok())
