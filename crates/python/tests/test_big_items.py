@@ -67,3 +67,35 @@ def test_loaders_on_long_series_and_one_very_long_series(tmp_path, shape):
         rows = [b["past_target"] for b in Loader(path, batch_size=32, workers=2, **KW)]
         assert sum(r.shape[0] for r in rows) == n, Loader.__name__
         assert all(r.shape[1] == 168 and r.dtype == np.float32 for r in rows)
+
+
+def _windows(path, workers, seed):
+    """Every training window of one shuffled pass, as TrainLoader draws them (the same step and
+    arguments, one epoch; a worker's last partial batch comes out at the end)."""
+    args = dict(KW, batch_size=8, num_instances=2.0, fused=True, data_path=path)
+    src = shmpipe.NamedSource("gluonts_lines", {"path": path})
+    rows = []
+    for b in shmpipe.Pipeline(src, steps=[("gluonts_train", args)], workers=workers,
+                              seed=seed, epochs=1, shuffle=True):
+        rows += [p.tobytes() + f.tobytes() for p, f in zip(b["past_target"], b["future_target"])]
+    return sorted(rows)
+
+
+def test_one_seed_gives_the_same_training_windows_for_1_and_2_workers(tmp_path):
+    path = str(tmp_path / "data.jsonl")
+    _write_series(path, 30, 500, 5000)
+    one = _windows(path, 1, seed=3)
+    assert len(one) > 30, len(one)
+    assert _windows(path, 2, seed=3) == one
+    assert _windows(path, 1, seed=4) != one, "another seed, other windows"
+
+
+def test_a_named_channel_block_limit_names_the_python_parameter(chan_name):
+    tx = shmpipe.Sender.create(chan_name, block_size=1 << 20)
+    with pytest.raises(ValueError) as e:
+        tx.send({"x": np.zeros(1 << 19, dtype=np.float32)})  # 2 MiB
+    msg = str(e.value)
+    assert "block_size=" in msg and "2097152" in msg, msg
+    assert "ChannelConfig" not in msg and "::" not in msg, msg
+    with pytest.raises(ValueError, match="block_size="):
+        tx.loan((1 << 19,), np.float32)
