@@ -434,3 +434,33 @@ fn a_producer_ahead_of_its_consumer_holds_at_most_large_in_flight() {
         huge.len()
     );
 }
+
+/// A named channel (a sealed memfd the consumer gets from the rendezvous socket) carries its
+/// large area to a consumer in another process: 12 MiB arrays in extents, read in place there.
+#[test]
+fn a_named_channel_carries_large_items_to_another_process() {
+    let name = unique("large-named");
+    let guard = name_guard(&[&name]);
+    let mut tx = Sender::create(&name, &cfg()).unwrap();
+    let peer = common::Peer::spawn(&["sink", &name]);
+    let len = 3 * MIB;
+    let mut want = 0f64;
+    for k in 1..=5u32 {
+        // Integers below 2^24 in every partial sum: the peer's f32 sum is exact.
+        let x = vec![k as f32; len];
+        want += f64::from(k) * len as f64;
+        tx.send(MessageBuilder::new().array_slice("x", &[len], &x).unwrap())
+            .unwrap();
+    }
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("x", &[4], &[1f32; 4])
+            .unwrap(),
+    )
+    .unwrap();
+    drop(tx);
+    let (ok, out, err) = peer.finish(Duration::from_secs(60));
+    assert!(ok, "peer failed: {err}");
+    assert_eq!(out.trim(), format!("sink 6 {}", want + 4.0), "{err}");
+    guard.assert_gone();
+}
