@@ -36,7 +36,7 @@ fn a_pinned_block_is_not_reused_until_the_pin_goes_whichever_comes_first() {
     for pin_first in [false, true] {
         let (mut tx, mut rx) = pair(&cfg(2));
         let loan = tx.loan::<f32>(&[16]).unwrap().fill(1.0);
-        let pin = loan.pin();
+        let pin = loan.pin().expect("a pool block");
         let ptr = pin.as_ptr().cast::<f32>();
         tx.send(MessageBuilder::new().array_loan("x", loan))
             .unwrap();
@@ -68,8 +68,8 @@ fn a_pinned_block_is_not_reused_until_the_pin_goes_whichever_comes_first() {
 fn a_pin_of_a_loan_dropped_unsent_holds_the_block_too() {
     let (mut tx, _rx) = pair(&cfg(2));
     let loan = tx.loan::<u8>(&[8]).unwrap().fill(7);
-    let pin = loan.pin();
-    let second = loan.pin();
+    let pin = loan.pin().expect("a pool block");
+    let second = loan.pin().expect("a pool block");
     drop(loan);
     assert_eq!(tx.free_blocks().unwrap(), 1);
     drop(pin);
@@ -82,7 +82,7 @@ fn a_pin_of_a_loan_dropped_unsent_holds_the_block_too() {
 fn a_pin_keeps_the_pool_mapped_after_sender_and_receiver_are_gone() {
     let (mut tx, rx) = pair(&cfg(2));
     let loan = tx.loan::<u32>(&[4]).unwrap().fill(0xABCD);
-    let pin = loan.pin();
+    let pin = loan.pin().expect("a pool block");
     drop(loan);
     drop(tx);
     drop(rx);
@@ -96,7 +96,7 @@ fn a_pin_keeps_the_pool_mapped_after_sender_and_receiver_are_gone() {
 fn dropping_the_last_pin_of_a_block_in_flight_frees_nothing() {
     let (mut tx, mut rx) = pair(&cfg(1));
     let loan = tx.loan::<f32>(&[16]).unwrap().fill(3.0);
-    let pin = loan.pin();
+    let pin = loan.pin().expect("a pool block");
     tx.send(MessageBuilder::new().array_loan("x", loan))
         .unwrap();
     // The consumer holds the message: the block is in flight, whatever the pin does.

@@ -120,7 +120,8 @@ fn too_large(py: Python<'_>, what: &str, needed: usize, limit: usize, parameter:
         ),
         _ => format!(
             "{what} needs {needed} bytes but a pool block holds {limit}: create the Sender with \
-             block_size={needed} or more"
+             block_size={needed} or more (each array of a message travels in one block), or \
+             send it through a Pipeline, which carries items of any size"
         ),
     };
     let err = PyValueError::new_err(msg);

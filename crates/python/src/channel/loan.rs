@@ -83,7 +83,7 @@ macro_rules! any_loan {
                 unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, len) };
                 Ok(true)
             }
-            fn pin(&self) -> BlockPin {
+            fn pin(&self) -> Option<BlockPin> {
                 match self { $(AnyLoan::$v(l) => l.pin(),)* AnyLoan::Bool(l) => l.pin() }
             }
             pub(super) fn add<'a>(self, b: MessageBuilder<'a>, name: &'a str) -> MessageBuilder<'a> {
@@ -129,7 +129,10 @@ impl Loan {
         live: &Arc<AtomicUsize>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let (ptr, nbytes) = loan.bytes();
-        let pin = loan.pin();
+        // Python channels have no large size class (`large_pool` 0): every loan is a block.
+        let pin = loan
+            .pin()
+            .ok_or_else(|| PyRuntimeError::new_err("a loan outside the pool's blocks"))?;
         live.fetch_add(1, Ordering::Relaxed);
         let owner = Bound::new(
             py,
