@@ -92,6 +92,15 @@ pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
             let _ = v.setattr("status", status);
             err
         }
+        E::TooLarge { role, message } => {
+            // The Rust message names ChannelGeometry; a Python user has `channel=`.
+            let what = message.split(": raise").next().unwrap_or(&message);
+            PipelineError::new_err(format!(
+                "pipeline {role}: {what}: raise large_pool, the 4th value of \
+                 channel=(slots, blocks, block_size, large_pool), or leave it out (the default \
+                 carries any item the machine holds)"
+            ))
+        }
         E::Interrupted => PyKeyboardInterrupt::new_err(msg),
         E::Timeout => PyTimeoutError::new_err(msg),
         E::Config(_) => PyValueError::new_err(msg),
