@@ -1,0 +1,90 @@
+"""Collation straight into the worker's pool block.
+
+Inside a torch worker, ``default_collate`` stacks tensors into a fresh torch shared-memory
+segment (a file in ``/dev/shm``, the source of "Bus error" under Docker's 64 MB default).
+In a shmpipe worker the tensor and numpy entries of ``default_collate_fn_map`` are replaced
+(in the worker process only) by functions that stack into the arena of the batch being
+built: the one copy a batch needs, into memory the trainer then reads in place. Any
+``collate_fn`` that calls ``default_collate`` (or ``collate`` with the default map) gets
+this. Where the fast path does not apply (no arena yet, mixed dtypes or shapes, nested or
+sparse tensors) torch's own functions run, with their own results and errors, except that
+their output is ordinary memory rather than a ``/dev/shm`` segment.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils.data._utils import collate as _tc
+
+from . import _wire
+
+_arena: _wire.Arena | None = None
+_installed = False
+
+_NP_TO_TORCH = {np.dtype(k): v for k, v in {
+    np.float32: torch.float32, np.float64: torch.float64, np.float16: torch.float16,
+    np.complex64: torch.complex64, np.complex128: torch.complex128, np.int8: torch.int8,
+    np.int16: torch.int16, np.int32: torch.int32, np.int64: torch.int64,
+    np.uint8: torch.uint8, np.bool_: torch.bool,
+}.items()}
+
+
+def set_arena(arena: _wire.Arena | None) -> None:
+    global _arena
+    _arena = arena
+
+
+def _orig_tensor_fn(batch, *, collate_fn_map=None):
+    # torch's function without its worker branch (which allocates in /dev/shm).
+    from torch.utils.data._utils import worker as _w
+    saved, _w._worker_info = _w._worker_info, None
+    try:
+        return _ORIG_TENSOR(batch, collate_fn_map=collate_fn_map)
+    finally:
+        _w._worker_info = saved
+
+
+def collate_tensor(batch, *, collate_fn_map=None):
+    elem = batch[0]
+    arena = _arena
+    if arena is not None and type(elem) is torch.Tensor and elem.layout is torch.strided \
+            and not elem.is_nested and elem.device.type == "cpu":
+        dt, shape = elem.dtype, elem.shape
+        if all(t.dtype is dt and t.shape == shape for t in batch):
+            out = arena.tensor((len(batch), *shape), dt)
+            if out is not None:
+                return torch.stack(batch, 0, out=out)
+    return _orig_tensor_fn(batch, collate_fn_map=collate_fn_map)
+
+
+def collate_numpy_array(batch, *, collate_fn_map=None):
+    elem = batch[0]
+    arena = _arena
+    if arena is not None and type(elem) is np.ndarray:
+        dt, shape = elem.dtype, elem.shape
+        tdt = _NP_TO_TORCH.get(dt)
+        if tdt is not None and all(type(a) is np.ndarray and a.dtype == dt and a.shape == shape
+                                   for a in batch):
+            out = arena.tensor((len(batch), *shape), tdt)
+            if out is not None:
+                np.stack(batch, 0, out=out.numpy())
+                return out
+    return _ORIG_NUMPY(batch, collate_fn_map=collate_fn_map)
+
+
+_ORIG_TENSOR = _tc.collate_tensor_fn
+_ORIG_NUMPY = _tc.collate_numpy_array_fn
+
+
+def install() -> None:
+    """Puts the arena-aware functions into ``default_collate_fn_map`` (worker process only)."""
+    global _installed
+    if _installed:
+        return
+    _installed = True
+    m = _tc.default_collate_fn_map
+    if m.get(torch.Tensor) is _ORIG_TENSOR:
+        m[torch.Tensor] = collate_tensor
+    if m.get(np.ndarray) is _ORIG_NUMPY:
+        m[np.ndarray] = collate_numpy_array

@@ -1,0 +1,246 @@
+"""One batch in one pool block: how a worker writes it and how the trainer reads it.
+
+A worker loans one block of its channel (the *arena*) before it fetches a batch; the
+collate hooks (:mod:`._collate`) stack samples straight into it. The batch object is then
+pickled with every tensor and numpy array replaced by a reference to its bytes in the arena
+(tensors made elsewhere are copied in first), and the pickle itself goes at the end of the
+arena. The trainer receives the block, unpickles, and builds each tensor as a view of the
+block: zero-copy, and the block goes back to the worker when the last tensor made from it is
+garbage (each view holds the numpy array over the block, whose base holds the message).
+
+Anything else in the batch (strings, ints, nested lists, dicts, namedtuples, custom classes)
+travels inside the pickle as usual.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import numpy as np
+import torch
+
+ALIGN = 64
+
+_DTYPES = {str(d): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
+    torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+    torch.bool, *(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)),
+)}
+
+
+_SIZES = {d: torch.empty((), dtype=d).element_size() for d in _DTYPES.values()}
+
+
+def _itemsize(dtype: torch.dtype) -> int:
+    return _SIZES[dtype] if dtype in _SIZES else torch.empty((), dtype=dtype).element_size()
+
+
+class Overflow(Exception):
+    """The batch does not fit in the arena (or there is no arena yet)."""
+
+
+def _round(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+class Arena:
+    """A bump allocator over one loaned pool block (a writable uint8 numpy array).
+
+    ``buf`` is None for a *measuring* arena: allocations always succeed and only count, so
+    a first pass can learn how large a block a batch needs.
+    """
+
+    def __init__(self, buf: np.ndarray | None, size: int | None = None):
+        self.buf = buf
+        self.size = len(buf) if buf is not None else (size or 0)
+        self.used = 0
+        self._u8 = torch.from_numpy(buf) if buf is not None else None
+        self._ptr = self._u8.data_ptr() if buf is not None else -1
+
+    def alloc(self, nbytes: int) -> int | None:
+        off = _round(self.used)
+        if self.buf is not None and off + nbytes > self.size:
+            return None
+        self.used = off + nbytes
+        return off
+
+    def tensor(self, shape, dtype: torch.dtype) -> torch.Tensor | None:
+        """An uninitialised contiguous tensor inside the arena, or None if it does not fit."""
+        if self.buf is None:
+            return None
+        numel = 1
+        for s in shape:
+            numel *= int(s)
+        nbytes = numel * _itemsize(dtype)
+        off = self.alloc(nbytes)
+        if off is None:
+            return None
+        return self._u8[off:off + nbytes].view(dtype).view(tuple(shape))
+
+    def holds(self, t: torch.Tensor) -> bool:
+        return self._ptr >= 0 and t.untyped_storage().data_ptr() == self._ptr
+
+
+def _plain_tensor(obj) -> bool:
+    return (type(obj) is torch.Tensor and obj.layout is torch.strided
+            and obj.device.type == "cpu" and str(obj.dtype) in _DTYPES
+            and not obj.is_quantized and not obj.is_nested and not obj.is_conj()
+            and not obj.is_neg())
+
+
+def _plain_array(obj) -> bool:
+    return (type(obj) is np.ndarray and not obj.dtype.hasobject and obj.dtype.isnative
+            and obj.dtype.kind in "biufc")
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a batch with tensors and arrays as references into the arena."""
+
+    def __init__(self, file, arena: Arena):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.arena = arena
+
+    def persistent_id(self, obj):
+        if _plain_tensor(obj):
+            return self._tensor(obj)
+        if _plain_array(obj):
+            return self._array(obj)
+        return None
+
+    def _tensor(self, t: torch.Tensor):
+        grad = t.requires_grad
+        if grad:
+            if t.grad_fn is not None:
+                return None     # torch refuses to send non-leaf tensors; let it say so
+            t = t.detach()
+        if self.arena.holds(t):
+            return ("T", str(t.dtype), tuple(t.shape), t.stride(), t.storage_offset(), grad)
+        nbytes = t.numel() * t.element_size()
+        off = self.arena.alloc(nbytes)
+        if off is None:
+            raise Overflow
+        if self.arena.buf is not None:
+            dst = self.arena._u8[off:off + nbytes].view(t.dtype).view(t.shape)
+            dst.copy_(t)
+        shape = tuple(t.shape)
+        return ("T", str(t.dtype), shape, _contiguous_strides(shape), off // t.element_size(),
+                grad)
+
+    def _array(self, a: np.ndarray):
+        nbytes = a.nbytes
+        off = self.arena.alloc(nbytes)
+        if off is None:
+            raise Overflow
+        if self.arena.buf is not None:
+            dst = self.arena.buf[off:off + nbytes].view(a.dtype).reshape(a.shape)
+            np.copyto(dst, a)
+        return ("N", a.dtype.str, a.shape, off)
+
+
+def _contiguous_strides(shape) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+def encode(obj, arena: Arena) -> tuple[int, int]:
+    """Writes ``obj`` into ``arena``; returns (offset, length) of its pickle in the arena.
+
+    Raises :class:`Overflow` when it does not fit (``arena.used`` then tells a measuring
+    arena how many bytes it needs, the pickle included).
+    """
+    f = io.BytesIO()
+    _Pickler(f, arena).dump(obj)
+    data = f.getbuffer()
+    off = arena.alloc(len(data))
+    if off is None:
+        raise Overflow
+    if arena.buf is not None:
+        arena.buf[off:off + len(data)] = np.frombuffer(data, np.uint8)
+    return off, len(data)
+
+
+def measure(obj) -> int:
+    """Bytes a block needs to hold ``obj`` (its tensors, arrays and pickle)."""
+    arena = Arena(None)
+    encode(obj, arena)
+    return arena.used
+
+
+class CorruptBatch(RuntimeError):
+    """A worker's message does not describe a batch inside its own block."""
+
+
+class _Unpickler(pickle.Unpickler):
+    """Unpickles a batch with tensors and arrays as views of (or, ``copy``: copies out of)
+    the block."""
+
+    def __init__(self, file, block: np.ndarray, copy: bool):
+        super().__init__(file)
+        self.block = block
+        self.copy = copy
+        self._u8 = torch.from_numpy(block)
+        self._flat: dict[torch.dtype, torch.Tensor] = {}
+
+    def persistent_load(self, pid):
+        try:
+            kind = pid[0]
+            if kind == "T":
+                return self._tensor(*pid[1:])
+            if kind == "N":
+                return self._array(*pid[1:])
+        except (TypeError, ValueError, KeyError, IndexError) as e:
+            raise CorruptBatch(f"a worker sent a malformed tensor reference {pid!r}: {e}") from e
+        raise CorruptBatch(f"a worker sent an unknown reference {pid!r}")
+
+    def _tensor(self, dtype, shape, stride, offset, grad):
+        dt = _DTYPES[dtype]
+        flat = self._flat.get(dt)
+        if flat is None:
+            flat = self._flat[dt] = self._u8.view(dt)
+        _check_extent(shape, stride, offset, flat.numel())
+        t = flat.as_strided(shape, stride, offset)
+        if self.copy:
+            t = t.clone()
+        if grad:
+            t.requires_grad_(True)
+        return t
+
+    def _array(self, dtype, shape, offset):
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise ValueError("object arrays never travel by reference")
+        n = 1
+        for s in shape:
+            if s < 0:
+                raise ValueError(f"negative dimension {s}")
+            n *= s
+        end = offset + n * dt.itemsize
+        if offset < 0 or end > len(self.block):
+            raise ValueError(f"bytes {offset}..{end} are outside the block of {len(self.block)}")
+        a = self.block[offset:end].view(dt).reshape(shape)
+        return a.copy() if self.copy else a
+
+
+def _check_extent(shape, stride, offset, numel):
+    if len(shape) != len(stride) or offset < 0 or any(s < 0 for s in shape) \
+            or any(s < 0 for s in stride):
+        raise ValueError(f"bad geometry size={shape} stride={stride} offset={offset}")
+    if any(s == 0 for s in shape):
+        return
+    last = offset + sum((s - 1) * st for s, st in zip(shape, stride))
+    if last >= numel:
+        raise ValueError(f"element {last} is outside the block ({numel} elements)")
+
+
+def decode(block: np.ndarray, off: int, length: int, copy: bool):
+    """The batch written by :func:`encode` into ``block``: tensors view the block (or are
+    copies of it with ``copy``, which lets the block go back at once)."""
+    if off < 0 or length < 0 or off + length > len(block):
+        raise CorruptBatch(f"the batch's pickle ({off}+{length}) is outside its block "
+                           f"of {len(block)} bytes")
+    data = bytes(block[off:off + length])
+    return _Unpickler(io.BytesIO(data), block, copy).load()
