@@ -50,11 +50,11 @@ def collate_tensor(batch, *, collate_fn_map=None):
     arena = _arena
     if arena is not None and type(elem) is torch.Tensor and elem.layout is torch.strided \
             and not elem.is_nested and elem.device.type == "cpu":
-        dt, shape = elem.dtype, elem.shape
-        if all(t.dtype is dt and t.shape == shape for t in batch):
-            out = arena.tensor((len(batch), *shape), dt)
-            if out is not None:
-                return torch.stack(batch, 0, out=out)
+        # What torch's worker branch does (an output of elem's dtype and shape, stacked
+        # into), with the arena instead of a /dev/shm segment: same results, same errors.
+        out = arena.tensor((len(batch), *elem.shape), elem.dtype)
+        if out is not None:
+            return torch.stack(batch, 0, out=out)
     return _orig_tensor_fn(batch, collate_fn_map=collate_fn_map)
 
 

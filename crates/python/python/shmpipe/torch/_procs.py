@@ -30,7 +30,9 @@ _warmed = False
 
 
 def in_worker() -> bool:
-    return os.environ.get(CHILD_ENV) == "1"
+    """Whether this process is a worker (or the fork server), of ours or of multiprocessing."""
+    return (os.environ.get(CHILD_ENV) == "1" or multiprocessing.parent_process() is not None
+            or getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def warm_up() -> None:
@@ -60,13 +62,13 @@ def warm_up() -> None:
 
 
 def context(user_ctx):
-    """The multiprocessing context workers start with: the user's if given (a context object,
-    as ``DataLoader`` stores it), the global start method if the program set one
-    explicitly, else the fork server."""
+    """The multiprocessing context workers start with: the loader's ``multiprocessing_context``
+    if given (a context object, as ``DataLoader`` stores it), else the fork server.
+
+    The global start method is not consulted: torch's own loaders fix it to ``fork`` as a
+    side effect, so it does not tell what the program asked for."""
     if user_ctx is not None:
         return user_ctx
-    if multiprocessing.get_start_method(allow_none=True) is not None:
-        return multiprocessing.get_context()
     warm_up()
     return multiprocessing.get_context("forkserver")
 

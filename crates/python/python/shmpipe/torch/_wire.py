@@ -16,20 +16,25 @@ from __future__ import annotations
 
 import io
 import pickle
+import struct
 
 import numpy as np
 import torch
 
 ALIGN = 64
 
-_DTYPES = {str(d): d for d in (
+# Element types that travel by reference, numbered for the references (code = position).
+_TORCH_TYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
     torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
     torch.bool, *(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)),
-)}
+)
+_TORCH_CODE = {d: i for i, d in enumerate(_TORCH_TYPES)}
+_HEAD_T = struct.Struct("<BB?q")     # dtype code, ndim, requires_grad, storage offset
+_HEAD_N = struct.Struct("<Bq")       # ndim, byte offset (then shape, then dtype.str)
 
 
-_SIZES = {d: torch.empty((), dtype=d).element_size() for d in _DTYPES.values()}
+_SIZES = {d: torch.empty((), dtype=d).element_size() for d in _TORCH_TYPES}
 
 
 def _itemsize(dtype: torch.dtype) -> int:
@@ -82,30 +87,27 @@ class Arena:
         return self._ptr >= 0 and t.untyped_storage().data_ptr() == self._ptr
 
 
-def _plain_tensor(obj) -> bool:
-    return (type(obj) is torch.Tensor and obj.layout is torch.strided
-            and obj.device.type == "cpu" and str(obj.dtype) in _DTYPES
-            and not obj.is_quantized and not obj.is_nested and not obj.is_conj()
-            and not obj.is_neg())
-
-
-def _plain_array(obj) -> bool:
-    return (type(obj) is np.ndarray and not obj.dtype.hasobject and obj.dtype.isnative
-            and obj.dtype.kind in "biufc")
-
-
 class _Pickler(pickle.Pickler):
-    """Pickles a batch with tensors and arrays as references into the arena."""
+    """Pickles a batch with tensors and arrays as references into the arena.
+
+    A reference is one ``bytes`` object (``T`` or ``N``, then packed integers), so that the
+    pickler does not visit its parts one by one.
+    """
 
     def __init__(self, file, arena: Arena):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.arena = arena
 
     def persistent_id(self, obj):
-        if _plain_tensor(obj):
-            return self._tensor(obj)
-        if _plain_array(obj):
-            return self._array(obj)
+        t = type(obj)
+        if t is torch.Tensor:
+            if obj.layout is torch.strided and obj.device.type == "cpu" \
+                    and obj.dtype in _TORCH_CODE and not obj.is_quantized \
+                    and not obj.is_nested and not obj.is_conj() and not obj.is_neg():
+                return self._tensor(obj)
+        elif t is np.ndarray:
+            if obj.dtype.kind in "biufc" and obj.dtype.isnative:
+                return self._array(obj)
         return None
 
     def _tensor(self, t: torch.Tensor):
@@ -115,17 +117,20 @@ class _Pickler(pickle.Pickler):
                 return None     # torch refuses to send non-leaf tensors; let it say so
             t = t.detach()
         if self.arena.holds(t):
-            return ("T", str(t.dtype), tuple(t.shape), t.stride(), t.storage_offset(), grad)
-        nbytes = t.numel() * t.element_size()
-        off = self.arena.alloc(nbytes)
-        if off is None:
-            raise Overflow
-        if self.arena.buf is not None:
-            dst = self.arena._u8[off:off + nbytes].view(t.dtype).view(t.shape)
-            dst.copy_(t)
-        shape = tuple(t.shape)
-        return ("T", str(t.dtype), shape, _contiguous_strides(shape), off // t.element_size(),
-                grad)
+            shape, stride, offset = t.shape, t.stride(), t.storage_offset()
+        else:
+            size = t.element_size()
+            nbytes = t.numel() * size
+            off = self.arena.alloc(nbytes)
+            if off is None:
+                raise Overflow
+            shape = t.shape
+            if self.arena.buf is not None:
+                self.arena._u8[off:off + nbytes].view(t.dtype).view(shape).copy_(t)
+            stride, offset = _contiguous_strides(shape), off // size
+        nd = len(shape)
+        return b"T" + _HEAD_T.pack(_TORCH_CODE[t.dtype], nd, grad, offset) \
+            + struct.pack(f"<{2 * nd}q", *shape, *stride)
 
     def _array(self, a: np.ndarray):
         nbytes = a.nbytes
@@ -133,9 +138,10 @@ class _Pickler(pickle.Pickler):
         if off is None:
             raise Overflow
         if self.arena.buf is not None:
-            dst = self.arena.buf[off:off + nbytes].view(a.dtype).reshape(a.shape)
-            np.copyto(dst, a)
-        return ("N", a.dtype.str, a.shape, off)
+            np.copyto(self.arena.buf[off:off + nbytes].view(a.dtype).reshape(a.shape), a)
+        nd = a.ndim
+        return b"N" + _HEAD_N.pack(nd, off) + struct.pack(f"<{nd}q", *a.shape) \
+            + a.dtype.str.encode()
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
@@ -187,17 +193,20 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         try:
-            kind = pid[0]
-            if kind == "T":
-                return self._tensor(*pid[1:])
-            if kind == "N":
-                return self._array(*pid[1:])
-        except (TypeError, ValueError, KeyError, IndexError) as e:
-            raise CorruptBatch(f"a worker sent a malformed tensor reference {pid!r}: {e}") from e
+            kind = pid[:1]
+            if kind == b"T":
+                return self._tensor(pid)
+            if kind == b"N":
+                return self._array(pid)
+        except (TypeError, ValueError, KeyError, IndexError, struct.error) as e:
+            raise CorruptBatch(f"a worker sent a malformed reference {pid!r}: {e}") from e
         raise CorruptBatch(f"a worker sent an unknown reference {pid!r}")
 
-    def _tensor(self, dtype, shape, stride, offset, grad):
-        dt = _DTYPES[dtype]
+    def _tensor(self, pid: bytes):
+        code, nd, grad, offset = _HEAD_T.unpack_from(pid, 1)
+        dims = struct.unpack_from(f"<{2 * nd}q", pid, 1 + _HEAD_T.size)
+        shape, stride = dims[:nd], dims[nd:]
+        dt = _TORCH_TYPES[code]
         flat = self._flat.get(dt)
         if flat is None:
             flat = self._flat[dt] = self._u8.view(dt)
@@ -209,8 +218,11 @@ class _Unpickler(pickle.Unpickler):
             t.requires_grad_(True)
         return t
 
-    def _array(self, dtype, shape, offset):
-        dt = np.dtype(dtype)
+    def _array(self, pid: bytes):
+        nd, offset = _HEAD_N.unpack_from(pid, 1)
+        at = 1 + _HEAD_N.size
+        shape = struct.unpack_from(f"<{nd}q", pid, at)
+        dt = np.dtype(pid[at + 8 * nd:].decode())
         if dt.hasobject:
             raise ValueError("object arrays never travel by reference")
         n = 1
@@ -226,12 +238,17 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _check_extent(shape, stride, offset, numel):
-    if len(shape) != len(stride) or offset < 0 or any(s < 0 for s in shape) \
-            or any(s < 0 for s in stride):
-        raise ValueError(f"bad geometry size={shape} stride={stride} offset={offset}")
-    if any(s == 0 for s in shape):
-        return
-    last = offset + sum((s - 1) * st for s, st in zip(shape, stride))
+    """Every element of the view lies inside the block (a buggy worker gets an error, never
+    a read outside the block)."""
+    if offset < 0:
+        raise ValueError(f"negative storage offset {offset}")
+    last = offset
+    for s, st in zip(shape, stride):
+        if s < 0 or st < 0:
+            raise ValueError(f"bad geometry size={shape} stride={stride}")
+        if s == 0:
+            return
+        last += (s - 1) * st
     if last >= numel:
         raise ValueError(f"element {last} is outside the block ({numel} elements)")
 

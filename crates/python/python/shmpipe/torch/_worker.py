@@ -43,6 +43,9 @@ def run(cfg: dict, sock_arg: _procs.FdArg, payload, pidfd_arg: _procs.FdArg) -> 
     try:
         w.setup(payload)
         w.loop()
+    except (_native.PeerDied, _native.Disconnected, _procs.Closed, BrokenPipeError,
+            ConnectionResetError):
+        pass    # the trainer closed our channel or socket (shutdown) or is gone: just exit
     finally:
         _tw._worker_info = None
         w.close()
