@@ -340,3 +340,18 @@ class Images(Dataset):
         raw = np.frombuffer(zlib.decompress(self.blobs[i % len(self.blobs)]), np.uint8)
         img = raw.reshape(3, 224, 224).astype(np.float32) / 255.0
         return (img - self.mean) / self.std, i % 10
+
+
+def private_dev_shm(argv: list[str], size: str = "64m") -> list[str] | None:
+    """``argv`` run in a private mount namespace whose ``/dev/shm`` is a fresh ``size`` tmpfs
+    (``unshare -m``, needs root), or None where that is not possible here."""
+    import shutil
+    import subprocess
+    if shutil.which("unshare") is None:
+        return None
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        return None
+    return ["unshare", "-m", "sh", "-c",
+            f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"', "sh", *argv]
