@@ -55,6 +55,7 @@ OPTIONS = {
     "sampler": dict(batch_size=4, sampler=range(3, 40, 3)),
     "batch_sampler": dict(batch_sampler=[[1, 2], [3, 4, 5], [0], [49, 48, 47, 46]]),
     "collate_fn": dict(batch_size=5, collate_fn=tds.keep_structure),
+    "negative_keys": dict(batch_sampler=[[-1, -2], [0, 49], [3]]),
 }
 
 
@@ -64,6 +65,13 @@ def test_map_style_batches_equal_torchs(name):
     ours = list(DataLoader(ds, num_workers=2, generator=gen(), **OPTIONS[name]))
     theirs = list(tud.DataLoader(ds, num_workers=0, generator=gen(), **OPTIONS[name]))
     assert_same(ours, theirs)
+
+
+def test_out_of_range_keys_raise_torchs_index_error():
+    for loader in (DataLoader(dataset(), batch_sampler=[[0, 50]], num_workers=1),
+                   tud.DataLoader(dataset(), batch_sampler=[[0, 50]])):
+        with pytest.raises(IndexError, match="index 50 is out of bounds"):
+            next(iter(loader))
 
 
 def test_shuffle_draws_the_generator_like_torch_across_epochs():

@@ -178,3 +178,19 @@ def test_corrupt_references_from_a_worker_are_errors_not_reads_outside_the_block
     block[off:off + n] = np.frombuffer(data.replace(ref, bad), np.uint8)
     with pytest.raises(_wire.CorruptBatch, match="outside the block"):
         _wire.decode(block, off, n, copy=False)
+
+
+def test_tensor_dataset_batches_are_gathered_in_one_step_per_tensor():
+    x, y = torch.randn(100, 3), torch.arange(100)
+    ds = torch.utils.data.TensorDataset(x, y)
+    g = torch.Generator().manual_seed(1)
+    out = list(DataLoader(ds, batch_size=8, shuffle=True, generator=g, num_workers=2,
+                          worker_init_fn=tds.forbid_tensor_dataset_getitem))
+    order = torch.cat([b[1] for b in out])
+    assert sorted(order.tolist()) == list(range(100))
+    assert torch.equal(torch.cat([b[0] for b in out]), x[order])
+    assert isinstance(out[0], list)
+    # Without automatic batching, samples are fetched one by one (and here refused).
+    with pytest.raises(AssertionError, match="__getitem__ was called"):
+        next(iter(DataLoader(ds, batch_size=None, num_workers=1,
+                             worker_init_fn=tds.forbid_tensor_dataset_getitem)))

@@ -355,3 +355,12 @@ def private_dev_shm(argv: list[str], size: str = "64m") -> list[str] | None:
         return None
     return ["unshare", "-m", "sh", "-c",
             f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$@"', "sh", *argv]
+
+
+def forbid_tensor_dataset_getitem(worker_id: int) -> None:
+    """worker_init_fn: TensorDataset.__getitem__ raises in this worker from now on."""
+    from torch.utils.data import TensorDataset
+
+    def refuse(self, i):
+        raise AssertionError("TensorDataset.__getitem__ was called")
+    TensorDataset.__getitem__ = refuse

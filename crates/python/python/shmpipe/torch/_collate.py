@@ -77,6 +77,58 @@ _ORIG_TENSOR = _tc.collate_tensor_fn
 _ORIG_NUMPY = _tc.collate_numpy_array_fn
 
 
+class TensorDatasetFetcher:
+    """A whole batch of a ``TensorDataset`` in one ``index_select`` per tensor, into the arena.
+
+    ``default_collate([ds[i] for i in idx])`` is, for a ``TensorDataset`` (exactly that class:
+    a subclass may override ``__getitem__``), the list ``[t[idx] for t in ds.tensors]``; this
+    computes it without a Python call per sample. Anything unusual (keys that are not
+    non-negative ints, an index out of range, no room in the arena) goes to torch's fetcher,
+    which gives torch's results and errors.
+    """
+
+    def __init__(self, dataset, fallback):
+        self.tensors = dataset.tensors
+        self.fallback = fallback
+
+    @staticmethod
+    def applies(dataset, kind, auto_collation, collate_fn) -> bool:
+        from torch.utils.data import TensorDataset
+        from torch.utils.data.dataloader import _DatasetKind
+        return (type(dataset) is TensorDataset and kind == _DatasetKind.Map and auto_collation
+                and collate_fn is _tc.default_collate
+                and all(type(t) is torch.Tensor and t.layout is torch.strided
+                        and t.device.type == "cpu" for t in dataset.tensors))
+
+    def fetch(self, index):
+        out = self._batched(index, _arena)
+        return out if out is not None else self.fallback.fetch(index)
+
+    def _batched(self, index, arena):
+        if not all(type(i) is int for i in index):
+            return None
+        try:
+            idx = torch.as_tensor(index, dtype=torch.int64)
+        except (TypeError, ValueError, RuntimeError):
+            return None
+        if idx.ndim != 1 or len(idx) == 0:
+            return None
+        n = min(len(t) for t in self.tensors)
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= n:
+            return None
+        outs = []
+        for t in self.tensors:
+            if arena is None:       # the first batch, before the channel exists
+                outs.append(torch.index_select(t, 0, idx))
+                continue
+            out = arena.tensor((len(idx), *t.shape[1:]), t.dtype)
+            if out is None:
+                return None
+            outs.append(torch.index_select(t, 0, idx, out=out))
+        return outs
+
+
 def install() -> None:
     """Puts the arena-aware functions into ``default_collate_fn_map`` (worker process only)."""
     global _installed

@@ -161,8 +161,12 @@ class _Worker:
 
     def _fetcher(self):
         from torch.utils.data.dataloader import _DatasetKind
-        return _DatasetKind.create_fetcher(self.kind, self.dataset, self.auto_collation,
-                                           self.collate_fn, self.drop_last)
+        fetcher = _DatasetKind.create_fetcher(self.kind, self.dataset, self.auto_collation,
+                                              self.collate_fn, self.drop_last)
+        if _collate.TensorDatasetFetcher.applies(self.dataset, self.kind, self.auto_collation,
+                                                 self.collate_fn):
+            return _collate.TensorDatasetFetcher(self.dataset, fetcher)
+        return fetcher
 
     def _next(self):
         """The next control message; tasks queued before a resume or quit are dropped (their
