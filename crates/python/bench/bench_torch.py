@@ -138,12 +138,24 @@ def consume(batch) -> int:
     return max(consume(b) for b in batch)
 
 
-def throughput(kind, ds, seconds, **kw) -> float:
+def cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def throughput(kind, ds, seconds, **kw) -> tuple[float, float]:
+    """(samples/s, CPU microseconds per sample summed over the trainer and its workers)."""
     dl = LOADERS[kind](ds, num_workers=2, persistent_workers=True, **kw)
-    for i, b in enumerate(dl):          # warm-up epoch part: workers up, pools warm
+    for i, b in enumerate(dl):          # warm-up: workers up, pools warm
         consume(b)
         if i == 20:
             break
+    pids = [os.getpid()] + [w.pid for w in dl._iterator._workers]
+    cpu0 = sum(cpu_seconds(p) for p in pids)
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
         for b in dl:
@@ -151,22 +163,27 @@ def throughput(kind, ds, seconds, **kw) -> float:
             if time.perf_counter() - t0 >= seconds:
                 break
     rate = n / (time.perf_counter() - t0)
+    cpu = (sum(cpu_seconds(p) for p in pids) - cpu0) / n * 1e6
     if dl._iterator is not None:
         dl._iterator._shutdown_workers()
-    return rate
+    return rate, cpu
 
 
 def compare(name, ds, goal, rounds, seconds, **kw):
     print(f"\n{name}  [{stamp()}]")
-    ratios = []
+    ratios, cpus = [], []
     for r in range(rounds):
-        a = throughput("torch", ds, seconds, **kw)
-        b = throughput("shmpipe", ds, seconds, **kw)
+        (a, ca), (b, cb) = throughput("torch", ds, seconds, **kw), \
+            throughput("shmpipe", ds, seconds, **kw)
         ratios.append(b / a)
-        print(f"  round {r}: torch {a:,.0f} samples/s, shmpipe {b:,.0f} samples/s, "
-              f"ratio {b / a:.2f}x  [{stamp()}]")
+        cpus.append(ca / cb)
+        print(f"  round {r}: torch {a:,.0f} samples/s ({ca:.2f} us CPU/sample), shmpipe "
+              f"{b:,.0f} samples/s ({cb:.2f} us CPU/sample), ratio {b / a:.2f}x, CPU per "
+              f"sample {ca / cb:.2f}x less  [{stamp()}]")
     med = sorted(ratios)[len(ratios) // 2]
-    print(f"  median ratio {med:.2f}x (goal >= {goal}x: {'met' if med >= goal else 'NOT met'})")
+    medc = sorted(cpus)[len(cpus) // 2]
+    print(f"  median ratio {med:.2f}x (goal >= {goal}x: {'met' if med >= goal else 'NOT met'}); "
+          f"median CPU per sample {medc:.2f}x less than torch")
     return med
 
 

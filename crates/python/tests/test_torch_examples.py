@@ -1,5 +1,6 @@
-"""torchrun --nproc_per_node=2 (gloo, CPU): DDP training where each rank's
-shmpipe.torch.DataLoader reads its own shard (examples/torch_ddp.py)."""
+"""The torch examples run: a training loop (examples/torch_train.py), and torchrun
+--nproc_per_node=2 (gloo, CPU) DDP training where each rank's shmpipe.torch.DataLoader reads
+its own shard (examples/torch_ddp.py)."""
 
 import json
 import os
@@ -13,8 +14,17 @@ dist = pytest.importorskip("torch.distributed")
 
 import torch_datasets as tds  # noqa: E402
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
-                       "torch_ddp.py")
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples")
+EXAMPLE = os.path.join(EXAMPLES, "torch_ddp.py")
+
+
+def test_the_training_example_learns():
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "torch_train.py"),
+                        "--samples", "2048", "--epochs", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    last = r.stdout.strip().splitlines()[-1]
+    assert last.startswith("epoch 1:") and float(last.split("accuracy ")[1].split(",")[0]) > 0.9
 
 
 @pytest.fixture(scope="module")
