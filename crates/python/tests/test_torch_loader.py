@@ -318,3 +318,10 @@ def test_nothing_is_written_to_dev_shm():
 def test_batch_size_follows_math_of_ceil():
     n = sum(1 for _ in DataLoader(tds.Counting(23), batch_size=5, num_workers=2))
     assert n == math.ceil(23 / 5)
+
+
+def test_many_workers():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")     # torch's "excessive worker creation" warning
+        out = list(DataLoader(tds.Counting(40), batch_size=4, num_workers=7))
+    assert torch.equal(torch.cat(out), torch.arange(40))

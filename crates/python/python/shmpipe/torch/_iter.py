@@ -56,7 +56,7 @@ class WorkerChannel:
             if self.sock in ready:
                 try:
                     (kind, _block), fds = _procs.recv_obj(self.sock)
-                except _procs.Closed:
+                except (_procs.Closed, ConnectionResetError):
                     raise died(None) from None
                 if kind != "c" or len(fds) != 1:
                     for fd in fds:

@@ -90,8 +90,8 @@ class _Out:
 
     def _grow(self, need: int) -> None:
         block = max(BLOCK_MIN, -(-(need + need // 4) // BLOCK_ROUND) * BLOCK_ROUND)
-        tx = _native.Sender.anonymous(slots=max(64, 4 * self.blocks), blocks=self.blocks,
-                                      block_size=block)
+        slots = 1 << max(6, (4 * self.blocks - 1).bit_length())    # a power of two
+        tx = _native.Sender.anonymous(slots=slots, blocks=self.blocks, block_size=block)
         old, self.tx, self.block = self.tx, tx, block
         if old is not None:
             self._marker(old)
