@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import functools
 import itertools
-import os
-import signal
 import time
 
-import torch
 from torch._utils import ExceptionWrapper
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data import _utils as _tu
@@ -28,7 +25,7 @@ from torch.utils.data.dataloader import (
 )
 
 from .. import _native
-from . import _procs, _share, _wire, _worker
+from . import _procs, _share, _wire, _worker, _workers
 
 # Batches a worker's channel lets the trainer keep alive zero-copy (beyond those in flight);
 # a batch received while more are alive is copied out of shared memory and its block given
@@ -37,46 +34,6 @@ HOLD = 4
 _now = time.monotonic
 # How often a blocked wait re-checks that the process it waits for is alive (seconds).
 POLL = 0.05
-
-
-class WorkerChannel:
-    """The trainer's ends of one worker: process, control socket, batch channel."""
-
-    def __init__(self, proc, sock):
-        self.proc, self.sock = proc, sock
-        self.rx: _native.Receiver | None = None
-        self.blocks = 0
-
-    def take_channel(self, deadline: float | None, died) -> None:
-        """Waits for the worker's next channel descriptor (after its first batch or a
-        :class:`_worker.Switch`)."""
-        while True:
-            left = None if deadline is None else max(0.0, deadline - _now())
-            ready = _procs.readable([self.sock, self.proc.sentinel], left)
-            if self.sock in ready:
-                try:
-                    (kind, _block), fds = _procs.recv_obj(self.sock)
-                except (_procs.Closed, ConnectionResetError):
-                    raise died(None) from None
-                if kind != "c" or len(fds) != 1:
-                    for fd in fds:
-                        os.close(fd)
-                    raise RuntimeError(f"DataLoader worker (pid {self.proc.pid}) sent an "
-                                       f"unexpected control message {kind!r}")
-                if self.rx is not None:
-                    self.rx.close()
-                self.rx = _native.Receiver.from_fd(fds[0])
-                return
-            if self.proc.sentinel in ready:
-                raise died(None)
-            if deadline is not None and _now() >= deadline:
-                raise TimeoutError
-
-    def close(self) -> None:
-        if self.rx is not None:
-            self.rx.close()
-            self.rx = None
-        self.sock.close()
 
 
 class MultiProcessIter(_BaseDataLoaderIter):
@@ -89,19 +46,24 @@ class MultiProcessIter(_BaseDataLoaderIter):
         if self._num_workers <= 0 or self._prefetch_factor <= 0:
             raise AssertionError("num_workers and prefetch_factor must be > 0 here")
         self._shutdown = False
-        self._workers: list = []
-        self._chans: list[WorkerChannel] = []
+        self._set: _workers.WorkerSet | None = None
         self._worker_init_fn = loader.worker_init_fn
         if isinstance(self._dataset, (IterDataPipe, MapDataPipe)):
             self._worker_init_fn = functools.partial(
                 _sharding_worker_init_fn, self._worker_init_fn, self._world_size, self._rank)
         ctx = _procs.context(loader.multiprocessing_context)
-        try:
-            self._start(ctx)
-        except BaseException:
-            self._shutdown_workers()
-            raise
+        payload, shared_fd = self._payload(ctx)
+        cfg = {"num_workers": self._num_workers, "base_seed": self._base_seed,
+               "shared_seed": self._shared_seed,
+               "blocks": self._prefetch_factor * self._num_workers + 2 + HOLD}
+        self._set = _workers.WorkerSet(ctx, self._num_workers, cfg, payload, shared_fd)
+        self._chans = self._set.chans
         self._reset(loader, first_iter=True)
+
+    @property
+    def _workers(self) -> list:
+        """The worker processes (torch's attribute of the same name)."""
+        return self._set.procs if self._set is not None else []
 
     # -- workers -------------------------------------------------------------------------
 
@@ -118,56 +80,9 @@ class MultiProcessIter(_BaseDataLoaderIter):
             return payload, None
         return _procs.FdArg(fd), fd
 
-    def _start(self, ctx) -> None:
-        payload, shared_fd = self._payload(ctx)
-        pidfd = os.pidfd_open(os.getpid())
-        blocks = self._prefetch_factor * self._num_workers + 2 + HOLD
-        try:
-            for i in range(self._num_workers):
-                psock, csock = _procs.socket_pair()
-                cfg = {"worker_id": i, "num_workers": self._num_workers,
-                       "base_seed": self._base_seed, "shared_seed": self._shared_seed,
-                       "blocks": blocks}
-                w = ctx.Process(target=_worker.run,
-                                args=(cfg, _procs.FdArg(csock.fileno()), payload,
-                                      _procs.FdArg(pidfd)),
-                                daemon=True)
-                try:
-                    w.start()
-                except (TypeError, AttributeError) as e:
-                    raise _unpicklable(e) from e
-                except Exception as e:
-                    import pickle
-                    if isinstance(e, pickle.PicklingError):
-                        raise _unpicklable(e) from e
-                    raise
-                finally:
-                    csock.close()
-                self._workers.append(w)
-                self._chans.append(WorkerChannel(w, psock))
-        finally:
-            os.close(pidfd)
-            if shared_fd is not None:
-                os.close(shared_fd)
-
-    def _died(self, w: int, cause=None) -> RuntimeError:
-        p = self._workers[w]
-        p.join(timeout=1.0)
-        code = p.exitcode
-        if code is not None and code < 0:
-            try:
-                name = signal.strsignal(-code) or f"signal {-code}"
-            except ValueError:
-                name = f"signal {-code}"
-            msg = f"DataLoader worker (pid {p.pid}) is killed by signal: {name}. "
-        elif code is not None and code > 0:
-            msg = (f"DataLoader worker (pid {p.pid}) exited unexpectedly with exit code {code}. "
-                   "Details are lost due to multiprocessing. Rerunning with num_workers=0 may "
-                   "give better error trace.")
-        else:
-            msg = f"DataLoader worker (pid(s) {p.pid}) exited unexpectedly"
+    def _died(self, w: int) -> RuntimeError:
         self._workers_status[w] = False
-        return RuntimeError(msg)
+        return self._set.died(w)
 
     # -- epochs and tasks (torch's rules) ------------------------------------------------
 
@@ -193,9 +108,10 @@ class MultiProcessIter(_BaseDataLoaderIter):
 
     def _send(self, w: int, msg) -> None:
         try:
-            _procs.send_obj(self._chans[w].sock, msg)
-        except (BrokenPipeError, ConnectionResetError) as e:
-            raise self._died(w) from e
+            self._set.send(w, msg)
+        except RuntimeError:
+            self._workers_status[w] = False
+            raise
 
     def _try_put_index(self) -> None:
         max_tasks = self._prefetch_factor * self._num_workers
@@ -288,7 +204,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
             if ch.rx is None:
                 if not wait:
                     return None
-                ch.take_channel(deadline, lambda c: self._died(w))
+                ch.take_channel(deadline, lambda: self._died(w))
             try:
                 if wait:
                     left = None if deadline is None else max(0.0, deadline - _now())
@@ -305,7 +221,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
             obj = _wire.decode(block, meta["o"], meta["n"], copy=hoard)
             del msg, block
             if isinstance(obj, _worker.Switch):
-                ch.take_channel(deadline, lambda c: self._died(w))
+                ch.take_channel(deadline, lambda: self._died(w))
                 continue
             return obj
 
@@ -339,32 +255,11 @@ class MultiProcessIter(_BaseDataLoaderIter):
         if self._shutdown:
             return
         self._shutdown = True
-        for ch in self._chans:
-            try:
-                _procs.send_obj(ch.sock, ("q",))
-            except OSError:
-                pass
-        for ch in self._chans:
-            ch.close()
-        for w in self._workers:
-            w.join(timeout=_tu.MP_STATUS_CHECK_INTERVAL)
-        for w in self._workers:
-            if w.is_alive():
-                w.terminate()
-                w.join(timeout=_tu.MP_STATUS_CHECK_INTERVAL)
+        if self._set is not None:
+            self._set.shutdown(_tu.MP_STATUS_CHECK_INTERVAL)
 
     def __del__(self) -> None:
         try:
             self._shutdown_workers()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
-
-
-def _unpicklable(e: Exception) -> Exception:
-    return TypeError(
-        "shmpipe.torch.DataLoader starts its workers as fresh processes (a fork server, "
-        "never a fork of this process), so the dataset, collate_fn and worker_init_fn must be "
-        f"picklable: {e}. Define them at the top level of a module (not as a lambda, a nested "
-        "function or a class inside a function), or pass multiprocessing_context='fork' to "
-        "start workers as torch does by default on Linux.")
-
