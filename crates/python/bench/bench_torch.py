@@ -15,10 +15,12 @@ of every batch, as a training step would):
   after the imports (the fork server was started by ``import shmpipe.torch``, moments
   before), "warm" for a second loader in the same process. Goal: <= torch's.
 - ``pss``: a dataset held as a Python list of 1M arrays of 16 float32, 4 workers, one
-  shuffled epoch with persistent workers: summed PSS of every process of the loader (the
-  trainer, its workers, and for shmpipe the fork server) at the end of the epoch, minus the
-  same loader's PSS with a 1-item list, over the dataset's own size (the trainer's PSS growth
-  when it built the list). Goal <= 1.2x.
+  shuffled epoch with persistent workers: summed PSS of anonymous and shared memory
+  (``Pss_Anon + Pss_Shmem``) of every process of the loader (the trainer, its workers, and
+  for shmpipe the fork server) at the end of the epoch, minus the same loader's with a
+  1-item list, over the dataset's own size (the trainer's growth when it built the list).
+  File-backed pages (torch's libraries) are left out: their PSS moves with every unrelated
+  process on the machine that maps the same files. Goal <= 1.2x.
 - ``smallshm``: 1 MB samples, batch 64 (64 MB batches), in a private mount namespace with a
   64 MB ``/dev/shm`` (``unshare -m``, needs root): runs to the end or not.
 
@@ -251,15 +253,25 @@ def bench_first(args):
 
 # -- memory (fresh processes) ----------------------------------------------------------------
 
-def pss(pid: int) -> int:
+def memory(pid: int) -> dict[str, int]:
+    """Pss, Pss_Anon and Pss_Shmem of a process, in bytes (0 if it is gone)."""
+    out = {"Pss": 0, "Pss_Anon": 0, "Pss_Shmem": 0}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) * 1024
+                key = line.split(":", 1)[0]
+                if key in out:
+                    out[key] = int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError):
         pass
-    return 0
+    return out
+
+
+def data_pss(pid: int) -> int:
+    """PSS of anonymous and shared memory: what holds data. Without the file-backed pages
+    (libraries), whose PSS depends on how many unrelated processes on this machine map them."""
+    m = memory(pid)
+    return m["Pss_Anon"] + m["Pss_Shmem"]
 
 
 def descendants(root: int) -> list[int]:
@@ -282,9 +294,9 @@ def descendants(root: int) -> list[int]:
 
 def child_pss(kind: str, n: int) -> None:
     me = os.getpid()
-    base = pss(me)
+    base = data_pss(me)
     ds = ListOfArrays(n)
-    dataset = pss(me) - base
+    dataset = data_pss(me) - base
     dl = LOADERS[kind](ds, batch_size=256, num_workers=4, shuffle=True,
                        persistent_workers=True)
     t0 = time.perf_counter()
@@ -296,8 +308,8 @@ def child_pss(kind: str, n: int) -> None:
         from multiprocessing import forkserver
         fs = forkserver._forkserver._forkserver_pid
         procs += [p for p in descendants(fs) if p not in procs] if fs else []
-    total = sum(pss(p) for p in procs)
-    print(json.dumps({"dataset": dataset, "total": total, "procs": len(procs),
+    print(json.dumps({"dataset": dataset, "data": sum(data_pss(p) for p in procs),
+                      "total": sum(memory(p)["Pss"] for p in procs), "procs": len(procs),
                       "epoch_s": epoch}))
     dl._iterator._shutdown_workers()
 
@@ -306,6 +318,8 @@ def bench_pss(args):
     n = args.pss_items
     print(f"\npss: list of {n:,} arrays of 16 float32, 4 workers, one shuffled epoch  "
           f"[{stamp()}]")
+    print("  PSS of anonymous + shared memory (data; file-backed library pages left out), "
+          "summed over every process of the loader")
     out = {}
     for kind in ("torch", "shmpipe"):
         full = run_child(["--child-pss", kind, str(n)])
@@ -313,12 +327,14 @@ def bench_pss(args):
         if "error" in full or "error" in empty:
             print(f"  {kind}: failed: {full.get('error') or empty.get('error')}")
             continue
-        extra = (full["total"] - empty["total"]) / full["dataset"]
+        extra = (full["data"] - empty["data"]) / full["dataset"]
         out[kind] = extra
-        print(f"  {kind}: dataset {full['dataset'] / 2**20:.0f} MiB; summed PSS of "
-              f"{full['procs']} processes {full['total'] / 2**20:.0f} MiB (with a 1-item list: "
-              f"{empty['total'] / 2**20:.0f} MiB); (PSS - fixed) / dataset = {extra:.2f}x; "
-              f"epoch {full['epoch_s']:.1f} s  [{stamp()}]")
+        mib = 2 ** 20
+        print(f"  {kind}: dataset {full['dataset'] / mib:.0f} MiB; {full['procs']} processes: "
+              f"{full['data'] / mib:.0f} MiB ({empty['data'] / mib:.0f} MiB with a 1-item "
+              f"list; all PSS {full['total'] / mib:.0f} / {empty['total'] / mib:.0f} MiB); "
+              f"(PSS - fixed) / dataset = {extra:.2f}x; epoch {full['epoch_s']:.1f} s  "
+              f"[{stamp()}]")
     if "shmpipe" in out:
         print(f"  goal (PSS - fixed) / dataset <= 1.2x: "
               f"{'met' if out['shmpipe'] <= 1.2 else 'NOT met'}")

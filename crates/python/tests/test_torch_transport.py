@@ -138,17 +138,26 @@ def test_writes_to_the_shared_dataset_stay_in_the_worker():
     assert ds.x.sum() == 0
 
 
-def test_shared_array_list_behaves_as_a_sequence():
+SHAPES = {
+    "one 2-d shape": lambda i: (2, 3),
+    "varying": lambda i: (i % 3 + 1,),
+    "varying 2-d": lambda i: (i % 2 + 1, 2),
+    "0-d": lambda i: (),
+}
+
+
+@pytest.mark.parametrize("shapes", list(SHAPES))
+def test_shared_array_list_behaves_as_a_sequence(shapes):
     from shmpipe.torch import _share
-    arrays = [np.full((i % 3 + 1,), i, np.int32) for i in range(5000)]
-    fd = _share.share({"a": arrays, "t": [torch.from_numpy(a) for a in arrays]})
+    arrays = [np.full(SHAPES[shapes](i), i, np.int32) for i in range(5000)]
+    fd = _share.share({"a": arrays, "t": tuple(torch.from_numpy(a) for a in arrays)})
     got = _share.load(fd)
     for key, kind in (("a", np.ndarray), ("t", torch.Tensor)):
         seq = got[key]
         assert isinstance(seq, SharedArrayList) and len(seq) == 5000
         assert isinstance(seq[7], kind) and seq[-1].tolist() == arrays[-1].tolist()
         assert [x.tolist() for x in seq[10:13]] == [a.tolist() for a in arrays[10:13]]
-        assert sum(1 for _ in seq) == 5000
+        assert all(x.shape == a.shape and x.tolist() == a.tolist() for x, a in zip(seq, arrays))
         with pytest.raises(IndexError):
             seq[5000]
 
