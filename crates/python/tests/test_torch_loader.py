@@ -325,3 +325,11 @@ def test_many_workers():
         warnings.simplefilter("ignore")     # torch's "excessive worker creation" warning
         out = list(DataLoader(tds.Counting(40), batch_size=4, num_workers=7))
     assert torch.equal(torch.cat(out), torch.arange(40))
+
+
+def test_a_dataset_that_fails_to_load_in_a_worker_fails_every_batch():
+    it = iter(DataLoader(tds.Unloadable(), batch_size=1, num_workers=1))
+    for _ in range(2):
+        with pytest.raises(OSError, match="cannot open the dataset's files here") as info:
+            next(it)
+        assert "loading the dataset" in str(info.value)

@@ -364,3 +364,20 @@ def forbid_tensor_dataset_getitem(worker_id: int) -> None:
     def refuse(self, i):
         raise AssertionError("TensorDataset.__getitem__ was called")
     TensorDataset.__getitem__ = refuse
+
+
+class Unloadable(Dataset):
+    """Pickles fine, fails to unpickle in a worker."""
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return i
+
+    def __reduce__(self):
+        return (_refuse_to_load, ())
+
+
+def _refuse_to_load():
+    raise OSError("cannot open the dataset's files here")

@@ -120,6 +120,7 @@ class _Worker:
         self.pending: collections.deque = collections.deque()
         self.iteration_end = False
         self.init_exception: ExceptionWrapper | None = None
+        self.load_error: ExceptionWrapper | None = None
         self.fetcher = None
         self.dataset = None
 
@@ -140,8 +141,8 @@ class _Worker:
                 payload = _share.load(payload.take())
             (dataset, self.kind, self.auto_collation, self.collate_fn, self.drop_last,
              self.init_fn) = payload
-        except Exception:  # noqa: BLE001 - reported to the trainer like any worker error
-            self.init_exception = ExceptionWrapper(where=f"{self._where()} (loading the dataset)")
+        except Exception:  # noqa: BLE001 - the answer to every task, like any worker error
+            self.load_error = ExceptionWrapper(where=f"{self._where()} (loading the dataset)")
             return
         from torch.utils.data import IterDataPipe
         from torch.utils.data.graph_settings import apply_random_seed
@@ -224,6 +225,8 @@ class _Worker:
         self._emit((idx, data), arena)
 
     def _fetch(self, index):
+        if self.load_error is not None:
+            return self.load_error
         if self.init_exception is not None:
             data, self.init_exception = self.init_exception, None
             return data
