@@ -70,3 +70,23 @@ def test_ranks_share_no_process_channel_or_name(ranks):
     assert not set(r0["worker_pids"]) & set(r1["worker_pids"])
     assert r0["memfds"] and r1["memfds"] and not set(r0["memfds"]) & set(r1["memfds"])
     assert r0["dev_shm"] == r1["dev_shm"] == before
+
+
+def test_lightning_trains_with_it_and_can_swap_in_a_distributed_sampler():
+    L = pytest.importorskip("lightning")
+    from lightning.pytorch.utilities.data import _update_dataloader
+
+    from shmpipe.torch import DataLoader
+    x = torch.randn(256, 4, generator=torch.Generator().manual_seed(0))
+    ds = torch.utils.data.TensorDataset(x, x.sum(1))
+    dl = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2, persistent_workers=True)
+    trainer = L.Trainer(max_epochs=3, accelerator="cpu", devices=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(tds.lightning_module(), dl)
+    assert float(trainer.callback_metrics["loss"]) < 0.05
+    # What Lightning does under DDP: the same loader rebuilt around a DistributedSampler.
+    sampler = torch.utils.data.DistributedSampler(ds, num_replicas=2, rank=1, shuffle=False)
+    rebuilt = _update_dataloader(dl, sampler)
+    assert type(rebuilt) is DataLoader and rebuilt.num_workers == 2
+    assert torch.equal(torch.cat([b[1] for b in rebuilt]), ds.tensors[1][1::2])

@@ -381,3 +381,25 @@ class Unloadable(Dataset):
 
 def _refuse_to_load():
     raise OSError("cannot open the dataset's files here")
+
+
+def lightning_module():
+    """A linear regression LightningModule (lightning imported only where it is used)."""
+    import lightning as L
+    from torch import nn
+
+    class Regression(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 1)
+
+        def training_step(self, batch, i):
+            x, y = batch
+            loss = nn.functional.mse_loss(self.lin(x).squeeze(1), y)
+            self.log("loss", loss)
+            return loss
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    return Regression()

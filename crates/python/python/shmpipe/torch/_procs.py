@@ -68,6 +68,8 @@ def context(user_ctx):
     The global start method is not consulted: torch's own loaders fix it to ``fork`` as a
     side effect, so it does not tell what the program asked for."""
     if user_ctx is not None:
+        if user_ctx.get_start_method() == "forkserver":
+            warm_up()       # the server preloads torch, if it is not running yet
         return user_ctx
     warm_up()
     return multiprocessing.get_context("forkserver")
