@@ -11,6 +11,7 @@ the first loader iterates.
 
 from __future__ import annotations
 
+import array
 import multiprocessing
 import os
 import pickle
@@ -123,11 +124,14 @@ class Closed(EOFError):
     """The other end of the control socket is gone."""
 
 
-def recv_obj(sock: socket.socket):
-    """The next message and the descriptors that came with it; raises :class:`Closed` at EOF."""
+def recv_obj(sock: socket.socket, wait: bool = True):
+    """The next message and the descriptors that came with it; raises :class:`Closed` at EOF
+    (and ``BlockingIOError`` if ``wait`` is False and there is none)."""
     parts, fds = [], []
+    flags = 0 if wait else socket.MSG_DONTWAIT
     while True:
-        data, got, _flags, _addr = socket.recv_fds(sock, _FRAG + 1, 4)
+        data, got = _recv_fds(sock, flags)
+        flags = 0       # the fragments of a message follow it at once
         fds.extend(got)
         if not data:
             for fd in fds:
@@ -136,6 +140,20 @@ def recv_obj(sock: socket.socket):
         parts.append(data[1:])
         if data[:1] == _LAST:
             return pickle.loads(b"".join(parts)), fds
+
+
+_FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
+
+
+def _recv_fds(sock: socket.socket, flags: int) -> tuple[bytes, list[int]]:
+    """One datagram and the descriptors passed with it. (``socket.recv_fds`` ignores its
+    ``flags`` argument in Python 3.11, so ``MSG_DONTWAIT`` would block there.)"""
+    data, ancdata, _flags, _addr = sock.recvmsg(_FRAG + 1, _FD_SPACE, flags)
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
 
 
 def readable(objs, timeout):

@@ -172,14 +172,11 @@ class _Worker:
     def _next(self):
         """The next control message; tasks queued before a resume or quit are dropped (their
         results would be thrown away by the trainer)."""
-        self.sock.setblocking(False)
         try:
             while True:
-                self.pending.append(_procs.recv_obj(self.sock)[0])
+                self.pending.append(_procs.recv_obj(self.sock, wait=False)[0])
         except (BlockingIOError, InterruptedError):
             pass
-        finally:
-            self.sock.setblocking(True)
         if not self.pending:
             self.pending.append(_procs.recv_obj(self.sock)[0])
         if any(m[0] != "t" for m in self.pending):
