@@ -333,3 +333,16 @@ def test_a_dataset_that_fails_to_load_in_a_worker_fails_every_batch():
         with pytest.raises(OSError, match="cannot open the dataset's files here") as info:
             next(it)
         assert "loading the dataset" in str(info.value)
+
+
+def test_tasks_queued_before_a_new_epoch_are_not_computed(tmp_path):
+    log = tmp_path / "fetched"
+    dl = DataLoader(tds.Logged(20, 1.0, str(log)), batch_size=None, num_workers=1,
+                    prefetch_factor=4, persistent_workers=True)
+    for _ in dl:
+        break                       # tasks 1-4 were sent; the worker is busy with 1
+    assert next(iter(dl)) == 0      # the new epoch's first batch
+    fetched = [int(x) for x in log.read_text().split()]
+    # torch computes (and throws away) 1, 2, 3 and 4 first; here at most the one in progress.
+    assert fetched[0] == 0 and fetched.count(0) == 2 and not {2, 3, 4} & set(fetched), fetched
+    dl._iterator._shutdown_workers()

@@ -403,3 +403,19 @@ def lightning_module():
             return torch.optim.SGD(self.parameters(), lr=0.1)
 
     return Regression()
+
+
+class Logged(Dataset):
+    """Appends each index it fetches to a file, then sleeps ``delay`` seconds."""
+
+    def __init__(self, n, delay, path):
+        self.n, self.delay, self.path = n, delay, path
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        with open(self.path, "a") as f:
+            f.write(f"{i}\n")
+        time.sleep(self.delay)
+        return i
