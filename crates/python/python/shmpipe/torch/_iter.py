@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 import time
+from typing import Any
 
 from torch._utils import ExceptionWrapper
 from torch.utils.data import IterDataPipe, MapDataPipe
@@ -46,7 +47,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
         if self._num_workers <= 0 or self._prefetch_factor <= 0:
             raise AssertionError("num_workers and prefetch_factor must be > 0 here")
         self._shutdown = False
-        self._set: _workers.WorkerSet | None = None
+        self._set: Any = None           # the WorkerSet, once made
         self._worker_init_fn = loader.worker_init_fn
         if isinstance(self._dataset, (IterDataPipe, MapDataPipe)):
             self._worker_init_fn = functools.partial(
@@ -215,10 +216,11 @@ class MultiProcessIter(_BaseDataLoaderIter):
                         return None
             except (_native.PeerDied, _native.Disconnected) as e:
                 raise self._died(w) from e
-            block = msg["a"]
-            meta = msg.meta
+            if "a" not in msg:
+                raise _wire.CorruptBatch(f"DataLoader worker {w} sent a message without a batch")
+            block, meta = msg["a"], msg.meta
             hoard = ch.rx.held_blocks > HOLD
-            obj = _wire.decode(block, meta["o"], meta["n"], copy=hoard)
+            obj = _wire.decode(block, meta.get("o"), meta.get("n"), copy=hoard)
             del msg, block
             if isinstance(obj, _worker.Switch):
                 ch.take_channel(deadline, lambda: self._died(w))

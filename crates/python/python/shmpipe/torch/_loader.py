@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch.utils.data
 from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
 
 from . import _iter, _procs
+
+
+_HAS_IN_ORDER = "in_order" in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
 
 
 class DataLoader(torch.utils.data.DataLoader):
@@ -38,6 +43,7 @@ class DataLoader(torch.utils.data.DataLoader):
                  worker_init_fn=None, multiprocessing_context=None, generator=None, *,
                  prefetch_factor=None, persistent_workers=False, pin_memory_device="",
                  in_order=True):
+        extra = {"in_order": in_order} if _HAS_IN_ORDER else {}
         super().__init__(dataset, batch_size=batch_size, shuffle=shuffle, sampler=sampler,
                          batch_sampler=batch_sampler, num_workers=num_workers,
                          collate_fn=collate_fn, pin_memory=pin_memory, drop_last=drop_last,
@@ -45,7 +51,9 @@ class DataLoader(torch.utils.data.DataLoader):
                          multiprocessing_context=multiprocessing_context, generator=generator,
                          prefetch_factor=prefetch_factor,
                          persistent_workers=persistent_workers,
-                         pin_memory_device=pin_memory_device, in_order=in_order)
+                         pin_memory_device=pin_memory_device, **extra)
+        if not _HAS_IN_ORDER:       # torch before 2.6: the option is ours alone
+            self.in_order = in_order
         if num_workers > 0 and multiprocessing_context is None:
             _procs.warm_up()
 

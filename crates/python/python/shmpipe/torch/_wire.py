@@ -253,9 +253,12 @@ def _check_extent(shape, stride, offset, numel):
         raise ValueError(f"element {last} is outside the block ({numel} elements)")
 
 
-def decode(block: np.ndarray, off: int, length: int, copy: bool):
+def decode(block: np.ndarray, off, length, copy: bool):
     """The batch written by :func:`encode` into ``block``: tensors view the block (or are
-    copies of it with ``copy``, which lets the block go back at once)."""
+    copies of it with ``copy``, which lets the block go back at once). ``off`` and
+    ``length`` come from the worker's message and are checked here."""
+    if type(off) is not int or type(length) is not int:
+        raise CorruptBatch(f"a worker sent a batch with a bad pickle place {off!r}+{length!r}")
     if off < 0 or length < 0 or off + length > len(block):
         raise CorruptBatch(f"the batch's pickle ({off}+{length}) is outside its block "
                            f"of {len(block)} bytes")

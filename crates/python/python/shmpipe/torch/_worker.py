@@ -129,7 +129,9 @@ class _Worker:
 
     def setup(self, payload) -> None:
         cfg = self.cfg
-        torch.multiprocessing._set_thread_name("pt_data_worker")
+        name_thread = getattr(torch.multiprocessing, "_set_thread_name", None)
+        if name_thread is not None:
+            name_thread("pt_data_worker")
         torch.set_num_threads(1)
         seed = cfg["base_seed"] + self.id
         random.seed(seed)

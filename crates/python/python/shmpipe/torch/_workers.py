@@ -15,6 +15,7 @@ import pickle
 import signal
 import threading
 import time
+from typing import Any
 
 from .. import _native
 from . import _procs, _worker
@@ -27,7 +28,7 @@ class WorkerChannel:
 
     def __init__(self, index: int, sock):
         self.index, self.sock = index, sock
-        self.proc = None
+        self.proc: Any = None          # a multiprocessing Process, once started
         self.start_error: BaseException | None = None
         self.started = threading.Event()
         self.rx: _native.Receiver | None = None
@@ -181,7 +182,7 @@ class WorkerSet:
                 pass
         for ch in self.chans:
             ch.close()
-        procs = [ch.proc for ch in self.chans if ch.proc is not None]
+        procs: list[Any] = [ch.proc for ch in self.chans if ch.proc is not None]
         for w in procs:
             w.join(timeout=join_timeout)
         for w in procs:
