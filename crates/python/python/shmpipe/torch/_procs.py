@@ -16,6 +16,7 @@ import multiprocessing
 import os
 import pickle
 import socket
+import sys
 from multiprocessing import connection, reduction
 
 # Set in the environment of the fork server (and so of every worker): a process started by
@@ -25,7 +26,10 @@ CHILD_ENV = "SHMPIPE_TORCH_CHILD"
 # with workers instead of at import.
 EAGER_ENV = "SHMPIPE_TORCH_EAGER"
 
-PRELOAD = ["__main__", "numpy", "torch", "shmpipe.torch._worker"]
+# The path of the trainer's main script, for the fork server to import it (see _preload.py).
+MAIN_ENV = "SHMPIPE_TORCH_MAIN"
+
+PRELOAD = ["shmpipe.torch._preload"]
 
 _warmed = False
 
@@ -51,15 +55,26 @@ def warm_up() -> None:
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
         forkserver.set_forkserver_preload(PRELOAD)
-    old = os.environ.get(CHILD_ENV)
-    os.environ[CHILD_ENV] = "1"
+    env = {CHILD_ENV: "1", MAIN_ENV: _main_path()}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         forkserver.ensure_running()
     finally:
-        if old is None:
-            del os.environ[CHILD_ENV]
-        else:
-            os.environ[CHILD_ENV] = old
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+def _main_path() -> str:
+    """The main script's path if it was run as a file (``python train.py``), else ""."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is not None or not path or not os.path.isfile(path):
+        return ""
+    return os.path.abspath(path)
 
 
 def context(user_ctx):
