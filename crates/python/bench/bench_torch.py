@@ -225,9 +225,18 @@ def child_first(kind: str) -> None:
     print(json.dumps({"cold": cold, "warm": warm}))
 
 
-def run_child(argv, env=None) -> dict:
+def child_env(kind: str) -> dict:
+    """The environment of a fresh process measuring ``kind``: torch's runs do not start
+    shmpipe's fork server (this file imports shmpipe.torch), which would compete with them."""
+    env = dict(os.environ)
+    if kind == "torch":
+        env["SHMPIPE_TORCH_EAGER"] = "0"
+    return env
+
+
+def run_child(argv, kind) -> dict:
     r = subprocess.run([sys.executable, HERE, *argv], capture_output=True, text=True,
-                       env=env, timeout=1800)
+                       env=child_env(kind), timeout=1800)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -238,7 +247,7 @@ def bench_first(args):
     res = {}
     for r in range(args.rounds):
         for kind in ("torch", "shmpipe"):
-            res.setdefault(kind, []).append(run_child(["--child-first", kind]))
+            res.setdefault(kind, []).append(run_child(["--child-first", kind], kind))
         t, s = res["torch"][-1], res["shmpipe"][-1]
         print(f"  round {r}: torch cold {t['cold']:.3f} s warm {t['warm']:.3f} s | shmpipe cold "
               f"{s['cold']:.3f} s warm {s['warm']:.3f} s  [{stamp()}]")
@@ -304,13 +313,17 @@ def child_pss(kind: str, n: int) -> None:
         consume(b)
     epoch = time.perf_counter() - t0
     procs = descendants(me)
+    workers = {w.pid for w in dl._iterator._workers}
+    fs = None
     if kind == "shmpipe":
         from multiprocessing import forkserver
         fs = forkserver._forkserver._forkserver_pid
         procs += [p for p in descendants(fs) if p not in procs] if fs else []
+    roles = {"trainer": data_pss(me), "workers": sum(data_pss(p) for p in workers),
+             "others": sum(data_pss(p) for p in procs if p != me and p not in workers)}
     print(json.dumps({"dataset": dataset, "data": sum(data_pss(p) for p in procs),
                       "total": sum(memory(p)["Pss"] for p in procs), "procs": len(procs),
-                      "epoch_s": epoch}))
+                      "epoch_s": epoch, "roles": roles}))
     dl._iterator._shutdown_workers()
 
 
@@ -322,8 +335,8 @@ def bench_pss(args):
           "summed over every process of the loader")
     out = {}
     for kind in ("torch", "shmpipe"):
-        full = run_child(["--child-pss", kind, str(n)])
-        empty = run_child(["--child-pss", kind, "1"])
+        full = run_child(["--child-pss", kind, str(n)], kind)
+        empty = run_child(["--child-pss", kind, "1"], kind)
         if "error" in full or "error" in empty:
             print(f"  {kind}: failed: {full.get('error') or empty.get('error')}")
             continue
@@ -335,6 +348,9 @@ def bench_pss(args):
               f"list; all PSS {full['total'] / mib:.0f} / {empty['total'] / mib:.0f} MiB); "
               f"(PSS - fixed) / dataset = {extra:.2f}x; epoch {full['epoch_s']:.1f} s  "
               f"[{stamp()}]")
+        grew = {k: (full["roles"][k] - empty["roles"][k]) / mib for k in full["roles"]}
+        print("    growth by role (MiB): " + ", ".join(f"{k} {v:+.0f}" for k, v in grew.items())
+              + " (others: shmpipe's fork server, multiprocessing's resource tracker)")
     if "shmpipe" in out:
         print(f"  goal (PSS - fixed) / dataset <= 1.2x: "
               f"{'met' if out['shmpipe'] <= 1.2 else 'NOT met'}")
@@ -358,7 +374,8 @@ def bench_smallshm(args):
         argv = ["unshare", "-m", "sh", "-c",
                 'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$@"', "sh",
                 sys.executable, HERE, "--child-smallshm", kind]
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=1800)
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=1800,
+                           env=child_env(kind))
         if r.returncode == 0:
             res = json.loads(r.stdout.strip().splitlines()[-1])
             msg = f"ran to the end: {res['samples']} samples in {res['seconds']:.1f} s"
