@@ -71,7 +71,7 @@ def memfds() -> list[int]:
     inodes = set()
     with open("/proc/self/maps") as f:
         for line in f:
-            if "memfd:shmpipe-anon" in line:
+            if "memfd:shmpipe" in line and "torch-dataset" not in line:
                 inodes.add(int(line.split()[4]))
     return sorted(inodes)
 

@@ -287,7 +287,7 @@ def _in_memfd(a: np.ndarray) -> bool:
             parts = line.split()
             lo, hi = (int(x, 16) for x in parts[0].split("-"))
             if lo <= addr < hi:
-                return "shmpipe-torch-dataset" in line
+                return "shmpipe:torch-dataset" in line
     return False
 
 

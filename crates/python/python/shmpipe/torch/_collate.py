@@ -49,7 +49,8 @@ def collate_tensor(batch, *, collate_fn_map=None):
     elem = batch[0]
     arena = _arena
     if arena is not None and type(elem) is torch.Tensor and elem.layout is torch.strided \
-            and not elem.is_nested and elem.device.type == "cpu":
+            and not elem.is_nested and elem.device.type == "cpu" \
+            and elem.dtype in _wire.TRAVELS:
         # What torch's worker branch does (an output of elem's dtype and shape, stacked
         # into), with the arena instead of a /dev/shm segment: same results, same errors.
         out = arena.tensor((len(batch), *elem.shape), elem.dtype)
@@ -98,7 +99,8 @@ class TensorDatasetFetcher:
         return (type(dataset) is TensorDataset and kind == _DatasetKind.Map and auto_collation
                 and collate_fn is _tc.default_collate
                 and all(type(t) is torch.Tensor and t.layout is torch.strided
-                        and t.device.type == "cpu" for t in dataset.tensors))
+                        and t.device.type == "cpu" and t.dtype in _wire.TRAVELS
+                        for t in dataset.tensors))
 
     def fetch(self, index):
         out = self._batched(index, _arena)

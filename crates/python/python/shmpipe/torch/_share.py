@@ -244,7 +244,7 @@ def share(obj) -> int:
     for n in sizes:
         places.append((pos, n))
         pos = _round(pos + n)
-    fd = os.memfd_create("shmpipe-torch-dataset", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    fd = os.memfd_create("shmpipe:torch-dataset", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, max(pos, 1))
         with mmap.mmap(fd, max(pos, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:

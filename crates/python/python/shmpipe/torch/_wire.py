@@ -30,6 +30,7 @@ _TORCH_TYPES = (
     torch.bool, *(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)),
 )
 _TORCH_CODE = {d: i for i, d in enumerate(_TORCH_TYPES)}
+TRAVELS = frozenset(_TORCH_TYPES)       # other dtypes (float8, ...) go inside the pickle
 _HEAD_T = struct.Struct("<BB?q")     # dtype code, ndim, requires_grad, storage offset
 _HEAD_N = struct.Struct("<Bq")       # ndim, byte offset (then shape, then dtype.str)
 
