@@ -346,3 +346,17 @@ def test_tasks_queued_before_a_new_epoch_are_not_computed(tmp_path):
     # torch computes (and throws away) 1, 2, 3 and 4 first; here at most the one in progress.
     assert fetched[0] == 0 and fetched.count(0) == 2 and not {2, 3, 4} & set(fetched), fetched
     dl._iterator._shutdown_workers()
+
+
+def test_nested_tensors_travel_whole_and_default_collate_refuses_them_as_torch_does():
+    import warnings as w
+    with w.catch_warnings():
+        w.simplefilter("ignore")        # "nested tensors are in prototype stage"
+        ds = tds.nested_tensors(10)
+        for i, b in enumerate(DataLoader(ds, batch_size=1, num_workers=2,
+                                         collate_fn=tds.clone_collate)):
+            assert b[0].is_nested
+            assert torch.equal(b[0].to_padded_tensor(0.0), ds[i].to_padded_tensor(0.0))
+        with pytest.raises(RuntimeError, match="not currently supported by the default "
+                                               "collate_fn"):
+            next(iter(DataLoader(ds, batch_size=1, num_workers=2)))

@@ -419,3 +419,14 @@ class Logged(Dataset):
             f.write(f"{i}\n")
         time.sleep(self.delay)
         return i
+
+
+def clone_collate(batch):
+    """torch's own test collate_fn for nested tensors."""
+    return [x.clone() for x in batch]
+
+
+def nested_tensors(n):
+    g = torch.Generator().manual_seed(0)
+    return [torch.nested.nested_tensor([torch.randn(5, generator=g),
+                                        torch.randn(i % 3 + 1, generator=g)]) for i in range(n)]

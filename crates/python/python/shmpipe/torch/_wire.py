@@ -189,8 +189,6 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self.block = block
         self.copy = copy
-        self._u8 = torch.from_numpy(block)
-        self._flat: dict[torch.dtype, torch.Tensor] = {}
 
     def persistent_load(self, pid):
         try:
@@ -208,11 +206,12 @@ class _Unpickler(pickle.Unpickler):
         dims = struct.unpack_from(f"<{2 * nd}q", pid, 1 + _HEAD_T.size)
         shape, stride = dims[:nd], dims[nd:]
         dt = _TORCH_TYPES[code]
-        flat = self._flat.get(dt)
-        if flat is None:
-            flat = self._flat[dt] = self._u8.view(dt)
-        _check_extent(shape, stride, offset, flat.numel())
-        t = flat.as_strided(shape, stride, offset)
+        size = _SIZES[dt]
+        end = _extent(shape, stride, offset, len(self.block) // size)
+        # Its own storage, exactly the bytes it spans (not the whole block): code that looks
+        # at a tensor's storage (nested tensors' buffers, storage sharing) sees what it sent.
+        own = torch.from_numpy(self.block[offset * size:end * size]).view(dt)
+        t = own.as_strided(shape, stride, 0)
         if self.copy:
             t = t.clone()
         if grad:
@@ -238,9 +237,9 @@ class _Unpickler(pickle.Unpickler):
         return a.copy() if self.copy else a
 
 
-def _check_extent(shape, stride, offset, numel):
-    """Every element of the view lies inside the block (a buggy worker gets an error, never
-    a read outside the block)."""
+def _extent(shape, stride, offset, numel) -> int:
+    """One past the last element the view reaches (``offset`` if it is empty); every element
+    must lie inside the block (a buggy worker gets an error, never a read outside it)."""
     if offset < 0:
         raise ValueError(f"negative storage offset {offset}")
     last = offset
@@ -248,10 +247,13 @@ def _check_extent(shape, stride, offset, numel):
         if s < 0 or st < 0:
             raise ValueError(f"bad geometry size={shape} stride={stride}")
         if s == 0:
-            return
+            if offset > numel:
+                raise ValueError(f"offset {offset} is outside the block ({numel} elements)")
+            return offset
         last += (s - 1) * st
     if last >= numel:
         raise ValueError(f"element {last} is outside the block ({numel} elements)")
+    return last + 1
 
 
 def decode(block: np.ndarray, off, length, copy: bool):
