@@ -67,6 +67,27 @@ def test_map_style_batches_equal_torchs(name):
     assert_same(ours, theirs)
 
 
+@pytest.mark.parametrize("name", list(OPTIONS))
+def test_num_workers_0_loads_in_process_as_torch_does(name):
+    ds = dataset()
+    ours = list(DataLoader(ds, num_workers=0, generator=gen(), **OPTIONS[name]))
+    theirs = list(tud.DataLoader(ds, num_workers=0, generator=gen(), **OPTIONS[name]))
+    assert_same(ours, theirs)
+
+
+def test_num_workers_0_starts_no_process_and_raises_errors_unwrapped():
+    before = multiprocessing.active_children()
+    dl = DataLoader(tds.WhereAmI(6), batch_size=3, num_workers=0,
+                    worker_init_fn=tds.must_not_run)
+    rows = torch.cat(list(dl))
+    assert rows[:, 0].tolist() == list(range(6))
+    assert set(rows[:, 1].tolist()) == {os.getpid()} and set(rows[:, 2].tolist()) == {1}
+    assert multiprocessing.active_children() == before
+    with pytest.raises(ValueError, match="sample 3 is broken") as info:
+        list(DataLoader(tds.Fails(6, bad=3, exc=ValueError), batch_size=2, num_workers=0))
+    assert "DataLoader worker" not in str(info.value)
+
+
 def test_out_of_range_keys_raise_torchs_index_error():
     for loader in (DataLoader(dataset(), batch_sampler=[[0, 50]], num_workers=1),
                    tud.DataLoader(dataset(), batch_sampler=[[0, 50]])):

@@ -430,3 +430,21 @@ def nested_tensors(n):
     g = torch.Generator().manual_seed(0)
     return [torch.nested.nested_tensor([torch.randn(5, generator=g),
                                         torch.randn(i % 3 + 1, generator=g)]) for i in range(n)]
+
+
+class WhereAmI(Dataset):
+    """Sample i: (i, the pid fetching it, 1 if get_worker_info() is None there)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return torch.tensor([i, os.getpid(), int(get_worker_info() is None)])
+
+
+def must_not_run(worker_id: int) -> None:
+    """worker_init_fn that torch never calls with num_workers=0."""
+    raise AssertionError("worker_init_fn ran without workers")
