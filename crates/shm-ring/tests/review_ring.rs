@@ -92,8 +92,8 @@ fn leak(p: &Path) -> &'static Path {
 fn review_exec_of_the_producer_is_reported_to_a_blocked_consumer() {
     const T: &str = "review_exec_of_the_producer_is_reported_to_a_blocked_consumer";
     if role().as_deref() == Some("exec-producer") {
-        let mut tx = Sender::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default()))
-            .expect("create");
+        let mut tx =
+            Sender::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default())).expect("create");
         tx.wait_for_consumer(Duration::from_secs(10)).unwrap();
         tx.send(MessageBuilder::new().tag(1)).unwrap();
         // The Sender is never dropped: the process becomes `sleep` (as after a crash handler
@@ -140,8 +140,8 @@ fn review_exec_of_the_producer_is_reported_to_a_blocked_consumer() {
 fn review_a_forked_child_does_not_keep_a_dead_creators_name() {
     const T: &str = "review_a_forked_child_does_not_keep_a_dead_creators_name";
     if role().as_deref() == Some("fork-holder") {
-        let _tx = Sender::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default()))
-            .expect("create");
+        let _tx =
+            Sender::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default())).expect("create");
         // SAFETY: the child only sleeps (nanosleep) and calls _exit: async-signal-safe.
         let pid = unsafe { fork() };
         if pid == 0 {
@@ -393,7 +393,10 @@ fn hidepid_producer(test: &str) {
         Err(Error::PeerDied { .. }) => "PeerDied".to_string(),
         Err(e) => format!("{e}"),
     };
-    say(&format!("second loan: {second:?}", second = second.as_ref().map(|_| ())));
+    say(&format!(
+        "second loan: {second:?}",
+        second = second.as_ref().map(|_| ())
+    ));
     drop(second);
     if what == "PeerDied" {
         // The block came back: fill it with 7s while the consumer still reads it.

@@ -131,6 +131,15 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
         )));
     }
     let fd = match receive(&conn, name, server_pid, deadline) {
+        // It hung up without a word after its socket left the name: a sender dropped while we
+        // connected (it unlinks its socket before it closes it), so the channel is gone.
+        Err(Error::NotASegment(_))
+            if !dir
+                .entry(name)
+                .is_some_and(|st| (st.st_dev, st.st_ino) == ident) =>
+        {
+            return Err(not_found());
+        }
         // It hung up without a word: if it is dying (killed between our connect and its
         // answer: its descriptors close before it is a zombie), the channel is gone, as for a
         // stale socket.

@@ -25,7 +25,9 @@ pub(crate) struct NameServer {
     listener: Option<OwnedFd>,
     /// Dropping this write end wakes the thread (end of file on its read end) to stop.
     stop: Option<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The serving thread; it hands the listening socket back when it stops, so that the
+    /// name is removed before the socket closes.
+    thread: Option<std::thread::JoinHandle<OwnedFd>>,
     owner: Owner,
 }
 
@@ -115,7 +117,10 @@ impl NameServer {
         let rdv = *self.dir.rendezvous();
         let thread = std::thread::Builder::new()
             .name("shm-ring-name".into())
-            .spawn(move || serve_loop(&listener, &wake, &memfd, |uid| rdv.allows(uid)))?;
+            .spawn(move || {
+                serve_loop(&listener, &wake, &memfd, |uid| rdv.allows(uid));
+                listener
+            })?;
         self.stop = Some(stop);
         self.thread = Some(thread);
         Ok(())
@@ -163,12 +168,15 @@ impl Drop for NameServer {
         }
         drop(self.stop.take()); // end of file on the thread's wake-up pipe
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // A panicked thread closed the socket already (nothing in it panics).
+            self.listener = t.join().ok();
         }
-        drop(self.listener.take());
+        // The name first, then the socket: an opener whose connection the close resets finds
+        // the name gone (or another creator's socket) and reports the channel not found.
         if let Ok(_lock) = self.dir.lock() {
             self.dir.remove_if(&self.name, self.ident);
         }
+        drop(self.listener.take());
     }
 }
 
