@@ -27,8 +27,9 @@
 //! [`Rendezvous::peer_uid`] allows another user in).
 //!
 //! **Names** change only under an exclusive `flock` of the directory, held for microseconds:
-//! a create probes an existing socket and takes the name only if nobody listens there (a
-//! stale socket of a dead creator); an opener that finds a stale socket removes it and reports
+//! a create probes an existing socket and takes the name only if nobody serves it (a stale
+//! socket: nobody listens, or the process that listened is dead and a forked child of it
+//! holds a copy that never answers); an opener that finds a stale socket removes it and reports
 //! the channel as not created yet; a consumer that sees its producer die removes the
 //! producer's socket if it is stale; a sender removes its own socket when dropped, after its
 //! linger. Nothing that is not a socket is ever removed.

@@ -4,6 +4,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::client::{Probe, probe};
 use super::{HELLO, SocketDir, check_name};
 use crate::error::Error;
 use crate::fork::Owner;
@@ -29,24 +30,6 @@ pub(crate) struct NameServer {
     /// name is removed before the socket closes.
     thread: Option<std::thread::JoinHandle<OwnedFd>>,
     owner: Owner,
-}
-
-/// What a probe of an existing socket found.
-enum Probe {
-    /// Nobody listens there: its creator is gone.
-    Stale,
-    /// A live listener (or one whose backlog is full).
-    Live,
-    /// Not there any more.
-    Gone,
-}
-
-fn probe(dir: &SocketDir, name: &str) -> Probe {
-    match socket::connect_at(&dir.socket_path(name)) {
-        Err(rustix::io::Errno::CONNREFUSED) => Probe::Stale,
-        Err(rustix::io::Errno::NOENT) => Probe::Gone,
-        _ => Probe::Live,
-    }
 }
 
 impl NameServer {
