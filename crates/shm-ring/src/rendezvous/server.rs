@@ -71,7 +71,6 @@ impl NameServer {
                 .unwrap_or_default();
             (listener, ident)
         };
-        test_hook_kill_after_bind(name);
         Ok(NameServer {
             dir,
             name: name.to_string(),
@@ -160,15 +159,5 @@ impl Drop for NameServer {
             self.dir.remove_if(&self.name, self.ident);
         }
         drop(self.listener.take());
-    }
-}
-
-/// Test hook: a creator killed at the worst instant (its socket bound, nobody answering yet).
-/// `SHM_RING_TEST_KILL_AFTER_BIND=<name>` makes the create of `<name>` SIGKILL its own process
-/// right there; used by `tests/stale_names.rs`.
-fn test_hook_kill_after_bind(name: &str) {
-    if std::env::var_os("SHM_RING_TEST_KILL_AFTER_BIND").is_some_and(|v| v == name) {
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
     }
 }
