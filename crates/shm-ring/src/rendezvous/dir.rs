@@ -2,7 +2,7 @@
 //! unless it is a directory of ours that others cannot enter.
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{DIR_ENV, LOCK_TIMEOUT, Rendezvous};
@@ -88,7 +88,17 @@ impl SocketDir {
     /// [`Error::Untrusted`] for a symlink, a non-directory, a directory of another user or one
     /// others may enter; [`Error::Os`] if it cannot be made or opened.
     pub(crate) fn open(rdv: &Rendezvous, create: bool) -> Result<Option<SocketDir>, Error> {
-        let (path, origin) = resolve(rdv);
+        let (given, origin) = resolve(rdv);
+        // Without a trailing '/' or '/.' (with them, `O_NOFOLLOW` would follow a symlink in
+        // the last component) and ending in a name (not `..`, not `/`).
+        let path: PathBuf = given.components().collect();
+        if !matches!(path.components().next_back(), Some(Component::Normal(_))) {
+            return Err(Error::InvalidArgument(format!(
+                "the socket directory of named channels {} ({}) must end in a directory name",
+                given.display(),
+                origin.describe()
+            )));
+        }
         let shown = path.display();
         if create {
             dir::make_private_dir(&path).map_err(|e| {
