@@ -71,6 +71,14 @@ fn resolve(rdv: &Rendezvous) -> (PathBuf, Origin) {
     (PathBuf::from(format!("/tmp/shmpipe-{uid}")), Origin::Tmp)
 }
 
+/// Whether `gid` may have access to a socket directory shared with user `peer`: it is our
+/// primary group or the peer's (a user without an entry in the user database: the group of
+/// the same number). Any other group could admit a third user, who could then replace our
+/// sockets.
+fn pair_group(peer: u32, gid: u32) -> bool {
+    gid == sys::egid() || sys::primary_gid(peer).unwrap_or(peer) == gid
+}
+
 /// Whether `path` is a directory of root that nobody else may write.
 fn root_only(path: &str) -> bool {
     dir::lstat(Path::new(path)).is_ok_and(|st| {
@@ -133,20 +141,26 @@ impl SocketDir {
         let st = dir::fstat(&fd)?;
         let owner_ok = st.st_uid == sys::euid() || rdv.peer_uid == Some(st.st_uid);
         let others = if rdv.peer_uid.is_some() { 0o007 } else { 0o077 };
-        if !owner_ok || st.st_mode & others != 0 {
+        let group_ok =
+            st.st_mode & 0o070 == 0 || rdv.peer_uid.is_some_and(|p| pair_group(p, st.st_gid));
+        if !owner_ok || st.st_mode & others != 0 || !group_ok {
             return Err(Error::Untrusted(format!(
-                "the socket directory of named channels {shown} ({}) is owned by uid {} with \
-                 mode {:04o}; refusing to use it: only a directory owned by uid {} with no \
-                 permissions for {} is trusted (another user may have made it first: remove \
+                "the socket directory of named channels {shown} ({}) is owned by uid {}, group \
+                 {}, with mode {:04o}; refusing to use it: only a directory owned by uid {} with \
+                 no permissions for {} is trusted (another user may have made it first: remove \
                  it, or set ${DIR_ENV} to a directory of yours)",
                 origin.describe(),
                 st.st_uid,
+                st.st_gid,
                 st.st_mode & 0o7777,
                 sys::euid(),
-                if rdv.peer_uid.is_some() {
-                    "others"
-                } else {
-                    "group or others"
+                match rdv.peer_uid {
+                    Some(p) => format!(
+                        "others, nor for a group other than the primary group of uid {} or of \
+                         uid {p}",
+                        sys::euid()
+                    ),
+                    None => "group or others".to_string(),
                 },
             )));
         }
@@ -196,6 +210,19 @@ impl SocketDir {
                 self.path.display()
             )))
         })
+    }
+
+    /// Makes the socket `name` just bound by us connectable by exactly the users the
+    /// directory admits: ours only (0600), or, with [`Rendezvous::peer_uid`], the directory's
+    /// users (0666: connecting needs write permission, and the socket's group is ours, not the
+    /// peer's; the directory and `SO_PEERCRED` keep everyone else out).
+    pub(crate) fn set_socket_mode(&self, name: &str) -> Result<(), Error> {
+        let mode = if self.rdv.peer_uid.is_some() {
+            0o666
+        } else {
+            0o600
+        };
+        dir::chmod_entry(&self.fd, name, mode).map_err(Error::from)
     }
 
     /// Removes the entry `name` if it is still the socket `ident` (device, inode). The caller

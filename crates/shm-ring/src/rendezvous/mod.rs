@@ -24,7 +24,9 @@
 //! A creator makes it if missing (mode 0700); both ends open it without following a symlink
 //! and refuse it, with an error naming path, owner and mode, unless it is a directory owned by
 //! the user with no permission for others (and none for its group, unless
-//! [`Rendezvous::peer_uid`] allows another user in).
+//! [`Rendezvous::peer_uid`] allows another user in and the group is the primary group of one
+//! of the two users). Sockets are made 0600 (0666 with a peer user: connecting needs write
+//! permission; the directory admits only the two users).
 //!
 //! **Names** change only under an exclusive `flock` of the directory, held for microseconds:
 //! a create probes an existing socket and takes the name only if nobody serves it (a stale
@@ -86,9 +88,12 @@ pub struct Rendezvous {
     /// Made (0700) by the first creator if missing.
     pub dir: Option<&'static Path>,
     /// One more user accepted as a peer, besides our own (containers that share a volume but
-    /// run as different users): servers answer it, openers accept its servers, and the
-    /// directory may then grant its group access (`chmod 0770`, group of that user). Default
-    /// `None`: only our own user.
+    /// run as different users): servers answer it, openers accept its servers, sockets are
+    /// made connectable by it (0666: the directory is the gate), and the directory may then
+    /// grant its group access (`chmod 0770`) if that group is the primary group of one of the
+    /// two users (any other group could let a third user replace our sockets; every member of
+    /// the group can enter, so use a group of those two users only). Default `None`: only our
+    /// own user.
     pub peer_uid: Option<u32>,
 }
 

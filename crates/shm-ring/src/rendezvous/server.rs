@@ -69,6 +69,10 @@ impl NameServer {
                 .entry(name)
                 .map(|st| (st.st_dev, st.st_ino))
                 .unwrap_or_default();
+            if let Err(e) = dir.set_socket_mode(name) {
+                dir.remove_if(name, ident);
+                return Err(e);
+            }
             (listener, ident)
         };
         Ok(NameServer {
