@@ -308,13 +308,14 @@ unsafe extern "C" {
     ) -> std::ffi::c_int;
 }
 
-/// Has `child` run in the child of every later `fork()` done through the C library
-/// (`pthread_atfork`; Python's `os.fork` and `multiprocessing` go through it). `child` must be
-/// async-signal-safe. A failure (out of memory) leaves forks unseen.
-pub(crate) fn on_fork_in_child(child: extern "C" fn()) {
-    // SAFETY: registers a plain function pointer with the C library; `child` lives for the
-    // whole program (a `fn` item) and does nothing but an atomic add.
-    let _ = unsafe { pthread_atfork(None, None, Some(child)) };
+/// Has `prepare` run just before every later `fork()` done through the C library
+/// (`pthread_atfork`; Python's `os.fork` and `multiprocessing` go through it), `parent` just
+/// after it in the parent and `child` in the child. `child` must be async-signal-safe. A
+/// failure (out of memory) leaves forks unseen.
+pub(crate) fn on_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registers plain function pointers with the C library; they live for the whole
+    // program (`fn` items) and do nothing a fork handler may not.
+    let _ = unsafe { pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
 /// Sleeps while `*word == expected`, at most `timeout`. The word may live in shared memory
