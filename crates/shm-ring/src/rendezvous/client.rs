@@ -156,7 +156,16 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
             crate::sys::euid()
         )));
     }
-    if server_pid != 0 && PeerProcess::watch(server_pid, 0).is_dead() {
+    if server_pid == 0 {
+        return Err(Error::Untrusted(format!(
+            "channel '{name}' at {} is served by a process in a pid namespace this one cannot \
+             see: a named channel needs both processes in one pid namespace (its liveness \
+             checks name processes by pid); pass the channel's descriptor instead \
+             (Receiver::from_fd)",
+            path.display()
+        )));
+    }
+    if PeerProcess::watch(server_pid, 0).is_dead() {
         // Its creator is dead and a forked child holds the socket: nobody will answer.
         let _ = remove_if_stale(&dir, name, ident);
         return Err(not_found());
