@@ -87,8 +87,9 @@ pub struct Rendezvous {
     /// `$XDG_RUNTIME_DIR/shmpipe`, else `/run/shmpipe` for root, else `/tmp/shmpipe-<uid>`.
     /// Made (0700) by the first creator if missing.
     pub dir: Option<&'static Path>,
-    /// One more user accepted as a peer, besides our own (containers that share a volume but
-    /// run as different users): servers answer it, openers accept its servers, sockets are
+    /// One more user accepted as a peer, besides our own (containers that share a volume and
+    /// a pid namespace but run as different users; a server whose pid our namespace cannot see
+    /// is refused): servers answer it, openers accept its servers, sockets are
     /// made connectable by it (0666: the directory is the gate), and the directory may then
     /// grant its group access (`chmod 0770`) if that group is the primary group of one of the
     /// two users (any other group could let a third user replace our sockets; every member of
