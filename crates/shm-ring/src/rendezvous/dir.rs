@@ -61,7 +61,9 @@ fn resolve(rdv: &Rendezvous) -> (PathBuf, Origin) {
     if let Some(d) = env(DIR_ENV) {
         return (d, Origin::Env);
     }
-    if let Some(x) = env("XDG_RUNTIME_DIR").filter(|x| x.is_absolute()) {
+    // Only our own runtime directory: one of another user (`sudo` may leave theirs in the
+    // environment) lets that user move the socket directory we make in it.
+    if let Some(x) = env("XDG_RUNTIME_DIR").filter(|x| x.is_absolute() && ours_only(x)) {
         return (x.join("shmpipe"), Origin::Xdg);
     }
     let uid = sys::euid();
@@ -77,6 +79,15 @@ fn resolve(rdv: &Rendezvous) -> (PathBuf, Origin) {
 /// sockets.
 fn pair_group(peer: u32, gid: u32) -> bool {
     gid == sys::egid() || sys::primary_gid(peer).unwrap_or(peer) == gid
+}
+
+/// Whether `path` is a directory of ours that nobody else may write (not followed).
+fn ours_only(path: &Path) -> bool {
+    dir::lstat(path).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+            && st.st_uid == sys::euid()
+            && st.st_mode & 0o022 == 0
+    })
 }
 
 /// Whether `path` is a directory of root that nobody else may write.

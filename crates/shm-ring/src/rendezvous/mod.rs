@@ -17,7 +17,8 @@
 //! **The socket directory** (`dir.rs`), first of:
 //! 1. [`Rendezvous::dir`] (a [`ChannelConfig`](crate::ChannelConfig) setting);
 //! 2. the environment variable `SHMPIPE_DIR` (containers that share a volume);
-//! 3. `$XDG_RUNTIME_DIR/shmpipe` (the user's private runtime directory);
+//! 3. `$XDG_RUNTIME_DIR/shmpipe` (the user's private runtime directory), if that is a
+//!    directory of ours nobody else may write (`sudo` may leave another user's there);
 //! 4. for root, `/run/shmpipe` (only root may create entries in `/run`);
 //! 5. `/tmp/shmpipe-<uid>`.
 //!
