@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Transfer;
+use crate::credit::{Credit, DEFAULT_REORDER_WINDOW, Gate, Grantee};
 use crate::error::Error;
 use crate::handover::{Ctrl, Kind};
 use crate::input::Feeder;
-use crate::issued::Issued;
 use crate::node::{
     self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
@@ -37,6 +37,7 @@ pub struct PipelineBuilder {
     batch_bytes: usize,
     transfer: Transfer,
     ordered: bool,
+    reorder_window: u64,
     seed: u64,
     shuffle: bool,
     shuffle_buffer: usize,
@@ -70,6 +71,7 @@ impl PipelineBuilder {
                 threshold: DEFAULT_PIPELINE_THRESHOLD,
             },
             ordered: false,
+            reorder_window: DEFAULT_REORDER_WINDOW,
             seed: 0,
             shuffle: false,
             shuffle_buffer: 256,
@@ -198,6 +200,16 @@ impl PipelineBuilder {
     /// Yield outputs in input order (default: unordered).
     pub fn ordered(mut self, on: bool) -> Self {
         self.ordered = on;
+        self
+    }
+    /// Ordered mode: how many records each emitter may run ahead of the first output the
+    /// consumer still waits for, at most (default [`DEFAULT_REORDER_WINDOW`]; at least 1).
+    /// Fewer while the outputs held for reordering take more than 16 MiB
+    /// ([`REORDER_BYTES`](crate::REORDER_BYTES)): then each emitter may issue only the next
+    /// record the consumer needs from it. So a slow emitter holds the others back instead of
+    /// filling the consumer's memory.
+    pub fn reorder_window(mut self, records: u64) -> Self {
+        self.reorder_window = records.max(1);
         self
     }
     /// Seed for shuffling and for the per-worker seeds (default 0).
@@ -378,6 +390,7 @@ impl PipelineBuilder {
             source: self.source.clone(),
             stages,
             ordered: self.ordered,
+            reorder_window: self.reorder_window,
             batch_bytes: self.batch_bytes,
             transfer: self.transfer,
             transport: self.transport,
@@ -394,14 +407,8 @@ impl PipelineBuilder {
     }
 
     /// Spawns every emitter and worker of `plan` into `shared.children`, each with its shared
-    /// descriptors queued on its control socket (the issued counters last, for an emitter of
-    /// an ordered pipeline).
-    fn spawn_children(
-        &self,
-        plan: &Plan,
-        shared: &Shared,
-        issued: Option<&Issued>,
-    ) -> Result<(), Error> {
+    /// descriptors queued on its control socket.
+    fn spawn_children(&self, plan: &Plan, shared: &Shared) -> Result<(), Error> {
         let args = self
             .child_args
             .clone()
@@ -427,15 +434,15 @@ impl PipelineBuilder {
             let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
             // Its shared descriptors first of all (queued on its socket before it reads; a
             // child that died already shows up in the broker's first gather).
-            let mut fds: Vec<BorrowedFd<'_>> = spec
+            let fds: Vec<BorrowedFd<'_>> = spec
                 .shared
                 .iter()
                 .map(|&i| self.shared[i as usize].as_fd())
                 .collect();
-            if let (Role::Emitter(_), Some(c)) = (role, issued) {
-                fds.push(c.fd());
-            }
-            let _ = ctrl.send(Kind::Shared, &fds);
+            let sent = ctrl.send(Kind::Shared, &fds);
+            let ctrl_gone = |e: &std::io::Error| {
+                matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET))
+            };
             shared
                 .children
                 .lock()
@@ -445,7 +452,19 @@ impl PipelineBuilder {
                     child,
                     status: None,
                     ctrl,
+                    announced: None,
                 });
+            match sent {
+                // A child that is already gone: the broker's first gather names how it ended.
+                Err(e) if !ctrl_gone(&e) => {
+                    return Err(Error::Transport(format!(
+                        "start-up: cannot hand {} its {} shared descriptors: {e}",
+                        role.describe(),
+                        fds.len()
+                    )));
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -472,21 +491,28 @@ impl PipelineBuilder {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }
         let shared = Arc::new(Shared::default());
-        // Ordered mode: what each emitter has issued bounds the reorder buffer.
-        let issued = if plan.ordered {
-            Some(Arc::new(Issued::create(plan.emitters).map_err(|e| {
-                Error::Transport(format!("issued counters: {e}"))
-            })?))
-        } else {
-            None
-        };
+        // Ordered mode: the consumer grants each emitter what it may issue; in enqueue mode
+        // the parent's own input thread is emitter 0, with a gate in this process.
+        let gate = (plan.ordered && plan.source.is_none())
+            .then(|| Arc::new(Gate::new(crate::credit::initial(plan.reorder_window))));
+        let reorder = plan.ordered.then(|| {
+            let to = match &gate {
+                Some(g) => Grantee::Local(Arc::clone(g)),
+                None => Grantee::Emitters(Arc::clone(&shared)),
+            };
+            Reorder::new(
+                plan.emitters,
+                Credit::new(plan.emitters, plan.reorder_window, to),
+            )
+        });
         let mut p = Pipeline {
             inputs: None,
             feeder: None,
             shared: Arc::clone(&shared),
             supervisor: None,
             ready: VecDeque::new(),
-            reorder: issued.clone().map(Reorder::new),
+            reorder,
+            owner: shm_ring::Owner::current(),
             finished: false,
             failed: false,
             stats: Stats::default(),
@@ -517,10 +543,10 @@ impl PipelineBuilder {
                 Outputs::new(txs, plan),
                 plan.stages[0].workers,
                 cancel,
-                issued.clone(),
+                gate,
             ));
         }
-        self.spawn_children(plan, &shared, issued.as_deref())?;
+        self.spawn_children(plan, &shared)?;
         p.supervisor = Some(process::supervise(Arc::clone(&shared)));
         let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
         p.inputs = Some(Inputs::new(rxs));

@@ -13,9 +13,14 @@
 //! 3. each child attaches to its inputs and says so (`ATTACHED`);
 //! 4. once everything is attached, the parent says `GO`; only then does data flow.
 //!
-//! Afterwards the socket is the children's parent watchdog: end of file means the parent is
-//! gone (even SIGKILLed), `STOP` means a deliberate shutdown (a child then exits without a
-//! word). A child that dies closes its end, which the parent sees at once during start-up.
+//! Afterwards the socket carries little: `STOP` (a deliberate shutdown: a child then exits
+//! without a word), `CREDIT` (ordered mode: how many records an emitter may issue, see
+//! [`crate::credit`]) and, from a child about to exit on its own terms, `EXIT` with its code
+//! (so that the parent never takes a code that a step passed to `exit` for one of the
+//! pipeline's own). End of file means the other side is gone; since a fork of the parent
+//! holds the parent's ends too, children watch their parent's process as well (see
+//! [`crate::watchdog`]). A child that dies closes its end, which the parent sees at once during
+//! start-up.
 //!
 //! Nothing is named: no path, no `/dev/shm` entry, no abstract socket address. A descriptor can
 //! only reach a process through this socket, which only the parent and that child hold.
@@ -53,6 +58,10 @@ pub(crate) enum Kind {
     /// Parent to child, first of all: the shared descriptors its arguments name, in the
     /// order of its role payload's `shared` list (see [`crate::share`]).
     Shared = 6,
+    /// Parent to emitter (ordered mode): it may issue its records `0..value`.
+    Credit = 7,
+    /// Child to parent, last of all: it exits with code `value` on its own terms.
+    Exit = 8,
 }
 
 impl Kind {
@@ -64,9 +73,25 @@ impl Kind {
             4 => Kind::Go,
             5 => Kind::Stop,
             6 => Kind::Shared,
+            7 => Kind::Credit,
+            8 => Kind::Exit,
             _ => return None,
         })
     }
+
+    /// Whether a message of this kind carries a value (8 bytes after its header).
+    fn has_value(self) -> bool {
+        matches!(self, Kind::Credit | Kind::Exit)
+    }
+}
+
+/// One control message: its kind, the descriptors it carried, and its value (0 for kinds
+/// without one).
+#[derive(Debug)]
+pub(crate) struct Msg {
+    pub kind: Kind,
+    pub fds: Vec<OwnedFd>,
+    pub value: u64,
 }
 
 /// Why receiving a control message failed.
@@ -116,6 +141,16 @@ impl Ctrl {
     /// Sends a message of `kind` carrying `fds` (at most [`MAX_FDS`]). Never blocks: the
     /// messages are tiny and a socket buffer holds many.
     pub(crate) fn send(&self, kind: Kind, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
+        self.send_msg(kind, fds, 0)
+    }
+
+    /// Sends a message of `kind` (one that carries a value) with `value`. Never blocks.
+    pub(crate) fn send_value(&self, kind: Kind, value: u64) -> std::io::Result<()> {
+        debug_assert!(kind.has_value());
+        self.send_msg(kind, &[], value)
+    }
+
+    fn send_msg(&self, kind: Kind, fds: &[BorrowedFd<'_>], value: u64) -> std::io::Result<()> {
         if fds.len() > MAX_FDS {
             return Err(std::io::Error::other(format!(
                 "{} descriptors in one control message (at most {MAX_FDS})",
@@ -127,11 +162,14 @@ impl Ctrl {
         if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(std::io::Error::other("control buffer too small"));
         }
-        let body = [kind as u8, fds.len() as u8];
+        let mut body = [0u8; 10];
+        body[..2].copy_from_slice(&[kind as u8, fds.len() as u8]);
+        body[2..].copy_from_slice(&value.to_le_bytes());
+        let len = if kind.has_value() { 10 } else { 2 };
         loop {
             match sendmsg(
                 &self.fd,
-                &[IoSlice::new(&body)],
+                &[IoSlice::new(&body[..len])],
                 &mut anc,
                 SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
             ) {
@@ -148,6 +186,11 @@ impl Ctrl {
         &self,
         timeout: Option<Duration>,
     ) -> Result<(Kind, Vec<OwnedFd>), CtrlError> {
+        self.recv_msg(timeout).map(|m| (m.kind, m.fds))
+    }
+
+    /// [`Ctrl::recv`], with the message's value.
+    pub(crate) fn recv_msg(&self, timeout: Option<Duration>) -> Result<Msg, CtrlError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -157,7 +200,8 @@ impl Ctrl {
             let mut space =
                 vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
             let mut anc = RecvAncillaryBuffer::new(&mut space);
-            let mut body = [0u8; 2];
+            // One byte more than the longest message: a longer one shows as truncated.
+            let mut body = [0u8; 11];
             let r = recvmsg(
                 &self.fd,
                 &mut [IoSliceMut::new(&mut body)],
@@ -184,9 +228,12 @@ impl Ctrl {
             if msg.flags.contains(ReturnFlags::CTRUNC) || msg.flags.contains(ReturnFlags::TRUNC) {
                 return Err(CtrlError::Other("truncated control message".into()));
             }
-            let kind = Kind::from_u8(body[0])
-                .filter(|_| msg.bytes == 2)
-                .ok_or_else(|| CtrlError::Other(format!("bad control message {body:?}")))?;
+            let bad = || CtrlError::Other(format!("bad control message {:?}", &body[..msg.bytes]));
+            let kind = Kind::from_u8(body[0]).ok_or_else(bad)?;
+            let len = if kind.has_value() { 10 } else { 2 };
+            if msg.bytes != len {
+                return Err(bad());
+            }
             if usize::from(body[1]) != fds.len() {
                 return Err(CtrlError::Other(format!(
                     "control message announces {} descriptors, carries {}",
@@ -194,7 +241,15 @@ impl Ctrl {
                     fds.len()
                 )));
             }
-            return Ok((kind, fds));
+            let mut value = [0u8; 8];
+            if kind.has_value() {
+                value.copy_from_slice(&body[2..10]);
+            }
+            return Ok(Msg {
+                kind,
+                fds,
+                value: u64::from_le_bytes(value),
+            });
         }
     }
 
@@ -217,18 +272,6 @@ impl Ctrl {
                 Err(Errno::INTR) => continue,
                 Err(e) => return Err(CtrlError::Other(format!("control socket: {e}"))),
             }
-        }
-    }
-
-    /// Whether the next waiting message is `STOP` or the other end is gone (without taking
-    /// anything off the socket; never blocks).
-    pub(crate) fn stop_or_eof_pending(&self) -> bool {
-        let mut body = [0u8; 2];
-        match rustix::net::recv(&self.fd, &mut body, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
-            Ok((0, _)) => true,
-            Ok((_, _)) => body[0] == Kind::Stop as u8,
-            Err(Errno::AGAIN | Errno::INTR) => false,
-            Err(_) => true,
         }
     }
 }
@@ -256,11 +299,11 @@ mod tests {
             Err(CtrlError::Timeout)
         ));
         a.send(Kind::Stop, &[]).unwrap();
-        assert!(b.stop_or_eof_pending());
         assert_eq!(b.recv(None).unwrap().0, Kind::Stop);
-        assert!(!b.stop_or_eof_pending());
+        a.send_value(Kind::Credit, 1 << 40).unwrap();
+        let m = b.recv_msg(None).unwrap();
+        assert_eq!((m.kind, m.fds.len(), m.value), (Kind::Credit, 0, 1 << 40));
         drop(a);
-        assert!(b.stop_or_eof_pending());
         assert!(matches!(b.recv(None), Err(CtrlError::Eof)));
     }
 
@@ -271,6 +314,13 @@ mod tests {
         rustix::net::send(&a, &[9, 0], SendFlags::empty()).unwrap();
         assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
         rustix::net::send(&a, &[1, 3], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        // A kind with a value, without it; one without, with one; a message too long.
+        rustix::net::send(&a, &[7, 0], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        rustix::net::send(&a, &[5, 0, 1, 2, 3, 4, 5, 6, 7, 8], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        rustix::net::send(&a, &[8; 12], SendFlags::empty()).unwrap();
         assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
     }
 

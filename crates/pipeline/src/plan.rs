@@ -117,6 +117,9 @@ pub(crate) struct Plan {
     pub source: Option<SourceSpec>,
     pub stages: Vec<StagePlan>,
     pub ordered: bool,
+    /// Ordered mode: records an emitter may run ahead of the consumer, at most (see
+    /// [`crate::credit`]).
+    pub reorder_window: u64,
     pub batch_bytes: usize,
     #[serde(with = "transfer_serde")]
     pub transfer: Transfer,

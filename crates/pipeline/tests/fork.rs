@@ -167,9 +167,11 @@ fn a_forked_child_dropping_the_pipeline_leaves_it_running() {
     std::thread::sleep(Duration::from_millis(200));
     let alive: Vec<u32> = pids.iter().copied().filter(|&q| !gone(q)).collect();
     assert_eq!(alive, pids, "children gone after the fork's drop");
-    let got = within(Duration::from_secs(20), "200 outputs after the fork", move || {
-        (0..200).map(|_| p.dequeue()).collect::<Result<Vec<_>, _>>()
-    });
+    let got = within(
+        Duration::from_secs(20),
+        "200 outputs after the fork",
+        move || (0..200).map(|_| p.dequeue()).collect::<Result<Vec<_>, _>>(),
+    );
     let got = got.unwrap_or_else(|e| panic!("the parent's pipeline failed: {e}"));
     assert!(got.iter().all(Option::is_some));
 }

@@ -50,15 +50,15 @@ fn reg() -> Registry {
             }))
         })
         .step("stall_mid_batch", |cx| {
-        let w = cx.worker.worker;
-        Ok(map(move |it: Item| {
-            if w == 0 {
-                write_a_prefix_everywhere();
-                std::thread::sleep(Duration::from_secs(120));
-            }
-            Ok(it)
-        }))
-    })
+            let w = cx.worker.worker;
+            Ok(map(move |it: Item| {
+                if w == 0 {
+                    write_a_prefix_everywhere();
+                    std::thread::sleep(Duration::from_secs(120));
+                }
+                Ok(it)
+            }))
+        })
 }
 
 /// Worker 0 writes the start of a batch and stalls (alive); worker 1 is SIGKILLed. Before the
