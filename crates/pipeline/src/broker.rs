@@ -69,8 +69,17 @@ pub(crate) fn connect(
         let kids = shared.children.lock().unwrap_or_else(|e| e.into_inner());
         for (c, fds) in kids.iter().zip(&sends) {
             let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
-            // A child that died already shows up in the next gather.
-            let _ = c.ctrl.send(Kind::Inputs, &borrowed);
+            match c.ctrl.send(Kind::Inputs, &borrowed) {
+                // A child that died already shows up in the next gather.
+                Err(e) if !crate::handover::peer_gone(&e) => {
+                    return Err(Error::Transport(format!(
+                        "start-up: cannot hand {} its {} inputs: {e}",
+                        c.role.describe(),
+                        borrowed.len()
+                    )));
+                }
+                _ => {}
+            }
         }
     }
     drop(sends);

@@ -53,8 +53,8 @@ pub struct PipelineBuilder {
     lease: bool,
     warn_idle: Duration,
     /// Descriptors shared with the children ([`PipelineBuilder::share_fd`]): read-only
-    /// reopenings, close-on-exec, indexed by [`SharedFd`].
-    shared: Vec<Arc<OwnedFd>>,
+    /// reopenings, close-on-exec, each with the token of its [`SharedFd`].
+    shared: Vec<(u64, Arc<OwnedFd>)>,
 }
 
 impl PipelineBuilder {
@@ -103,9 +103,12 @@ impl PipelineBuilder {
     /// F_SEAL_SEAL`: its bytes and size can never change, so a child validates it once and
     /// maps it without risk of SIGBUS.
     ///
+    /// The handle works with this builder, and with clones of it made afterwards (they hold
+    /// the same descriptor); any other builder refuses it at [`start`](Self::start).
+    ///
     /// # Errors
     /// [`Error::Config`] when `fd` is not such a memfd, cannot be reopened read-only, or more
-    /// than 128 descriptors are shared.
+    /// than 128 descriptors are shared (the most one control message carries).
     ///
     /// [`StepContext::shared_fd`]: crate::StepContext::shared_fd
     /// [`SourceContext::shared_fd`]: crate::SourceContext::shared_fd
@@ -117,12 +120,21 @@ impl PipelineBuilder {
             )));
         }
         let ro = share::read_only_copy(fd).map_err(|e| Error::Config(format!("share_fd: {e}")))?;
-        self.shared.push(Arc::new(ro));
-        Ok(SharedFd::new(self.shared.len() - 1))
+        let h = SharedFd::draw().map_err(|e| Error::Config(format!("share_fd: {e}")))?;
+        self.shared.push((h.token(), Arc::new(ro)));
+        Ok(h)
     }
 
-    /// The shared descriptors that `role` receives: those its arguments name, in index order.
-    fn shared_for(&self, plan: &Plan, role: Role) -> Vec<u32> {
+    /// The descriptor shared under `token`, if this builder holds it.
+    fn shared_fd(&self, token: u64) -> Option<&Arc<OwnedFd>> {
+        self.shared
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, fd)| fd)
+    }
+
+    /// The shared descriptors that `role` receives: the tokens its arguments name, in order.
+    fn shared_for(&self, plan: &Plan, role: Role) -> Vec<u64> {
         let mut idx = Vec::new();
         match role {
             Role::Emitter(_) => {
@@ -138,7 +150,7 @@ impl PipelineBuilder {
         }
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| i as u32).collect()
+        idx
     }
 
     /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
@@ -342,10 +354,11 @@ impl PipelineBuilder {
         for (_, args) in &self.steps {
             share::handles_in(args, &mut named);
         }
-        if let Some(i) = named.into_iter().find(|&i| i >= self.shared.len()) {
+        if let Some(t) = named.into_iter().find(|&t| self.shared_fd(t).is_none()) {
             return Err(Error::Config(format!(
-                "the arguments name shared descriptor {i}, which this builder did not share \
-                 (PipelineBuilder::share_fd)"
+                "the arguments name shared descriptor {t:016x}, which this builder did not \
+                 share: a handle of another builder, or of a clone of this one made after the \
+                 clone (each builder's PipelineBuilder::share_fd gives its own handles)"
             )));
         }
         let stages = match &self.topology {
@@ -434,15 +447,14 @@ impl PipelineBuilder {
             let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
             // Its shared descriptors first of all (queued on its socket before it reads; a
             // child that died already shows up in the broker's first gather).
+            // Every token was checked against `shared` by `plan`.
             let fds: Vec<BorrowedFd<'_>> = spec
                 .shared
                 .iter()
-                .map(|&i| self.shared[i as usize].as_fd())
+                .filter_map(|&t| self.shared_fd(t))
+                .map(|fd| fd.as_fd())
                 .collect();
             let sent = ctrl.send(Kind::Shared, &fds);
-            let ctrl_gone = |e: &std::io::Error| {
-                matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET))
-            };
             shared
                 .children
                 .lock()
@@ -456,7 +468,7 @@ impl PipelineBuilder {
                 });
             match sent {
                 // A child that is already gone: the broker's first gather names how it ended.
-                Err(e) if !ctrl_gone(&e) => {
+                Err(e) if !crate::handover::peer_gone(&e) => {
                     return Err(Error::Transport(format!(
                         "start-up: cannot hand {} its {} shared descriptors: {e}",
                         role.describe(),
@@ -525,7 +537,7 @@ impl PipelineBuilder {
             waiting_since: None,
             warned: false,
             plan,
-            _shared: self.shared.clone(),
+            _shared: self.shared.iter().map(|(_, fd)| Arc::clone(fd)).collect(),
         };
         let plan = &p.plan;
         // Enqueue mode: the parent is emitter 0 and creates its channels itself.

@@ -115,6 +115,15 @@ impl std::fmt::Display for CtrlError {
     }
 }
 
+/// Whether a failed send says that the other end is gone (its process exited or died), which
+/// the caller learns of elsewhere, rather than that something is wrong with the message.
+pub(crate) fn peer_gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(c) if c == Errno::PIPE.raw_os_error() || c == Errno::CONNRESET.raw_os_error()
+    )
+}
+
 /// One end of a control socket.
 #[derive(Debug)]
 pub(crate) struct Ctrl {

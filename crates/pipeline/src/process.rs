@@ -308,6 +308,7 @@ impl Shared {
     pub(crate) fn announce_stop(&self) {
         let kids = self.children.lock().unwrap_or_else(|e| e.into_inner());
         for c in kids.iter().filter(|c| c.status.is_none()) {
+            // A child whose socket is gone has ended already and needs no STOP.
             let _ = c.ctrl.send(Kind::Stop, &[]);
         }
     }
