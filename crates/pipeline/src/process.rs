@@ -112,6 +112,14 @@ pub(crate) fn is_child() -> bool {
     CHILD_TAKEN.load(Ordering::SeqCst) || std::env::var_os(ROLE_ENV).is_some()
 }
 
+/// Whether descriptor `fd` of this process is open and stays open across exec.
+fn inheritable(fd: i32) -> bool {
+    // SAFETY: fcntl(F_GETFD) on a plain number reads its flags or fails with EBADF; it
+    // creates no reference to the descriptor and changes nothing.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    flags >= 0 && flags & libc::FD_CLOEXEC == 0
+}
+
 /// Marks every descriptor from `first` up close-on-exec. Runs in a forked child before exec:
 /// only system calls, no allocation, no lock.
 fn cloexec_from(first: u32) -> std::io::Result<()> {
@@ -164,6 +172,15 @@ pub(crate) fn spawn(
     spec.ctrl_fd = raw;
     let json = serde_json::to_string(spec).map_err(|e| Error::Config(e.to_string()))?;
     let mut cmd = Command::new(exe);
+    // A parent whose stdout or stderr is closed (`python x.py 1>&-`), or is a descriptor that
+    // closes at exec, would leave the child without it: the child's first open file would
+    // take the number, and a Python child has no `sys.stdout` at all. It gets /dev/null there.
+    if !inheritable(1) {
+        cmd.stdout(Stdio::null());
+    }
+    if !inheritable(2) {
+        cmd.stderr(Stdio::null());
+    }
     cmd.args(args)
         .env(ROLE_ENV, json)
         .stdin(Stdio::null())
