@@ -71,6 +71,10 @@ pub enum Error {
         /// The calling process.
         caller: u32,
     },
+    /// [`Pipeline::dequeue_timeout`](crate::Pipeline::dequeue_timeout) waited its whole
+    /// timeout without an output. Unlike the other errors it stops nothing: the pipeline runs
+    /// on.
+    Timeout,
 }
 
 impl fmt::Display for Error {
@@ -117,6 +121,7 @@ impl fmt::Display for Error {
                  started the pipeline: only that process may use it (start a pipeline in the \
                  child instead)"
             ),
+            Error::Timeout => f.write_str("no pipeline output within the timeout"),
         }
     }
 }

@@ -125,6 +125,30 @@ pub(crate) struct Feeder {
 }
 
 impl Feeder {
+    /// A feeder without a thread: whoever holds the returned receiver takes the items
+    /// (`workers(0)`: the consumer runs the steps itself).
+    pub(crate) fn inline(cancel: Arc<AtomicBool>) -> (Feeder, mpsc::Receiver<Feed>) {
+        let (tx, rx) = mpsc::channel::<Feed>();
+        let state = Arc::new(InputState {
+            closed: AtomicBool::new(false),
+            last_send_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            failure: Mutex::new(None),
+            owner: shm_ring::Owner::current(),
+        });
+        let input = Input {
+            tx,
+            state: Arc::clone(&state),
+        };
+        let f = Feeder {
+            input: Some(input),
+            state,
+            handle: None,
+            cancel,
+        };
+        (f, rx)
+    }
+
     /// `gate` (ordered mode): the consumer's grant, waited for before each item goes out, as
     /// an emitter does.
     pub(crate) fn start(
@@ -133,16 +157,9 @@ impl Feeder {
         cancel: Arc<AtomicBool>,
         gate: Option<Arc<Gate>>,
     ) -> Feeder {
-        let (tx, rx) = mpsc::channel::<Feed>();
-        let stop = Arc::clone(&cancel);
-        let state = Arc::new(InputState {
-            closed: AtomicBool::new(false),
-            last_send_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-            failure: Mutex::new(None),
-            owner: shm_ring::Owner::current(),
-        });
-        let errors = Arc::clone(&state);
+        let (mut f, rx) = Feeder::inline(cancel);
+        let stop = Arc::clone(&f.cancel);
+        let errors = Arc::clone(&f.state);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -205,14 +222,7 @@ impl Feeder {
                 f.get_or_insert((Instant::now(), e.to_string()));
             }
         });
-        Feeder {
-            input: Some(Input {
-                tx,
-                state: Arc::clone(&state),
-            }),
-            state,
-            handle: Some(handle),
-            cancel,
-        }
+        f.handle = Some(handle);
+        f
     }
 }

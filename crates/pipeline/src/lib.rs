@@ -65,6 +65,7 @@ mod config;
 mod credit;
 mod error;
 mod handover;
+mod inline;
 mod input;
 mod item;
 mod jsonl;
@@ -73,8 +74,11 @@ mod node;
 mod pipeline;
 mod plan;
 mod process;
+mod ready;
+mod records;
 mod reorder;
 mod roles;
+mod seed;
 mod share;
 mod shm;
 mod shuffle;
@@ -96,6 +100,8 @@ pub use pipeline::{
 };
 pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
+pub use records::{ReadOrder, Records};
+pub use seed::item_seed;
 pub use share::SharedFd;
 pub use shm_ring::Transfer;
 pub use source::{
