@@ -30,3 +30,14 @@ def test_a_forked_child_cannot_take_the_parents_outputs():
     out = run_script("iterate")
     assert "CHILD REFUSED" in out and "fork" in out, out
     assert "OK 200" in out, out
+
+
+def test_a_forked_child_cannot_feed_or_drain_the_parents_pipeline():
+    """Enqueue mode: the fork's enqueue, dequeue, close_input and pending raise
+    PipelineError naming the fork (they would have waited for a pump thread that the fork
+    does not have, or fed the parent's workers behind its back), and the parent's run goes
+    on."""
+    out = run_script("enqueue")
+    for name in ["enqueue", "dequeue", "close_input", "pending"]:
+        assert f"{name} REFUSED" in out, out
+    assert "OK 200" in out, out
