@@ -5,6 +5,7 @@ prints what happened. Then the parent takes 200 more outputs and prints ``OK 200
 ``enqueue``: the same for a pipeline fed with ``enqueue`` (see ``main_enqueue``)."""
 
 import os
+import signal
 import sys
 
 import numpy as np
@@ -22,6 +23,8 @@ def main(mode):
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        # A fork that hangs (as the iteration of its copy did) must not outlive the test.
+        signal.alarm(20)
         os.close(r)
         if mode == "iterate":
             try:
@@ -58,6 +61,7 @@ def main_enqueue():
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        signal.alarm(20)  # as in main
         os.close(r)
         said = []
         for name, call in [("enqueue", lambda: p.enqueue({"n": 0})), ("dequeue", p.dequeue),
