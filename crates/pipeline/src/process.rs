@@ -225,7 +225,7 @@ impl ChildProc {
     /// message (only an exited child's: while it runs, the start-up hand-over and the
     /// consumer's grants use the socket).
     fn read_announcement(&mut self) {
-        while let Ok(m) = self.ctrl.recv_msg(Some(Duration::ZERO)) {
+        for m in self.ctrl.left_by_ended_peer() {
             if m.kind == Kind::Exit {
                 self.announced = i32::try_from(m.value).ok();
             }
