@@ -262,77 +262,136 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// The step instances of one worker, run in sequence on every input.
+/// The step instances of one worker, run in sequence on every run of inputs.
 struct Chain {
+    /// (name, instance, inputs processed, nanoseconds spent).
     steps: Vec<(String, Box<dyn Step>, u64, u64)>,
     stage: usize,
     worker: usize,
-    /// Scratch buffers reused for every input (no allocation per item).
+    /// Scratch buffers reused for every run of inputs (no allocation per item or batch).
     cur: Vec<Item>,
     next: Vec<Item>,
-    /// Time every step call. Off for a one-step chain: the worker then times runs of inputs
-    /// as a whole (two clock reads per run of a batch, not per item).
-    per_call: bool,
+    /// Per original input of a run: the end of its outputs so far (in `cur`).
+    bounds: Vec<usize>,
+    /// Per input of the current step: the end of its outputs (in `next`).
+    step_ends: Vec<usize>,
 }
 
+/// A step failure inside a run: (index of the original input, step name, message).
+type Failure = (usize, String, String);
+
 impl Chain {
-    /// Runs all steps on `item`; outputs go to `out`.
-    fn run(
+    fn new(stage: usize, worker: usize) -> Chain {
+        Chain {
+            steps: Vec::new(),
+            stage,
+            worker,
+            cur: Vec::new(),
+            next: Vec::new(),
+            bounds: Vec::new(),
+            step_ends: Vec::new(),
+        }
+    }
+
+    /// Runs all steps on the run `items` (taken out), each step once for the whole run
+    /// ([`Step::process_batch`]). Outputs go to `out`, and for each input the end of its
+    /// outputs in `out` to `ends`. On failure nothing of the run goes to `out`.
+    fn run_batch(
         &mut self,
-        item: Item,
-        input: &dyn Fn() -> String,
+        items: &mut Vec<Item>,
         out: &mut Vec<Item>,
-    ) -> Result<(), Report> {
+        ends: &mut Vec<usize>,
+    ) -> Result<(), Failure> {
+        let n = items.len();
         let mut cur = std::mem::take(&mut self.cur);
-        cur.push(item);
-        let r = self.run_from(0, &mut cur, input, out);
+        let mut bounds = std::mem::take(&mut self.bounds);
         cur.clear();
+        bounds.clear();
+        if self.steps.is_empty() {
+            cur.append(items);
+            bounds.extend(1..=n);
+        }
+        let mut r = Ok(());
+        for s in 0..self.steps.len() {
+            if s == 0 {
+                r = self
+                    .call(0, items, &mut cur, &mut bounds)
+                    .map_err(|(i, m)| (i, 0, m));
+            } else {
+                let mut next = std::mem::take(&mut self.next);
+                let mut step_ends = std::mem::take(&mut self.step_ends);
+                next.clear();
+                step_ends.clear();
+                r = self
+                    .call(s, &mut cur, &mut next, &mut step_ends)
+                    .map_err(|(m_in, m)| {
+                        // Input `m_in` of step `s` descends from the first original input
+                        // whose outputs reach past it.
+                        let j = bounds.iter().position(|&b| b > m_in).unwrap_or(n);
+                        (j, s, m)
+                    });
+                if r.is_ok() {
+                    for b in bounds.iter_mut() {
+                        *b = if *b == 0 { 0 } else { step_ends[*b - 1] };
+                    }
+                    std::mem::swap(&mut cur, &mut next);
+                }
+                self.next = next;
+                self.step_ends = step_ends;
+            }
+            if r.is_err() {
+                break;
+            }
+        }
+        let r = match r {
+            Ok(()) => {
+                let base = out.len();
+                out.append(&mut cur);
+                ends.extend(bounds.iter().map(|b| base + b));
+                Ok(())
+            }
+            Err((j, s, m)) => {
+                cur.clear();
+                Err((j.min(n.saturating_sub(1)), self.steps[s].0.clone(), m))
+            }
+        };
+        items.clear();
         self.cur = cur;
+        self.bounds = bounds;
         r
     }
 
-    /// Runs steps `start..` on the items `cur`; outputs go to `out`.
-    fn run_from(
+    /// Calls step `s` on `input` (taken out), timed, panics caught. `Err((index of the
+    /// failing input of this step, message))`.
+    fn call(
         &mut self,
-        start: usize,
-        cur: &mut Vec<Item>,
-        input: &dyn Fn() -> String,
+        s: usize,
+        input: &mut Vec<Item>,
         out: &mut Vec<Item>,
-    ) -> Result<(), Report> {
-        let (stage, worker) = (self.stage, self.worker);
-        let mut next = std::mem::take(&mut self.next);
-        for (name, step, calls, ns) in self.steps.iter_mut().skip(start) {
-            next.clear();
-            for it in cur.drain(..) {
-                let desc = it.describe();
-                let t0 = self.per_call.then(Instant::now);
-                let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
-                if let Some(t0) = t0 {
-                    *ns += t0.elapsed().as_nanos() as u64;
-                }
-                *calls += 1;
-                let message = match r {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(e)) => clip(e.to_string()),
-                    Err(p) => clip(panic_message(&*p)),
-                };
-                let mut input = input();
-                if !desc.is_empty() {
-                    input = format!("{input} ({desc})");
-                }
-                return Err(Report::Step {
-                    step: name.clone(),
-                    stage,
-                    worker,
-                    input,
-                    message,
-                });
-            }
-            std::mem::swap(cur, &mut next);
+        ends: &mut Vec<usize>,
+    ) -> Result<(), (usize, String)> {
+        let (_, step, calls, ns) = &mut self.steps[s];
+        *calls += input.len() as u64;
+        let t0 = Instant::now();
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process_batch(input, out, ends)));
+        *ns += t0.elapsed().as_nanos() as u64;
+        let message = match r {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => clip(e.to_string()),
+            Err(p) => clip(panic_message(&*p)),
+        };
+        input.clear();
+        Err((ends.len(), message))
+    }
+
+    fn failure(&self, step: String, input: String, message: String) -> Report {
+        Report::Step {
+            step,
+            stage: self.stage,
+            worker: self.worker,
+            input,
+            message,
         }
-        out.append(cur);
-        self.next = next;
-        Ok(())
     }
 
     /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
@@ -351,17 +410,87 @@ impl Chain {
                 Err(p) => Some(clip(panic_message(&*p))),
             };
             if let Some(message) = message {
-                return Err(Report::Step {
-                    step: name.clone(),
-                    stage: self.stage,
-                    worker: self.worker,
-                    input: input(),
-                    message,
-                });
+                let name = name.clone();
+                return Err(self.failure(name, input(), message));
             }
-            self.run_from(i + 1, &mut made, &input, out)?;
+            // Through the later steps: one run of inputs.
+            let (mut cur, mut next, mut ends) = (made, Vec::new(), Vec::new());
+            for s in i + 1..self.steps.len() {
+                next.clear();
+                ends.clear();
+                if let Err((_, message)) = self.call(s, &mut cur, &mut next, &mut ends) {
+                    let name = self.steps[s].0.clone();
+                    return Err(self.failure(name, input(), message));
+                }
+                std::mem::swap(&mut cur, &mut next);
+            }
+            out.append(&mut cur);
         }
         Ok(())
+    }
+}
+
+/// One run of items of a worker (the item frames of a batch between two control frames),
+/// with scratch buffers reused from run to run.
+#[derive(Default)]
+struct Run {
+    items: Vec<Item>,
+    /// Per item: (emitter, record, last of its group, description for error messages).
+    keys: Vec<(u32, u64, bool, String)>,
+    outputs: Vec<Item>,
+    ends: Vec<usize>,
+}
+
+impl Run {
+    fn push(&mut self, e: u32, k: u64, last: bool, item: Item) {
+        self.keys.push((e, k, last, item.describe()));
+        self.items.push(item);
+    }
+
+    /// Runs the items through the chain and sends their outputs in order (in the ordered
+    /// mode the last output of each group flagged, an empty group as a group end); on a step
+    /// failure, reports it. `Err(exit code)`.
+    fn process(&mut self, chain: &mut Chain, plan: &Plan, out: &mut Outputs) -> Result<(), i32> {
+        if self.items.is_empty() {
+            return Ok(());
+        }
+        let stage = chain.stage;
+        if let Err((i, step, message)) =
+            chain.run_batch(&mut self.items, &mut self.outputs, &mut self.ends)
+        {
+            let (e, k, _, desc) = &self.keys[i];
+            let mut input = if (*e, *k) == (FINISH_E, FINISH_K) {
+                format!(
+                    "end of stream (finish output of stage {})",
+                    stage.saturating_sub(1)
+                )
+            } else {
+                format!("emitter {e}, record {k}")
+            };
+            if !desc.is_empty() {
+                input = format!("{input} ({desc})");
+            }
+            out.report(chain.failure(step, input, message));
+            return Err(EXIT_REPORTED);
+        }
+        let mut sent = Ok(());
+        let mut done = 0;
+        let mut outs = self.outputs.drain(..);
+        for ((e, k, last, _), &end) in self.keys.drain(..).zip(&self.ends) {
+            let dest = plan.route(stage, e, k);
+            let n = end - done;
+            done = end;
+            for (i, item) in outs.by_ref().take(n).enumerate() {
+                let last = plan.ordered && last && i + 1 == n;
+                sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+            }
+            if plan.ordered && last && n == 0 {
+                sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
+            }
+        }
+        drop(outs);
+        self.ends.clear();
+        sent.map_err(|e| lost("output", &e))
     }
 }
 
@@ -381,14 +510,7 @@ fn run_worker(
         world_size: plan.world_size,
         seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, w as u64]),
     };
-    let mut chain = Chain {
-        steps: Vec::new(),
-        stage,
-        worker: w,
-        cur: Vec::new(),
-        next: Vec::new(),
-        per_call: plan.stages[stage].steps.len() != 1,
-    };
+    let mut chain = Chain::new(stage, w);
     for (name, args) in &plan.stages[stage].steps {
         match reg.build_step(name, &StepContext { args, worker: info }) {
             Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
@@ -404,11 +526,8 @@ fn run_worker(
             }
         }
     }
-    let ordered = plan.ordered;
     let mut stats = Stats::default();
-    let mut outputs = Vec::new();
-    // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
-    let mut groups: Vec<(u32, u64, bool, usize)> = Vec::new();
+    let mut run = Run::default();
     loop {
         let next = ins.next(&mut || out.flush_all());
         let frames = match next {
@@ -425,55 +544,15 @@ fn run_worker(
         };
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
-            // A run of items: all through the chain first (timed as a whole when the chain
-            // has one step), then their outputs in order.
-            let t0 = (!chain.per_call).then(Instant::now);
-            let mut failed = None;
+            // A run of items: all through the chain at once, then their outputs in order.
             while let Some(Frame::Item { .. }) = frames.peek() {
                 let Some(Frame::Item { e, k, last, item }) = frames.next() else {
                     break;
                 };
-                let input = || {
-                    if (e, k) == (FINISH_E, FINISH_K) {
-                        format!(
-                            "end of stream (finish output of stage {})",
-                            stage.saturating_sub(1)
-                        )
-                    } else {
-                        format!("emitter {e}, record {k}")
-                    }
-                };
-                if let Err(r) = chain.run(item, &input, &mut outputs) {
-                    failed = Some(r);
-                    break;
-                }
-                groups.push((e, k, last, outputs.len()));
+                run.push(e, k, last, item);
             }
-            if let (Some(t0), Some(step)) = (t0, chain.steps.first_mut()) {
-                step.3 += t0.elapsed().as_nanos() as u64;
-            }
-            let mut sent = Ok(());
-            let mut done = 0;
-            let mut outs = outputs.drain(..);
-            for (e, k, last, end) in groups.drain(..) {
-                let dest = plan.route(stage, e, k);
-                let n = end - done;
-                done = end;
-                for (i, item) in outs.by_ref().take(n).enumerate() {
-                    let last = ordered && last && i + 1 == n;
-                    sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
-                }
-                if ordered && last && n == 0 {
-                    sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
-                }
-            }
-            drop(outs);
-            if let Err(e) = sent {
-                return lost("output", &e);
-            }
-            if let Some(r) = failed {
-                out.report(r);
-                return EXIT_REPORTED;
+            if let Err(code) = run.process(&mut chain, plan, &mut out) {
+                return code;
             }
             let Some(f) = frames.next() else { break };
             let sent = match f {
@@ -497,6 +576,7 @@ fn run_worker(
             }
         }
     }
+    let mut outputs = Vec::new();
     if let Err(r) = chain.finish(&mut outputs) {
         out.report(r);
         return EXIT_REPORTED;
@@ -540,6 +620,68 @@ fn run_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn chain(steps: Vec<Box<dyn Step>>) -> Chain {
+        let mut c = Chain::new(0, 0);
+        for (i, s) in steps.into_iter().enumerate() {
+            c.steps.push((format!("s{i}"), s, 0, 0));
+        }
+        c
+    }
+
+    fn fan() -> Box<dyn Step> {
+        // Input n gives n % 3 outputs (n, j).
+        Box::new(crate::flat_map(|it: Item, out: &mut Vec<Item>| {
+            let n = it.i64("n").unwrap_or(0);
+            out.extend((0..n % 3).map(|j| it.clone().with_meta("j", j)));
+            Ok(())
+        }))
+    }
+
+    #[test]
+    fn a_run_through_several_flat_map_steps_keeps_each_inputs_outputs_together() {
+        let mut c = chain(vec![fan(), fan(), fan()]);
+        let mut items: Vec<Item> = (0..9).map(|n| Item::new().with_meta("n", n)).collect();
+        let (mut out, mut ends) = (vec![Item::new()], Vec::new());
+        c.run_batch(&mut items, &mut out, &mut ends).unwrap();
+        assert!(items.is_empty());
+        // n % 3 outputs per step, three steps: (n % 3)^3 outputs, after the one in `out`.
+        let want: Vec<usize> = (0..9)
+            .scan(1, |end, n| {
+                *end += (n % 3usize).pow(3);
+                Some(*end)
+            })
+            .collect();
+        assert_eq!(ends, want);
+        for (i, w) in ends.windows(2).enumerate() {
+            assert!(out[w[0]..w[1]].iter().all(|o| o.i64("n") == Some(i as i64 + 1)));
+        }
+        assert_eq!(c.steps.iter().map(|s| s.2).collect::<Vec<_>>(), [9, 9, 15]);
+    }
+
+    #[test]
+    fn a_failure_in_a_later_step_names_the_original_input() {
+        let fail = Box::new(crate::map(|it: Item| match it.i64("n") {
+            Some(5) => Err(crate::StepError::new("five")),
+            _ => Ok(it),
+        }));
+        let boom = Box::new(crate::map(|it: Item| match it.i64("n") {
+            Some(7) => panic!("seven"),
+            _ => Ok(it),
+        }));
+        // Inputs 0, 3 and 6 have no output after `fan`: step 1's input indices differ from
+        // the original ones.
+        let mut c = chain(vec![fan(), fail, boom]);
+        let mut items: Vec<Item> = (0..9).map(|n| Item::new().with_meta("n", n)).collect();
+        let (mut out, mut ends) = (Vec::new(), Vec::new());
+        let (i, step, message) = c.run_batch(&mut items, &mut out, &mut ends).unwrap_err();
+        assert_eq!((i, step.as_str(), message.as_str()), (5, "s1", "five"));
+        assert!(out.is_empty() && ends.is_empty() && items.is_empty());
+        let mut items: Vec<Item> = (6..9).map(|n| Item::new().with_meta("n", n)).collect();
+        let (i, step, message) = c.run_batch(&mut items, &mut out, &mut ends).unwrap_err();
+        assert_eq!((i, step.as_str()), (1, "s2"));
+        assert!(message.contains("panicked: seven"), "{message}");
+    }
 
     #[test]
     fn long_messages_are_clipped_on_a_char_boundary() {
