@@ -1,7 +1,7 @@
 //! The input side of enqueue mode: the [`Input`] handle (its drop closes the input) and the
 //! parent's input thread that batches enqueued items to the first stage.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -29,6 +29,10 @@ pub(crate) struct InputState {
     pub(crate) epoch: Instant,
     /// Why the input thread stopped, and when (it is not taken: every caller sees it).
     pub(crate) failure: Mutex<Option<(Instant, String)>>,
+    /// Items sent with [`Input::send`] that the input thread has not yet handed to a channel,
+    /// and their array bytes (see [`Input::queued_items`]).
+    queued_items: AtomicUsize,
+    queued_bytes: AtomicUsize,
 }
 
 impl InputState {
@@ -41,6 +45,11 @@ impl InputState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+    /// The input thread took an item of `bytes` array bytes off the queue.
+    fn dequeued(&self, bytes: usize) {
+        self.queued_items.fetch_sub(1, Ordering::Relaxed);
+        self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
     pub(crate) fn idle_for(&self) -> Duration {
         let last = Duration::from_millis(self.last_send_ms.load(Ordering::Relaxed));
@@ -85,12 +94,57 @@ impl Input {
     /// the pipeline is gone).
     pub fn send(&mut self, item: Item) -> Result<(), Error> {
         self.state.touch();
-        self.tx
-            .send(Feed::Item(item))
-            .map_err(|_| match self.state.failure() {
+        let bytes = item.nbytes();
+        self.state.queued_items.fetch_add(1, Ordering::Relaxed);
+        self.state.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.tx.send(Feed::Item(item)).map_err(|_| {
+            self.state.dequeued(bytes);
+            match self.state.failure() {
                 Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
                 None => Error::Closed("the pipeline's input thread stopped".into()),
-            })
+            }
+        })
+    }
+
+    /// Items sent that the pipeline's input thread has not yet handed to a worker's channel.
+    /// `send` never blocks, so a caller that reads its items from somewhere (a generator, a
+    /// file) keeps this small to stream them with back-pressure: channels that are full stop
+    /// the input thread, and the queue in front of it then grows.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use shmpipe::{map, Item, Pipeline, Registry};
+    /// let reg = Registry::new().step("id", |_| Ok(map(|it: Item| Ok(it))));
+    /// shmpipe::init(&reg);
+    /// let mut p = Pipeline::builder(&reg).step("id").start()?;
+    /// let mut input = p.input()?;
+    /// let mut source = (0..1_000_000).map(|n| Item::new().with_meta("n", n));
+    /// let mut seen = 0;
+    /// loop {
+    ///     while input.queued_items() < 256 {
+    ///         match source.next() {
+    ///             Some(it) => input.send(it)?,
+    ///             None => break,
+    ///         }
+    ///     }
+    ///     if input.queued_items() < 256 {
+    ///         break; // the source is exhausted
+    ///     }
+    ///     // Consume outputs meanwhile (here: one).
+    ///     seen += p.next().transpose()?.map_or(0, |_| 1);
+    /// }
+    /// drop(input);
+    /// seen += p.count();
+    /// assert_eq!(seen, 1_000_000);
+    /// # Ok::<(), shmpipe::Error>(())
+    /// ```
+    pub fn queued_items(&self) -> usize {
+        self.state.queued_items.load(Ordering::Relaxed)
+    }
+
+    /// Array bytes of the [`queued_items`](Input::queued_items).
+    pub fn queued_bytes(&self) -> usize {
+        self.state.queued_bytes.load(Ordering::Relaxed)
     }
 
     /// Closes the input (the same as dropping it).
@@ -123,8 +177,10 @@ impl Feeder {
             last_send_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             failure: Mutex::new(None),
+            queued_items: AtomicUsize::new(0),
+            queued_bytes: AtomicUsize::new(0),
         });
-        let errors = Arc::clone(&state);
+        let st = Arc::clone(&state);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -151,7 +207,8 @@ impl Feeder {
                 }
                 match msg {
                     Feed::Item(item) => {
-                        out.push(
+                        let bytes = item.nbytes();
+                        let sent = out.push(
                             (k % workers as u64) as usize,
                             Frame::Item {
                                 e: 0,
@@ -159,7 +216,9 @@ impl Feeder {
                                 last: true,
                                 item,
                             },
-                        )?;
+                        );
+                        st.dequeued(bytes);
+                        sent?;
                         k += 1;
                     }
                     Feed::Close => {
@@ -172,7 +231,7 @@ impl Feeder {
             if let Err(e) = r
                 && !stop.load(Ordering::Relaxed)
             {
-                let mut f = errors.failure.lock().unwrap_or_else(|e| e.into_inner());
+                let mut f = st.failure.lock().unwrap_or_else(|e| e.into_inner());
                 f.get_or_insert((Instant::now(), e.to_string()));
             }
         });

@@ -94,8 +94,8 @@ pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
 pub use shm_ring::Transfer;
 pub use source::{
-    FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,
-    derive_seed, part_range, split_seeks,
+    FieldKind, JsonLines, JsonLinesPart, MemorySource, ShuffleBuffer, Source, SourceContext,
+    SourceError, derive_seed, part_range, read_order, split_seeks,
 };
 pub use step::{
     Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,

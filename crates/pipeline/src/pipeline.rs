@@ -344,6 +344,13 @@ impl Pipeline {
         }
     }
 
+    /// How many outputs [`dequeue`](Pipeline::dequeue) returns without waiting: what is left
+    /// of the batches received so far. A consumer that hands outputs to another thread can
+    /// take them in chunks of this size.
+    pub fn ready(&self) -> usize {
+        self.ready.len()
+    }
+
     /// Whether the end of stream was reached.
     pub fn is_finished(&self) -> bool {
         self.finished

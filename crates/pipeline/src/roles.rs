@@ -13,7 +13,9 @@ use crate::node::{
     ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
     Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
 };
-use crate::source::{ShuffleBuffer, Source, SourceContext, SourceError, derive_seed, epoch_order};
+use crate::source::{
+    ShuffleBuffer, Source, SourceContext, SourceError, buffer_seed, derive_seed, epoch_order,
+};
 use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 use crate::{Epochs, OnBadRecord};
@@ -182,9 +184,8 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
             }
             let base = [plan.seed, epoch, plan.rank as u64, e as u64];
             let order = epoch_order(len, plan.shuffle.then(|| derive_seed(&base)));
-            let mut buf = (plan.shuffle && plan.shuffle_buffer > 1).then(|| {
-                ShuffleBuffer::new(plan.shuffle_buffer, derive_seed(&[derive_seed(&base), 1]))
-            });
+            let mut buf = (plan.shuffle && plan.shuffle_buffer > 1)
+                .then(|| ShuffleBuffer::new(plan.shuffle_buffer, buffer_seed(derive_seed(&base))));
             for idx in order {
                 let item = match source.read(idx) {
                     Ok(item) => item,
@@ -654,7 +655,11 @@ mod tests {
             .collect();
         assert_eq!(ends, want);
         for (i, w) in ends.windows(2).enumerate() {
-            assert!(out[w[0]..w[1]].iter().all(|o| o.i64("n") == Some(i as i64 + 1)));
+            assert!(
+                out[w[0]..w[1]]
+                    .iter()
+                    .all(|o| o.i64("n") == Some(i as i64 + 1))
+            );
         }
         assert_eq!(c.steps.iter().map(|s| s.2).collect::<Vec<_>>(), [9, 9, 15]);
     }

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use crate::item::Item;
 pub use crate::jsonl::{FieldKind, JsonLines, JsonLinesPart, split_seeks};
 pub use crate::shuffle::derive_seed;
-pub(crate) use crate::shuffle::{ShuffleBuffer, epoch_order};
+pub use crate::shuffle::{ShuffleBuffer, read_order};
+pub(crate) use crate::shuffle::{buffer_seed, epoch_order};
 
 /// A random-access set of records: one part of the data, read by one emitter.
 ///

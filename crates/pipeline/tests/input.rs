@@ -98,3 +98,46 @@ fn a_forgotten_close_input_is_reported_once() {
     assert_eq!(warnings, 1, "{err}");
     assert!(err.contains("waiting for input"), "{err}");
 }
+
+/// The input's queue is what a caller streaming from a generator watches for back-pressure:
+/// it grows while the workers' channels are full and is empty once everything went out.
+#[test]
+fn queued_items_count_what_the_input_thread_has_not_yet_sent() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    // One slow worker, small batches: its channel fills after a few items.
+    let mut p = Pipeline::builder(&reg)
+        .step_with("sleep_ms", serde_json::json!({"ms": 10}))
+        .workers(1)
+        .batch_bytes(64)
+        .channel(shmpipe::ChannelGeometry {
+            slots: 4,
+            blocks: 2,
+            block_size: 4096,
+        })
+        .start()
+        .unwrap();
+    let _g = KillOnDrop(p.pids());
+    let mut input = p.input().unwrap();
+    assert_eq!((input.queued_items(), input.queued_bytes()), (0, 0));
+    for n in 0..150 {
+        input
+            .send(
+                Item::new()
+                    .with_meta("n", n)
+                    .with("x", ndarray::Array1::<f32>::zeros(4)),
+            )
+            .unwrap();
+    }
+    // The stalled worker holds a few; the rest wait in front of the input thread.
+    std::thread::sleep(Duration::from_millis(200));
+    let (items, bytes) = (input.queued_items(), input.queued_bytes());
+    assert!(items > 80, "{items} queued");
+    assert_eq!(bytes, items * 16);
+    drop(input);
+    let n = within(Duration::from_secs(30), "the run", move || {
+        let n = p.by_ref().map(|r| r.unwrap()).count();
+        (n, p)
+    });
+    assert_eq!(n.0, 150);
+}
