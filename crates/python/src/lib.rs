@@ -6,11 +6,13 @@
 
 use pyo3::prelude::*;
 
+mod arrays;
 mod channel;
 mod dtype;
 mod errors;
 mod item;
 mod pipeline;
+mod source;
 mod worker;
 
 #[pymodule]

@@ -1,10 +1,14 @@
 //! A running pipeline as a Python iterator.
 //!
-//! A Rust thread owns the `shmpipe::Pipeline` and moves its outputs into a bounded queue; the
-//! Python thread takes them with the GIL released, in slices, checking for Ctrl-C between
-//! slices. Closing drops the queue (the thread then drops the pipeline, which stops every
-//! process and removes every segment); a pipeline stuck in a step is killed after a grace.
+//! A Rust thread owns the `shmpipe::Pipeline` and moves its outputs, in chunks of what is
+//! ready, into a bounded queue; the Python thread takes them with the GIL released, in
+//! slices, checking for Ctrl-C between slices, and converts them one by one as they are
+//! asked for. With an in-memory source the Python thread also feeds the pipeline
+//! ([`crate::source`]) before it looks for an output. Closing drops the queue (the thread
+//! then drops the pipeline, which stops every process and removes every segment); a pipeline
+//! stuck in a step is killed after a grace.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,25 +18,52 @@ use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use serde_json::Value;
-use shmpipe::{Epochs, Item, JsonLines, OnBadRecord, Pipeline, Topology, Transfer};
+use shmpipe::{Epochs, Input, Item, JsonLines, OnBadRecord, Pipeline, Topology, Transfer};
 
 use crate::channel::SLICE;
 use crate::errors::pipe_err;
+use crate::source::{Feed, FeedSpec};
 use crate::{item, worker};
 
-type Out = Result<Item, shmpipe::Error>;
+/// What the pump hands over: a chunk of outputs, or the pipeline's failure.
+type Out = Result<Vec<Item>, shmpipe::Error>;
 
-/// A started pipeline: iterate it for the outputs (flat dicts).
-#[derive(Debug)]
+/// Largest chunk of outputs the pump hands over at once (items, array bytes): small enough
+/// that outputs waiting in this process never pin many pool blocks of the workers.
+const CHUNK_ITEMS: usize = 512;
+const CHUNK_BYTES: usize = 256 << 10;
+
+/// An in-memory source and the pipeline input it feeds.
+struct Feeding {
+    feed: Feed,
+    /// Dropped (closing the input) once the source is exhausted.
+    input: Option<Input>,
+    /// The input queue is topped up to these once it is below half of them.
+    max_items: usize,
+    max_bytes: usize,
+}
+
+/// A started pipeline: iterate it for the outputs.
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct PipelineRun {
     rx: Mutex<Option<Receiver<Out>>>,
+    /// Outputs received, not yet asked for.
+    ready: Mutex<VecDeque<Item>>,
+    feeding: Mutex<Option<Feeding>>,
     pump: Mutex<Option<JoinHandle<()>>>,
     done: Arc<AtomicBool>,
     pids: Vec<u32>,
     id: String,
+}
+
+impl std::fmt::Debug for PipelineRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineRun")
+            .field("id", &self.id)
+            .field("pids", &self.pids)
+            .finish_non_exhaustive()
+    }
 }
 
 fn cfg_err(m: impl std::fmt::Display) -> PyErr {
@@ -85,7 +116,9 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
             src["name"].as_str().unwrap_or_default(),
             src["args"].clone(),
         ),
-        Some("sequence") => b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": src["fd"]})),
+        // Fed by this process (see `crate::source`): enqueue mode, no emitter. The input is
+        // closed by the feed itself, never forgotten: no idle warning.
+        Some("memory") => b.warn_idle_after(Duration::ZERO),
         _ => return Err(cfg_err("source: a path, a sequence or a named source")),
     };
     for s in spec["steps"].as_array().into_iter().flatten() {
@@ -101,34 +134,54 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
 impl PipelineRun {
     /// Starts a pipeline described by `spec` (JSON, built by `shmpipe.Pipeline`), its
     /// children being `program args..` (the Python interpreter running `shmpipe._worker`).
+    /// `source`: the in-memory source when `spec` says `{"kind": "memory"}`.
     #[staticmethod]
-    #[pyo3(signature = (spec, program, args, prefetch=8))]
+    #[pyo3(signature = (spec, program, args, prefetch=8, source=None))]
     fn start(
         py: Python<'_>,
         spec: &str,
         program: String,
         args: Vec<String>,
         prefetch: usize,
+        source: Option<Bound<'_, PyAny>>,
     ) -> PyResult<PipelineRun> {
         let spec: Value = serde_json::from_str(spec).map_err(cfg_err)?;
+        let feed = match (&source, spec["source"]["kind"].as_str()) {
+            (Some(obj), Some("memory")) => Some(Feed::new(py, obj, feed_spec(&spec))?),
+            _ => None,
+        };
         let b = build(&spec, program, args)?;
-        let p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
+        let mut p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
+        let feeding = match feed {
+            Some(feed) => {
+                let input = p.input().map_err(|e| pipe_err(py, e))?;
+                let workers = spec["workers"].as_u64().unwrap_or(2).max(1) as usize;
+                let batch = spec["batch_bytes"]
+                    .as_u64()
+                    .map_or(shmpipe::DEFAULT_BATCH_BYTES, |n| n as usize);
+                Some(Feeding {
+                    feed,
+                    input: Some(input),
+                    max_items: 4096,
+                    // Four batches per worker wait in front of the channels.
+                    max_bytes: (4 * batch * workers).max(1 << 20),
+                })
+            }
+            None => None,
+        };
         let (pids, id) = (p.pids(), p.id().to_owned());
-        let (tx, rx) = sync_channel::<Out>(prefetch.max(1));
+        // Chunks of outputs: `prefetch` items in the old item-by-item terms.
+        let (tx, rx) = sync_channel::<Out>(prefetch.div_ceil(4).max(1));
         let done = Arc::new(AtomicBool::new(false));
         let d = Arc::clone(&done);
         let pump = std::thread::spawn(move || {
-            let mut p = p;
-            for r in p.by_ref() {
-                if tx.send(r).is_err() {
-                    break;
-                }
-            }
-            drop(p);
+            pump(p, &tx);
             d.store(true, Ordering::SeqCst);
         });
         Ok(PipelineRun {
             rx: Mutex::new(Some(rx)),
+            ready: Mutex::new(VecDeque::new()),
+            feeding: Mutex::new(feeding),
             pump: Mutex::new(Some(pump)),
             done,
             pids,
@@ -152,17 +205,36 @@ impl PipelineRun {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         loop {
+            let feeding = self.top_up(py)?;
+            let ready = self
+                .ready
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            if let Some(it) = ready {
+                return item::to_py(py, it).map(Some);
+            }
+            // While this thread feeds the pipeline, it comes back often to top the input up.
+            let slice = if feeding {
+                Duration::from_millis(1)
+            } else {
+                SLICE
+            };
             let r = py.detach(|| {
                 let g = self.rx.lock().unwrap_or_else(|e| e.into_inner());
                 match g.as_ref() {
-                    Some(rx) => rx.recv_timeout(SLICE),
+                    Some(rx) => rx.recv_timeout(slice),
                     None => Err(RecvTimeoutError::Disconnected),
                 }
             });
             match r {
-                Ok(Ok(it)) => return item::to_py(py, it).map(Some),
+                Ok(Ok(chunk)) => self
+                    .ready
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(chunk),
                 Ok(Err(e)) => {
                     let err = pipe_err(py, e);
                     self.close(py);
@@ -190,9 +262,91 @@ impl PipelineRun {
 /// are killed.
 const GRACE: Duration = Duration::from_secs(1);
 
+/// The settings of `spec` that concern an in-memory source.
+fn feed_spec(spec: &Value) -> FeedSpec {
+    let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
+    FeedSpec {
+        seed: u("seed", 0),
+        shuffle: spec["shuffle"].as_bool().unwrap_or(false),
+        shuffle_buffer: u("shuffle_buffer", 256) as usize,
+        epochs: spec["epochs"].as_u64(),
+        rank: u("rank", 0) as usize,
+        world_size: u("world_size", 1) as usize,
+    }
+}
+
+/// The pump thread: moves the pipeline's outputs to `tx` in chunks of what is ready, then its
+/// failure if it fails; drops the pipeline (stopping every process) when done or when the
+/// receiver is gone.
+fn pump(mut p: Pipeline, tx: &std::sync::mpsc::SyncSender<Out>) {
+    while let Some(first) = p.next() {
+        let first = match first {
+            Ok(it) => it,
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        };
+        let mut bytes = first.nbytes();
+        let mut chunk = vec![first];
+        let mut failed = None;
+        while p.ready() > 0 && chunk.len() < CHUNK_ITEMS && bytes < CHUNK_BYTES {
+            match p.next() {
+                Some(Ok(it)) => {
+                    bytes += it.nbytes();
+                    chunk.push(it);
+                }
+                Some(Err(e)) => failed = Some(e),
+                None => break,
+            }
+        }
+        if tx.send(Ok(chunk)).is_err() {
+            return;
+        }
+        if let Some(e) = failed {
+            let _ = tx.send(Err(e));
+            return;
+        }
+    }
+}
+
 impl PipelineRun {
+    /// Feeds an in-memory source's next items when the input queue runs short; `true` while
+    /// the source is not exhausted. Another thread already feeding is left to it (it holds
+    /// the lock while it calls into Python, which may let this thread run: waiting for it
+    /// with the GIL held would deadlock).
+    fn top_up(&self, py: Python<'_>) -> PyResult<bool> {
+        let Ok(mut g) = self.feeding.try_lock() else {
+            return Ok(true);
+        };
+        let Some(f) = g.as_mut() else {
+            return Ok(false);
+        };
+        let Some(input) = f.input.as_mut() else {
+            return Ok(false);
+        };
+        if input.queued_items() >= f.max_items / 2 || input.queued_bytes() >= f.max_bytes / 2 {
+            return Ok(true);
+        }
+        match f.feed.top_up(py, input, f.max_items, f.max_bytes) {
+            Ok(false) => Ok(true),
+            Ok(true) => {
+                f.input = None; // end of input
+                Ok(false)
+            }
+            Err(e) => {
+                drop(g);
+                py.detach(|| self.shutdown(Duration::ZERO));
+                Err(e)
+            }
+        }
+    }
+
     fn shutdown(&self, grace: Duration) {
         self.rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Ok(mut f) = self.feeding.try_lock() {
+            f.take();
+        }
         let Some(h) = self.pump.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return;
         };

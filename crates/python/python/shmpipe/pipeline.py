@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import pickle
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Callable, Union
 
 from ._native import PipelineRun, builtin_steps
-from ._steps import step_spec
+from ._steps import fuse, step_spec
 
 Step = Union[Callable[[dict], Any], str, tuple]
 
@@ -40,18 +39,30 @@ def _shard(shard) -> tuple[int, int]:
 class Pipeline:
     """Runs ``steps`` over the items of ``source`` in ``workers`` worker processes.
 
-    Iterating the pipeline starts the processes and yields the outputs: flat dicts of numpy
-    arrays and int/float/str metadata. Each iteration is a new run over ``epochs`` passes.
+    Iterating the pipeline starts the processes and yields the outputs. Each iteration is a
+    new run over ``epochs`` passes.
 
     ``source``: a path to a JSON-lines file (one item per line, read by ``emitters``
-    processes), a sequence of dicts or any object with ``len`` and indexing (a map-style
-    dataset; pickled to the emitter processes, like multiprocessing's spawn), an iterable
-    (materialised with ``list`` first), or a :class:`NamedSource`.
+    processes), a :class:`NamedSource`, or an in-memory source that this process feeds to the
+    workers item by item (nothing is pickled or copied up front, so start-up does not grow
+    with the data): a sequence (a list, a numpy array: one item per row, any object with
+    ``len`` and indexing such as a map-style dataset) or any iterable (a generator is pulled
+    only as fast as the workers take its items, never materialised; an iterator is read once,
+    so ``epochs=1``; with ``shard`` an iterable's item ``i`` goes to rank ``i % world_size``
+    and with ``shuffle`` it is shuffled by the shuffle buffer alone).
 
-    ``steps``: each is a Python callable ``f(item: dict)`` returning a dict (one output),
-    ``None`` (no output) or an iterable of dicts (0..n outputs: flat-map); a class (one
-    instance per worker; an optional ``finish()`` method returns the outputs still held at the
-    end of the stream); or the name of a built-in Rust step (``"name"`` or ``("name", args)``).
+    Items are dicts of numpy arrays (any shape and every numeric dtype and bool; large arrays
+    cross processes without a copy) and int, float and str values; bool, None, numpy scalars,
+    bytes, nested dicts, lists and tuples of those, and items that are not dicts (a row of a
+    numpy array, a number) travel too, described in a small metadata field, and come back
+    with their types and shapes. Anything else is refused with a ``TypeError`` naming the key.
+
+    ``steps``: each is a Python callable ``f(item)`` returning the output (usually the dict
+    it was given), ``None`` (no output) or a list, tuple or generator of outputs (0..n
+    outputs: flat-map); a class (one instance per worker; an optional ``finish()`` method
+    returns the outputs still held at the end of the stream); or the name of a built-in Rust
+    step (``"name"`` or ``("name", args)``). Consecutive Python steps run as one in each
+    worker: an item passes from one to the next as the Python object it is.
     Python steps travel to the worker processes like multiprocessing's spawn targets: by
     module and qualified name. A lambda, a nested function, or a function defined in a notebook
     is refused here with ``ValueError`` (workers could not import it); functions of the main
@@ -76,7 +87,7 @@ class Pipeline:
                  seed: int = 0, shuffle_buffer: int = 256, epochs: int | None = 1,
                  shard=None, prefetch: int = 8, batch_bytes: int | None = None,
                  skip_bad_records: bool = False, channel: tuple | None = None):
-        self._steps = [self._step(s) for s in steps]
+        self._steps = fuse([self._step(s) for s in steps])
         rank, world = _shard(shard)
         self._spec = {
             "workers": workers, "emitters": emitters, "ordered": ordered, "shuffle": shuffle,
@@ -88,7 +99,6 @@ class Pipeline:
         self._source = source
         self._prefetch = prefetch
         self._run: PipelineRun | None = None
-        self._fd: int | None = None
 
     @staticmethod
     def _step(s: Step) -> dict:
@@ -108,23 +118,14 @@ class Pipeline:
             return {"kind": "jsonl", "path": os.fspath(src)}
         if isinstance(src, NamedSource):
             return {"kind": "named", "name": src.name, "args": src.args}
-        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")):
-            if not isinstance(src, Iterable):
-                raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
-            src = list(src)
-        main = sys.modules.get("__main__")
-        main_path = getattr(main, "__file__", None)
-        try:
-            blob = pickle.dumps(src)
-        except Exception as e:  # noqa: BLE001
-            raise ValueError(f"the source cannot be sent to the emitter process ({e})") from e
-        # An inherited memfd: nothing on disk or in /dev/shm that a killed parent could leave.
-        fd = os.memfd_create("shmpipe-source", 0)
-        with os.fdopen(os.dup(fd), "wb") as f:
-            pickle.dump((os.path.abspath(main_path) if main_path else None, blob), f)
-        os.set_inheritable(fd, True)
-        self._fd = fd
-        return {"kind": "sequence", "fd": fd}
+        if isinstance(src, dict):
+            raise TypeError("source: a dict is not a sequence of items; pass a list of "
+                            "items (e.g. list(d.values()))")
+        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")
+                or isinstance(src, Iterable)):
+            raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
+        # Fed by this process: see PipelineRun.
+        return {"kind": "memory"}
 
     def _child_args(self) -> list[str]:
         paths = [p for p in sys.path if p]
@@ -138,32 +139,27 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[dict]:
         self.close()
-        spec = dict(self._spec, source=self._source_spec())
+        source = self._source_spec()
+        spec = dict(self._spec, source=source)
         run = PipelineRun.start(json.dumps(spec), sys.executable, self._child_args(),
-                                self._prefetch)
+                                self._prefetch,
+                                self._source if source["kind"] == "memory" else None)
         self._run = run
         try:
             yield from run
         finally:
             run.close()
-            self._close_fd()
 
     @property
     def pids(self) -> list[int]:
         """Pids of the running pipeline's processes (empty before iteration)."""
         return self._run.pids if self._run else []
 
-    def _close_fd(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
     def close(self) -> None:
         """Stops every process and frees the shared memory of the current run."""
         if self._run is not None:
             self._run.close()
             self._run = None
-        self._close_fd()
 
     def __enter__(self) -> "Pipeline":
         return self
