@@ -138,3 +138,14 @@ def test_a_step_output_that_cannot_travel_is_a_step_error_saying_so():
 def test_non_str_keys_are_refused():
     with pytest.raises(TypeError, match=r"source item 0: item key 1 is a int: item keys are str"):
         list(shmpipe.Pipeline([{1: np.zeros(2)}], steps=[same], workers=1))
+
+
+def test_errors_name_python_parameters_not_rust_apis():
+    # A channel explicitly too small for the items: the error says which parameter to raise,
+    # in the terms of shmpipe.Pipeline.
+    src = [{"x": np.zeros(100_000, np.float32)} for _ in range(3)]
+    with pytest.raises(shmpipe.PipelineError) as ei:
+        list(shmpipe.Pipeline(src, steps=[same], workers=1, channel=(0, 4, 64 << 10)))
+    msg = str(ei.value)
+    assert "::" not in msg, msg
+    assert "channel=(slots, blocks, block_size)" in msg, msg

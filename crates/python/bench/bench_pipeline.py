@@ -1,0 +1,285 @@
+"""shmpipe.Pipeline against Python's own process pools, on the same items in the same run.
+
+Contenders, each given the same list of items ``{"x": float32 array}`` and the same step:
+- the in-process loop (no processes: the cost of the step itself);
+- ``shmpipe.Pipeline(items, steps=[step], workers=W)`` (unordered);
+- ``multiprocessing.Pool(W).imap_unordered(step, items, chunksize)``, best of 1, 64, 256;
+- ``concurrent.futures.ProcessPoolExecutor(W).map(step, items, chunksize=...)``, best of the
+  same chunk sizes.
+
+Steps: ``double`` (``item["x"] = item["x"] * 2``, trivial) and ``heavy`` (about 50 us of numpy
+per item, calibrated at start). Items of 16, 1k, 100k and 1M float32; 1 and 2 workers.
+Throughput is steady state: (items - 1) / (time of the last output - time of the first), so
+neither the pools' nor the pipeline's start-up counts (start-up is printed apart). Each
+contender runs ``--repeat`` times, interleaved, and keeps its best.
+
+Goals (issue 18): shmpipe >= 2x the best of Pool/Executor at 16 and 1k floats, >= 5x at 100k
+and 1M; with the heavy step 2 workers >= 1.8x one worker; for an in-memory list of 2,000
+items of 100k float32 (800 MB) the time to the first output under 0.5 s and the peak summed
+PSS of the parent and its workers under 1.3x the dataset.
+
+    python bench/bench_pipeline.py            # the full table (several minutes)
+    python bench/bench_pipeline.py --quick    # a smoke run: tiny sizes, prints the same table
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+import shmpipe
+
+# ----- steps (top level: the workers of every contender import them)
+
+HEAVY_REPS = int(os.environ.get("SHMPIPE_BENCH_HEAVY_REPS", "0"))
+_M = np.linspace(0.0, 1.0, 256).reshape(16, 16)
+
+
+def double(item):
+    item["x"] = item["x"] * 2
+    return item
+
+
+def _heavy_work(reps):
+    m = _M
+    for _ in range(reps):
+        m = np.tanh(m @ _M)
+    return float(m[0, 0])
+
+
+def heavy(item):
+    item["y"] = _heavy_work(HEAVY_REPS)
+    return item
+
+
+STEPS = {"double": double, "heavy": heavy}
+
+
+def calibrate(target_s=50e-6):
+    """Repetitions of the heavy step's loop that take about ``target_s`` here."""
+    reps = 16
+    while True:
+        t = time.perf_counter()
+        for _ in range(20):
+            _heavy_work(reps)
+        dt = (time.perf_counter() - t) / 20
+        if dt > 5e-6 or reps > 1 << 16:
+            return max(1, round(reps * target_s / dt))
+        reps *= 2
+
+
+# ----- timing
+
+
+class Clock:
+    """Times an iteration: first output, last output, count."""
+
+    def __init__(self):
+        self.t0 = time.perf_counter()
+        self.first = None
+        self.n = 0
+
+    def tick(self):
+        self.n += 1
+        if self.first is None:
+            self.first = time.perf_counter()
+
+    def result(self, n_expected):
+        end = time.perf_counter()
+        assert self.n == n_expected, f"{self.n} outputs for {n_expected} items"
+        steady = (self.n - 1) / max(end - self.first, 1e-9) if self.n > 1 else 0.0
+        return {"rate": steady, "first": self.first - self.t0, "total": end - self.t0}
+
+
+def run_loop(items, step, workers):
+    copies = [dict(d) for d in items]
+    c = Clock()
+    for d in copies:
+        step(d)
+        c.tick()
+    return c.result(len(items))
+
+
+def run_shmpipe(items, step, workers):
+    p = shmpipe.Pipeline(items, steps=[step], workers=workers)
+    c = Clock()
+    for _ in p:
+        c.tick()
+    return c.result(len(items))
+
+
+def run_pool(items, step, workers, chunksize, pool):
+    c = Clock()
+    for _ in pool.imap_unordered(step, items, chunksize=chunksize):
+        c.tick()
+    return c.result(len(items))
+
+
+def run_executor(items, step, workers, chunksize, ex):
+    c = Clock()
+    for _ in ex.map(step, items, chunksize=chunksize):
+        c.tick()
+    return c.result(len(items))
+
+
+CHUNKS = (1, 64, 256)
+
+
+def measure(items, step, workers, repeat, contenders):
+    """Best result per contender over ``repeat`` interleaved rounds."""
+    best = {}
+
+    def keep(name, r):
+        if name not in best or r["rate"] > best[name]["rate"]:
+            best[name] = r
+
+    with mp.Pool(workers) as pool, cf.ProcessPoolExecutor(workers) as ex:
+        # Warm the pools up (their processes exist and have imported numpy).
+        list(pool.imap_unordered(step, items[:workers * 2], chunksize=1))
+        list(ex.map(step, items[:workers * 2]))
+        for _ in range(repeat):
+            if "loop" in contenders:
+                keep("loop", run_loop(items, step, workers))
+            keep("shmpipe", run_shmpipe(items, step, workers))
+            for cs in CHUNKS:
+                keep(f"pool/{cs}", run_pool(items, step, workers, cs, pool))
+                keep(f"executor/{cs}", run_executor(items, step, workers, cs, ex))
+    return best
+
+
+# ----- the 800 MB case: start-up and memory
+
+
+def pss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return 0
+
+
+def startup_and_memory(n_items, width, workers):
+    items = [{"x": np.full(width, i, np.float32)} for i in range(n_items)]
+    dataset = n_items * width * 4
+    p = shmpipe.Pipeline(items, steps=[double], workers=workers)
+    peak = [0]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            total = pss_kb(os.getpid()) + sum(pss_kb(q) for q in p.pids)
+            peak[0] = max(peak[0], total)
+            time.sleep(0.01)
+
+    th = threading.Thread(target=sample, daemon=True)
+    th.start()
+    t0 = time.perf_counter()
+    it = iter(p)
+    next(it)
+    first = time.perf_counter() - t0
+    n = 1 + sum(1 for _ in it)
+    stop.set()
+    th.join()
+    assert n == n_items
+    return first, peak[0] * 1024 / dataset, dataset
+
+
+# ----- report
+
+
+def load():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def fmt_rate(r):
+    return f"{r / 1e3:9.1f} k" if r >= 1e3 else f"{r:9.1f}  "
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, one round")
+    ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds (best kept)")
+    ap.add_argument("--sizes", default="16,1000,100000,1000000")
+    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--steps", default="double,heavy")
+    ap.add_argument("--no-startup", action="store_true", help="skip the 800 MB case")
+    args = ap.parse_args(argv)
+
+    reps = calibrate()
+    os.environ["SHMPIPE_BENCH_HEAVY_REPS"] = str(reps)
+    global HEAVY_REPS
+    HEAVY_REPS = reps
+    sizes = [int(s) for s in args.sizes.split(",")]
+    workers_list = [int(w) for w in args.workers.split(",")]
+    steps = args.steps.split(",")
+    repeat = 1 if args.quick else args.repeat
+    # Items per run: about a second of the fastest contender on 2 cores.
+    count = {16: 100_000, 1000: 40_000, 100_000: 600, 1_000_000: 60}
+    heavy_count = {16: 20_000, 1000: 20_000, 100_000: 600, 1_000_000: 60}
+    if args.quick:
+        count = {s: 200 for s in sizes}
+        heavy_count = count
+
+    print(f"# bench_pipeline  {now()}  load {load()}  cpus {os.cpu_count()}  "
+          f"heavy step {reps} reps (~50 us)")
+    print("# items/s steady state (best of rounds); ratio = shmpipe / best of Pool and Executor")
+    print(f"{'step':7} {'floats':>8} {'W':>2} {'loop':>11} {'shmpipe':>11} {'Pool':>11} "
+          f"{'(chunk)':>7} {'Executor':>11} {'(chunk)':>7} {'ratio':>6} {'goal':>5}  "
+          f"{'start s':>7}")
+    rows = {}
+    for step_name in steps:
+        step = STEPS[step_name]
+        for size in sizes:
+            n = (heavy_count if step_name == "heavy" else count).get(size, 200)
+            items = [{"x": np.full(size, i % 1000, np.float32)} for i in range(n)]
+            for w in workers_list:
+                best = measure(items, step, w, repeat,
+                               contenders={"loop"} if w == workers_list[0] else set())
+                pool = max((k for k in best if k.startswith("pool/")),
+                           key=lambda k: best[k]["rate"])
+                ex = max((k for k in best if k.startswith("executor/")),
+                         key=lambda k: best[k]["rate"])
+                peer = max(best[pool]["rate"], best[ex]["rate"])
+                ratio = best["shmpipe"]["rate"] / peer
+                goal = 2.0 if size <= 1000 else 5.0
+                rows[(step_name, size, w)] = best["shmpipe"]["rate"]
+                loop = fmt_rate(best["loop"]["rate"]) if "loop" in best else f"{'':>11}"
+                print(f"{step_name:7} {size:>8} {w:>2} {loop} {fmt_rate(best['shmpipe']['rate'])} "
+                      f"{fmt_rate(best[pool]['rate'])} {pool.split('/')[1]:>7} "
+                      f"{fmt_rate(best[ex]['rate'])} {ex.split('/')[1]:>7} {ratio:6.2f} "
+                      f"{'met' if ratio >= goal or step_name == 'heavy' else 'NOT':>5}  "
+                      f"{best['shmpipe']['first']:7.2f}", flush=True)
+            del items
+    if "heavy" in steps and 1 in workers_list and 2 in workers_list:
+        print("# heavy step, shmpipe 2 workers / 1 worker (goal >= 1.8x):")
+        for size in sizes:
+            s = rows[("heavy", size, 2)] / rows[("heavy", size, 1)]
+            print(f"#   {size:>8} floats: {s:.2f}x {'met' if s >= 1.8 else 'NOT met'}")
+    if not args.no_startup:
+        n_items, width = (2000, 100_000) if not args.quick else (50, 100_000)
+        first, pss, dataset = startup_and_memory(n_items, width, 2)
+        print(f"# in-memory list of {n_items} items of {width} float32 "
+              f"({dataset / 1e6:.0f} MB), 2 workers: first output after {first:.3f} s "
+              f"(goal < 0.5 s: {'met' if first < 0.5 else 'NOT met'}), peak summed PSS "
+              f"{pss:.2f}x the dataset (goal < 1.3x: {'met' if pss < 1.3 else 'NOT met'})")
+    print(f"# done {now()}  load {load()}")
+
+
+if __name__ == "__main__":
+    main()
