@@ -133,26 +133,49 @@ def run_executor(items, step, workers, chunksize, ex):
 CHUNKS = (1, 64, 256)
 
 
-def measure(items, step, workers, repeat, contenders):
-    """Best result per contender over ``repeat`` interleaved rounds."""
-    best = {}
+def one_round(items, step, workers, pool, ex, with_loop):
+    """Every contender once, back to back: {name: result}."""
+    r = {}
+    if with_loop:
+        r["loop"] = run_loop(items, step, workers)
+    r["shmpipe"] = run_shmpipe(items, step, workers)
+    for cs in CHUNKS:
+        r[f"pool/{cs}"] = run_pool(items, step, workers, cs, pool)
+        r[f"executor/{cs}"] = run_executor(items, step, workers, cs, ex)
+    return r
 
-    def keep(name, r):
-        if name not in best or r["rate"] > best[name]["rate"]:
-            best[name] = r
 
-    with mp.Pool(workers) as pool, cf.ProcessPoolExecutor(workers) as ex:
-        # Warm the pools up (their processes exist and have imported numpy).
-        list(pool.imap_unordered(step, items[:workers * 2], chunksize=1))
-        list(ex.map(step, items[:workers * 2]))
+def best_of(rounds, prefix):
+    """The best rate of the contenders named ``prefix/...`` in one round: (rate, chunk)."""
+    k = max((k for k in rounds if k.startswith(prefix)), key=lambda k: rounds[k]["rate"])
+    return rounds[k]["rate"], k.split("/")[1]
+
+
+def measure(items, step, workers_list, repeat):
+    """``repeat`` rounds; in each, every worker count and every contender back to back (so
+    the ratios of one round share the machine's load). {workers: [round results]}."""
+    out = {w: [] for w in workers_list}
+    pools = {w: (mp.Pool(w), cf.ProcessPoolExecutor(w)) for w in workers_list}
+    try:
+        for pool, ex in pools.values():
+            # Warm the pools up (their processes exist and have imported numpy).
+            list(pool.imap_unordered(step, items[:8], chunksize=1))
+            list(ex.map(step, items[:8]))
         for _ in range(repeat):
-            if "loop" in contenders:
-                keep("loop", run_loop(items, step, workers))
-            keep("shmpipe", run_shmpipe(items, step, workers))
-            for cs in CHUNKS:
-                keep(f"pool/{cs}", run_pool(items, step, workers, cs, pool))
-                keep(f"executor/{cs}", run_executor(items, step, workers, cs, ex))
-    return best
+            for w in workers_list:
+                pool, ex = pools[w]
+                out[w].append(one_round(items, step, w, pool, ex, w == workers_list[0]))
+    finally:
+        for pool, ex in pools.values():
+            pool.terminate()
+            ex.shutdown(cancel_futures=True)
+    return out
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 # ----- the 800 MB case: start-up and memory
@@ -214,7 +237,7 @@ def fmt_rate(r):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, one round")
-    ap.add_argument("--repeat", type=int, default=2, help="interleaved rounds (best kept)")
+    ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
     ap.add_argument("--sizes", default="16,1000,100000,1000000")
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--steps", default="double,heavy")
@@ -233,44 +256,54 @@ def main(argv=None):
     count = {16: 100_000, 1000: 40_000, 100_000: 600, 1_000_000: 60}
     heavy_count = {16: 20_000, 1000: 20_000, 100_000: 600, 1_000_000: 60}
     if args.quick:
-        count = {s: 200 for s in sizes}
+        if args.sizes == ap.get_default("sizes"):
+            sizes = [1000]
+        count = {s: 300 for s in sizes}
         heavy_count = count
 
     print(f"# bench_pipeline  {now()}  load {load()}  cpus {os.cpu_count()}  "
-          f"heavy step {reps} reps (~50 us)")
-    print("# items/s steady state (best of rounds); ratio = shmpipe / best of Pool and Executor")
+          f"heavy step {reps} reps (~50 us)  rounds {repeat}")
+    print("# items/s steady state, best of the rounds; ratio = median over rounds of "
+          "shmpipe / best of Pool and Executor in the same round")
     print(f"{'step':7} {'floats':>8} {'W':>2} {'loop':>11} {'shmpipe':>11} {'Pool':>11} "
           f"{'(chunk)':>7} {'Executor':>11} {'(chunk)':>7} {'ratio':>6} {'goal':>5}  "
           f"{'start s':>7}")
-    rows = {}
+    scaling = {}
     for step_name in steps:
         step = STEPS[step_name]
         for size in sizes:
             n = (heavy_count if step_name == "heavy" else count).get(size, 200)
             items = [{"x": np.full(size, i % 1000, np.float32)} for i in range(n)]
+            res = measure(items, step, workers_list, repeat)
             for w in workers_list:
-                best = measure(items, step, w, repeat,
-                               contenders={"loop"} if w == workers_list[0] else set())
-                pool = max((k for k in best if k.startswith("pool/")),
-                           key=lambda k: best[k]["rate"])
-                ex = max((k for k in best if k.startswith("executor/")),
-                         key=lambda k: best[k]["rate"])
-                peer = max(best[pool]["rate"], best[ex]["rate"])
-                ratio = best["shmpipe"]["rate"] / peer
+                rounds = res[w]
+                ratios = [r["shmpipe"]["rate"] / max(best_of(r, "pool/")[0],
+                                                     best_of(r, "executor/")[0])
+                          for r in rounds]
+                ratio = median(ratios)
+                best = lambda name: max(r[name]["rate"] for r in rounds)  # noqa: E731
+                pool = max((best_of(r, "pool/") for r in rounds))
+                ex = max((best_of(r, "executor/") for r in rounds))
+                loop = fmt_rate(best("loop")) if "loop" in rounds[0] else f"{'':>11}"
                 goal = 2.0 if size <= 1000 else 5.0
-                rows[(step_name, size, w)] = best["shmpipe"]["rate"]
-                loop = fmt_rate(best["loop"]["rate"]) if "loop" in best else f"{'':>11}"
-                print(f"{step_name:7} {size:>8} {w:>2} {loop} {fmt_rate(best['shmpipe']['rate'])} "
-                      f"{fmt_rate(best[pool]['rate'])} {pool.split('/')[1]:>7} "
-                      f"{fmt_rate(best[ex]['rate'])} {ex.split('/')[1]:>7} {ratio:6.2f} "
-                      f"{'met' if ratio >= goal or step_name == 'heavy' else 'NOT':>5}  "
-                      f"{best['shmpipe']['first']:7.2f}", flush=True)
+                verdict = "" if step_name == "heavy" else ("met" if ratio >= goal else "NOT")
+                start = min(r["shmpipe"]["first"] for r in rounds)
+                print(f"{step_name:7} {size:>8} {w:>2} {loop} {fmt_rate(best('shmpipe'))} "
+                      f"{fmt_rate(pool[0])} {pool[1]:>7} {fmt_rate(ex[0])} {ex[1]:>7} "
+                      f"{ratio:6.2f} {verdict:>5}  {start:7.2f}", flush=True)
+            if len(workers_list) > 1:
+                lo, hi = workers_list[0], workers_list[-1]
+                scaling[(step_name, size)] = median(
+                    [b["shmpipe"]["rate"] / a["shmpipe"]["rate"]
+                     for a, b in zip(res[lo], res[hi])])
             del items
-    if "heavy" in steps and 1 in workers_list and 2 in workers_list:
-        print("# heavy step, shmpipe 2 workers / 1 worker (goal >= 1.8x):")
-        for size in sizes:
-            s = rows[("heavy", size, 2)] / rows[("heavy", size, 1)]
-            print(f"#   {size:>8} floats: {s:.2f}x {'met' if s >= 1.8 else 'NOT met'}")
+    if "heavy" in steps and len(workers_list) > 1:
+        lo, hi = workers_list[0], workers_list[-1]
+        print(f"# shmpipe, {hi} workers / {lo} (median over rounds; goal with the heavy step "
+              f">= 1.8x):")
+        for (step_name, size), s in scaling.items():
+            mark = ("met" if s >= 1.8 else "NOT met") if step_name == "heavy" else ""
+            print(f"#   {step_name:7} {size:>8} floats: {s:.2f}x {mark}")
     if not args.no_startup:
         n_items, width = (2000, 100_000) if not args.quick else (50, 100_000)
         first, pss, dataset = startup_and_memory(n_items, width, 2)
