@@ -84,7 +84,7 @@ pub use builder::PipelineBuilder;
 pub use error::Error;
 pub use half;
 pub use input::Input;
-pub use item::{Array, ArrayRef, DType, Element, Item, Meta};
+pub use item::{Array, ArrayOwner, ArrayRef, DType, Element, Item, Meta};
 pub use ndarray;
 pub use pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,

@@ -259,6 +259,11 @@ impl Pipeline {
                         if let Some(err) = self.shared.take_primary() {
                             break err;
                         }
+                        // Enqueue mode: the input thread failed (e.g. an item too large for
+                        // the channels), and the workers it fed lost their peer.
+                        if let Some((_, m)) = input.as_ref().and_then(|st| st.failure()) {
+                            break Error::Transport(format!("enqueue: {m}"));
+                        }
                         if Instant::now() > deadline {
                             let last = self.plan.stages.len() - 1;
                             break self.shared.take_secondary().unwrap_or_else(|| {

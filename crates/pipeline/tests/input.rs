@@ -145,3 +145,37 @@ fn queued_items_count_what_the_input_thread_has_not_yet_sent() {
     });
     assert_eq!(n.0, 150);
 }
+
+/// An item the input thread cannot send (too large for an explicitly small channel) is the
+/// error the consumer gets, not the worker that lost its input because of it.
+#[test]
+fn an_item_the_input_cannot_send_is_the_error_not_the_worker_it_starved() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    for _ in 0..5 {
+        let mut p = Pipeline::builder(&reg)
+            .step("inc")
+            .workers(1)
+            .channel(shmpipe::ChannelGeometry {
+                slots: 0,
+                blocks: 4,
+                block_size: 64 << 10,
+            })
+            .start()
+            .unwrap();
+        let _g = KillOnDrop(p.pids());
+        let big = ndarray::Array1::<f32>::zeros(100_000);
+        p.enqueue(Item::new().with_meta("n", 1).with("x", big))
+            .unwrap();
+        p.close_input();
+        let err = within(Duration::from_secs(10), "the failure", move || {
+            p.find_map(Result::err).expect("the run must fail")
+        });
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Transport(_)), "{msg}");
+        assert!(
+            msg.contains("enqueue") && msg.contains("400000 bytes"),
+            "{msg}"
+        );
+    }
+}
