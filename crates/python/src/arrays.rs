@@ -5,7 +5,7 @@
 use numpy::npyffi::{self, NPY_ARRAY_C_CONTIGUOUS, PY_ARRAY_API, npy_intp};
 use numpy::{Element, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use shmpipe::{ArrayRef, DType};
+use shmpipe::{ArrayOwner, ArrayRef, DType};
 use smallvec::SmallVec;
 
 /// The pipeline dtype of a numpy dtype; `None` for one a pipeline does not carry (object,
@@ -130,4 +130,45 @@ pub fn copy_out<'py>(py: Python<'py>, a: &ArrayRef<'_>) -> PyResult<Bound<'py, P
         }
     }
     Ok(arr)
+}
+
+/// A numpy array whose buffer an item reads in place ([`shmpipe::Item::insert_external`]).
+///
+/// The reference keeps the array, and with it its buffer, alive and in place: numpy moves or
+/// frees an array's data only when the array goes (or is resized with `refcheck=False`,
+/// which numpy documents as unsafe for any view of it, as this is). The item may be dropped
+/// in a thread without the GIL: pyo3 then defers the decref to the next holder of the GIL.
+pub struct NumpyOwner {
+    _arr: Py<PyAny>,
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the buffer is only read (never through Python), and `Py` is `Send + Sync`; the
+// pointer stays valid for as long as `_arr` holds the array (see above).
+unsafe impl Send for NumpyOwner {}
+// SAFETY: as above; `bytes` hands out shared reads only.
+unsafe impl Sync for NumpyOwner {}
+
+impl NumpyOwner {
+    /// The buffer of `a` as described by `parts` (taken from `a` under the GIL just before).
+    pub fn new(a: &Bound<'_, PyUntypedArray>, parts: &Parts<'_>) -> NumpyOwner {
+        NumpyOwner {
+            _arr: a.clone().into_any().unbind(),
+            ptr: parts.bytes.as_ptr(),
+            len: parts.bytes.len(),
+        }
+    }
+}
+
+impl ArrayOwner for NumpyOwner {
+    fn bytes(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr..ptr + len` is the C-contiguous buffer of the array `_arr` keeps alive
+        // and in place (see the type's doc); its values may change (the user owns it), its
+        // extent does not.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }

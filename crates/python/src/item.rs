@@ -30,7 +30,9 @@ const MAX_NAME: usize = 255;
 /// Longest str (bytes) kept as metadata; longer ones travel as arrays (the limit is 65,535).
 const MAX_STR: usize = 60_000;
 /// Arrays up to this size are copied into a fresh numpy array on the way out; larger heap
-/// arrays are handed over to numpy without a copy.
+/// arrays are handed over to numpy without a copy. On the way in, larger arrays are read in
+/// place from their numpy buffer until they are sent ([`arrays::NumpyOwner`]): smaller ones
+/// are copied into the batch's message anyway, and a reference costs more than their copy.
 const COPY_MAX: usize = 64 << 10;
 
 /// Keeps an item whose arrays are read in place (shared memory) alive for numpy views.
@@ -102,11 +104,10 @@ fn array_field(
     a: &Bound<'_, PyUntypedArray>,
     item: &mut Item,
 ) -> PyResult<bool> {
-    // SAFETY: `a` is alive for this whole function and the GIL is held; the bytes are copied
-    // into the item before returning.
+    // SAFETY: `a` is alive for this whole function and the GIL is held; before returning the
+    // bytes are copied into the item, or the item holds a reference to `a` (`store`).
     if let Some(p) = unsafe { arrays::parts(a) } {
-        let arr = Array::from_bytes(p.dtype, &p.shape, p.bytes).map_err(PyTypeError::new_err)?;
-        item.insert(name, arr);
+        store(name, a, &p, item)?;
         return Ok(true);
     }
     if arrays::dtype_of(&numpy::PyUntypedArrayMethods::dtype(a)).is_none() {
@@ -117,15 +118,31 @@ fn array_field(
     let np = py.import("numpy")?;
     let c = np.call_method1("ascontiguousarray", (a,))?;
     let c = c.cast::<PyUntypedArray>()?;
-    // SAFETY: as above, `c` is alive until the copy below.
+    // SAFETY: as above, for `c`.
     match unsafe { arrays::parts(c) } {
         Some(p) => {
-            let arr =
-                Array::from_bytes(p.dtype, &p.shape, p.bytes).map_err(PyTypeError::new_err)?;
-            item.insert(name, arr);
+            store(name, c, &p, item)?;
             Ok(true)
         }
         None => Ok(false),
+    }
+}
+
+/// Stores the contents `p` of array `a` in `item`: a large one read in place, the rest copied.
+fn store(
+    name: &str,
+    a: &Bound<'_, PyUntypedArray>,
+    p: &arrays::Parts<'_>,
+    item: &mut Item,
+) -> PyResult<()> {
+    if p.bytes.len() > COPY_MAX && p.dtype != shmpipe::DType::Bool {
+        let owner = std::sync::Arc::new(arrays::NumpyOwner::new(a, p));
+        item.insert_external(name, p.dtype, &p.shape, owner)
+            .map_err(PyTypeError::new_err)
+    } else {
+        let arr = Array::from_bytes(p.dtype, &p.shape, p.bytes).map_err(PyTypeError::new_err)?;
+        item.insert(name, arr);
+        Ok(())
     }
 }
 
