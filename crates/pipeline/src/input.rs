@@ -16,6 +16,7 @@ use crate::wire::{Frame, Stats, TransportError};
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Feed {
     Item(Item),
+    Items(Vec<Item>),
     Close,
 }
 
@@ -99,6 +100,29 @@ impl Input {
         self.state.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
         self.tx.send(Feed::Item(item)).map_err(|_| {
             self.state.dequeued(bytes);
+            match self.state.failure() {
+                Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
+                None => Error::Closed("the pipeline's input thread stopped".into()),
+            }
+        })
+    }
+
+    /// Feeds several items at once. Never blocks. The same as [`send`](Input::send) for each,
+    /// with one hand-over to the input thread (one wake-up of it, not one per item).
+    ///
+    /// # Errors
+    /// As [`send`](Input::send).
+    pub fn send_batch(&mut self, items: Vec<Item>) -> Result<(), Error> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.state.touch();
+        let (n, bytes) = (items.len(), items.iter().map(Item::nbytes).sum::<usize>());
+        self.state.queued_items.fetch_add(n, Ordering::Relaxed);
+        self.state.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.tx.send(Feed::Items(items)).map_err(|_| {
+            self.state.queued_items.fetch_sub(n, Ordering::Relaxed);
+            self.state.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             match self.state.failure() {
                 Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
                 None => Error::Closed("the pipeline's input thread stopped".into()),
@@ -205,21 +229,34 @@ impl Feeder {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
+                let mut push = |item: Item| {
+                    let bytes = item.nbytes();
+                    let sent = out.push(
+                        (k % workers as u64) as usize,
+                        Frame::Item {
+                            e: 0,
+                            k,
+                            last: true,
+                            item,
+                        },
+                    );
+                    st.dequeued(bytes);
+                    k += 1;
+                    sent
+                };
                 match msg {
-                    Feed::Item(item) => {
-                        let bytes = item.nbytes();
-                        let sent = out.push(
-                            (k % workers as u64) as usize,
-                            Frame::Item {
-                                e: 0,
-                                k,
-                                last: true,
-                                item,
-                            },
-                        );
-                        st.dequeued(bytes);
-                        sent?;
-                        k += 1;
+                    Feed::Item(item) => push(item)?,
+                    Feed::Items(items) => {
+                        let mut items = items.into_iter();
+                        for item in items.by_ref() {
+                            if let Err(e) = push(item) {
+                                // What was not sent is no longer queued.
+                                for it in items {
+                                    st.dequeued(it.nbytes());
+                                }
+                                return Err(e);
+                            }
+                        }
                     }
                     Feed::Close => {
                         out.broadcast(&Frame::EmitterDone { e: 0, n: k })?;

@@ -120,14 +120,14 @@ fn queued_items_count_what_the_input_thread_has_not_yet_sent() {
     let _g = KillOnDrop(p.pids());
     let mut input = p.input().unwrap();
     assert_eq!((input.queued_items(), input.queued_bytes()), (0, 0));
-    for n in 0..150 {
-        input
-            .send(
-                Item::new()
-                    .with_meta("n", n)
-                    .with("x", ndarray::Array1::<f32>::zeros(4)),
-            )
-            .unwrap();
+    let item = |n: i64| {
+        Item::new()
+            .with_meta("n", n)
+            .with("x", ndarray::Array1::<f32>::zeros(4))
+    };
+    input.send_batch((0..50).map(item).collect()).unwrap();
+    for n in 50..150 {
+        input.send(item(n)).unwrap();
     }
     // The stalled worker holds a few; the rest wait in front of the input thread.
     std::thread::sleep(Duration::from_millis(200));

@@ -230,7 +230,8 @@ impl Feed {
     }
 
     /// Feeds items until `input` holds `max_items` items or `max_bytes` bytes, or the source
-    /// is exhausted (then `Ok(true)`: the caller closes the input).
+    /// is exhausted (then `Ok(true)`: the caller closes the input). Items go over in groups
+    /// ([`Input::send_batch`]): one wake-up of the pipeline's input thread per group.
     ///
     /// # Errors
     /// What reading the source raised (the user's own exception), or a `TypeError` /
@@ -242,17 +243,33 @@ impl Feed {
         max_items: usize,
         max_bytes: usize,
     ) -> PyResult<bool> {
-        while input.queued_items() < max_items && input.queued_bytes() < max_bytes {
+        const GROUP_ITEMS: usize = 256;
+        const GROUP_BYTES: usize = 1 << 20;
+        let mut group = Vec::new();
+        let mut bytes = 0;
+        let mut ended = false;
+        while input.queued_items() + group.len() < max_items
+            && input.queued_bytes() + bytes < max_bytes
+        {
             let Some((at, obj)) = self.next_obj(py)? else {
-                return Ok(true);
+                ended = true;
+                break;
             };
             let item = item::from_py(py, &obj).map_err(|e| at_item(py, e, at))?;
-            if input.send(item).is_err() {
-                // The pipeline's input thread stopped: the consumer reports why.
-                return Ok(false);
+            bytes += item.nbytes();
+            group.push(item);
+            if group.len() >= GROUP_ITEMS || bytes >= GROUP_BYTES {
+                if input.send_batch(std::mem::take(&mut group)).is_err() {
+                    // The pipeline's input thread stopped: the consumer reports why.
+                    return Ok(false);
+                }
+                bytes = 0;
             }
         }
-        Ok(self.done)
+        if input.send_batch(group).is_err() {
+            return Ok(false);
+        }
+        Ok(ended || self.done)
     }
 }
 
