@@ -29,6 +29,7 @@ import concurrent.futures as cf
 import datetime
 import multiprocessing as mp
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -193,9 +194,26 @@ def pss_kb(pid):
 
 
 def startup_and_memory(n_items, width, workers):
+    """Time to the first output and peak summed PSS / dataset, each in a fresh process of its
+    own (so that nothing of the runs before counts, and the PSS sampler does not slow the
+    start-up it would measure)."""
+    out = []
+    for what in ("first", "pss"):
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--startup-child", what,
+                            str(n_items), str(width), str(workers)],
+                           capture_output=True, text=True, check=True)
+        out.append(float(r.stdout.split()[-1]))
+    return out[0], out[1], n_items * width * 4
+
+
+def startup_child(what, n_items, width, workers):
     items = [{"x": np.full(width, i, np.float32)} for i in range(n_items)]
     dataset = n_items * width * 4
     p = shmpipe.Pipeline(items, steps=[double], workers=workers)
+    t0 = time.perf_counter()
+    it = iter(p)
+    next(it)
+    first = time.perf_counter() - t0
     peak = [0]
     stop = threading.Event()
 
@@ -203,19 +221,17 @@ def startup_and_memory(n_items, width, workers):
         while not stop.is_set():
             total = pss_kb(os.getpid()) + sum(pss_kb(q) for q in p.pids)
             peak[0] = max(peak[0], total)
-            time.sleep(0.01)
+            time.sleep(0.02)
 
     th = threading.Thread(target=sample, daemon=True)
-    th.start()
-    t0 = time.perf_counter()
-    it = iter(p)
-    next(it)
-    first = time.perf_counter() - t0
+    if what == "pss":
+        th.start()
     n = 1 + sum(1 for _ in it)
     stop.set()
-    th.join()
+    if what == "pss":
+        th.join()
     assert n == n_items
-    return first, peak[0] * 1024 / dataset, dataset
+    print(first if what == "first" else peak[0] * 1024 / dataset)
 
 
 # ----- report
@@ -235,6 +251,10 @@ def fmt_rate(r):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--startup-child"]:
+        startup_child(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="smoke run: tiny sizes, one round")
     ap.add_argument("--repeat", type=int, default=3, help="interleaved rounds")
