@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
+use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::Outputs;
 use crate::wire::{Frame, Stats, TransportError};
@@ -193,7 +194,13 @@ pub(crate) struct Feeder {
 }
 
 impl Feeder {
-    pub(crate) fn start(mut out: Outputs, workers: usize, cancel: Arc<AtomicBool>) -> Feeder {
+    /// `issued` (ordered mode): raised before each item goes out, as an emitter does.
+    pub(crate) fn start(
+        mut out: Outputs,
+        workers: usize,
+        cancel: Arc<AtomicBool>,
+        issued: Option<Arc<Issued>>,
+    ) -> Feeder {
         let (tx, rx) = mpsc::channel::<Feed>();
         let stop = Arc::clone(&cancel);
         let state = Arc::new(InputState {
@@ -230,6 +237,9 @@ impl Feeder {
                     return Ok(());
                 }
                 let mut push = |item: Item| {
+                    if let Some(c) = &issued {
+                        c.raise(0, k + 1);
+                    }
                     let bytes = item.nbytes();
                     let sent = out.push(
                         (k % workers as u64) as usize,

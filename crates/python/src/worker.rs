@@ -153,12 +153,22 @@ impl Step for PyStep {
     }
 }
 
+/// Removes the pipeline role variable from `os.environ` too (`shmpipe::init` removed it from
+/// the process environment; Python keeps its own copy, which `subprocess` may pass on).
+fn forget_role(py: Python<'_>) -> PyResult<()> {
+    py.import("os")?
+        .getattr("environ")?
+        .call_method1("pop", (shmpipe::ROLE_ENV, py.None()))?;
+    Ok(())
+}
+
 fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
     let specs: Vec<&Value> = match cx.args.get("steps") {
         Some(Value::Array(a)) => a.iter().collect(),
         _ => vec![cx.args],
     };
     Python::attach(|py| {
+        forget_role(py).map_err(|e| StepError::new(describe(py, e)))?;
         let w = cx.worker;
         let m = py
             .import("shmpipe._steps")

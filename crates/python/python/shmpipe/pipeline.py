@@ -131,7 +131,9 @@ class Pipeline:
         paths = [p for p in sys.path if p]
         # Line-buffered output: a worker ends with a process exit that flushes no Python
         # buffer, so prints of a step must not wait in one.
-        code = (f"import sys; sys.path[:0] = {json.dumps(paths)}; "
+        # repr, not json.dumps: JSON escapes a character outside the BMP as a surrogate pair,
+        # which a Python literal reads as two lone surrogates (issue 16, hole 11).
+        code = (f"import sys; sys.path[:0] = {paths!r}; "
                 "sys.stdout.reconfigure(line_buffering=True); "
                 "sys.stderr.reconfigure(line_buffering=True); "
                 "from shmpipe._native import worker_main; worker_main()")
