@@ -29,6 +29,7 @@ import concurrent.futures as cf
 import datetime
 import multiprocessing as mp
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -65,39 +66,68 @@ STEPS = {"double": double, "heavy": heavy}
 
 
 def calibrate(target_s=50e-6):
-    """Repetitions of the heavy step's loop that take about ``target_s`` here."""
-    reps = 16
-    while True:
-        t = time.perf_counter()
-        for _ in range(20):
-            _heavy_work(reps)
-        dt = (time.perf_counter() - t) / 20
-        if dt > 5e-6 or reps > 1 << 16:
-            return max(1, round(reps * target_s / dt))
-        reps *= 2
+    """Repetitions of the heavy step's loop that take about ``target_s`` of CPU time here
+    (thread CPU time: on a loaded machine the wall time of the same work varies)."""
+    _heavy_work(50)
+    per_rep = min(_time_reps(200) for _ in range(5)) / 200
+    return max(1, round(target_s / per_rep))
+
+
+def _time_reps(reps):
+    t = time.thread_time()
+    _heavy_work(reps)
+    return time.thread_time() - t
 
 
 # ----- timing
 
 
-class Clock:
-    """Times an iteration: first output, last output, count."""
+TCK = os.sysconf("SC_CLK_TCK")
 
-    def __init__(self):
+
+def proc_cpu(pid):
+    """CPU seconds of a live process (0 once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            st = f.read().rsplit(")", 1)[1].split()
+        return (int(st[11]) + int(st[12])) / TCK
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return 0.0
+
+
+def own_cpu(who):
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+class Clock:
+    """Times an iteration: first output, last output, count; and the CPU time spent from the
+    first output on by this process (all its threads) and the worker processes ``pids()``
+    (read at the first output; workers reaped by the end count through RUSAGE_CHILDREN)."""
+
+    def __init__(self, pids=lambda: []):
         self.t0 = time.perf_counter()
         self.first = None
         self.n = 0
+        self.pids = pids
 
     def tick(self):
         self.n += 1
         if self.first is None:
             self.first = time.perf_counter()
+            self.cpu0 = own_cpu(resource.RUSAGE_SELF) + own_cpu(resource.RUSAGE_CHILDREN)
+            self.workers = list(self.pids())
+            self.cpu0 += sum(proc_cpu(p) for p in self.workers)
 
     def result(self, n_expected):
         end = time.perf_counter()
         assert self.n == n_expected, f"{self.n} outputs for {n_expected} items"
+        cpu = own_cpu(resource.RUSAGE_SELF) + own_cpu(resource.RUSAGE_CHILDREN)
+        cpu += sum(proc_cpu(p) for p in self.workers)
         steady = (self.n - 1) / max(end - self.first, 1e-9) if self.n > 1 else 0.0
-        return {"rate": steady, "first": self.first - self.t0, "total": end - self.t0}
+        per_item = (cpu - self.cpu0) / max(self.n - 1, 1)
+        return {"rate": steady, "first": self.first - self.t0, "total": end - self.t0,
+                "cpu": per_item}
 
 
 def run_loop(items, step, workers):
@@ -111,21 +141,22 @@ def run_loop(items, step, workers):
 
 def run_shmpipe(items, step, workers):
     p = shmpipe.Pipeline(items, steps=[step], workers=workers)
-    c = Clock()
+    c = Clock(lambda: p.pids)
     for _ in p:
         c.tick()
+    p.close()  # the workers are reaped: their CPU time is in RUSAGE_CHILDREN
     return c.result(len(items))
 
 
 def run_pool(items, step, workers, chunksize, pool):
-    c = Clock()
+    c = Clock(lambda: [w.pid for w in pool._pool])
     for _ in pool.imap_unordered(step, items, chunksize=chunksize):
         c.tick()
     return c.result(len(items))
 
 
 def run_executor(items, step, workers, chunksize, ex):
-    c = Clock()
+    c = Clock(lambda: list(ex._processes))
     for _ in ex.map(step, items, chunksize=chunksize):
         c.tick()
     return c.result(len(items))
@@ -171,6 +202,12 @@ def measure(items, step, workers_list, repeat):
             pool.terminate()
             ex.shutdown(cancel_futures=True)
     return out
+
+
+def fastest_peer(r):
+    """The name of the fastest Pool or Executor contender of a round."""
+    return max((k for k in r if k.startswith(("pool/", "executor/"))),
+               key=lambda k: r[k]["rate"])
 
 
 def median(xs):
@@ -284,10 +321,12 @@ def main(argv=None):
     print(f"# bench_pipeline  {now()}  load {load()}  cpus {os.cpu_count()}  "
           f"heavy step {reps} reps (~50 us)  rounds {repeat}")
     print("# items/s steady state, best of the rounds; ratio = median over rounds of "
-          "shmpipe / best of Pool and Executor in the same round")
+          "shmpipe / best of Pool and Executor in the same round; CPU us/item: this process "
+          "and its workers from the first output on (median over rounds; peer: that of the "
+          "faster of Pool and Executor); cpu ratio = peer / shmpipe")
     print(f"{'step':7} {'floats':>8} {'W':>2} {'loop':>11} {'shmpipe':>11} {'Pool':>11} "
           f"{'(chunk)':>7} {'Executor':>11} {'(chunk)':>7} {'ratio':>6} {'goal':>5}  "
-          f"{'start s':>7}")
+          f"{'start s':>7} {'cpu us':>7} {'peer':>7} {'cpu ratio':>9}")
     scaling = {}
     for step_name in steps:
         step = STEPS[step_name]
@@ -308,9 +347,12 @@ def main(argv=None):
                 goal = 2.0 if size <= 1000 else 5.0
                 verdict = "" if step_name == "heavy" else ("met" if ratio >= goal else "NOT")
                 start = min(r["shmpipe"]["first"] for r in rounds)
+                cpu = median([r["shmpipe"]["cpu"] for r in rounds]) * 1e6
+                peer_cpu = median([r[fastest_peer(r)]["cpu"] for r in rounds]) * 1e6
                 print(f"{step_name:7} {size:>8} {w:>2} {loop} {fmt_rate(best('shmpipe'))} "
                       f"{fmt_rate(pool[0])} {pool[1]:>7} {fmt_rate(ex[0])} {ex[1]:>7} "
-                      f"{ratio:6.2f} {verdict:>5}  {start:7.2f}", flush=True)
+                      f"{ratio:6.2f} {verdict:>5}  {start:7.2f} {cpu:7.1f} {peer_cpu:7.1f} "
+                      f"{peer_cpu / cpu:9.2f}", flush=True)
             if len(workers_list) > 1:
                 lo, hi = workers_list[0], workers_list[-1]
                 scaling[(step_name, size)] = median(
