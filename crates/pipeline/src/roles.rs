@@ -3,10 +3,11 @@
 //! and pid).
 
 use std::os::fd::AsFd;
-use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::Epochs;
+use crate::chain::Chain;
 use crate::handover::{Ctrl, CtrlError, Kind};
 use crate::issued::Issued;
 use crate::item::Item;
@@ -14,12 +15,10 @@ use crate::node::{
     ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
     Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
 };
-use crate::source::{
-    ShuffleBuffer, Source, SourceContext, SourceError, buffer_seed, derive_seed, epoch_order,
-};
-use crate::step::{Registry, Step, StepContext, WorkerInfo};
+use crate::records::{ReadOrder, Records};
+use crate::source::{Source, SourceContext, SourceError};
+use crate::step::Registry;
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
-use crate::{Epochs, OnBadRecord};
 
 /// The child's control socket and how it names itself (set once in [`run_child`]).
 static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
@@ -189,7 +188,7 @@ fn run_emitter(
             "emitter started without a source".into(),
         )),
     };
-    let mut source = match source {
+    let source = match source {
         Ok(s) => s,
         Err(error) => {
             out.report(Report::Source { emitter: e, error });
@@ -215,47 +214,37 @@ fn run_emitter(
         *k += 1;
         r
     };
-    let len = source.len();
+    let mut records = Records::new(
+        source,
+        ReadOrder {
+            seed: plan.seed,
+            shuffle: plan.shuffle,
+            shuffle_buffer: plan.shuffle_buffer,
+            rank: plan.rank,
+            emitter: e,
+            on_bad_record: plan.on_bad_record,
+        },
+    );
     let mut epoch = 0u64;
     let result: Result<(), i32> = (|| {
         loop {
             match plan.epochs {
                 Epochs::Finite(n) if epoch >= n => return Ok(()),
-                Epochs::Cycle if len == 0 => return Ok(()),
+                Epochs::Cycle if records.is_empty() => return Ok(()),
                 _ => {}
             }
-            let base = [plan.seed, epoch, plan.rank as u64, e as u64];
-            let order = epoch_order(len, plan.shuffle.then(|| derive_seed(&base)));
-            let mut buf = (plan.shuffle && plan.shuffle_buffer > 1)
-                .then(|| ShuffleBuffer::new(plan.shuffle_buffer, buffer_seed(derive_seed(&base))));
-            for idx in order {
-                let item = match source.read(idx) {
-                    Ok(item) => item,
-                    Err(SourceError::BadRecord { .. })
-                        if plan.on_bad_record == OnBadRecord::Skip =>
-                    {
-                        stats.skipped += 1;
-                        continue;
-                    }
-                    Err(error) => {
-                        out.report(Report::Source { emitter: e, error });
-                        return Err(EXIT_REPORTED);
-                    }
-                };
-                let item = match buf.as_mut() {
-                    Some(b) => b.push(item),
-                    None => Some(item),
-                };
-                if let Some(item) = item {
-                    send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
-                }
-            }
-            for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
+            records.start_epoch(epoch);
+            for r in records.by_ref() {
+                let item = r.map_err(|error| {
+                    out.report(Report::Source { emitter: e, error });
+                    EXIT_REPORTED
+                })?;
                 send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
             }
             epoch += 1;
         }
     })();
+    stats.skipped = records.skipped();
     if let Err(code) = result {
         return code;
     }
@@ -282,7 +271,7 @@ fn lost(what: &str, e: &TransportError) -> i32 {
 }
 
 /// Keeps error messages well under the transport's metadata limit (64 KiB).
-fn clip(mut s: String) -> String {
+pub(crate) fn clip(mut s: String) -> String {
     const MAX: usize = 8192;
     if s.len() > MAX {
         let mut cut = MAX;
@@ -295,181 +284,13 @@ fn clip(mut s: String) -> String {
     s
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panicked: {s}")
     } else if let Some(s) = p.downcast_ref::<String>() {
         format!("panicked: {s}")
     } else {
         "panicked".to_owned()
-    }
-}
-
-/// The step instances of one worker, run in sequence on every run of inputs.
-struct Chain {
-    /// (name, instance, inputs processed, nanoseconds spent).
-    steps: Vec<(String, Box<dyn Step>, u64, u64)>,
-    stage: usize,
-    worker: usize,
-    /// Scratch buffers reused for every run of inputs (no allocation per item or batch).
-    cur: Vec<Item>,
-    next: Vec<Item>,
-    /// Per original input of a run: the end of its outputs so far (in `cur`).
-    bounds: Vec<usize>,
-    /// Per input of the current step: the end of its outputs (in `next`).
-    step_ends: Vec<usize>,
-}
-
-/// A step failure inside a run: (index of the original input, step name, message).
-type Failure = (usize, String, String);
-
-impl Chain {
-    fn new(stage: usize, worker: usize) -> Chain {
-        Chain {
-            steps: Vec::new(),
-            stage,
-            worker,
-            cur: Vec::new(),
-            next: Vec::new(),
-            bounds: Vec::new(),
-            step_ends: Vec::new(),
-        }
-    }
-
-    /// Runs all steps on the run `items` (taken out), each step once for the whole run
-    /// ([`Step::process_batch`]). Outputs go to `out`, and for each input the end of its
-    /// outputs in `out` to `ends`. On failure nothing of the run goes to `out`.
-    fn run_batch(
-        &mut self,
-        items: &mut Vec<Item>,
-        out: &mut Vec<Item>,
-        ends: &mut Vec<usize>,
-    ) -> Result<(), Failure> {
-        let n = items.len();
-        let mut cur = std::mem::take(&mut self.cur);
-        let mut bounds = std::mem::take(&mut self.bounds);
-        cur.clear();
-        bounds.clear();
-        if self.steps.is_empty() {
-            cur.append(items);
-            bounds.extend(1..=n);
-        }
-        let mut r = Ok(());
-        for s in 0..self.steps.len() {
-            if s == 0 {
-                r = self
-                    .call(0, items, &mut cur, &mut bounds)
-                    .map_err(|(i, m)| (i, 0, m));
-            } else {
-                let mut next = std::mem::take(&mut self.next);
-                let mut step_ends = std::mem::take(&mut self.step_ends);
-                next.clear();
-                step_ends.clear();
-                r = self
-                    .call(s, &mut cur, &mut next, &mut step_ends)
-                    .map_err(|(m_in, m)| {
-                        // Input `m_in` of step `s` descends from the first original input
-                        // whose outputs reach past it.
-                        let j = bounds.iter().position(|&b| b > m_in).unwrap_or(n);
-                        (j, s, m)
-                    });
-                if r.is_ok() {
-                    for b in bounds.iter_mut() {
-                        *b = if *b == 0 { 0 } else { step_ends[*b - 1] };
-                    }
-                    std::mem::swap(&mut cur, &mut next);
-                }
-                self.next = next;
-                self.step_ends = step_ends;
-            }
-            if r.is_err() {
-                break;
-            }
-        }
-        let r = match r {
-            Ok(()) => {
-                let base = out.len();
-                out.append(&mut cur);
-                ends.extend(bounds.iter().map(|b| base + b));
-                Ok(())
-            }
-            Err((j, s, m)) => {
-                cur.clear();
-                Err((j.min(n.saturating_sub(1)), self.steps[s].0.clone(), m))
-            }
-        };
-        items.clear();
-        self.cur = cur;
-        self.bounds = bounds;
-        r
-    }
-
-    /// Calls step `s` on `input` (taken out), timed, panics caught. `Err((index of the
-    /// failing input of this step, message))`.
-    fn call(
-        &mut self,
-        s: usize,
-        input: &mut Vec<Item>,
-        out: &mut Vec<Item>,
-        ends: &mut Vec<usize>,
-    ) -> Result<(), (usize, String)> {
-        let (_, step, calls, ns) = &mut self.steps[s];
-        *calls += input.len() as u64;
-        let t0 = Instant::now();
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process_batch(input, out, ends)));
-        *ns += t0.elapsed().as_nanos() as u64;
-        let message = match r {
-            Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => clip(e.to_string()),
-            Err(p) => clip(panic_message(&*p)),
-        };
-        input.clear();
-        Err((ends.len(), message))
-    }
-
-    fn failure(&self, step: String, input: String, message: String) -> Report {
-        Report::Step {
-            step,
-            stage: self.stage,
-            worker: self.worker,
-            input,
-            message,
-        }
-    }
-
-    /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
-    /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
-    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
-        let input = || "end of stream".to_owned();
-        for i in 0..self.steps.len() {
-            let (name, step, _, ns) = &mut self.steps[i];
-            let mut made = Vec::new();
-            let t0 = Instant::now();
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
-            *ns += t0.elapsed().as_nanos() as u64;
-            let message = match r {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(clip(e.to_string())),
-                Err(p) => Some(clip(panic_message(&*p))),
-            };
-            if let Some(message) = message {
-                let name = name.clone();
-                return Err(self.failure(name, input(), message));
-            }
-            // Through the later steps: one run of inputs.
-            let (mut cur, mut next, mut ends) = (made, Vec::new(), Vec::new());
-            for s in i + 1..self.steps.len() {
-                next.clear();
-                ends.clear();
-                if let Err((_, message)) = self.call(s, &mut cur, &mut next, &mut ends) {
-                    let name = self.steps[s].0.clone();
-                    return Err(self.failure(name, input(), message));
-                }
-                std::mem::swap(&mut cur, &mut next);
-            }
-            out.append(&mut cur);
-        }
-        Ok(())
     }
 }
 
@@ -490,17 +311,41 @@ impl Run {
         self.items.push(item);
     }
 
-    /// Runs the items through the chain and sends their outputs in order (in the ordered
-    /// mode the last output of each group flagged, an empty group as a group end); on a step
+    /// Runs the items through the chain and sends their outputs in order (the last output of
+    /// each group flagged, an empty group as a group end); on a step
     /// failure, reports it. `Err(exit code)`.
     fn process(&mut self, chain: &mut Chain, plan: &Plan, out: &mut Outputs) -> Result<(), i32> {
         if self.items.is_empty() {
             return Ok(());
         }
         let stage = chain.stage;
-        if let Err((i, step, message)) =
-            chain.run_batch(&mut self.items, &mut self.outputs, &mut self.ends)
-        {
+        let keys = &self.keys;
+        let key = |i: usize| (keys[i].0, keys[i].1);
+        let failed = chain
+            .run_batch(&mut self.items, &key, &mut self.outputs, &mut self.ends)
+            .err();
+        // The inputs before a failing one are done: their outputs go out first.
+        let mut sent = Ok(());
+        let mut done = 0;
+        let mut outs = self.outputs.drain(..);
+        for ((e, k, last, _), &end) in self.keys.iter().zip(&self.ends) {
+            let (e, k, last) = (*e, *k, *last);
+            let dest = plan.route(stage, e, k);
+            let n = end - done;
+            done = end;
+            // Group ends travel in both modes: the consumer counts finished inputs
+            // (`Pipeline::inputs_done`); the ordered mode also releases by them.
+            for (i, item) in outs.by_ref().take(n).enumerate() {
+                let last = last && i + 1 == n;
+                sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+            }
+            if last && n == 0 {
+                sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
+            }
+        }
+        drop(outs);
+        self.ends.clear();
+        if let Some((i, step, message)) = failed {
             let (e, k, _, desc) = &self.keys[i];
             let mut input = if (*e, *k) == (FINISH_E, FINISH_K) {
                 format!(
@@ -513,26 +358,13 @@ impl Run {
             if !desc.is_empty() {
                 input = format!("{input} ({desc})");
             }
+            if let Err(e) = sent {
+                return Err(lost("output", &e));
+            }
             out.report(chain.failure(step, input, message));
             return Err(EXIT_REPORTED);
         }
-        let mut sent = Ok(());
-        let mut done = 0;
-        let mut outs = self.outputs.drain(..);
-        for ((e, k, last, _), &end) in self.keys.drain(..).zip(&self.ends) {
-            let dest = plan.route(stage, e, k);
-            let n = end - done;
-            done = end;
-            for (i, item) in outs.by_ref().take(n).enumerate() {
-                let last = plan.ordered && last && i + 1 == n;
-                sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
-            }
-            if plan.ordered && last && n == 0 {
-                sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
-            }
-        }
-        drop(outs);
-        self.ends.clear();
+        self.keys.clear();
         sent.map_err(|e| lost("output", &e))
     }
 }
@@ -545,30 +377,14 @@ fn run_worker(
     mut ins: Inputs,
     mut out: Outputs,
 ) -> i32 {
-    let info = WorkerInfo {
-        stage,
-        worker: w,
-        workers: plan.stages[stage].workers,
-        rank: plan.rank,
-        world_size: plan.world_size,
-        seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, w as u64]),
-    };
-    let mut chain = Chain::new(stage, w);
-    for (name, args) in &plan.stages[stage].steps {
-        match reg.build_step(name, &StepContext { args, worker: info }) {
-            Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
-            Err(e) => {
-                out.report(Report::Step {
-                    step: name.clone(),
-                    stage,
-                    worker: w,
-                    input: "(none: building the step)".into(),
-                    message: e.to_string(),
-                });
-                return EXIT_REPORTED;
-            }
+    let steps = &plan.stages[stage].steps;
+    let mut chain = match Chain::build(reg, plan, steps, stage, w, plan.stages[stage].workers) {
+        Ok(c) => c,
+        Err(r) => {
+            out.report(r);
+            return EXIT_REPORTED;
         }
-    }
+    };
     let mut stats = Stats::default();
     let mut run = Run::default();
     loop {
@@ -663,72 +479,6 @@ fn run_worker(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn chain(steps: Vec<Box<dyn Step>>) -> Chain {
-        let mut c = Chain::new(0, 0);
-        for (i, s) in steps.into_iter().enumerate() {
-            c.steps.push((format!("s{i}"), s, 0, 0));
-        }
-        c
-    }
-
-    fn fan() -> Box<dyn Step> {
-        // Input n gives n % 3 outputs (n, j).
-        Box::new(crate::flat_map(|it: Item, out: &mut Vec<Item>| {
-            let n = it.i64("n").unwrap_or(0);
-            out.extend((0..n % 3).map(|j| it.clone().with_meta("j", j)));
-            Ok(())
-        }))
-    }
-
-    #[test]
-    fn a_run_through_several_flat_map_steps_keeps_each_inputs_outputs_together() {
-        let mut c = chain(vec![fan(), fan(), fan()]);
-        let mut items: Vec<Item> = (0..9).map(|n| Item::new().with_meta("n", n)).collect();
-        let (mut out, mut ends) = (vec![Item::new()], Vec::new());
-        c.run_batch(&mut items, &mut out, &mut ends).unwrap();
-        assert!(items.is_empty());
-        // n % 3 outputs per step, three steps: (n % 3)^3 outputs, after the one in `out`.
-        let want: Vec<usize> = (0..9)
-            .scan(1, |end, n| {
-                *end += (n % 3usize).pow(3);
-                Some(*end)
-            })
-            .collect();
-        assert_eq!(ends, want);
-        for (i, w) in ends.windows(2).enumerate() {
-            assert!(
-                out[w[0]..w[1]]
-                    .iter()
-                    .all(|o| o.i64("n") == Some(i as i64 + 1))
-            );
-        }
-        assert_eq!(c.steps.iter().map(|s| s.2).collect::<Vec<_>>(), [9, 9, 15]);
-    }
-
-    #[test]
-    fn a_failure_in_a_later_step_names_the_original_input() {
-        let fail = Box::new(crate::map(|it: Item| match it.i64("n") {
-            Some(5) => Err(crate::StepError::new("five")),
-            _ => Ok(it),
-        }));
-        let boom = Box::new(crate::map(|it: Item| match it.i64("n") {
-            Some(7) => panic!("seven"),
-            _ => Ok(it),
-        }));
-        // Inputs 0, 3 and 6 have no output after `fan`: step 1's input indices differ from
-        // the original ones.
-        let mut c = chain(vec![fan(), fail, boom]);
-        let mut items: Vec<Item> = (0..9).map(|n| Item::new().with_meta("n", n)).collect();
-        let (mut out, mut ends) = (Vec::new(), Vec::new());
-        let (i, step, message) = c.run_batch(&mut items, &mut out, &mut ends).unwrap_err();
-        assert_eq!((i, step.as_str(), message.as_str()), (5, "s1", "five"));
-        assert!(out.is_empty() && ends.is_empty() && items.is_empty());
-        let mut items: Vec<Item> = (6..9).map(|n| Item::new().with_meta("n", n)).collect();
-        let (i, step, message) = c.run_batch(&mut items, &mut out, &mut ends).unwrap_err();
-        assert_eq!((i, step.as_str()), (1, "s2"));
-        assert!(message.contains("panicked: seven"), "{message}");
-    }
 
     #[test]
     fn long_messages_are_clipped_on_a_char_boundary() {

@@ -117,7 +117,8 @@ pub trait Step: Send + 'static {
         out: &mut Vec<Item>,
         ends: &mut Vec<usize>,
     ) -> Result<(), StepError> {
-        for it in items.drain(..) {
+        for (i, it) in items.drain(..).enumerate() {
+            crate::seed::select_input(i, 0);
             self.process(it, out)?;
             ends.push(out.len());
         }

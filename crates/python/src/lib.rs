@@ -12,6 +12,8 @@ mod dtype;
 mod errors;
 mod item;
 mod pipeline;
+mod pump;
+mod run;
 mod source;
 mod worker;
 
@@ -27,5 +29,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PipelineRun>()?;
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::item_seed, m)?)?;
     Ok(())
 }

@@ -3,22 +3,22 @@
 //! A sequence (a list, a numpy array, any object with `len` and indexing, e.g. a map-style
 //! dataset) is read item by item with `obj[i]`; any other iterable (a generator) is pulled
 //! with `next`. Nothing is pickled or copied up front, so start-up does not grow with the
-//! dataset, and a generator is never materialised: [`Feed::top_up`] pulls only while the
-//! pipeline's input queue is short (its channels full stop the input thread, and the queue
-//! then grows), so an endless generator streams with back-pressure.
+//! dataset, and a generator is never materialised: [`Feed::next_group`] is called only while
+//! the pipeline has room (`crate::run`: inputs in flight and bytes waiting in front of the
+//! channels are bounded), so an endless generator streams with back-pressure.
 //!
 //! Epochs, sharding and shuffling follow the emitters' definitions: a sequence is read in
 //! [`shmpipe::read_order`] of this rank's part (`part_range`); an iterable is sharded
 //! round-robin (item `i` goes to rank `i % world_size`) and shuffled with a shuffle buffer
 //! alone (its length is unknown), and it is iterated again for each epoch unless it is an
-//! iterator (read once).
+//! iterator (read once). The caller starts each epoch ([`Feed::start_epoch_at`]).
 
 use std::ops::Range;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyIterator;
-use shmpipe::{Input, ShuffleBuffer, derive_seed, part_range, read_order};
+use shmpipe::{Item, ShuffleBuffer, derive_seed, part_range, read_order};
 
 use crate::item;
 
@@ -37,11 +37,10 @@ pub struct FeedSpec {
 enum Src {
     /// `len` + indexing; `part`: this rank's index range.
     Seq { obj: Py<PyAny>, part: Range<usize> },
-    /// Anything iterable; `again`: `iter(obj)` gives a new pass (not an iterator).
+    /// Anything iterable (`iter(obj)` for each pass; an iterator gives one pass).
     Iter {
         obj: Py<PyAny>,
         it: Option<Py<PyIterator>>,
-        again: bool,
         /// Items pulled from `it` in this pass (for round-robin sharding and messages).
         pulled: u64,
         /// Shuffle buffer of this pass, with each item's position.
@@ -77,7 +76,7 @@ impl Feed {
     /// # Errors
     /// `TypeError` for an object that is neither; `ValueError` for an iterator (read once)
     /// with `epochs` other than 1.
-    pub fn new(py: Python<'_>, obj: &Bound<'_, PyAny>, spec: FeedSpec) -> PyResult<Feed> {
+    pub fn new(obj: &Bound<'_, PyAny>, spec: FeedSpec) -> PyResult<Feed> {
         let is_seq = obj.hasattr("__len__")? && obj.hasattr("__getitem__")?;
         let src = if is_seq {
             let part = part_range(obj.len()?, spec.rank, spec.world_size.max(1));
@@ -106,22 +105,30 @@ impl Feed {
             Src::Iter {
                 obj: obj.clone().unbind(),
                 it: None,
-                again,
                 pulled: 0,
                 buf: None,
                 rest: Vec::new(),
             }
         };
-        let mut f = Feed {
+        // Done until [`Feed::start_epoch_at`].
+        Ok(Feed {
             src,
             spec,
             epoch: 0,
             order: Vec::new(),
             pos: 0,
-            done: spec.epochs == Some(0),
-        };
-        f.start_epoch(py)?;
-        Ok(f)
+            done: true,
+        })
+    }
+
+    /// Starts epoch `epoch`: what is left of the current one is dropped.
+    ///
+    /// # Errors
+    /// What `iter(source)` raised.
+    pub fn start_epoch_at(&mut self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+        self.epoch = epoch;
+        self.done = false;
+        self.start_epoch(py)
     }
 
     fn start_epoch(&mut self, py: Python<'_>) -> PyResult<()> {
@@ -148,24 +155,6 @@ impl Feed {
                 *buf = (s.shuffle && s.shuffle_buffer > 1)
                     .then(|| ShuffleBuffer::new(s.shuffle_buffer, derive_seed(&[base, 1])));
             }
-        }
-        Ok(())
-    }
-
-    /// Ends the current epoch; starts the next one or marks the feed done.
-    fn next_epoch(&mut self, py: Python<'_>) -> PyResult<()> {
-        self.epoch += 1;
-        let empty = match &self.src {
-            Src::Seq { part, .. } => part.is_empty(),
-            Src::Iter { again, pulled, .. } => !*again || *pulled == 0,
-        };
-        self.done = match self.spec.epochs {
-            Some(n) => self.epoch >= n,
-            // Endless over nothing would spin forever.
-            None => empty,
-        };
-        if !self.done {
-            self.start_epoch(py)?;
         }
         Ok(())
     }
@@ -224,52 +213,35 @@ impl Feed {
                     }
                 }
             }
-            self.next_epoch(py)?;
+            // The end of this epoch (the caller starts the next one).
+            self.done = true;
         }
         Ok(None)
     }
 
-    /// Feeds items until `input` holds `max_items` items or `max_bytes` bytes, or the source
-    /// is exhausted (then `Ok(true)`: the caller closes the input). Items go over in groups
-    /// ([`Input::send_batch`]): one wake-up of the pipeline's input thread per group.
+    /// The next items of the current epoch, converted: up to `max_items` items or about
+    /// `max_bytes` array bytes; `None` at the end of the epoch.
     ///
     /// # Errors
     /// What reading the source raised (the user's own exception), or a `TypeError` /
     /// `ValueError` naming the item that cannot travel.
-    pub fn top_up(
+    pub fn next_group(
         &mut self,
         py: Python<'_>,
-        input: &mut Input,
         max_items: usize,
         max_bytes: usize,
-    ) -> PyResult<bool> {
-        const GROUP_ITEMS: usize = 256;
-        const GROUP_BYTES: usize = 1 << 20;
+    ) -> PyResult<Option<Vec<Item>>> {
         let mut group = Vec::new();
         let mut bytes = 0;
-        let mut ended = false;
-        while input.queued_items() + group.len() < max_items
-            && input.queued_bytes() + bytes < max_bytes
-        {
+        while group.len() < max_items && bytes < max_bytes {
             let Some((at, obj)) = self.next_obj(py)? else {
-                ended = true;
                 break;
             };
             let item = item::from_py(py, &obj).map_err(|e| at_item(py, e, at))?;
             bytes += item.nbytes();
             group.push(item);
-            if group.len() >= GROUP_ITEMS || bytes >= GROUP_BYTES {
-                if input.send_batch(std::mem::take(&mut group)).is_err() {
-                    // The pipeline's input thread stopped: the consumer reports why.
-                    return Ok(false);
-                }
-                bytes = 0;
-            }
         }
-        if input.send_batch(group).is_err() {
-            return Ok(false);
-        }
-        Ok(ended || self.done)
+        Ok((!group.is_empty()).then_some(group))
     }
 }
 

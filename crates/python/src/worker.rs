@@ -9,7 +9,7 @@
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
 use serde_json::Value;
 use shmpipe::{Item, Registry, Step, StepContext, StepError};
 
@@ -41,8 +41,9 @@ struct PyStep {
     fns: Vec<(Py<PyAny>, String)>,
 }
 
-/// Calls `f` on each output of a step's return value `r`: none for `None`, the elements of a
-/// list, a tuple or an iterator (a generator), else `r` itself (a dict, an array, any value).
+/// Calls `f` on each output of a step's return value `r`: none for `None`, `r` itself for a
+/// dict, a string, bytes, a numpy array or scalar or anything not iterable, else each element
+/// (a list, a tuple, a generator or any other iterable: flat-map).
 fn outputs<'py>(
     r: Bound<'py, PyAny>,
     f: &mut dyn FnMut(Bound<'py, PyAny>) -> Result<(), (usize, PyErr)>,
@@ -66,22 +67,40 @@ fn outputs<'py>(
         }
         return Ok(());
     }
-    if r.hasattr("__next__").map_err(|e| (at, e))? {
-        for o in r.try_iter().map_err(|e| (at, e))? {
-            f(o.map_err(|e| (at, e))?)?;
-        }
-        return Ok(());
+    if single(&r).map_err(|e| (at, e))? {
+        return f(r);
     }
-    f(r)
+    for o in r.try_iter().map_err(|e| (at, e))? {
+        f(o.map_err(|e| (at, e))?)?;
+    }
+    Ok(())
+}
+
+/// One output although iterable: a string, bytes, a numpy array or scalar; or not iterable.
+fn single(r: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if r.is_instance_of::<PyString>() || r.is_instance_of::<PyBytes>() {
+        return Ok(true);
+    }
+    if r.is_instance_of::<PyByteArray>() || r.is_instance_of::<PyMemoryView>() {
+        return Ok(true);
+    }
+    if !r.hasattr("__iter__")? {
+        return Ok(true);
+    }
+    let module = r.get_type().getattr("__module__")?;
+    Ok(module.extract::<&str>().is_ok_and(|m| m == "numpy"))
 }
 
 impl PyStep {
     /// Runs callables `from..` on `obj`; the final outputs are converted and pushed to `out`.
+    /// `input`: the index of the input in the run (each callable's item seed is set for it;
+    /// `None` at the end of stream, where the seed is the pseudo-input's).
     /// `Err((index of the callable to blame, error))`.
     fn run_from(
         &self,
         py: Python<'_>,
         from: usize,
+        input: Option<usize>,
         obj: Bound<'_, PyAny>,
         out: &mut Vec<Item>,
     ) -> Result<(), (usize, PyErr)> {
@@ -91,14 +110,32 @@ impl PyStep {
             out.push(it);
             return Ok(());
         };
+        if let Some(i) = input {
+            // Each fused callable its own seed: what it would be as a step of its own.
+            shmpipe::select_input(i, from as u64);
+        }
         let r = f.bind(py).call1((obj,)).map_err(|e| (from, e))?;
-        outputs(r, &mut |o| self.run_from(py, from + 1, o, out), from)
+        outputs(r, &mut |o| self.run_from(py, from + 1, input, o, out), from)
     }
 
     fn error(&self, py: Python<'_>, (i, e): (usize, PyErr)) -> StepError {
         let name = self.fns.get(i).map_or("python", |f| f.1.as_str());
-        StepError::new(format!("{name}\n{}", describe(py, e)))
+        let msg = format!("{name}\n{}", describe(py, e.clone_ref(py)));
+        RAISED.with(|r| *r.borrow_mut() = Some(e));
+        StepError::new(msg)
     }
+}
+
+thread_local! {
+    /// The exception of the last failed Python step call in this thread: with `workers=0`
+    /// the caller re-raises it as the `StepError`'s cause (or as itself, for
+    /// `KeyboardInterrupt`).
+    static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Takes the exception of the last failed Python step call in this thread.
+pub fn take_raised() -> Option<PyErr> {
+    RAISED.with(|r| r.borrow_mut().take())
 }
 
 /// A step's output that cannot be converted, as an error saying so.
@@ -125,9 +162,9 @@ impl Step for PyStep {
         ends: &mut Vec<usize>,
     ) -> Result<(), StepError> {
         Python::attach(|py| {
-            for it in items.drain(..) {
+            for (i, it) in items.drain(..).enumerate() {
                 let obj = item::to_py(py, it).map_err(|e| self.error(py, (0, e)))?;
-                self.run_from(py, 0, obj, out)
+                self.run_from(py, 0, Some(i), obj, out)
                     .map_err(|e| self.error(py, e))?;
                 ends.push(out.len());
             }
@@ -145,7 +182,7 @@ impl Step for PyStep {
                     .filter(|x| x.is_callable());
                 let Some(fin) = fin else { continue };
                 let r = fin.call0().map_err(|e| self.error(py, (i, e)))?;
-                outputs(r, &mut |o| self.run_from(py, i + 1, o, out), i)
+                outputs(r, &mut |o| self.run_from(py, i + 1, None, o, out), i)
                     .map_err(|e| self.error(py, e))?;
             }
             Ok(())

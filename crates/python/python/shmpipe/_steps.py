@@ -54,10 +54,20 @@ def step_spec(f: Any) -> dict:
     return {"pickle": base64.b64encode(blob).decode(), "main_path": main_path, "name": describe(f)}
 
 
+def _runs_script(main_path: str) -> bool:
+    """Whether this process's ``__main__`` is that script (the parent itself, with
+    ``workers=0``): it must not run a second time."""
+    f = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        return f is not None and os.path.samefile(f, main_path)
+    except OSError:
+        return False
+
+
 def _fixup_main(main_path: str | None) -> None:
     # The parent's script runs as `__mp_main__` (its `if __name__ == "__main__":` block does
     # not run), and pickles referring to `__main__` find its functions: multiprocessing's way.
-    if main_path and "__mp_main__" not in sys.modules:
+    if main_path and "__mp_main__" not in sys.modules and not _runs_script(main_path):
         from multiprocessing.spawn import _fixup_main_from_path
 
         _fixup_main_from_path(main_path)
