@@ -21,7 +21,7 @@ use crate::step::Registry;
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 
 /// The child's control socket and how it names itself (set once in [`run_child`]).
-static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
+static CHILD: OnceLock<(Arc<Ctrl>, String, String)> = OnceLock::new();
 
 /// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
 /// is no news and the child exits quietly. The parent tells its children one after another, so
@@ -29,7 +29,7 @@ static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
 /// allows the message a moment to arrive (a real loss is reported at most that much later).
 fn stopping() -> bool {
     const GRACE: Duration = Duration::from_millis(200);
-    let Some((c, _)) = CHILD.get() else {
+    let Some((c, _, _)) = CHILD.get() else {
         return false;
     };
     if c.stop_or_eof_pending() {
@@ -42,8 +42,15 @@ fn stopping() -> bool {
 
 /// Logs a real problem of this child on stderr, named by role and pid.
 fn log(msg: &str) {
-    let me = CHILD.get().map_or("child", |(_, m)| m.as_str());
+    let me = CHILD.get().map_or("child", |(_, m, _)| m.as_str());
     eprintln!("shmpipe {me}: {msg}");
+}
+
+/// This child's role as error reports name it (`worker 0 (stage 0)`).
+fn role_name() -> String {
+    CHILD
+        .get()
+        .map_or_else(|| "child".into(), |(_, _, r)| r.clone())
 }
 
 /// What a child gets from the start-up hand-over.
@@ -59,8 +66,10 @@ struct Connected {
 /// `Err(code)`: exit with it.
 fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
     let (plan, role) = (&spec.plan, spec.role);
+    // The reason goes to the parent too, which reports it as what the pipeline failed of.
     let setup = |m: String| {
         log(&m);
+        let _ = ctrl.send_failure(&m);
         EXIT_SETUP
     };
     let quiet = |e: CtrlError| match e {
@@ -154,7 +163,11 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
-    let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
+    let _ = CHILD.set((
+        Arc::clone(&ctrl),
+        spec.role.log_name(),
+        spec.role.describe(),
+    ));
     let Connected { outs, ins, issued } = match hand_over(spec, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
@@ -239,7 +252,9 @@ fn run_emitter(
                     out.report(Report::Source { emitter: e, error });
                     EXIT_REPORTED
                 })?;
-                send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
+                if let Err(e) = send(&mut out, item, &mut k) {
+                    return Err(output_failed(&mut out, "sending", e));
+                }
             }
             epoch += 1;
         }
@@ -255,8 +270,30 @@ fn run_emitter(
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
         .and_then(|()| out.finish());
     match end {
-        Err(e) => lost("ending", &e),
+        Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
+    }
+}
+
+/// A send on an output failed: a lost peer is a consequence ([`lost`]); anything else is
+/// this child's own failure (a batch too large for the channel, say), reported downstream
+/// as what it is, so the parent raises it instead of "lost a peer". Returns the exit code.
+fn output_failed(out: &mut Outputs, what: &str, e: TransportError) -> i32 {
+    let role = role_name();
+    match e {
+        TransportError::Closed | TransportError::PeerDied(_) => lost(what, &e),
+        _ if stopping() => EXIT_STOPPED,
+        TransportError::TooLarge(message) => {
+            log(&format!("{what}: {message}"));
+            out.report(Report::TooLarge { role, message });
+            EXIT_REPORTED
+        }
+        TransportError::Other(m) => {
+            let message = format!("{what}: {m}");
+            log(&message);
+            out.report(Report::Other { role, message });
+            EXIT_REPORTED
+        }
     }
 }
 
@@ -313,10 +350,10 @@ impl Run {
 
     /// Runs the items through the chain and sends their outputs in order (the last output of
     /// each group flagged, an empty group as a group end); on a step
-    /// failure, reports it. `Err(exit code)`.
-    fn process(&mut self, chain: &mut Chain, plan: &Plan, out: &mut Outputs) -> Result<(), i32> {
+    /// failure, reports it. `Ok(array bytes of the outputs)`, `Err(exit code)`.
+    fn process(&mut self, chain: &mut Chain, plan: &Plan, out: &mut Outputs) -> Result<usize, i32> {
         if self.items.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let stage = chain.stage;
         let keys = &self.keys;
@@ -324,6 +361,7 @@ impl Run {
         let failed = chain
             .run_batch(&mut self.items, &key, &mut self.outputs, &mut self.ends)
             .err();
+        let out_bytes = self.outputs.iter().map(Item::nbytes).sum::<usize>();
         // The inputs before a failing one are done: their outputs go out first.
         let mut sent = Ok(());
         let mut done = 0;
@@ -359,13 +397,14 @@ impl Run {
                 input = format!("{input} ({desc})");
             }
             if let Err(e) = sent {
-                return Err(lost("output", &e));
+                return Err(output_failed(out, "output", e));
             }
             out.report(chain.failure(step, input, message));
             return Err(EXIT_REPORTED);
         }
         self.keys.clear();
-        sent.map_err(|e| lost("output", &e))
+        sent.map_err(|e| output_failed(out, "output", e))?;
+        Ok(out_bytes)
     }
 }
 
@@ -385,10 +424,14 @@ fn run_worker(
             return EXIT_REPORTED;
         }
     };
+    // Most bytes of outputs a run of inputs holds before they go out (see the loop below).
+    let run_bytes = (4 * plan.batch_bytes).max(64 << 10);
     let mut stats = Stats::default();
     let mut run = Run::default();
+    // Output bytes per input of the last run.
+    let mut per_input: Option<usize> = None;
     loop {
-        let next = ins.next(&mut || out.flush_all());
+        let next = ins.next(&mut || out.idle());
         let frames = match next {
             Ok(Some((_, frames))) => frames,
             Ok(None) => break,
@@ -399,19 +442,37 @@ fn run_worker(
                 );
             }
             Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
-            Err(NextError::Idle(e)) => return lost("output", &e),
+            Err(NextError::Idle(e)) => return output_failed(&mut out, "output", e),
         };
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
-            // A run of items: all through the chain at once, then their outputs in order.
-            while let Some(Frame::Item { .. }) = frames.peek() {
+            // A run of items: all through the chain at once, then their outputs in order. A run
+            // holds about `run_bytes` of outputs at most (issue 18: a batch of many small
+            // records whose outputs are large grew every worker's heap by megabytes): its
+            // length follows the output bytes per input of the run before (one input first).
+            let cap = match per_input {
+                None => 1,
+                Some(b) => (run_bytes / b.max(1)).max(1),
+            };
+            let mut in_bytes = 0usize;
+            while run.items.len() < cap
+                && in_bytes < run_bytes
+                && let Some(Frame::Item { .. }) = frames.peek()
+            {
                 let Some(Frame::Item { e, k, last, item }) = frames.next() else {
                     break;
                 };
+                in_bytes += item.nbytes();
                 run.push(e, k, last, item);
             }
-            if let Err(code) = run.process(&mut chain, plan, &mut out) {
-                return code;
+            let n = run.items.len();
+            match run.process(&mut chain, plan, &mut out) {
+                Ok(bytes) if n > 0 => per_input = Some(bytes / n),
+                Ok(_) => {}
+                Err(code) => return code,
+            }
+            if let Some(Frame::Item { .. }) = frames.peek() {
+                continue; // the run ended on its bytes: the next one
             }
             let Some(f) = frames.next() else { break };
             let sent = match f {
@@ -431,7 +492,7 @@ fn run_worker(
                 }
             };
             if let Err(e) = sent {
-                return lost("output", &e);
+                return output_failed(&mut out, "output", e);
             }
         }
     }
@@ -454,7 +515,7 @@ fn run_worker(
         )
     });
     if let Err(e) = sent {
-        return lost("output", &e);
+        return output_failed(&mut out, "output", e);
     }
     let mut own = Stats {
         steps: chain
@@ -471,7 +532,7 @@ fn run_worker(
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
         .and_then(|()| out.finish());
     match end {
-        Err(e) => lost("ending", &e),
+        Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
     }
 }

@@ -114,6 +114,7 @@ fn queued_items_count_what_the_input_thread_has_not_yet_sent() {
             slots: 4,
             blocks: 2,
             block_size: 4096,
+            large_pool: 0,
         })
         .start()
         .unwrap();
@@ -160,6 +161,8 @@ fn an_item_the_input_cannot_send_is_the_error_not_the_worker_it_starved() {
                 slots: 0,
                 blocks: 4,
                 block_size: 64 << 10,
+                // No large size class: the item cannot travel at all.
+                large_pool: 0,
             })
             .start()
             .unwrap();

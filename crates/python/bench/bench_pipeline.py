@@ -158,11 +158,7 @@ def run_loop(items, step, workers):
 
 
 def run_shmpipe(items, step, workers):
-    # Items over a pool block (1 MiB) still need a bigger block until issue 18 item 1 (the
-    # bigitems branch) lands: room for two of them.
-    big = max(d["x"].nbytes for d in items[:1])
-    channel = (0, 8, 2 * big + (64 << 10)) if big > (512 << 10) else None
-    p = shmpipe.Pipeline(items, steps=[step], workers=workers, channel=channel)
+    p = shmpipe.Pipeline(items, steps=[step], workers=workers)
     c = Clock(lambda: p.pids)
     for _ in p:
         c.tick()
