@@ -329,6 +329,11 @@ impl Pipeline {
                         if let Some(err) = self.shared.take_primary() {
                             break err;
                         }
+                        // Enqueue mode: the input thread failed (e.g. an item too large for
+                        // the channels), and the workers it fed lost their peer.
+                        if let Some((_, m)) = input.as_ref().and_then(|st| st.failure()) {
+                            break Error::Transport(format!("enqueue: {m}"));
+                        }
                         if Instant::now() > deadline {
                             let last = self.plan.stages.len() - 1;
                             break self.shared.take_secondary().unwrap_or_else(|| {
@@ -461,6 +466,13 @@ impl Pipeline {
             arrays_copied: self.stats.copied,
             skipped_records: self.stats.skipped,
         }
+    }
+
+    /// How many outputs [`dequeue`](Pipeline::dequeue) returns without waiting: what is left
+    /// of the batches received so far. A consumer that hands outputs to another thread can
+    /// take them in chunks of this size.
+    pub fn ready(&self) -> usize {
+        self.ready.len()
     }
 
     /// Whether the end of stream was reached.

@@ -2,11 +2,10 @@
 //! loops. The child's watch over its parent, its log and its exit are in [`crate::child`].
 
 use std::os::fd::AsFd;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use crate::Epochs;
+use crate::chain::Chain;
 use crate::child::{log, stopping};
 use crate::credit::Gate;
 use crate::handover::{Ctrl, CtrlError, Kind};
@@ -16,8 +15,8 @@ use crate::node::{
     Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
 };
 use crate::records::{ReadOrder, Records};
-use crate::source::{Source, SourceContext, SourceError, derive_seed};
-use crate::step::{Registry, Step, StepContext, WorkerInfo};
+use crate::source::{Source, SourceContext, SourceError};
+use crate::step::Registry;
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 
 /// What a child gets from the start-up hand-over.
@@ -249,7 +248,7 @@ fn lost(what: &str, e: &TransportError) -> i32 {
 }
 
 /// Keeps error messages well under the transport's metadata limit (64 KiB).
-fn clip(mut s: String) -> String {
+pub(crate) fn clip(mut s: String) -> String {
     const MAX: usize = 8192;
     if s.len() > MAX {
         let mut cut = MAX;
@@ -262,7 +261,7 @@ fn clip(mut s: String) -> String {
     s
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panicked: {s}")
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -272,167 +271,80 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// The step instances of one worker, run in sequence on every input (also the whole pipeline
-/// of [`workers(0)`](crate::PipelineBuilder::workers), in the caller's thread).
-pub(crate) struct Chain {
-    pub(crate) steps: Vec<(String, Box<dyn Step>, u64, u64)>,
-    stage: usize,
-    worker: usize,
-    /// The pipeline's seed, and the global index of this chain's first step: what
-    /// [`crate::seed::for_input`] needs besides the input.
-    seed: u64,
-    step_offset: usize,
-    /// Scratch buffers reused for every input (no allocation per item).
-    cur: Vec<Item>,
-    next: Vec<Item>,
-    /// Time every step call. Off for a one-step chain: the worker then times runs of inputs
-    /// as a whole (two clock reads per run of a batch, not per item).
-    per_call: bool,
+/// One run of items of a worker (the item frames of a batch between two control frames),
+/// with scratch buffers reused from run to run.
+#[derive(Default)]
+struct Run {
+    items: Vec<Item>,
+    /// Per item: (emitter, record, last of its group, description for error messages).
+    keys: Vec<(u32, u64, bool, String)>,
+    outputs: Vec<Item>,
+    ends: Vec<usize>,
 }
 
-impl Chain {
-    /// Builds the steps of `stage` for worker `worker` (`workers(0)`: every step, as worker 0
-    /// of stage 0). A step that cannot be built is reported as its failure.
-    pub(crate) fn build(
-        reg: &Registry,
-        plan: &Plan,
-        steps: &[(String, serde_json::Value)],
-        stage: usize,
-        worker: usize,
-        workers: usize,
-    ) -> Result<Chain, Report> {
-        let info = WorkerInfo {
-            stage,
-            worker,
-            workers,
-            rank: plan.rank,
-            world_size: plan.world_size,
-            seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, worker as u64]),
-        };
-        let mut chain = Chain {
-            steps: Vec::new(),
-            stage,
-            worker,
-            seed: plan.seed,
-            step_offset: plan.stages[..stage].iter().map(|s| s.steps.len()).sum(),
-            cur: Vec::new(),
-            next: Vec::new(),
-            per_call: steps.len() != 1,
-        };
-        for (name, args) in steps {
-            match reg.build_step(name, &StepContext { args, worker: info }) {
-                Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
-                Err(e) => {
-                    return Err(Report::Step {
-                        step: name.clone(),
-                        stage,
-                        worker,
-                        input: "(none: building the step)".into(),
-                        message: e.to_string(),
-                    });
-                }
+impl Run {
+    fn push(&mut self, e: u32, k: u64, last: bool, item: Item) {
+        self.keys.push((e, k, last, item.describe()));
+        self.items.push(item);
+    }
+
+    /// Runs the items through the chain and sends their outputs in order (the last output of
+    /// each group flagged, an empty group as a group end); on a step
+    /// failure, reports it. `Ok(array bytes of the outputs)`, `Err(exit code)`.
+    fn process(&mut self, chain: &mut Chain, plan: &Plan, out: &mut Outputs) -> Result<usize, i32> {
+        if self.items.is_empty() {
+            return Ok(0);
+        }
+        let stage = chain.stage;
+        let keys = &self.keys;
+        let key = |i: usize| (keys[i].0, keys[i].1);
+        let failed = chain
+            .run_batch(&mut self.items, &key, &mut self.outputs, &mut self.ends)
+            .err();
+        let out_bytes = self.outputs.iter().map(Item::nbytes).sum::<usize>();
+        // The inputs before a failing one are done: their outputs go out first.
+        let mut sent = Ok(());
+        let mut done = 0;
+        let mut outs = self.outputs.drain(..);
+        for ((e, k, last, _), &end) in self.keys.iter().zip(&self.ends) {
+            let (e, k, last) = (*e, *k, *last);
+            let dest = plan.route(stage, e, k);
+            let n = end - done;
+            done = end;
+            // Group ends travel in both modes: the consumer counts finished inputs
+            // (`Pipeline::inputs_done`); the ordered mode also releases by them.
+            for (i, item) in outs.by_ref().take(n).enumerate() {
+                let last = last && i + 1 == n;
+                sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+            }
+            if last && n == 0 {
+                sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
             }
         }
-        Ok(chain)
-    }
-
-    /// Runs all steps on `item`, input `(e, k)`; outputs go to `out`.
-    pub(crate) fn run(
-        &mut self,
-        item: Item,
-        key: (u32, u64),
-        input: &dyn Fn() -> String,
-        out: &mut Vec<Item>,
-    ) -> Result<(), Report> {
-        let mut cur = std::mem::take(&mut self.cur);
-        cur.push(item);
-        let r = self.run_from(0, &mut cur, key, input, out);
-        cur.clear();
-        self.cur = cur;
-        r
-    }
-
-    /// Runs steps `start..` on the items `cur` of input `key`; outputs go to `out`.
-    fn run_from(
-        &mut self,
-        start: usize,
-        cur: &mut Vec<Item>,
-        key: (u32, u64),
-        input: &dyn Fn() -> String,
-        out: &mut Vec<Item>,
-    ) -> Result<(), Report> {
-        let (stage, worker) = (self.stage, self.worker);
-        let (seed, offset) = (self.seed, self.step_offset);
-        let mut next = std::mem::take(&mut self.next);
-        for (i, (name, step, calls, ns)) in self.steps.iter_mut().enumerate().skip(start) {
-            next.clear();
-            crate::seed::set(Some(crate::seed::for_input(seed, key.0, key.1, offset + i)));
-            for it in cur.drain(..) {
-                let desc = it.describe();
-                let t0 = self.per_call.then(Instant::now);
-                let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
-                if let Some(t0) = t0 {
-                    *ns += t0.elapsed().as_nanos() as u64;
-                }
-                *calls += 1;
-                let message = match r {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(e)) => clip(e.to_string()),
-                    Err(p) => clip(panic_message(&*p)),
-                };
-                let mut input = input();
-                if !desc.is_empty() {
-                    input = format!("{input} ({desc})");
-                }
-                crate::seed::set(None);
-                return Err(Report::Step {
-                    step: name.clone(),
-                    stage,
-                    worker,
-                    input,
-                    message,
-                });
-            }
-            std::mem::swap(cur, &mut next);
-        }
-        crate::seed::set(None);
-        out.append(cur);
-        self.next = next;
-        Ok(())
-    }
-
-    /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
-    /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
-    /// Item seeds: those of the pseudo-input `(FINISH_E, FINISH_K)`.
-    pub(crate) fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
-        let input = || "end of stream".to_owned();
-        let key = (FINISH_E, FINISH_K);
-        for i in 0..self.steps.len() {
-            let (name, step, _, ns) = &mut self.steps[i];
-            let mut made = Vec::new();
-            let t0 = Instant::now();
-            let s = crate::seed::for_input(self.seed, key.0, key.1, self.step_offset + i);
-            crate::seed::set(Some(s));
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
-            crate::seed::set(None);
-            *ns += t0.elapsed().as_nanos() as u64;
-            let message = match r {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(clip(e.to_string())),
-                Err(p) => Some(clip(panic_message(&*p))),
+        drop(outs);
+        self.ends.clear();
+        if let Some((i, step, message)) = failed {
+            let (e, k, _, desc) = &self.keys[i];
+            let mut input = if (*e, *k) == (FINISH_E, FINISH_K) {
+                format!(
+                    "end of stream (finish output of stage {})",
+                    stage.saturating_sub(1)
+                )
+            } else {
+                format!("emitter {e}, record {k}")
             };
-            if let Some(message) = message {
-                return Err(Report::Step {
-                    step: name.clone(),
-                    stage: self.stage,
-                    worker: self.worker,
-                    input: input(),
-                    message,
-                });
+            if !desc.is_empty() {
+                input = format!("{input} ({desc})");
             }
-            self.run_from(i + 1, &mut made, key, &input, out)?;
+            if let Err(e) = sent {
+                return Err(output_failed(out, "output", e));
+            }
+            out.report(chain.failure(step, input, message));
+            return Err(EXIT_REPORTED);
         }
-        Ok(())
+        self.keys.clear();
+        sent.map_err(|e| output_failed(out, "output", e))?;
+        Ok(out_bytes)
     }
 }
 
@@ -455,9 +367,9 @@ fn run_worker(
     // Most bytes of outputs a run of inputs holds before they go out (see the loop below).
     let run_bytes = (4 * plan.batch_bytes).max(64 << 10);
     let mut stats = Stats::default();
-    let mut outputs = Vec::new();
-    // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
-    let mut groups: Vec<(u32, u64, bool, usize)> = Vec::new();
+    let mut run = Run::default();
+    // Output bytes per input of the last run.
+    let mut per_input: Option<usize> = None;
     loop {
         let next = ins.next(&mut || out.idle());
         let frames = match next {
@@ -474,65 +386,30 @@ fn run_worker(
         };
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
-            // A run of items: all through the chain first (timed as a whole when the chain
-            // has one step), then their outputs in order. A run ends once its outputs hold
-            // `run_bytes` of arrays: a batch of many small records (row numbers, say) whose
-            // outputs are large is not all held at once (issue 18: it grew every worker's heap
-            // by megabytes, so the memory of a shared dataset grew with the workers).
-            let t0 = (!chain.per_call).then(Instant::now);
-            let mut failed = None;
-            let mut run_out = 0usize;
-            while run_out < run_bytes
+            // A run of items: all through the chain at once, then their outputs in order. A run
+            // holds about `run_bytes` of outputs at most (issue 18: a batch of many small
+            // records whose outputs are large grew every worker's heap by megabytes): its
+            // length follows the output bytes per input of the run before (one input first).
+            let cap = match per_input {
+                None => 1,
+                Some(b) => (run_bytes / b.max(1)).max(1),
+            };
+            let mut in_bytes = 0usize;
+            while run.items.len() < cap
+                && in_bytes < run_bytes
                 && let Some(Frame::Item { .. }) = frames.peek()
             {
                 let Some(Frame::Item { e, k, last, item }) = frames.next() else {
                     break;
                 };
-                let input = || {
-                    if (e, k) == (FINISH_E, FINISH_K) {
-                        format!(
-                            "end of stream (finish output of stage {})",
-                            stage.saturating_sub(1)
-                        )
-                    } else {
-                        format!("emitter {e}, record {k}")
-                    }
-                };
-                let before = outputs.len();
-                if let Err(r) = chain.run(item, (e, k), &input, &mut outputs) {
-                    failed = Some(r);
-                    break;
-                }
-                run_out += outputs[before..].iter().map(Item::nbytes).sum::<usize>();
-                groups.push((e, k, last, outputs.len()));
+                in_bytes += item.nbytes();
+                run.push(e, k, last, item);
             }
-            if let (Some(t0), Some(step)) = (t0, chain.steps.first_mut()) {
-                step.3 += t0.elapsed().as_nanos() as u64;
-            }
-            let mut sent = Ok(());
-            let mut done = 0;
-            let mut outs = outputs.drain(..);
-            for (e, k, last, end) in groups.drain(..) {
-                let dest = plan.route(stage, e, k);
-                let n = end - done;
-                done = end;
-                // Group ends travel in both modes: the consumer counts finished inputs
-                // (`Pipeline::inputs_done`); the ordered mode also releases by them.
-                for (i, item) in outs.by_ref().take(n).enumerate() {
-                    let last = last && i + 1 == n;
-                    sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
-                }
-                if last && n == 0 {
-                    sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
-                }
-            }
-            drop(outs);
-            if let Err(e) = sent {
-                return output_failed(&mut out, "output", e);
-            }
-            if let Some(r) = failed {
-                out.report(r);
-                return EXIT_REPORTED;
+            let n = run.items.len();
+            match run.process(&mut chain, plan, &mut out) {
+                Ok(bytes) if n > 0 => per_input = Some(bytes / n),
+                Ok(_) => {}
+                Err(code) => return code,
             }
             if let Some(Frame::Item { .. }) = frames.peek() {
                 continue; // the run ended on its bytes: the next one
@@ -559,6 +436,7 @@ fn run_worker(
             }
         }
     }
+    let mut outputs = Vec::new();
     if let Err(r) = chain.finish(&mut outputs) {
         out.report(r);
         return EXIT_REPORTED;

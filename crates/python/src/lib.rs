@@ -6,6 +6,7 @@
 
 use pyo3::prelude::*;
 
+mod arrays;
 mod channel;
 mod dtype;
 mod errors;
@@ -13,6 +14,7 @@ mod item;
 mod pipeline;
 mod pump;
 mod run;
+mod source;
 mod worker;
 
 #[pymodule]
@@ -29,6 +31,5 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::item_seed, m)?)?;
-    m.add("VALUE_KEY", pipeline::VALUE_KEY)?;
     Ok(())
 }
