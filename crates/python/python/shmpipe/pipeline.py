@@ -118,6 +118,8 @@ class Pipeline:
             blob = pickle.dumps(src)
         except Exception as e:  # noqa: BLE001
             raise ValueError(f"the source cannot be sent to the emitter process ({e})") from e
+        if b"__main__" not in blob:  # the emitter need not run the main script's imports
+            main_path = None
         # An inherited memfd: nothing on disk or in /dev/shm that a killed parent could leave.
         fd = os.memfd_create("shmpipe-source", 0)
         with os.fdopen(os.dup(fd), "wb") as f:
