@@ -140,24 +140,32 @@ class Rebatcher:
 
 # ---- stack_fn -------------------------------------------------------------------------
 
-class TorchColumns:
-    """The stacking of GluonTS's ``as_stacked_batches(output_type=torch.tensor)``: every
-    column through ``np.array`` then ``torch.tensor`` (stacked columns are handed over
-    without a copy, as tensors over the batch's memory)."""
+class ColumnStack:
+    """The stacking of GluonTS's ``as_stacked_batches``: every column through ``np.array``,
+    then ``output_type`` (e.g. ``torch.tensor``) if given. Stacked columns are used as
+    they arrive; with ``output_type=torch.tensor`` they become tensors over the batch's
+    memory (``torch.as_tensor``: same values and dtype, no copy)."""
 
-    def __call__(self, rows: list[dict]) -> dict:  # the generic form, never used on columns
-        import torch
+    def __init__(self, output_type: Callable | None = None):
+        self.output_type = output_type
 
-        return {k: torch.tensor(np.array([r[k] for r in rows])) for k in rows[0]}
+    def __call__(self, rows: list[dict]) -> dict:
+        return {k: self._out(np.array([r[k] for r in rows])) for k in rows[0]} if rows else {}
 
-    @staticmethod
-    def columns(chunk: Chunk) -> dict:
-        import torch
+    def columns(self, chunk: Chunk) -> dict:
+        return {k: self._out(c if type(c) is np.ndarray else np.array(c))
+                for k, c in zip(chunk.keys, chunk.cols)}
 
-        out = {}
-        for k, c in zip(chunk.keys, chunk.cols):
-            out[k] = torch.as_tensor(c) if type(c) is np.ndarray else torch.tensor(np.array(c))
-        return out
+    def _out(self, a: np.ndarray) -> Any:
+        f = self.output_type
+        if f is None:
+            return a
+        if getattr(f, "__module__", None) == "torch" and getattr(f, "__name__", "") == "tensor":
+            import torch
+
+            if f is torch.tensor and a.dtype.kind in "biuf":
+                return torch.as_tensor(a)
+        return f(a)
 
 
 def _batchify_device(stack_fn: Callable) -> tuple[bool, Any]:
@@ -176,16 +184,16 @@ def _batchify_device(stack_fn: Callable) -> tuple[bool, Any]:
 
 class Stacker:
     """Applies ``stack_fn`` to a chunk: on the columns directly when it is one whose result
-    is known (gluonts.torch's ``batchify``, :class:`TorchColumns`), else on the rows."""
+    is known (gluonts.torch's ``batchify``, :class:`ColumnStack`), else on the rows."""
 
     def __init__(self, stack_fn: Callable):
         self.stack_fn = stack_fn
-        self.torch_columns = isinstance(stack_fn, TorchColumns)
+        self.column_stack = isinstance(stack_fn, ColumnStack)
         self.batchify, self.device = _batchify_device(stack_fn)
 
     def __call__(self, chunk: Chunk) -> Any:
-        if self.torch_columns:
-            return TorchColumns.columns(chunk)
+        if self.column_stack:
+            return self.stack_fn.columns(chunk)
         if self.batchify and self._plain(chunk):
             import torch
 

@@ -44,12 +44,13 @@ class _Loader:
         self.shuffle_buffer_length = shuffle_buffer_length
         self._stack = _batch.Stacker(stack_fn)
         self._fast: Optional[_fast.FastPlan] = None
+        self.why_not_fast = "fast_path=False" if not fast_path else "num_workers=0"
         if num_workers == 0:
             return
         source, fns, stages = _source.plan(dataset)
         stages = stages + [(self.transform, self._is_train)]
         if fast_path:
-            self._fast = _fast.plan(source, fns, stages, mode=self._mode,
+            self._fast, self.why_not_fast = _fast.plan(source, fns, stages, mode=self._mode,
                                     batch_size=batch_size, seed=self.seed,
                                     num_workers=num_workers,
                                     shuffle_buffer_length=shuffle_buffer_length)
@@ -60,7 +61,8 @@ class _Loader:
 
     @property
     def fast_path(self) -> bool:
-        """Whether the batches come from the Rust chain (``crates/timeseries``)."""
+        """Whether the batches come from the Rust chain (``crates/timeseries``); if not,
+        ``why_not_fast`` says which part of the chain or data it does not have."""
         return self._fast is not None
 
     def _pipeline(self) -> Pipeline:

@@ -1,0 +1,151 @@
+"""The Rust fast path of shmpipe.gluonts: which chains take it, and that its batches are
+GluonTS's (validation and test: field for field; training: every window is the slice of
+its series that its forecast_start says)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gluonts")
+pd = pytest.importorskip("pandas")
+
+from gluonts.dataset import loader as gl  # noqa: E402
+from gluonts.dataset.field_names import FieldName  # noqa: E402
+from gluonts.time_feature import hour_of_day  # noqa: E402
+from gluonts.transform import (  # noqa: E402
+    AddTimeFeatures,
+    AsNumpyArray,
+    Chain,
+    RemoveFields,
+    SelectFields,
+    SetField,
+)
+
+import gluonts_helpers as h  # noqa: E402
+from shmpipe.gluonts import (  # noqa: E402
+    InferenceDataLoader,
+    TrainDataLoader,
+    ValidationDataLoader,
+)
+from test_gluonts import stack_numpy  # noqa: E402
+
+PRED, CONTEXT = 6, 12
+
+
+def static_prefix():
+    """DeepAR's fields when it has no static features: constants, as its estimator sets."""
+    return Chain([
+        RemoveFields(field_names=[FieldName.FEAT_STATIC_REAL, FieldName.FEAT_DYNAMIC_REAL]),
+        SetField(output_field=FieldName.FEAT_STATIC_CAT, value=[0]),
+        SetField(output_field=FieldName.FEAT_STATIC_REAL, value=[0.0]),
+        AsNumpyArray(field=FieldName.FEAT_STATIC_CAT, expected_ndim=1, dtype=int),
+        AsNumpyArray(field=FieldName.FEAT_STATIC_REAL, expected_ndim=1),
+    ])
+
+
+def chain(split, past=None, prefix=True, select=False):
+    c = h.deepar_chain(context=CONTEXT, pred=PRED, sampler=h.samplers(PRED)[split], past=past)
+    if prefix:
+        c = static_prefix() + c
+    if select:
+        c = c + SelectFields(["feat_static_cat", "past_target", "past_time_feat",
+                              "future_target", "past_observed_values", "forecast_start"])
+    return c
+
+
+def data(tmp_path, kind, n=13, length=90, freq="h"):
+    recs = h.records(n, length, nan=0.08, min_len=20, seed=3)
+    for r in recs:
+        r["feat_static_cat"] = [3]
+    return h.file_dataset(tmp_path, recs, freq) if kind == "file" else h.list_dataset(recs, freq)
+
+
+def close(got, want):
+    assert list(got.keys()) == list(want.keys())
+    for k, w in want.items():
+        g = got[k]
+        if isinstance(w, np.ndarray):
+            assert (g.dtype, g.shape) == (w.dtype, w.shape), k
+            np.testing.assert_allclose(g, w, rtol=0, atol=1e-6, err_msg=k)
+        else:
+            assert g == w, k
+
+
+def test_the_deepar_chain_takes_the_fast_path_and_others_do_not(tmp_path):
+    ds = data(tmp_path, "file")
+    kw = dict(batch_size=4, stack_fn=stack_numpy)
+    assert ValidationDataLoader(ds, transform=chain("validation"), **kw).fast_path
+    assert InferenceDataLoader(ds, transform=chain("test"), **kw).fast_path
+    with TrainDataLoader(ds, transform=chain("train", past=CONTEXT + 7), **kw) as dl:
+        assert dl.fast_path
+    not_rust = [
+        h.LogScale() + chain("validation"),                        # a user step
+        chain("validation", prefix=False) + h.WriteIsTrain(),      # a field Rust lacks
+        h.default_transformation(),                                # other splitter
+    ]
+    other_features = chain("validation")
+    other_features.transformations[7] = AddTimeFeatures(
+        start_field="start", target_field="target", output_field="time_feat",
+        time_features=[hour_of_day], pred_length=PRED)
+    not_rust.append(other_features)
+    for c in not_rust:
+        assert not ValidationDataLoader(ds, transform=c, **kw).fast_path
+    assert not InferenceDataLoader(ds, transform=chain("validation"), **kw).fast_path
+    assert not ValidationDataLoader(ds, transform=chain("validation"), fast_path=False,
+                                    **kw).fast_path
+
+
+@pytest.mark.parametrize("kind", ["file", "list"])
+@pytest.mark.parametrize("split,select,lags", [("validation", False, 0), ("test", False, 9),
+                                               ("validation", True, 9), ("test", True, 0)])
+def test_validation_and_test_batches_are_gluonts_own(tmp_path, kind, split, select, lags):
+    ds = data(tmp_path, kind)
+    c = chain(split, past=CONTEXT + lags, select=select)
+    ours = ValidationDataLoader if split == "validation" else InferenceDataLoader
+    theirs = gl.ValidationDataLoader if split == "validation" else gl.InferenceDataLoader
+    dl = ours(ds, transform=c, batch_size=5, stack_fn=stack_numpy, num_workers=2)
+    assert dl.fast_path
+    got = list(dl)
+    want = list(theirs(ds, transform=c, batch_size=5, stack_fn=stack_numpy))
+    assert len(got) == len(want) > 1
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+def test_training_windows_are_slices_of_their_series(tmp_path):
+    recs = h.records(15, 120, nan=0.1, min_len=30, seed=4)
+    ds = h.file_dataset(tmp_path, recs)
+    series = {r["item_id"]: np.array([np.nan if v is None else v for v in r["target"]],
+                                     np.float32) for r in recs}
+    past = CONTEXT + 10
+    c = chain("train", past=past)
+    want = next(iter(gl.TrainDataLoader(ds, transform=c, batch_size=8, stack_fn=stack_numpy)))
+    with TrainDataLoader(ds, transform=c, batch_size=8, stack_fn=stack_numpy,
+                         num_batches_per_epoch=6, num_workers=2, seed=3) as dl:
+        assert dl.fast_path
+        batches = list(dl)
+    seen = set()
+    for b in batches:
+        assert list(b.keys()) == list(want.keys())
+        for k, w in want.items():
+            if isinstance(w, np.ndarray):
+                assert (b[k].dtype, b[k].shape[1:]) == (w.dtype, w.shape[1:]), k
+        np.testing.assert_array_equal(b["feat_static_cat"], np.zeros((8, 1), np.int64))
+        for r in range(8):
+            iid, fs, start = b["item_id"][r], b["forecast_start"][r], b["start"][r]
+            assert start == pd.Period("2021-01-01 00:00", "h")
+            idx = (fs - start).n
+            y = series[iid]
+            assert PRED <= len(y) - idx and idx >= 0
+            lo = max(idx - past, 0)
+            pad = past - (idx - lo)
+            want_past = np.concatenate([np.zeros(pad, np.float32), np.nan_to_num(y[lo:idx])])
+            np.testing.assert_array_equal(b["past_target"][r], want_past)
+            np.testing.assert_array_equal(b["past_is_pad"][r][:pad], 1)
+            np.testing.assert_array_equal(b["future_target"][r],
+                                          np.nan_to_num(y[idx:idx + PRED]))
+            np.testing.assert_array_equal(b["future_observed_values"][r],
+                                          ~np.isnan(y[idx:idx + PRED]))
+            seen.add(iid)
+    assert len(seen) >= 10
