@@ -1,0 +1,219 @@
+"""GluonTS with shmpipe's loaders against GluonTS's own, same data, same run.
+
+1. Loader throughput (windows/s) of DeepAR's training chain (the estimator's
+   ``create_transformation()`` + training instance splitter, past = context + max lag),
+   batch 32: GluonTS 0.17's ``TrainDataLoader`` (one process) vs ``shmpipe.gluonts.
+   TrainDataLoader`` with the same chain run in Python by ``--workers`` workers
+   (``fast_path=False``: the user-chain path) vs the same loader on the Rust fast path.
+2. Training: ``gluonts.torch.DeepAREstimator`` (CPU, context 168, prediction 24, 2 layers
+   of 40, batch 32, 100 batches per epoch, torch on one thread, ``--epochs`` epochs), with
+   GluonTS's loader, with ``use_shmpipe`` (Rust fast path) and with ``use_shmpipe(
+   fast_path=False)``, each from the same seed: seconds per epoch, the share of the epoch
+   spent waiting for batches (time inside the loader's ``next``), final training loss.
+
+Data: 2,000 hourly series of 500-5,000 points with 1% nulls, full-precision JSON lines (made once, kept
+in ``--data``'s path). Prints the UTC time and the load average with every figure.
+
+    python crates/python/bench/bench_gluonts_training.py [--epochs 3] [--workers 2]
+        [--skip-loaders] [--skip-training] [--data /tmp/gluonts_long.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import warnings
+from datetime import datetime, timezone
+
+import numpy as np
+
+warnings.filterwarnings("ignore")
+
+CONTEXT, PRED, BATCH, BATCHES = 168, 24, 32, 100
+
+
+def stamp() -> str:
+    la = os.getloadavg()
+    return (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M:%S} UTC, "
+            f"load {la[0]:.1f} {la[1]:.1f} {la[2]:.1f}")
+
+
+def generate(path: str, n: int = 2000, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        for i in range(n):
+            length = int(rng.integers(500, 5001))
+            level = rng.gamma(2.0, 10.0)
+            t = np.arange(length)
+            y = level * (1 + 0.3 * np.sin(2 * np.pi * t / 24)) + rng.normal(0, level / 5, length)
+            vals = [None if m else float(v)
+                    for v, m in zip(np.abs(y), rng.random(length) < 0.01)]
+            f.write(json.dumps({"start": "2021-01-01 00:00:00", "item_id": f"s{i}",
+                                "target": vals}) + "\n")
+    os.replace(tmp, path)
+
+
+def estimator(epochs: int, root: str):
+    from gluonts.torch.model.deepar import DeepAREstimator
+
+    return DeepAREstimator(
+        freq="h", prediction_length=PRED, context_length=CONTEXT, num_layers=2,
+        hidden_size=40, batch_size=BATCH, num_batches_per_epoch=BATCHES,
+        trainer_kwargs={"max_epochs": epochs, "accelerator": "cpu", "logger": False,
+                        "enable_progress_bar": False, "enable_model_summary": False,
+                        "default_root_dir": root})
+
+
+def training_chain():
+    """DeepAR's training transformation and splitter, as its estimator builds them."""
+    from gluonts.torch.model.deepar.estimator import TRAINING_INPUT_NAMES
+    from gluonts.transform import SelectFields
+
+    est = estimator(1, "/tmp")
+    module = est.create_lightning_module()
+    return (est.create_transformation() + est._create_instance_splitter(module, "training")
+            + SelectFields(TRAINING_INPUT_NAMES))
+
+
+def rate(loader, batches: int, warm: int) -> float:
+    it = iter(loader)
+    for _ in range(warm):
+        next(it)
+    t0 = time.perf_counter()
+    n = 0
+    for _ in range(batches):
+        n += len(next(it)["past_target"])
+    return n / (time.perf_counter() - t0)
+
+
+def loaders(path: str, workers: int) -> None:
+    from gluonts.dataset.common import FileDataset
+    from gluonts.dataset.loader import TrainDataLoader as GluonTSTrain
+    from gluonts.torch.batchify import batchify
+
+    from shmpipe.gluonts import TrainDataLoader
+
+    ds = FileDataset(path, freq="h")
+    print(f"\n1. loader throughput, batch {BATCH}, DeepAR's training chain "
+          f"(past {CONTEXT}+lags), windows/s")
+    np.random.seed(0)
+    g = GluonTSTrain(ds, transform=training_chain(), batch_size=BATCH, stack_fn=batchify)
+    base = rate(g, 60, 3)
+    print(f"  GluonTS TrainDataLoader (1 process):        {base:9.0f}   1.0x   [{stamp()}]")
+    for fast, label, n in ((False, "user chain in Python", 300), (True, "Rust fast path", 2000)):
+        with TrainDataLoader(ds, transform=training_chain(), batch_size=BATCH,
+                             stack_fn=batchify, num_workers=workers, fast_path=fast,
+                             seed=0) as dl:
+            assert dl.fast_path == fast, dl.why_not_fast
+            r = rate(dl, n, 10)
+        print(f"  shmpipe, {label:22s} {workers} workers: {r:9.0f} {r / base:5.1f}x   "
+              f"[{stamp()}]")
+
+
+class Timed:
+    """An iterable whose iterators count the time spent in ``next``."""
+
+    def __init__(self, inner, clock):
+        self.inner, self.clock = inner, clock
+
+    def __iter__(self):
+        it = iter(self.inner)
+        while True:
+            t0 = time.perf_counter()
+            try:
+                b = next(it)
+            except StopIteration:
+                return
+            finally:
+                self.clock["wait"] += time.perf_counter() - t0
+            yield b
+
+
+def train_once(path: str, epochs: int, mode: str, workers: int, root: str) -> dict:
+    import lightning.pytorch as pl
+    import torch
+    from gluonts.dataset.common import FileDataset
+
+    from shmpipe.gluonts import use_shmpipe
+
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+    est = estimator(epochs, root)
+    if mode != "gluonts":
+        use_shmpipe(est, num_workers=workers, fast_path=(mode == "shmpipe-rust"))
+    clock = {"wait": 0.0}
+    epochs_out: list = []
+    make = est.create_training_data_loader
+
+    def timed(*a, **k):
+        return Timed(make(*a, **k), clock)
+
+    est.create_training_data_loader = timed
+
+    class EpochClock(pl.Callback):
+        def on_train_epoch_start(self, trainer, module):
+            self.t0, self.w0 = time.perf_counter(), clock["wait"]
+
+        def on_train_epoch_end(self, trainer, module):
+            dt = time.perf_counter() - self.t0
+            epochs_out.append((dt, (clock["wait"] - self.w0) / dt,
+                               float(trainer.callback_metrics["train_loss"])))
+
+    est.trainer_kwargs["callbacks"] = [EpochClock()]
+    est.train_model(FileDataset(path, freq="h"))
+    return {"epochs": epochs_out}
+
+
+def training(path: str, epochs: int, workers: int) -> None:
+    import tempfile
+
+    print(f"\n2. DeepAR training, {epochs} epochs of {BATCHES} batches of {BATCH}, "
+          f"context {CONTEXT}, prediction {PRED}, 2x40 LSTM, torch on 1 thread")
+    res = {}
+    for mode in ("gluonts", "shmpipe-rust", "shmpipe-python"):
+        with tempfile.TemporaryDirectory() as root:
+            t = stamp()
+            res[mode] = train_once(path, epochs, mode, workers, root)
+        ep = res[mode]["epochs"]
+        secs = [e[0] for e in ep]
+        waits = [e[1] for e in ep]
+        later = ep[1:] or ep
+        print(f"  {mode:15s} s/epoch " + " ".join(f"{s:5.2f}" for s in secs)
+              + "   wait " + " ".join(f"{w:4.0%}" for w in waits)
+              + f"   final train_loss {ep[-1][2]:.4f}   [{t}]")
+        res[mode]["mean_later"] = float(np.mean([e[0] for e in later]))
+        res[mode]["wait_later"] = float(np.mean([e[1] for e in later]))
+    g = res["gluonts"]
+    for mode in ("shmpipe-rust", "shmpipe-python"):
+        r = res[mode]
+        print(f"  {mode}: epochs 2.. {r['mean_later']:.2f} s vs {g['mean_later']:.2f} s "
+              f"= {r['mean_later'] / g['mean_later']:.2f}x the GluonTS-loader run "
+              f"(goal <= 0.6x); waiting {r['wait_later']:.0%} (goal < 10%; GluonTS "
+              f"{g['wait_later']:.0%})")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="/tmp/shmpipe_gluonts_long.jsonl")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--skip-loaders", action="store_true")
+    ap.add_argument("--skip-training", action="store_true")
+    a = ap.parse_args()
+    if not os.path.exists(a.data):
+        print(f"generating {a.data} (2,000 hourly series of 500-5,000 points, 1% nulls)")
+        generate(a.data)
+    print(f"data: {a.data}, {os.path.getsize(a.data) / 1e6:.0f} MB; {os.cpu_count()} CPUs; "
+          f"start {stamp()}")
+    if not a.skip_loaders:
+        loaders(a.data, a.workers)
+    if not a.skip_training:
+        training(a.data, a.epochs, a.workers)
+    print(f"end {stamp()}")
+
+
+if __name__ == "__main__":
+    main()
