@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 
 import numpy as np
@@ -54,6 +55,17 @@ class FailOn(MapTransformation):
     def map_transform(self, data: DataEntry, is_train: bool) -> DataEntry:
         if data.get(FieldName.ITEM_ID) == self.item_id:
             raise Boom(f"cannot transform {self.item_id}")
+        return data
+
+
+_CALLS = itertools.count()
+
+
+class CountCalls(MapTransformation):
+    """Stamps each entry with how many entries this process transformed before."""
+
+    def map_transform(self, data: DataEntry, is_train: bool) -> DataEntry:
+        data["calls"] = next(_CALLS)
         return data
 
 

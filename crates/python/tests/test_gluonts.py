@@ -194,6 +194,25 @@ def test_a_transformation_error_is_raised_with_its_type_and_the_worker_traceback
     assert "map_transform" in str(ei.value.__cause__)
 
 
+@pytest.mark.parametrize("cached", [True, False])
+def test_what_gluonts_caches_is_computed_once_per_entry_in_each_worker(cached):
+    # Cached(TransformedDataset) is what an estimator's train(..., cache_data=True) builds.
+    data = h.CountCalls().apply(h.list_dataset(h.records(6, 5)))
+    with TrainDataLoader(Cached(data) if cached else data,
+                         transform=h.default_transformation(), batch_size=4,
+                         stack_fn=stack_numpy, num_batches_per_epoch=9, num_workers=2) as dl:
+        batches = list(dl)  # 36 windows: each of the 6 entries 6 times
+    stamps: dict = {}
+    for b in batches:
+        for i, c in zip(b["item_id"], b["calls"]):
+            stamps.setdefault(i, set()).add(c)
+    assert len(stamps) == 6
+    if cached:
+        assert all(len(s) == 1 for s in stamps.values()), stamps
+    else:
+        assert all(len(s) >= 5 for s in stamps.values()), stamps
+
+
 def test_num_workers_zero_is_gluonts_own_loader():
     recs = h.list_dataset(h.records(6, 5))
     dl = ValidationDataLoader(recs, transform=h.default_transformation(), batch_size=4,

@@ -47,7 +47,7 @@ class _Loader:
         self.why_not_fast = "fast_path=False" if not fast_path else "num_workers=0"
         if num_workers == 0:
             return
-        source, fns, stages = _source.plan(dataset)
+        source, fns, stages, cached = _source.plan(dataset)
         stages = stages + [(self.transform, self._is_train)]
         if fast_path:
             self._fast, self.why_not_fast = _fast.plan(source, fns, stages, mode=self._mode,
@@ -57,7 +57,8 @@ class _Loader:
         self._source = source.configured(shuffle_buffer_length if self._train else None,
                                          self.seed)
         self._step = TransformStep(source.kind, fns, stages, seed=self.seed,
-                                   batch_size=batch_size, batch_in_worker=self._train)
+                                   batch_size=batch_size, batch_in_worker=self._train,
+                                   cached=cached)
 
     @property
     def fast_path(self) -> bool:

@@ -11,7 +11,9 @@ from ``Transformation.apply``, ``Cached``, ``Map`` from ``FileDataset``/``ListDa
   the workers unpickle them.
 
 Transformations found on the way (``TransformedDataset``) are handed back, to run in the
-workers before the loader's own ``transform``.
+workers before the loader's own ``transform``. What sits under a ``Cached`` wrapper (e.g.
+the estimator's transformation with ``train(..., cache_data=True)``) is computed once per
+entry by each worker and kept there, as ``Cached`` keeps it in GluonTS's own process.
 
 The source (:class:`EntrySource`) runs in the emitter process. Each item it sends holds
 the entry (``"p"``: bytes), its index in the dataset (``"i"``) and how many times that
@@ -32,14 +34,16 @@ import numpy as np
 LINES, PICKLED = 0, 1
 
 
-def _unwrap(ds: Any) -> tuple[Any, list, list]:
-    """``(data, map_fns, stages)``: the innermost data, the ``Map`` functions over it
-    (innermost first) and the ``(transformation, is_train)`` stages above them."""
+def _unwrap(ds: Any) -> tuple[Any, list, list, int]:
+    """``(data, map_fns, stages, cached)``: the innermost data, the ``Map`` functions over it
+    (innermost first), the ``(transformation, is_train)`` stages above them (innermost
+    first), and how many of those stages sit under a ``Cached`` wrapper (-1: no cache)."""
     from gluonts.itertools import Cached, Map
     from gluonts.transform import TransformedDataset
 
     fns: list = []
     stages: list = []
+    outside = None  # stages found above the outermost Cached
     while True:
         if isinstance(ds, TransformedDataset):
             if fns:  # a transformation under a Map: keep it as data
@@ -47,13 +51,15 @@ def _unwrap(ds: Any) -> tuple[Any, list, list]:
             stages.insert(0, (ds.transformation, ds.is_train))
             ds = ds.base_dataset
         elif isinstance(ds, Cached):
+            if outside is None:
+                outside = len(stages)
             ds = ds.iterable
         elif isinstance(ds, Map):
             fns.insert(0, ds.fn)
             ds = ds.iterable
         else:
-            return ds, fns, stages
-    return ds, fns, stages
+            break
+    return ds, fns, stages, -1 if outside is None else len(stages) - outside
 
 
 def _json_files(ds: Any) -> list[tuple[str, int, int | None]] | None:
@@ -75,9 +81,9 @@ def _collection(ds: Any) -> tuple[list, list] | None:
         return None
     files, fns0 = [], None
     for d in ds.datasets:
-        inner, fns, stages = _unwrap(d)
+        inner, fns, stages, cached = _unwrap(d)
         f = _json_files(inner)
-        if f is None or stages:
+        if f is None or stages or cached >= 0:
             return None
         blob = pickle.dumps(fns)
         if fns0 is None:
@@ -88,9 +94,9 @@ def _collection(ds: Any) -> tuple[list, list] | None:
     return files, (fns0[1] if fns0 else [])
 
 
-def plan(dataset: Any) -> tuple["EntrySource", list, list]:
-    """``(source, map_fns, stages)`` for ``dataset`` (see the module doc)."""
-    data, fns, stages = _unwrap(dataset)
+def plan(dataset: Any) -> tuple["EntrySource", list, list, int]:
+    """``(source, map_fns, stages, cached)`` for ``dataset`` (see the module doc)."""
+    data, fns, stages, cached = _unwrap(dataset)
     files = _json_files(data)
     if files is None:
         coll = _collection(data)
@@ -102,11 +108,11 @@ def plan(dataset: Any) -> tuple["EntrySource", list, list]:
         except Exception:  # noqa: BLE001 - an unpicklable Map function: read it here
             files = None
     if files is not None:
-        return EntrySource(LINES, files), fns, stages
+        return EntrySource(LINES, files), fns, stages, cached
     for fn in fns:  # innermost first: read through the Map functions here
         data = map(fn, data)
     entries = [pickle.dumps(e, protocol=5) for e in data]
-    return EntrySource(PICKLED, entries), [], stages
+    return EntrySource(PICKLED, entries), [], stages, cached
 
 
 def _line_ranges(path: str, start: int, n: int | None) -> np.ndarray:

@@ -50,7 +50,7 @@ class TransformStep:
     """``(kind, map_fns, stages)`` from ``_source.plan``, plus the loader's settings."""
 
     def __init__(self, kind: int, fns: list, stages: list, *, seed: int, batch_size: int,
-                 batch_in_worker: bool):
+                 batch_in_worker: bool, cached: int = -1):
         try:
             self._blob = pickle.dumps((fns, stages))
         except Exception as e:  # noqa: BLE001 - pickling raises many types
@@ -60,19 +60,21 @@ class TransformStep:
                 "a module), or use num_workers=0") from e
         self._main = _main_path(self._blob)
         self.kind, self.seed, self.batch_size = kind, seed, batch_size
-        self.batch_in_worker = batch_in_worker
+        self.batch_in_worker, self.cached = batch_in_worker, cached
         self.fns, self.stages = fns, stages
         self.pending: list = []
         self._loads = None
+        self._cache: dict = {}
 
     def __getstate__(self):
         return {"blob": self._blob, "main": self._main, "kind": self.kind, "seed": self.seed,
-                "batch_size": self.batch_size, "batch_in_worker": self.batch_in_worker}
+                "batch_size": self.batch_size, "batch_in_worker": self.batch_in_worker,
+                "cached": self.cached}
 
     def __setstate__(self, st):
         self._blob, self._main, self.kind = st["blob"], st["main"], st["kind"]
         self.seed, self.batch_size = st["seed"], st["batch_size"]
-        self.batch_in_worker = st["batch_in_worker"]
+        self.batch_in_worker, self.cached = st["batch_in_worker"], st["cached"]
         if self._main:
             from shmpipe._steps import _fixup_main
 
@@ -83,6 +85,7 @@ class TransformStep:
         self.fns, self.stages = pickle.loads(self._blob)
         self.pending: list = []
         self._loads = None
+        self._cache = {}
 
     # -- in the worker -----------------------------------------------------------------
     def _entry(self, payload: np.ndarray) -> dict:
@@ -104,12 +107,20 @@ class TransformStep:
         return entry
 
     def windows(self, item: dict) -> list:
-        entry = self._entry(item["p"])
-        s = entry_seed(self.seed, int(item["i"]), int(item["ep"]))
+        i = int(item["i"])
+        s = entry_seed(self.seed, i, int(item["ep"]))
         np.random.seed(s)
         random.seed(s)
-        data = [entry]
-        for t, is_train in self.stages:
+        n = self.cached
+        if n >= 0 and i in self._cache:
+            data = self._cache[i]
+        else:
+            data = [self._entry(item["p"])]
+            if n >= 0:  # the stages under GluonTS's Cached: once per entry
+                for t, is_train in self.stages[:n]:
+                    data = t(data, is_train)
+                data = self._cache[i] = list(data)
+        for t, is_train in self.stages[max(n, 0):]:
             data = t(data, is_train)
         return list(data)
 
