@@ -11,6 +11,7 @@ mod dtype;
 mod errors;
 mod item;
 mod pipeline;
+mod timefeat;
 mod worker;
 
 #[pymodule]
@@ -25,5 +26,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PipelineRun>()?;
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
+    m.add_function(wrap_pyfunction!(timefeat::time_features, m)?)?;
     Ok(())
 }

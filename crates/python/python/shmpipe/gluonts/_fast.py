@@ -323,7 +323,9 @@ def _plan(source, fns, stages, *, mode, batch_size, seed, num_workers,
         for e in entries:
             _need(all(e.get(k) is None for k in _DYNAMIC), "dynamic features in the data")
             _need(isinstance(e.get("item_id", ""), str), "item_id not a str")
-        src: Any = NamedSource("gluonts_lines", {"path": source.data[0][0], "group": 16})
+        # One line per record: a record is one item between processes, and items above a
+        # pool block (1 MiB) are refused until pipelines carry items of any size.
+        src: Any = NamedSource("gluonts_lines", {"path": source.data[0][0], "group": 1})
     else:
         import pickle
 

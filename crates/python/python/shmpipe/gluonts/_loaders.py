@@ -58,7 +58,7 @@ class _Loader:
                                          self.seed)
         self._step = TransformStep(source.kind, fns, stages, seed=self.seed,
                                    batch_size=batch_size, batch_in_worker=self._train,
-                                   cached=cached)
+                                   cached=cached, native=fast_path)
 
     @property
     def fast_path(self) -> bool:
@@ -92,7 +92,9 @@ class TrainDataLoader(_Loader):
     shmpipe's own arguments: ``num_workers`` (worker processes; 0 runs GluonTS's own loader
     in this process), ``seed`` (the windows drawn; default: drawn from numpy's global
     generator, so ``np.random.seed`` fixes them as it does for GluonTS), ``fast_path``
-    (take the Rust chain when the transformation is one it implements).
+    (take the Rust chain when the transformation is one it implements; else run the
+    chain's ``AddTimeFeatures`` with Rust's time features, see ``_accel``; ``False``: every
+    step is GluonTS's own code).
 
     Each worker batches the windows it makes, so with several workers a batch holds
     windows of every ``num_workers``-th entry (GluonTS's: of consecutive entries). Batches

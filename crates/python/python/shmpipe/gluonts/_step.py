@@ -50,7 +50,7 @@ class TransformStep:
     """``(kind, map_fns, stages)`` from ``_source.plan``, plus the loader's settings."""
 
     def __init__(self, kind: int, fns: list, stages: list, *, seed: int, batch_size: int,
-                 batch_in_worker: bool, cached: int = -1):
+                 batch_in_worker: bool, cached: int = -1, native: bool = True):
         try:
             self._blob = pickle.dumps((fns, stages))
         except Exception as e:  # noqa: BLE001 - pickling raises many types
@@ -60,7 +60,7 @@ class TransformStep:
                 "a module), or use num_workers=0") from e
         self._main = _main_path(self._blob)
         self.kind, self.seed, self.batch_size = kind, seed, batch_size
-        self.batch_in_worker, self.cached = batch_in_worker, cached
+        self.batch_in_worker, self.cached, self.native = batch_in_worker, cached, native
         self.fns, self.stages = fns, stages
         self.pending: list = []
         self._loads = None
@@ -69,12 +69,13 @@ class TransformStep:
     def __getstate__(self):
         return {"blob": self._blob, "main": self._main, "kind": self.kind, "seed": self.seed,
                 "batch_size": self.batch_size, "batch_in_worker": self.batch_in_worker,
-                "cached": self.cached}
+                "cached": self.cached, "native": self.native}
 
     def __setstate__(self, st):
         self._blob, self._main, self.kind = st["blob"], st["main"], st["kind"]
         self.seed, self.batch_size = st["seed"], st["batch_size"]
         self.batch_in_worker, self.cached = st["batch_in_worker"], st["cached"]
+        self.native = st["native"]
         if self._main:
             from shmpipe._steps import _fixup_main
 
@@ -83,6 +84,10 @@ class TransformStep:
 
     def _load(self) -> None:
         self.fns, self.stages = pickle.loads(self._blob)
+        if self.native:  # this worker's own copy of the chain
+            from ._accel import accelerate
+
+            self.stages = [(accelerate(t), tr) for t, tr in self.stages]
         self.pending: list = []
         self._loads = None
         self._cache = {}
