@@ -90,9 +90,14 @@ def default_transformation(sampler=None):
     return WriteIsTrain() + splitter(sampler or ExactlyOneSampler())
 
 
-def deepar_chain(freq="h", context=24, pred=6, sampler=None, past=None):
-    """The DeepAR-style chain (the Rust crate's), with GluonTS's classes."""
-    return Chain([
+def deepar_chain(freq="h", context=24, pred=6, sampler=None, past=None, dynamic=False):
+    """The DeepAR-style chain (the Rust crate's), with GluonTS's classes; ``dynamic``: with
+    the data's static features and ``feat_dynamic_real`` stacked into ``time_feat``, as
+    DeepAR does with ``num_feat_dynamic_real > 0`` (not the Rust chain)."""
+    static = [AsNumpyArray(field=FieldName.FEAT_STATIC_CAT, expected_ndim=1, dtype=int),
+              AsNumpyArray(field=FieldName.FEAT_STATIC_REAL, expected_ndim=1)]
+    extra = [FieldName.FEAT_DYNAMIC_REAL] if dynamic else []
+    return Chain((static if dynamic else []) + [
         AsNumpyArray(field=FieldName.TARGET, expected_ndim=1),
         AddObservedValuesIndicator(target_field=FieldName.TARGET,
                                    output_field=FieldName.OBSERVED_VALUES),
@@ -102,7 +107,7 @@ def deepar_chain(freq="h", context=24, pred=6, sampler=None, past=None):
         AddAgeFeature(target_field=FieldName.TARGET, output_field=FieldName.FEAT_AGE,
                       pred_length=pred, log_scale=True),
         VstackFeatures(output_field=FieldName.FEAT_TIME,
-                       input_fields=[FieldName.FEAT_TIME, FieldName.FEAT_AGE]),
+                       input_fields=[FieldName.FEAT_TIME, FieldName.FEAT_AGE] + extra),
         splitter(sampler or ExpectedNumInstanceSampler(num_instances=1.0, min_future=pred),
                  past=past or context, future=pred,
                  fields=[FieldName.FEAT_TIME, FieldName.OBSERVED_VALUES], dummy=0.0),
@@ -116,16 +121,23 @@ def samplers(pred):
             "uniform": UniformSplitSampler(p=0.05, min_future=pred)}
 
 
-def records(n=10, length=5, seed=0, nan=0.0, int_ids=False, min_len=None):
-    """GluonTS-format dicts (``start`` strings, ``target`` lists with ``None``)."""
+def records(n=10, length=5, seed=0, nan=0.0, int_ids=False, min_len=None, features=False,
+            future=0):
+    """GluonTS-format dicts (``start`` strings, ``target`` lists with ``None``); ``features``:
+    with ``feat_static_cat``, ``feat_static_real`` and two rows of ``feat_dynamic_real``
+    (``future`` points longer than the target, as inference needs)."""
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
         ln = length if min_len is None else int(rng.integers(min_len, length + 1))
         y = np.round(rng.gamma(2.0, 5.0, ln), 3)
         t = [None if m else float(v) for v, m in zip(y, rng.random(ln) < nan)]
-        out.append({"start": "2021-01-01 00:00:00", "item_id": i if int_ids else f"s{i}",
-                    "target": t})
+        r = {"start": "2021-01-01 00:00:00", "item_id": i if int_ids else f"s{i}", "target": t}
+        if features:
+            r["feat_static_cat"] = [i % 3, 1]
+            r["feat_static_real"] = [float(i) / 7]
+            r["feat_dynamic_real"] = np.round(rng.normal(size=(2, ln + future)), 3).tolist()
+        out.append(r)
     return out
 
 

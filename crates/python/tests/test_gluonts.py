@@ -123,6 +123,24 @@ def test_validation_and_inference_equal_gluonts_batch_for_batch(tmp_path, kind, 
     assert_same_batches(got, want)
 
 
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_static_and_dynamic_features_and_lags_equal_gluonts(tmp_path, split):
+    # DeepAR's chain with static features and feat_dynamic_real, past = context + 9 lags.
+    recs = h.records(9, 80, nan=0.05, min_len=40, features=True,
+                     future=6 if split == "test" else 0)
+    ds = h.file_dataset(tmp_path, recs)
+    chain = h.deepar_chain(context=12, pred=6, past=21, sampler=h.samplers(6)[split],
+                           dynamic=True)
+    ours = ValidationDataLoader if split == "validation" else InferenceDataLoader
+    theirs = gl.ValidationDataLoader if split == "validation" else gl.InferenceDataLoader
+    want = list(theirs(ds, transform=chain, batch_size=4, stack_fn=stack_numpy))
+    dl = ours(ds, transform=chain, batch_size=4, stack_fn=stack_numpy, num_workers=2)
+    got = list(dl)
+    assert want[0]["past_time_feat"].shape[1:] == (21, 4 + 1 + 2)
+    assert want[0]["feat_static_cat"].dtype == np.int64
+    assert_same_batches(got, want)
+
+
 @pytest.mark.parametrize("Loader,is_train", [(ValidationDataLoader, True),
                                              (InferenceDataLoader, False)])
 def test_each_series_exactly_once_with_item_ids_and_is_train(tmp_path, Loader, is_train):
