@@ -7,9 +7,11 @@
    (``fast_path=False``: the user-chain path) vs the same loader on the Rust fast path.
 2. Training: ``gluonts.torch.DeepAREstimator`` (CPU, context 168, prediction 24, 2 layers
    of 40, batch 32, 100 batches per epoch, torch on one thread, ``--epochs`` epochs), with
-   GluonTS's loader, with ``use_shmpipe`` (Rust fast path) and with ``use_shmpipe(
-   fast_path=False)``, each from the same seed: seconds per epoch, the share of the epoch
-   spent waiting for batches (time inside the loader's ``next``), final training loss.
+   GluonTS's loader, with ``use_shmpipe`` (Rust fast path), and with a user's own step in
+   front of DeepAR's transformation and ``use_shmpipe`` (the chain in Python workers, with
+   and without the native ``AddTimeFeatures``), each from the same seed: seconds per epoch,
+   the share of the epoch spent waiting for batches (time inside the loader's ``next``),
+   final training loss.
 
 Data: 2,000 hourly series of 500-5,000 points with 1% nulls, full-precision JSON lines (made once, kept
 in ``--data``'s path). Prints the UTC time and the load average with every figure.
@@ -57,20 +59,31 @@ def generate(path: str, n: int = 2000, seed: int = 0) -> None:
     os.replace(tmp, path)
 
 
-class UserScale(MapTransformation):
-    """A user's own step (the Rust chain has no such thing): target / (1 + mean |target|).
-    Defined in this script: the workers load it as multiprocessing's spawn does."""
+class UserCheck(MapTransformation):
+    """A user's own step (the Rust chain has no such thing, so the chain runs in Python):
+    notes the share of observed points, leaves the target as it is (same windows, same
+    loss). Defined in this script: the workers load it as multiprocessing's spawn does."""
 
     def map_transform(self, data, is_train):
-        t = np.asarray(data["target"], np.float32)
-        data["target"] = t / (1.0 + np.nanmean(np.abs(t)))
+        data["observed_share"] = float(np.mean(~np.isnan(data["target"])))
         return data
 
 
-def estimator(epochs: int, root: str):
+def user_estimator_class():
     from gluonts.torch.model.deepar import DeepAREstimator
 
-    return DeepAREstimator(
+    class UserDeepAR(DeepAREstimator):
+        def create_transformation(self):
+            return UserCheck() + super().create_transformation()
+
+    return UserDeepAR
+
+
+def estimator(epochs: int, root: str, user_step: bool = False):
+    from gluonts.torch.model.deepar import DeepAREstimator
+
+    cls = user_estimator_class() if user_step else DeepAREstimator
+    return cls(
         freq="h", prediction_length=PRED, context_length=CONTEXT, num_layers=2,
         hidden_size=40, batch_size=BATCH, num_batches_per_epoch=BATCHES,
         trainer_kwargs={"max_epochs": epochs, "accelerator": "cpu", "logger": False,
@@ -88,7 +101,7 @@ def training_chain(user_step: bool = False):
     module = est.create_lightning_module()
     chain = (est.create_transformation() + est._create_instance_splitter(module, "training")
              + SelectFields(TRAINING_INPUT_NAMES))
-    return UserScale() + chain if user_step else chain
+    return UserCheck() + chain if user_step else chain
 
 
 def rate(loader, batches: int, warm: int) -> float:
@@ -162,9 +175,9 @@ def train_once(path: str, epochs: int, mode: str, workers: int, root: str) -> di
 
     torch.set_num_threads(1)
     pl.seed_everything(0, verbose=False)
-    est = estimator(epochs, root)
+    est = estimator(epochs, root, user_step=mode.startswith("user"))
     if mode != "gluonts":
-        use_shmpipe(est, num_workers=workers, fast_path=(mode == "shmpipe-rust"))
+        use_shmpipe(est, num_workers=workers, fast_path=(mode != "user-gluonts-code"))
     clock = {"wait": 0.0}
     epochs_out: list = []
     make = est.create_training_data_loader
@@ -188,13 +201,19 @@ def train_once(path: str, epochs: int, mode: str, workers: int, root: str) -> di
     return {"epochs": epochs_out}
 
 
+# GluonTS's loader; shmpipe's on the Rust fast path (DeepAR's chain); shmpipe's with a user's
+# step in front of DeepAR's chain (Python workers, native AddTimeFeatures); the same with
+# every step GluonTS's own code (fast_path=False: the seed's proposal as it stands).
+MODES = ("gluonts", "shmpipe-rust", "user-native-feats", "user-gluonts-code")
+
+
 def training(path: str, epochs: int, workers: int) -> None:
     import tempfile
 
     print(f"\n2. DeepAR training, {epochs} epochs of {BATCHES} batches of {BATCH}, "
           f"context {CONTEXT}, prediction {PRED}, 2x40 LSTM, torch on 1 thread")
     res = {}
-    for mode in ("gluonts", "shmpipe-rust", "shmpipe-python"):
+    for mode in MODES:
         with tempfile.TemporaryDirectory() as root:
             t = stamp()
             res[mode] = train_once(path, epochs, mode, workers, root)
@@ -202,13 +221,13 @@ def training(path: str, epochs: int, workers: int) -> None:
         secs = [e[0] for e in ep]
         waits = [e[1] for e in ep]
         later = ep[1:] or ep
-        print(f"  {mode:15s} s/epoch " + " ".join(f"{s:5.2f}" for s in secs)
+        print(f"  {mode:18s} s/epoch " + " ".join(f"{s:5.2f}" for s in secs)
               + "   wait " + " ".join(f"{w:4.0%}" for w in waits)
               + f"   final train_loss {ep[-1][2]:.4f}   [{t}]")
         res[mode]["mean_later"] = float(np.mean([e[0] for e in later]))
         res[mode]["wait_later"] = float(np.mean([e[1] for e in later]))
     g = res["gluonts"]
-    for mode in ("shmpipe-rust", "shmpipe-python"):
+    for mode in MODES[1:]:
         r = res[mode]
         print(f"  {mode}: epochs 2.. {r['mean_later']:.2f} s vs {g['mean_later']:.2f} s "
               f"= {r['mean_later'] / g['mean_later']:.2f}x the GluonTS-loader run "
