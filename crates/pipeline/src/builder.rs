@@ -1,14 +1,16 @@
 //! The public builder of a pipeline, and `start()`: spawning the children and connecting them.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Transfer;
 use crate::error::Error;
-use crate::handover::Ctrl;
+use crate::handover::{Ctrl, Kind};
 use crate::input::Feeder;
+use crate::issued::Issued;
 use crate::node::{
     self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
@@ -17,6 +19,7 @@ use crate::pipeline::{
     Pipeline, Reorder, Topology, interrupt_flag,
 };
 use crate::process::{self, ChildProc, Shared};
+use crate::share::{self, SharedFd};
 use crate::source::JsonLines;
 use crate::step::Registry;
 use crate::transport::TransportKind;
@@ -48,6 +51,9 @@ pub struct PipelineBuilder {
     ctrl_c: bool,
     lease: bool,
     warn_idle: Duration,
+    /// Descriptors shared with the children ([`PipelineBuilder::share_fd`]): read-only
+    /// reopenings, close-on-exec, indexed by [`SharedFd`].
+    shared: Vec<Arc<OwnedFd>>,
 }
 
 impl PipelineBuilder {
@@ -78,7 +84,59 @@ impl PipelineBuilder {
             ctrl_c: true,
             lease: true,
             warn_idle: DEFAULT_WARN_IDLE,
+            shared: Vec::new(),
         }
+    }
+
+    /// Shares a sealed memfd with the pipeline's children: returns a handle to put in the
+    /// arguments of steps or of the source (`json!({"data": handle})`); a step or source
+    /// factory gets the descriptor with [`StepContext::shared_fd`] /
+    /// [`SourceContext::shared_fd`]. Each child receives, through its control socket at start,
+    /// exactly the descriptors its own arguments name, checks them and keeps them until it
+    /// exits. The pipeline holds its own read-only reopening of `fd` (close-on-exec) from
+    /// now until it is dropped, so the caller may close `fd` at once; nothing names the
+    /// descriptor by number.
+    ///
+    /// `fd` must be a memfd sealed `F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
+    /// F_SEAL_SEAL`: its bytes and size can never change, so a child validates it once and
+    /// maps it without risk of SIGBUS.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when `fd` is not such a memfd, cannot be reopened read-only, or more
+    /// than 128 descriptors are shared.
+    ///
+    /// [`StepContext::shared_fd`]: crate::StepContext::shared_fd
+    /// [`SourceContext::shared_fd`]: crate::SourceContext::shared_fd
+    pub fn share_fd(&mut self, fd: BorrowedFd<'_>) -> Result<SharedFd, Error> {
+        if self.shared.len() >= crate::handover::MAX_FDS {
+            return Err(Error::Config(format!(
+                "share_fd: at most {} shared descriptors",
+                crate::handover::MAX_FDS
+            )));
+        }
+        let ro = share::read_only_copy(fd).map_err(|e| Error::Config(format!("share_fd: {e}")))?;
+        self.shared.push(Arc::new(ro));
+        Ok(SharedFd::new(self.shared.len() - 1))
+    }
+
+    /// The shared descriptors that `role` receives: those its arguments name, in index order.
+    fn shared_for(&self, plan: &Plan, role: Role) -> Vec<u32> {
+        let mut idx = Vec::new();
+        match role {
+            Role::Emitter(_) => {
+                if let Some(SourceSpec::Named { args, .. }) = &plan.source {
+                    share::handles_in(args, &mut idx);
+                }
+            }
+            Role::Worker { stage, .. } => {
+                for (_, args) in &plan.stages[stage].steps {
+                    share::handles_in(args, &mut idx);
+                }
+            }
+        }
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| i as u32).collect()
     }
 
     /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
@@ -265,6 +323,19 @@ impl PipelineBuilder {
                 "no source named {name:?} is registered"
             )));
         }
+        let mut named = Vec::new();
+        if let Some(SourceSpec::Named { args, .. }) = &self.source {
+            share::handles_in(args, &mut named);
+        }
+        for (_, args) in &self.steps {
+            share::handles_in(args, &mut named);
+        }
+        if let Some(i) = named.into_iter().find(|&i| i >= self.shared.len()) {
+            return Err(Error::Config(format!(
+                "the arguments name shared descriptor {i}, which this builder did not share \
+                 (PipelineBuilder::share_fd)"
+            )));
+        }
         let stages = match &self.topology {
             Topology::Staged { workers } if !self.steps.is_empty() => {
                 if !workers.is_empty() && workers.len() != self.steps.len() {
@@ -322,6 +393,63 @@ impl PipelineBuilder {
         })
     }
 
+    /// Spawns every emitter and worker of `plan` into `shared.children`, each with its shared
+    /// descriptors queued on its control socket (the issued counters last, for an emitter of
+    /// an ordered pipeline).
+    fn spawn_children(
+        &self,
+        plan: &Plan,
+        shared: &Shared,
+        issued: Option<&Issued>,
+    ) -> Result<(), Error> {
+        let args = self
+            .child_args
+            .clone()
+            .unwrap_or_else(|| std::env::args().skip(1).collect());
+        let mut roles: Vec<Role> = Vec::new();
+        if plan.source.is_some() {
+            roles.extend((0..plan.emitters).map(Role::Emitter));
+        }
+        for (s, st) in plan.stages.iter().enumerate() {
+            roles.extend((0..st.workers).map(|w| Role::Worker {
+                stage: s,
+                worker: w,
+            }));
+        }
+        for role in roles {
+            let mut spec = ChildSpec {
+                plan: plan.clone(),
+                role,
+                ctrl_fd: -1,
+                shared: self.shared_for(plan, role),
+            };
+            let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
+            let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
+            // Its shared descriptors first of all (queued on its socket before it reads; a
+            // child that died already shows up in the broker's first gather).
+            let mut fds: Vec<BorrowedFd<'_>> = spec
+                .shared
+                .iter()
+                .map(|&i| self.shared[i as usize].as_fd())
+                .collect();
+            if let (Role::Emitter(_), Some(c)) = (role, issued) {
+                fds.push(c.fd());
+            }
+            let _ = ctrl.send(Kind::Shared, &fds);
+            shared
+                .children
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(ChildProc {
+                    role,
+                    child,
+                    status: None,
+                    ctrl,
+                });
+        }
+        Ok(())
+    }
+
     /// Starts the emitter and worker processes and connects the consumer.
     ///
     /// # Errors
@@ -344,13 +472,21 @@ impl PipelineBuilder {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }
         let shared = Arc::new(Shared::default());
+        // Ordered mode: what each emitter has issued bounds the reorder buffer.
+        let issued = if plan.ordered {
+            Some(Arc::new(Issued::create(plan.emitters).map_err(|e| {
+                Error::Transport(format!("issued counters: {e}"))
+            })?))
+        } else {
+            None
+        };
         let mut p = Pipeline {
             inputs: None,
             feeder: None,
             shared: Arc::clone(&shared),
             supervisor: None,
             ready: VecDeque::new(),
-            reorder: plan.ordered.then(|| Reorder::new(plan.emitters)),
+            reorder: issued.clone().map(Reorder::new),
             finished: false,
             failed: false,
             stats: Stats::default(),
@@ -363,6 +499,7 @@ impl PipelineBuilder {
             waiting_since: None,
             warned: false,
             plan,
+            _shared: self.shared.clone(),
         };
         let plan = &p.plan;
         // Enqueue mode: the parent is emitter 0 and creates its channels itself.
@@ -380,41 +517,10 @@ impl PipelineBuilder {
                 Outputs::new(txs, plan),
                 plan.stages[0].workers,
                 cancel,
+                issued.clone(),
             ));
         }
-        let args = self
-            .child_args
-            .clone()
-            .unwrap_or_else(|| std::env::args().skip(1).collect());
-        let mut roles: Vec<Role> = Vec::new();
-        if plan.source.is_some() {
-            roles.extend((0..plan.emitters).map(Role::Emitter));
-        }
-        for (s, st) in plan.stages.iter().enumerate() {
-            roles.extend((0..st.workers).map(|w| Role::Worker {
-                stage: s,
-                worker: w,
-            }));
-        }
-        for role in roles {
-            let mut spec = ChildSpec {
-                plan: plan.clone(),
-                role,
-                ctrl_fd: -1,
-            };
-            let (ctrl, theirs) = Ctrl::pair().map_err(Error::Spawn)?;
-            let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
-            shared
-                .children
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(ChildProc {
-                    role,
-                    child,
-                    status: None,
-                    ctrl,
-                });
-        }
+        self.spawn_children(plan, &shared, issued.as_deref())?;
         p.supervisor = Some(process::supervise(Arc::clone(&shared)));
         let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
         p.inputs = Some(Inputs::new(rxs));

@@ -4,6 +4,8 @@
 //! Every child inherits one end of its own `SOCK_SEQPACKET` socket pair (the only descriptor
 //! it inherits; its number travels in the role payload). The start-up runs in lock step:
 //!
+//! 0. right after spawning a child the parent sends it `SHARED`: the sealed memfds its
+//!    arguments name ([`crate::share`]; none for most children), which it checks and keeps;
 //! 1. each producer creates its outgoing channels (sealed anonymous memfds, or socket pairs for
 //!    the socket transport) and sends their descriptors to the parent (`OUTPUTS`);
 //! 2. the parent forwards each consumer its incoming descriptors in upstream order (`INPUTS`);
@@ -48,6 +50,9 @@ pub(crate) enum Kind {
     Go = 4,
     /// Parent to child: deliberate shutdown; exit quietly.
     Stop = 5,
+    /// Parent to child, first of all: the shared descriptors its arguments name, in the
+    /// order of its role payload's `shared` list (see [`crate::share`]).
+    Shared = 6,
 }
 
 impl Kind {
@@ -58,6 +63,7 @@ impl Kind {
             3 => Kind::Attached,
             4 => Kind::Go,
             5 => Kind::Stop,
+            6 => Kind::Shared,
             _ => return None,
         })
     }

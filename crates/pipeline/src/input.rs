@@ -7,6 +7,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::error::Error;
+use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::Outputs;
 use crate::wire::{Frame, Stats, TransportError};
@@ -115,7 +116,13 @@ pub(crate) struct Feeder {
 }
 
 impl Feeder {
-    pub(crate) fn start(mut out: Outputs, workers: usize, cancel: Arc<AtomicBool>) -> Feeder {
+    /// `issued` (ordered mode): raised before each item goes out, as an emitter does.
+    pub(crate) fn start(
+        mut out: Outputs,
+        workers: usize,
+        cancel: Arc<AtomicBool>,
+        issued: Option<Arc<Issued>>,
+    ) -> Feeder {
         let (tx, rx) = mpsc::channel::<Feed>();
         let stop = Arc::clone(&cancel);
         let state = Arc::new(InputState {
@@ -151,6 +158,9 @@ impl Feeder {
                 }
                 match msg {
                     Feed::Item(item) => {
+                        if let Some(c) = &issued {
+                            c.raise(0, k + 1);
+                        }
                         out.push(
                             (k % workers as u64) as usize,
                             Frame::Item {

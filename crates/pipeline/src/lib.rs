@@ -64,6 +64,7 @@ mod config;
 mod error;
 mod handover;
 mod input;
+mod issued;
 mod item;
 mod jsonl;
 mod name;
@@ -73,6 +74,7 @@ mod plan;
 mod process;
 mod reorder;
 mod roles;
+mod share;
 mod shm;
 mod shuffle;
 mod source;
@@ -92,6 +94,7 @@ pub use pipeline::{
 };
 pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
+pub use share::SharedFd;
 pub use shm_ring::Transfer;
 pub use source::{
     FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,

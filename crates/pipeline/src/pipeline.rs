@@ -63,6 +63,9 @@ pub struct Pipeline {
     pub(crate) waiting_since: Option<Instant>,
     /// The idle warning was given.
     pub(crate) warned: bool,
+    /// The descriptors shared with the children ([`PipelineBuilder::share_fd`]): held for
+    /// the pipeline's whole life.
+    pub(crate) _shared: Vec<Arc<std::os::fd::OwnedFd>>,
 }
 
 impl std::fmt::Debug for Pipeline {
@@ -242,7 +245,7 @@ impl Pipeline {
                 Ok(())
             };
             match inputs.next(&mut idle) {
-                Ok(Some((_, frames))) => self.handle(frames)?,
+                Ok(Some((i, frames))) => self.handle(i, frames)?,
                 Ok(None) => {
                     self.finished = true;
                     if let Some(r) = self.reorder.as_mut() {
@@ -275,27 +278,36 @@ impl Pipeline {
         }
     }
 
-    fn handle(&mut self, frames: Vec<Frame>) -> Result<(), Error> {
+    /// Takes a batch from input `i` (worker `i` of the last stage).
+    fn handle(&mut self, i: usize, frames: Vec<Frame>) -> Result<(), Error> {
         for f in frames {
             // Items are matched first on their own (not in a tuple): an item is a few hundred
             // bytes, and every move of it showed in the consumer's profile.
-            if let Frame::Item { e, k, last, item } = f {
+            let checked = if let Frame::Item { e, k, last, item } = f {
                 match self.reorder.as_mut() {
-                    None => self.ready.push_back(item),
+                    None => {
+                        self.ready.push_back(item);
+                        Ok(())
+                    }
                     Some(r) => r.add(e, k, Some(item), last),
                 }
-                continue;
-            }
-            match (f, self.reorder.as_mut()) {
-                (Frame::GroupEnd { e, k }, Some(r)) => r.add(e, k, None, true),
-                (Frame::EmitterDone { e, n }, Some(r)) => {
-                    if let Some(c) = r.counts.get_mut(e as usize) {
-                        *c = Some(n);
+            } else {
+                match (f, self.reorder.as_mut()) {
+                    (Frame::GroupEnd { e, k }, Some(r)) => r.add(e, k, None, true),
+                    (Frame::EmitterDone { e, n }, Some(r)) => r.emitter_done(e, n),
+                    (Frame::Eos(s), _) => {
+                        self.stats.merge(&s);
+                        Ok(())
                     }
+                    (Frame::Error(rep), _) => return Err(self.fail(rep.into())),
+                    _ => Ok(()),
                 }
-                (Frame::Eos(s), _) => self.stats.merge(&s),
-                (Frame::Error(rep), _) => return Err(self.fail(rep.into())),
-                _ => {}
+            };
+            if let Err(m) = checked {
+                let last = self.plan.stages.len() - 1;
+                return Err(self.fail(Error::Transport(format!(
+                    "worker {i} (stage {last}) sent {m}: a corrupt or hostile worker"
+                ))));
             }
         }
         if let Some(r) = self.reorder.as_mut() {

@@ -169,6 +169,9 @@ pub(crate) struct ChildSpec {
     pub role: Role,
     /// The inherited descriptor of the child's end of its control socket.
     pub ctrl_fd: i32,
+    /// The shared descriptors ([`crate::SharedFd`] indices) this child receives in its
+    /// `SHARED` message, in that order: those its own arguments name.
+    pub shared: Vec<u32>,
 }
 
 impl Plan {

@@ -41,6 +41,13 @@ pub fn init(reg: &Registry) {
             std::thread::park();
         }
     }
+    // The role is this process's alone: programs that its steps start must not take it
+    // (issue 16, hole 9: one that called `init` took itself for a pipeline child).
+    // SAFETY: `init` runs at the top of `main`, before the program starts threads of its
+    // own; threads that may exist (a test harness's, or other threads of a child calling
+    // `init`, parked above) read the environment only through `std::env`, which takes the
+    // same lock as `remove_var`. Nothing else in this process reads it through libc now.
+    unsafe { std::env::remove_var(ROLE_ENV) };
     let spec: ChildSpec = match env.to_str().map(serde_json::from_str) {
         Some(Ok(s)) => s,
         _ => {
@@ -48,41 +55,100 @@ pub fn init(reg: &Registry) {
             std::process::exit(node::EXIT_SETUP);
         }
     };
-    let Some(ctrl) = inherited_ctrl(spec.ctrl_fd) else {
-        eprintln!("shmpipe: no control socket at descriptor {}", spec.ctrl_fd);
-        std::process::exit(node::EXIT_SETUP);
+    let ctrl = match inherited_ctrl(spec.ctrl_fd) {
+        Ok(c) => c,
+        Err(why) => {
+            eprintln!(
+                "shmpipe: {ROLE_ENV} is set but {why}: this process was not started by a \
+                 pipeline (remove {ROLE_ENV} from its environment)"
+            );
+            std::process::exit(node::EXIT_SETUP);
+        }
     };
     let code = crate::roles::run_child(reg, &spec, ctrl);
     std::process::exit(code);
 }
 
-/// Takes the control socket the parent left at descriptor `fd`, if it is a socket, and makes
-/// it close-on-exec again (processes this child starts must not hold it: the parent sees this
-/// child's death as the end of the socket).
-fn inherited_ctrl(fd: i32) -> Option<Ctrl> {
-    if fd < 0 {
-        return None;
+/// Takes the control socket the parent left at descriptor `fd`, after checking that `fd` is
+/// open, was inherited (not close-on-exec: the parent cleared the flag in this child only) and
+/// is a Unix `SOCK_SEQPACKET` socket; makes it close-on-exec again (processes this child
+/// starts must not hold it: the parent sees this child's death as the end of the socket).
+/// Nothing is owned (so nothing is closed) unless every check passes.
+pub(crate) fn inherited_ctrl(fd: i32) -> Result<Ctrl, String> {
+    use rustix::net::{AddressFamily, SocketType};
+    if fd <= 2 {
+        return Err(format!("its control descriptor {fd} is not valid"));
     }
-    // SAFETY: the parent put our end of the control socket at this descriptor (cleared its
-    // close-on-exec flag in this child only) and nothing else in this process took ownership
-    // of it; `init` runs once per process (CHILD_TAKEN). It is checked to be a socket next.
-    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st = rustix::fs::fstat(&owned).ok()?;
-    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Socket {
-        std::mem::forget(owned);
-        return None;
+    // SAFETY: fcntl(F_GETFD) on a plain number reads the descriptor's flags or fails with
+    // EBADF; it creates no reference to the descriptor and changes nothing.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    if flags < 0 {
+        return Err(format!("descriptor {fd} is not open"));
     }
-    rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC).ok()?;
-    Some(Ctrl::from_fd(owned))
+    if flags & libc::FD_CLOEXEC != 0 {
+        return Err(format!(
+            "descriptor {fd} was not inherited (it is close-on-exec)"
+        ));
+    }
+    // SAFETY: `fd` is open (checked just above) and `init` runs once per process
+    // (`CHILD_TAKEN`), so nothing else in this process closes it during the checks.
+    let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let not_ctrl = || format!("descriptor {fd} is not a pipeline control socket");
+    let ty = rustix::net::sockopt::socket_type(borrowed).map_err(|_| not_ctrl())?;
+    let domain = rustix::net::sockopt::socket_domain(borrowed).map_err(|_| not_ctrl())?;
+    if ty != SocketType::SEQPACKET || domain != AddressFamily::UNIX {
+        return Err(not_ctrl());
+    }
+    rustix::io::fcntl_setfd(borrowed, rustix::io::FdFlags::CLOEXEC)
+        .map_err(|e| format!("descriptor {fd}: {e}"))?;
+    // SAFETY: an inherited Unix SEQPACKET socket at the number the parent named: the end of
+    // the control socket it left us; nothing else in this process owns it.
+    Ok(Ctrl::from_fd(unsafe { OwnedFd::from_raw_fd(fd) }))
 }
 
-/// Whether this process is a pipeline child.
+/// Whether this process is a pipeline child (its role taken, or its role variable set and
+/// not yet read).
 pub(crate) fn is_child() -> bool {
-    std::env::var_os(ROLE_ENV).is_some()
+    CHILD_TAKEN.load(Ordering::SeqCst) || std::env::var_os(ROLE_ENV).is_some()
+}
+
+/// Marks every descriptor from `first` up close-on-exec. Runs in a forked child before exec:
+/// only system calls, no allocation, no lock.
+fn cloexec_from(first: u32) -> std::io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC (Linux 5.11) only sets the close-on-exec
+    // flag of descriptors in the range; it touches no memory of ours.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if !matches!(err.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) {
+        return Err(err);
+    }
+    // Older kernels: every possible descriptor, one by one, up to the process's limit.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1 << 20)
+        .min(1 << 20);
+    for fd in u64::from(first)..limit {
+        // SAFETY: F_SETFD on a plain number sets its close-on-exec flag, or fails with EBADF
+        // for a number that is not open (ignored).
+        unsafe { libc::fcntl(fd as i32, libc::F_SETFD, libc::FD_CLOEXEC) };
+    }
+    Ok(())
 }
 
 /// Starts one child, `program` (default: the current executable) with `args`, and `ctrl`, its
-/// end of its control socket, as its only inherited descriptor besides the standard ones.
+/// end of its control socket, as its only inherited descriptor besides the standard ones
+/// (every other descriptor of the parent is close-on-exec in the child, whatever its flag in
+/// the parent).
 pub(crate) fn spawn(
     spec: &mut ChildSpec,
     program: Option<&std::path::Path>,
@@ -105,11 +171,15 @@ pub(crate) fn spawn(
         // shuts the pipeline down.
         .process_group(0);
     // SAFETY: the closure runs in the forked child of a possibly multithreaded parent, before
-    // exec: it only calls fcntl (async-signal-safe, no allocation, no lock) on a descriptor
-    // number captured by value; the error path builds an io::Error from a raw code (no
-    // allocation).
+    // exec: it only makes system calls (close_range or fcntl; async-signal-safe, no
+    // allocation, no lock) on numbers captured by value; the error paths build an io::Error
+    // from a raw code (no allocation).
     unsafe {
         cmd.pre_exec(move || {
+            // The child gets exactly its control socket besides 0, 1 and 2: whatever the
+            // parent (or a library in it) left without close-on-exec closes at exec (issue 16,
+            // hole 8). Marking instead of closing keeps std's own exec-error pipe working.
+            cloexec_from(3)?;
             let fd = std::os::fd::BorrowedFd::borrow_raw(raw);
             rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty())
                 .map_err(|e| std::io::Error::from_raw_os_error(e.raw_os_error()))
@@ -241,4 +311,51 @@ pub(crate) fn supervise(shared: Arc<Shared>) -> std::thread::JoinHandle<()> {
             std::thread::sleep(Duration::from_millis(10));
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::{AsFd, IntoRawFd};
+
+    fn no_cloexec(fd: impl AsFd) {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::empty()).unwrap();
+    }
+
+    /// Issue 16, hole 9: a number that is not open, or open as something else, is refused
+    /// without being owned (an `OwnedFd` over a closed number aborted the process; one over
+    /// someone else's descriptor would have closed it).
+    #[test]
+    fn only_an_inherited_seqpacket_socket_is_taken_for_the_control_socket() {
+        // A number that is not open.
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        let closed = f.into_raw_fd();
+        // SAFETY: `closed` came from `into_raw_fd` just above; closing it is its last use.
+        drop(unsafe { OwnedFd::from_raw_fd(closed) });
+        let e = inherited_ctrl(closed).unwrap_err();
+        assert!(e.contains("not open"), "{e}");
+        for std_fd in [-1, 0, 1, 2] {
+            assert!(inherited_ctrl(std_fd).is_err());
+        }
+        // A regular file without close-on-exec: refused, and still open afterwards.
+        let f = std::fs::File::open("/proc/self/stat").unwrap();
+        no_cloexec(&f);
+        let e = inherited_ctrl(f.as_raw_fd()).unwrap_err();
+        assert!(e.contains("not a pipeline control socket"), "{e}");
+        assert!(rustix::io::fcntl_getfd(&f).is_ok(), "the file was closed");
+        // A stream socket: not ours either.
+        let (s, _peer) = std::os::unix::net::UnixStream::pair().unwrap();
+        no_cloexec(&s);
+        assert!(inherited_ctrl(s.as_raw_fd()).is_err());
+        // A control socket this process made itself (close-on-exec): not inherited.
+        let (_parent, child) = Ctrl::pair().unwrap();
+        let e = inherited_ctrl(child.as_raw_fd()).unwrap_err();
+        assert!(e.contains("not inherited"), "{e}");
+        // What a parent leaves its child: taken, and close-on-exec again.
+        no_cloexec(&child);
+        let raw = child.into_raw_fd();
+        let ctrl = inherited_ctrl(raw).unwrap();
+        let flags = rustix::io::fcntl_getfd(ctrl.as_fd()).unwrap();
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
+    }
 }

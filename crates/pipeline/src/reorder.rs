@@ -1,8 +1,17 @@
 //! The reorder buffer of the ordered mode (consumer side).
+//!
+//! It holds outputs of records that are ahead of the release cursor, so it is where a
+//! hostile worker could make the consumer hold memory without bound by inventing indices
+//! (issue 16). Every index is therefore checked against what its emitter has actually
+//! issued ([`Issued`]), and groups already released or already complete take no more items:
+//! such a frame is an error naming what is wrong (the caller adds the worker).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 
+use crate::issued::Issued;
 use crate::item::Item;
+use crate::wire::{FINISH_E, FINISH_K};
 
 /// The reorder buffer of the ordered mode: groups of outputs keyed by input `(k, e)`,
 /// released in the order `k`, then `e`.
@@ -15,23 +24,95 @@ pub(crate) struct Reorder {
     k: u64,
     e: u32,
     groups: HashMap<(u64, u32), (Vec<Item>, bool)>,
+    /// What each emitter has issued (shared with the emitters, or the parent's input thread).
+    issued: Arc<Issued>,
+    /// The last value read of each emitter's counter (it only grows): refreshed only when an
+    /// index reaches it.
+    known: Vec<u64>,
 }
 
 impl Reorder {
-    pub(crate) fn new(emitters: usize) -> Reorder {
+    pub(crate) fn new(issued: Arc<Issued>) -> Reorder {
+        let emitters = issued.emitters();
         Reorder {
             emitters: emitters as u32,
             counts: vec![None; emitters],
             k: 0,
             e: 0,
             groups: HashMap::new(),
+            issued,
+            known: vec![0; emitters],
         }
     }
-    pub(crate) fn add(&mut self, e: u32, k: u64, item: Option<Item>, last: bool) {
+
+    /// Checks that record `k` of emitter `e` was issued and not released yet.
+    fn check(&mut self, e: u32, k: u64) -> Result<(), String> {
+        let ei = e as usize;
+        if e >= self.emitters {
+            return Err(format!(
+                "an output of emitter {e}, which does not exist ({} emitters)",
+                self.emitters
+            ));
+        }
+        if k >= self.known[ei] {
+            self.known[ei] = self.issued.get(ei);
+            if k >= self.known[ei] {
+                return Err(format!(
+                    "an output of record {k} of emitter {e}, which has issued {} records",
+                    self.known[ei]
+                ));
+            }
+        }
+        if (k, e) < (self.k, self.e) {
+            return Err(format!(
+                "an output of record {k} of emitter {e}, whose outputs were all delivered"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds an output (`None`: an empty group's end) of record `(e, k)`; `last`: the last of
+    /// its group.
+    ///
+    /// # Errors
+    /// A record never issued, already delivered, or whose group was already complete.
+    pub(crate) fn add(
+        &mut self,
+        e: u32,
+        k: u64,
+        item: Option<Item>,
+        last: bool,
+    ) -> Result<(), String> {
+        // Outputs of `Step::finish` have no record: they go out at the end, in arrival order.
+        if (e, k) != (FINISH_E, FINISH_K) {
+            self.check(e, k)?;
+        }
         let g = self.groups.entry((k, e)).or_default();
+        if g.1 && (e, k) != (FINISH_E, FINISH_K) {
+            return Err(format!(
+                "an output of record {k} of emitter {e} after the last of its group"
+            ));
+        }
         g.0.extend(item);
         g.1 |= last;
+        Ok(())
     }
+
+    /// Emitter `e` says it sent `n` records in all.
+    ///
+    /// # Errors
+    /// An emitter that does not exist, or more records than it issued.
+    pub(crate) fn emitter_done(&mut self, e: u32, n: u64) -> Result<(), String> {
+        let ei = e as usize;
+        if e >= self.emitters || n > self.issued.get(ei) {
+            return Err(format!(
+                "end of emitter {e} after {n} records, which it did not issue"
+            ));
+        }
+        self.counts[ei] = Some(n);
+        Ok(())
+    }
+
     pub(crate) fn release(&mut self, ready: &mut VecDeque<Item>) {
         loop {
             let all_known = self.counts.iter().all(|c| c.is_some_and(|n| self.k >= n));
@@ -71,17 +152,26 @@ mod tests {
         Item::new().with_meta("n", n)
     }
 
+    /// A reorder buffer over `emitters` emitters that issued `issued[e]` records each.
+    fn reorder(issued: &[u64]) -> Reorder {
+        let c = Arc::new(Issued::create(issued.len()).unwrap());
+        for (e, &n) in issued.iter().enumerate() {
+            c.raise(e, n);
+        }
+        Reorder::new(c)
+    }
+
     #[test]
     fn reorder_releases_groups_in_k_then_e_order_and_skips_ended_emitters() {
-        let mut r = Reorder::new(2);
+        let mut r = reorder(&[3, 1]);
         let mut ready = VecDeque::new();
         // Emitter 1 has one record, emitter 0 has three; groups arrive out of order.
-        r.add(0, 1, Some(item(10)), false);
-        r.add(0, 1, Some(item(11)), true);
-        r.add(1, 0, None, true); // record (e=1, k=0) had no outputs
+        r.add(0, 1, Some(item(10)), false).unwrap();
+        r.add(0, 1, Some(item(11)), true).unwrap();
+        r.add(1, 0, None, true).unwrap(); // record (e=1, k=0) had no outputs
         r.release(&mut ready);
         assert!(ready.is_empty(), "(k=0, e=0) is still missing");
-        r.add(0, 0, Some(item(0)), true);
+        r.add(0, 0, Some(item(0)), true).unwrap();
         r.release(&mut ready);
         // (0,0), then the empty group (0,1), then (1,0); (1,1) is unknown yet.
         let ns = |ready: &VecDeque<Item>| {
@@ -91,16 +181,52 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(ns(&ready), vec![0, 10, 11]);
-        r.add(0, 2, Some(item(20)), true);
+        r.add(0, 2, Some(item(20)), true).unwrap();
         r.release(&mut ready);
         assert_eq!(ready.len(), 3, "(k=1, e=1) may still come");
         // Emitter 1 ended after one record: (k=1, e=1) is skipped.
-        r.counts[1] = Some(1);
+        r.emitter_done(1, 1).unwrap();
         r.release(&mut ready);
         assert_eq!(ns(&ready), vec![0, 10, 11, 20]);
-        r.counts[0] = Some(3);
+        r.emitter_done(0, 3).unwrap();
         r.release(&mut ready);
         assert_eq!(ready.len(), 4);
         assert!(r.groups.is_empty());
+    }
+
+    /// Issue 16 (suspected, confirmed): a hostile worker could grow the reorder buffer without
+    /// bound with indices far ahead of anything issued; they were kept until the end.
+    #[test]
+    fn indices_never_issued_are_not_kept() {
+        let mut r = reorder(&[3]);
+        let mut ready = VecDeque::new();
+        for i in 0..10_000u64 {
+            let e = r.add(0, (1 << 40) + i, Some(item(i as i64)), true);
+            assert!(e.unwrap_err().contains("issued 3 records"));
+        }
+        r.release(&mut ready);
+        assert!(ready.is_empty());
+        assert_eq!(r.groups.len(), 0, "far-ahead groups kept");
+        // Emitters that do not exist, delivered groups, items after the last, ends of
+        // records never issued: refused too.
+        assert!(r.add(1, 0, Some(item(0)), true).is_err());
+        r.add(0, 0, Some(item(0)), true).unwrap();
+        r.release(&mut ready);
+        assert!(
+            r.add(0, 0, Some(item(1)), true)
+                .unwrap_err()
+                .contains("delivered")
+        );
+        r.add(0, 2, Some(item(2)), true).unwrap();
+        assert!(
+            r.add(0, 2, Some(item(3)), false)
+                .unwrap_err()
+                .contains("after the last")
+        );
+        assert!(r.emitter_done(0, 4).is_err());
+        assert!(r.emitter_done(5, 0).is_err());
+        // Outputs of `finish` belong to no record.
+        r.add(FINISH_E, FINISH_K, Some(item(9)), false).unwrap();
+        r.add(FINISH_E, FINISH_K, Some(item(9)), false).unwrap();
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::handover::{Ctrl, CtrlError, Kind};
+use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::{
     ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
@@ -44,9 +45,19 @@ fn log(msg: &str) {
     eprintln!("shmpipe {me}: {msg}");
 }
 
-/// The start-up hand-over of a child: creates its outputs and sends their descriptors, gets
-/// its inputs, attaches, and waits for the parent's go. `Err(code)`: exit with it.
-fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<dyn Rx>>), i32> {
+/// What a child gets from the start-up hand-over.
+struct Connected {
+    outs: Outputs,
+    ins: Vec<Box<dyn Rx>>,
+    /// An emitter of an ordered pipeline: the issued counters it raises.
+    issued: Option<Issued>,
+}
+
+/// The start-up hand-over of a child: takes its shared descriptors, creates its outputs and
+/// sends their descriptors, gets its inputs, attaches, and waits for the parent's go.
+/// `Err(code)`: exit with it.
+fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
+    let (plan, role) = (&spec.plan, spec.role);
     let setup = |m: String| {
         log(&m);
         EXIT_SETUP
@@ -56,6 +67,24 @@ fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<d
         CtrlError::Eof => EXIT_ORPHAN,
         e => setup(format!("start-up: {e}")),
     };
+    // The shared descriptors come first, checked before anything else is set up.
+    let mut issued = None;
+    match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
+        (Kind::Shared, mut fds) => {
+            if matches!(role, Role::Emitter(_)) && plan.ordered {
+                let fd = fds
+                    .pop()
+                    .ok_or_else(|| setup("no issued counters from the parent".into()))?;
+                issued = Some(
+                    Issued::open(fd, plan.emitters)
+                        .map_err(|e| setup(format!("issued counters: {e}")))?,
+                );
+            }
+            crate::share::install(&spec.shared, fds).map_err(setup)?;
+        }
+        (Kind::Stop, _) => return Err(EXIT_STOPPED),
+        (k, _) => return Err(setup(format!("expected shared descriptors, got {k:?}"))),
+    }
     let mut txs = Vec::new();
     let mut fds = Vec::new();
     for _ in 0..plan.outputs_of(role) {
@@ -88,7 +117,11 @@ fn hand_over(plan: &Plan, role: Role, ctrl: &Ctrl) -> Result<(Outputs, Vec<Box<d
     ctrl.send(Kind::Attached, &[])
         .map_err(|e| setup(format!("control socket: {e}")))?;
     match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
-        (Kind::Go, _) => Ok((Outputs::new(txs, plan), rxs)),
+        (Kind::Go, _) => Ok(Connected {
+            outs: Outputs::new(txs, plan),
+            ins: rxs,
+            issued,
+        }),
         (Kind::Stop, _) => Err(EXIT_STOPPED),
         (k, _) => Err(setup(format!("expected go, got {k:?}"))),
     }
@@ -121,20 +154,26 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
     let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
-    let (outs, ins) = match hand_over(plan, spec.role, &ctrl) {
+    let Connected { outs, ins, issued } = match hand_over(spec, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
     };
     start_watchdog(ctrl, plan.parent);
     match spec.role {
-        Role::Emitter(e) => run_emitter(reg, plan, e, outs),
+        Role::Emitter(e) => run_emitter(reg, plan, e, outs, issued.as_ref()),
         Role::Worker { stage, worker } => {
             run_worker(reg, plan, stage, worker, Inputs::new(ins), outs)
         }
     }
 }
 
-fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
+fn run_emitter(
+    reg: &Registry,
+    plan: &Plan,
+    e: usize,
+    mut out: Outputs,
+    issued: Option<&Issued>,
+) -> i32 {
     let parts = plan.world_size * plan.emitters;
     let part = plan.rank * plan.emitters + e;
     let source: Result<Box<dyn Source>, SourceError> = match &plan.source {
@@ -159,6 +198,9 @@ fn run_emitter(reg: &Registry, plan: &Plan, e: usize, mut out: Outputs) -> i32 {
     let mut k = 0u64;
     let mut stats = Stats::default();
     let send = |out: &mut Outputs, item: Item, k: &mut u64| {
+        if let Some(c) = issued {
+            c.raise(e, *k + 1);
+        }
         let r = out.push(
             (*k % workers) as usize,
             Frame::Item {

@@ -102,6 +102,18 @@ pub struct SourceContext<'a> {
     pub parts: usize,
 }
 
+impl SourceContext<'_> {
+    /// The descriptor shared under argument `key` (a [`SharedFd`](crate::SharedFd) handle
+    /// from [`PipelineBuilder::share_fd`](crate::PipelineBuilder::share_fd)): a sealed memfd
+    /// opened read-only, checked when this emitter received it, open until it exits.
+    ///
+    /// # Errors
+    /// When `args[key]` is not a handle, or outside a pipeline's emitter.
+    pub fn shared_fd(&self, key: &str) -> Result<std::os::fd::BorrowedFd<'static>, SourceError> {
+        crate::share::from_args(self.args, key).map_err(SourceError::Other)
+    }
+}
+
 /// An in-memory source. Use [`MemorySource::part`] in a registered source factory to read
 /// the part of an emitter.
 #[derive(Debug, Clone, Default)]

@@ -262,6 +262,18 @@ pub struct StepContext<'a> {
     pub worker: WorkerInfo,
 }
 
+impl StepContext<'_> {
+    /// The descriptor shared under argument `key` (a [`SharedFd`](crate::SharedFd) handle
+    /// from [`PipelineBuilder::share_fd`](crate::PipelineBuilder::share_fd)): a sealed memfd
+    /// opened read-only, checked when this worker received it, open until the worker exits.
+    ///
+    /// # Errors
+    /// When `args[key]` is not a handle, or outside a pipeline's worker.
+    pub fn shared_fd(&self, key: &str) -> Result<std::os::fd::BorrowedFd<'static>, StepError> {
+        crate::share::from_args(self.args, key).map_err(StepError::new)
+    }
+}
+
 type StepFactory = Arc<dyn Fn(&StepContext<'_>) -> Result<Box<dyn Step>, StepError> + Send + Sync>;
 type SourceFactory =
     Arc<dyn Fn(&SourceContext<'_>) -> Result<Box<dyn Source>, SourceError> + Send + Sync>;

@@ -6,10 +6,10 @@
 //! [`handover`](crate::handover)). So nobody else can connect, squat or listen, and there is
 //! no `accept()` to wait in.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -82,12 +82,39 @@ impl Tx for SockTx {
 }
 
 /// Consumer end over a Unix socket pair.
+///
+/// A batch arrives as an 8-byte length prefix and a body, in as many pieces as the socket
+/// delivers. `recv` reads whatever is there without blocking, keeps what it got (`head`,
+/// `have`) and waits for more only until its deadline: a peer that wrote part of a batch and
+/// stays alive never holds the consumer past it (issue 16, hole 5), so the consumer's idle
+/// callback, and with it the supervisor's liveness check, runs between waits exactly as with
+/// the shared-memory transport.
 pub(crate) struct SockRx {
     stream: UnixStream,
     /// One message body (8-aligned, as shm-ring's decoder wants it).
     buf: Vec<u64>,
     /// Largest batch in bytes accepted from the peer.
     max: usize,
+    /// The length prefix of the current batch, as far as it arrived.
+    head: [u8; 8],
+    /// Bytes of the current batch received so far, prefix included: `0 ..= 8 + len`.
+    have: usize,
+    /// The current batch's body length, once its prefix is complete (checked against `max`).
+    len: Option<usize>,
+    /// When the last byte of the current batch arrived (meaningful while `have > 0`).
+    last_byte: Instant,
+    /// A started batch of which nothing more is waiting this long after its last byte is an
+    /// error: a live producer writes a batch in one go and blocks only on a full socket (then
+    /// bytes are waiting), so only a broken or stopped one leaves it half-way this long.
+    stall_limit: Duration,
+}
+
+/// What one non-blocking read gave.
+enum Progress {
+    /// Some bytes (the batch may be complete).
+    Bytes,
+    /// Nothing waiting.
+    Nothing,
 }
 
 impl SockRx {
@@ -104,62 +131,124 @@ impl SockRx {
             stream: UnixStream::from(fd),
             buf: Vec::new(),
             max,
+            head: [0; 8],
+            have: 0,
+            len: None,
+            last_byte: Instant::now(),
+            stall_limit: Duration::from_secs(10),
         })
     }
-}
 
-impl Rx for SockRx {
-    fn recv(&mut self, timeout: Option<Duration>) -> Result<Option<Vec<Frame>>, TransportError> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let ts = Timespec {
-            tv_sec: timeout.map_or(0, |t| t.as_secs() as i64),
-            tv_nsec: timeout.map_or(0, |t| i64::from(t.subsec_nanos())),
-        };
-        let fd = self.stream.as_fd();
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        let ready = match poll(&mut fds, Some(&ts)) {
-            Ok(n) => n,
-            Err(rustix::io::Errno::INTR) => 0,
-            Err(e) => return Err(TransportError::Other(e.to_string())),
-        };
-        if ready == 0 {
-            return Ok(None);
-        }
-        let mut len = [0u8; 8];
-        match self.stream.read_exact(&mut len) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(TransportError::Closed);
+    /// Reads what is waiting of the current batch, without blocking.
+    fn read_some(&mut self) -> Result<Progress, TransportError> {
+        use rustix::io::Errno;
+        use rustix::net::RecvFlags;
+        let into: &mut [u8] = match self.len {
+            None => &mut self.head[self.have..],
+            Some(len) => {
+                &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.buf)[self.have - 8..len]
             }
-            Err(e) => return Err(TransportError::PeerDied(e.to_string())),
+        };
+        let n = loop {
+            match rustix::net::recv(&self.stream, &mut *into, RecvFlags::DONTWAIT) {
+                Ok((n, _)) => break n,
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => return Ok(Progress::Nothing),
+                Err(e) => return Err(TransportError::PeerDied(e.to_string())),
+            }
+        };
+        if n == 0 {
+            return Err(if self.have == 0 {
+                TransportError::Closed
+            } else {
+                TransportError::PeerDied("closed in the middle of a batch".into())
+            });
         }
-        // The peer's length, checked before anything is allocated for it.
-        let len = u64::from_le_bytes(len);
-        let len = usize::try_from(len)
-            .ok()
-            .filter(|&l| l <= self.max)
-            .ok_or_else(|| {
-                TransportError::Other(format!(
-                    "peer announced a batch of {len} bytes, more than the channel's {}",
-                    self.max
-                ))
-            })?;
-        self.buf.resize(len.div_ceil(8), 0);
-        let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.buf)[..len];
-        self.stream
-            .read_exact(body)
-            .map_err(|e| TransportError::PeerDied(e.to_string()))?;
+        self.have += n;
+        self.last_byte = Instant::now();
+        if self.len.is_none() && self.have == 8 {
+            // The peer's length, checked before anything is allocated for it.
+            let len = u64::from_le_bytes(self.head);
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|&l| l <= self.max)
+                .ok_or_else(|| {
+                    TransportError::Other(format!(
+                        "peer announced a batch of {len} bytes, more than the channel's {}",
+                        self.max
+                    ))
+                })?;
+            self.buf.clear();
+            self.buf.resize(len.div_ceil(8), 0);
+            self.len = Some(len);
+        }
+        Ok(Progress::Bytes)
+    }
+
+    /// The complete batch, decoded; the reader is ready for the next one.
+    fn take_batch(&mut self) -> Result<Vec<Frame>, TransportError> {
+        let len = self.len.take().unwrap_or(0);
+        self.have = 0;
+        let body = &bytemuck::cast_slice::<u64, u8>(&self.buf)[..len];
         let view =
             shm_ring::message::decode(body).map_err(|e| TransportError::Other(e.to_string()))?;
         let mut frames = Vec::new();
         wire::decode(view, &mut frames, None).map_err(TransportError::Other)?;
-        Ok(Some(frames))
+        Ok(frames)
+    }
+
+    /// Waits up to `left` for bytes (or the end of the stream).
+    fn wait(&self, left: Duration) -> Result<(), TransportError> {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let ts = Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let fd = self.stream.as_fd();
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+            Err(e) => Err(TransportError::Other(e.to_string())),
+        }
+    }
+}
+
+impl Rx for SockRx {
+    /// The next batch if it is complete within `timeout` (`None`: without waiting).
+    fn recv(&mut self, timeout: Option<Duration>) -> Result<Option<Vec<Frame>>, TransportError> {
+        let deadline = Instant::now() + timeout.unwrap_or(Duration::ZERO);
+        loop {
+            match self.read_some()? {
+                Progress::Bytes => {
+                    if self.len.is_some_and(|len| self.have == 8 + len) {
+                        return self.take_batch().map(Some);
+                    }
+                    continue;
+                }
+                Progress::Nothing => {}
+            }
+            if self.have > 0 && self.last_byte.elapsed() >= self.stall_limit {
+                return Err(TransportError::Other(format!(
+                    "the producer stopped in the middle of a batch ({} of {} bytes) and sent \
+                     nothing more for {:?}",
+                    self.have,
+                    self.len.map_or(8, |l| 8 + l),
+                    self.last_byte.elapsed()
+                )));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            self.wait(left)?;
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     /// Issue 8: a peer's length prefix is bounded before anything is allocated for it.
     #[test]
@@ -171,6 +260,83 @@ mod tests {
             let r = rx.recv(Some(Duration::from_secs(1)));
             assert!(matches!(r, Err(TransportError::Other(_))), "{len}: {r:?}");
         }
+    }
+
+    /// One encoded batch of one item, as `SockTx` writes it: length prefix, then the body.
+    fn encoded_batch(n: i64) -> Vec<u8> {
+        let (mut tx, rx) = SockTx::pair(1 << 20).unwrap();
+        let frames = [Frame::Item {
+            e: 0,
+            k: 0,
+            last: true,
+            item: crate::Item::new().with_meta("n", n),
+        }];
+        tx.send(&frames).unwrap();
+        drop(tx);
+        let mut bytes = Vec::new();
+        UnixStream::from(rx).read_to_end(&mut bytes).unwrap();
+        bytes
+    }
+
+    /// Issue 16, hole 5: a peer that wrote a length prefix (or part of a body) and stays alive
+    /// blocked `recv` in `read_exact` forever, whatever its timeout. Now `recv` returns at its
+    /// deadline, keeps what arrived, and completes the message when the rest comes.
+    #[test]
+    fn a_partial_batch_does_not_block_past_the_deadline() {
+        let bytes = encoded_batch(7);
+        for cut in [3, 8, 8 + 5, bytes.len() - 1] {
+            let (mut a, b) = UnixStream::pair().unwrap();
+            let mut rx = SockRx::from_fd(OwnedFd::from(b), 1 << 20).unwrap();
+            a.write_all(&bytes[..cut]).unwrap();
+            let (r, waited, rx) = shmpipe_test_kit::within(
+                Duration::from_secs(5),
+                "recv over a partial batch",
+                move || {
+                    let t0 = std::time::Instant::now();
+                    let r = rx.recv(Some(Duration::from_millis(50)));
+                    (r.map(|f| f.is_some()), t0.elapsed(), rx)
+                },
+            );
+            let mut rx = rx;
+            assert!(matches!(r, Ok(false)), "cut {cut}: {r:?}");
+            assert!(waited < Duration::from_secs(2), "cut {cut}: {waited:?}");
+            a.write_all(&bytes[cut..]).unwrap();
+            let frames = rx.recv(Some(Duration::from_secs(1))).unwrap().unwrap();
+            match &frames[..] {
+                [Frame::Item { item, .. }] => assert_eq!(item.i64("n"), Some(7), "cut {cut}"),
+                other => panic!("cut {cut}: {} frames", other.len()),
+            }
+        }
+    }
+
+    /// A peer that stops in the middle of a batch and stays alive is an error once nothing
+    /// more of it has come for `stall_limit`; a peer that closes in the middle of one is a lost
+    /// peer, not a clean end.
+    #[test]
+    fn a_batch_cut_short_is_an_error() {
+        let bytes = encoded_batch(1);
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut rx = SockRx::from_fd(OwnedFd::from(b), 1 << 20).unwrap();
+        rx.stall_limit = Duration::from_millis(100);
+        a.write_all(&bytes[..12]).unwrap();
+        let err = shmpipe_test_kit::within(Duration::from_secs(5), "the stall error", move || {
+            loop {
+                match rx.recv(Some(Duration::from_millis(20))) {
+                    Ok(None) => {}
+                    other => break other,
+                }
+            }
+        });
+        assert!(
+            matches!(&err, Err(TransportError::Other(m)) if m.contains("middle of a batch")),
+            "{err:?}"
+        );
+        let (mut a, b) = UnixStream::pair().unwrap();
+        let mut rx = SockRx::from_fd(OwnedFd::from(b), 1 << 20).unwrap();
+        a.write_all(&bytes[..12]).unwrap();
+        drop(a);
+        let r = rx.recv(Some(Duration::from_secs(1)));
+        assert!(matches!(r, Err(TransportError::PeerDied(_))), "{r:?}");
     }
 
     #[test]

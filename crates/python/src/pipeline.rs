@@ -39,7 +39,30 @@ fn cfg_err(m: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(m.to_string())
 }
 
-fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::PipelineBuilder> {
+/// Shares the pickled source's sealed memfd, descriptor `fd` of this process (held by the
+/// calling `shmpipe.Pipeline`), with the emitters: through a duplicate of our own (`os.dup`
+/// checks that the number is open), of which `share_fd` makes its read-only reopening.
+fn share_source_fd(
+    py: Python<'_>,
+    b: &mut shmpipe::PipelineBuilder,
+    fd: &Value,
+) -> PyResult<shmpipe::SharedFd> {
+    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+    let fd = fd
+        .as_i64()
+        .ok_or_else(|| cfg_err("source: no descriptor"))?;
+    let dup: i32 = py.import("os")?.call_method1("dup", (fd,))?.extract()?;
+    // SAFETY: `os.dup` just returned this new descriptor and nothing else holds it.
+    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
+    b.share_fd(owned.as_fd()).map_err(cfg_err)
+}
+
+fn build(
+    py: Python<'_>,
+    spec: &Value,
+    program: String,
+    args: Vec<String>,
+) -> PyResult<shmpipe::PipelineBuilder> {
     let reg = worker::registry();
     let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
     let mut b = Pipeline::builder(&reg)
@@ -85,7 +108,10 @@ fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::
             src["name"].as_str().unwrap_or_default(),
             src["args"].clone(),
         ),
-        Some("sequence") => b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": src["fd"]})),
+        Some("sequence") => {
+            let h = share_source_fd(py, &mut b, &src["fd"])?;
+            b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": h}))
+        }
         _ => return Err(cfg_err("source: a path, a sequence or a named source")),
     };
     for s in spec["steps"].as_array().into_iter().flatten() {
@@ -111,7 +137,7 @@ impl PipelineRun {
         prefetch: usize,
     ) -> PyResult<PipelineRun> {
         let spec: Value = serde_json::from_str(spec).map_err(cfg_err)?;
-        let b = build(&spec, program, args)?;
+        let b = build(py, &spec, program, args)?;
         let p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
         let (pids, id) = (p.pids(), p.id().to_owned());
         let (tx, rx) = sync_channel::<Out>(prefetch.max(1));

@@ -13,7 +13,8 @@ use crate::item;
 
 /// Step name of a Python callable (args: `{"pickle": base64, "main_path": str|null}`).
 pub const PY_STEP: &str = "python";
-/// Source name of a pickled Python sequence in an inherited memfd (args: `{"fd": int}`).
+/// Source name of a pickled Python sequence in a sealed memfd shared with the emitters (args:
+/// `{"fd": SharedFd}`, see `shmpipe::PipelineBuilder::share_fd`).
 pub const PY_SOURCE: &str = "python_sequence";
 
 /// A Python exception as text: type, message and the worker's traceback.
@@ -97,8 +98,18 @@ impl Source for PySource {
     }
 }
 
+/// Removes the pipeline role variable from `os.environ` too (`shmpipe::init` removed it from
+/// the process environment; Python keeps its own copy, which `subprocess` may pass on).
+fn forget_role(py: Python<'_>) -> PyResult<()> {
+    py.import("os")?
+        .getattr("environ")?
+        .call_method1("pop", (shmpipe::ROLE_ENV, py.None()))?;
+    Ok(())
+}
+
 fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
     Python::attach(|py| {
+        forget_role(py).map_err(|e| StepError::new(describe(py, e)))?;
         let args = serde_json::to_string(cx.args).unwrap_or_default();
         let w = cx.worker;
         py.import("shmpipe._steps")
@@ -112,8 +123,11 @@ fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
 }
 
 fn py_source(cx: &SourceContext<'_>) -> Result<PySource, SourceError> {
-    let fd = cx.args["fd"].as_i64().unwrap_or(-1);
+    use std::os::fd::AsRawFd;
+    // Received through the control socket, checked (sealed, read-only) and open until exit.
+    let fd = cx.shared_fd("fd")?.as_raw_fd();
     Python::attach(|py| {
+        forget_role(py).map_err(|e| SourceError::Other(describe(py, e)))?;
         let seq = py
             .import("shmpipe._steps")
             .and_then(|m| m.call_method1("load_source", (fd,)))

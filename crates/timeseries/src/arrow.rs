@@ -219,6 +219,38 @@ impl ArrowDataset {
         Self::from_ipc_buffer(path, buf, freq)
     }
 
+    /// Maps an Arrow IPC file or stream held in a sealed memfd (`F_SEAL_WRITE |
+    /// F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`; see [`RowStore::arrow_shared`]): the arrays
+    /// are read in place, every process that maps the memfd shares one copy, and, unlike
+    /// [`ArrowDataset::map`], this is safe: the seals guarantee that the bytes never change
+    /// and the mapping is never truncated. `name` names it in errors.
+    ///
+    /// [`RowStore::arrow_shared`]: crate::rows::RowStore::arrow_shared
+    ///
+    /// # Errors
+    /// A descriptor without the four seals, or as [`ArrowDataset::open`].
+    pub fn from_sealed_memfd(
+        name: impl AsRef<Path>,
+        fd: std::os::fd::OwnedFd,
+        freq: Freq,
+    ) -> Result<ArrowDataset, ArrowError> {
+        let path = name.as_ref();
+        crate::memfd::check_sealed(&fd).map_err(|e| err(path, e))?;
+        let file = std::fs::File::from(fd);
+        // SAFETY: the memfd is sealed against writes, shrinking and growing (checked above;
+        // seals cannot be removed): its bytes never change and no page of the mapping can
+        // vanish (no SIGBUS).
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| err(path, e))?;
+        let len = map.len();
+        let ptr = NonNull::new(map.as_ptr().cast_mut())
+            .filter(|_| len > 0)
+            .ok_or_else(|| err(path, "empty dataset"))?;
+        // SAFETY: `ptr` is valid for `len` bytes for as long as the mapping lives, and the
+        // buffer keeps the mapping alive (it owns the `Arc`); the bytes never change (sealed).
+        let buf = unsafe { Buffer::from_custom_allocation(ptr, len, Arc::new(map)) };
+        Self::from_ipc_buffer(path, buf, freq)
+    }
+
     /// An Arrow IPC file or stream already in memory (`name` names it in errors).
     ///
     /// # Errors

@@ -31,6 +31,7 @@ pub mod error;
 pub mod features;
 pub mod fused;
 pub mod jsonl;
+mod memfd;
 pub mod memstat;
 pub mod period;
 pub mod pipeline;

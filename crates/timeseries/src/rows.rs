@@ -1,7 +1,8 @@
 //! The workload over datasets that every worker reads in place: a GluonTS Arrow file
-//! (memory-mapped by each worker: the page cache holds it once) or a
-//! [`SharedDataset`] (a sealed memfd made by the parent). Emitters send only row
-//! numbers; workers look the series up, run the chain and batch.
+//! copied once into a sealed memfd (every worker maps the same pages) or a
+//! [`SharedDataset`] (a sealed memfd of parsed series made by the parent). Both reach the
+//! workers by descriptor ([`PipelineBuilder::share_fd`]), never by name or number. Emitters
+//! send only row numbers; workers look the series up, run the chain and batch.
 //!
 //! ```no_run
 //! use shmpipe_timeseries::rows::{register_rows, run_rows, RowStore, RowsWorkload};
@@ -9,19 +10,21 @@
 //!
 //! let reg = register_rows(shmpipe::Registry::new());
 //! shmpipe::init(&reg); // worker and emitter processes run their role here and exit
-//! // SAFETY: the file is not modified while the pipeline runs.
-//! let store = unsafe { RowStore::arrow_mapped("data.feather") };
+//! let store = RowStore::arrow_shared("data.feather")?;
 //! let cfg = RowsWorkload { chain: ChainConfig::default(), batch_size: 32, epochs: 3,
 //!     workers: 2, emitters: 1, group: 16, seed: 0, transform: true };
 //! let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
 //! println!("{:.0} windows/s", stats.windows_per_sec());
+//! # Ok::<(), shmpipe_timeseries::workload::WorkloadError>(())
 //! ```
 
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use shmpipe::{
-    Epochs, Item, Pipeline, Registry, SourceContext, SourceError, Step, StepContext, StepError,
+    Epochs, Item, Pipeline, PipelineBuilder, Registry, SourceContext, SourceError, Step,
+    StepContext, StepError,
 };
 
 use crate::arrow::ArrowDataset;
@@ -37,12 +40,15 @@ use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, consume_batches
 pub const SOURCE_ROWS: &str = "gluonts_rows";
 /// Step: look rows up in the store named by the args, run the chain (unless
 /// `"transform": false`) and batch (unless `"batch": false`).
-/// Store args: `{"arrow_path", "mapped"}` or `{"shared_pid", "shared_fd"}`. Passing
-/// `"mapped": true` by hand takes on the contract of [`RowStore::arrow_mapped`] (the
-/// file is not modified while the pipeline runs).
+/// Store args (made by [`RowStore::step_args`]): `{"arrow_path"}` (each worker reads the
+/// file into its own memory), `{"arrow_memfd": handle}` or `{"shared": handle}` (a sealed
+/// memfd shared with [`PipelineBuilder::share_fd`]). Nothing in the args can make a worker
+/// map a file that may change: the old `"mapped": true` is refused.
 pub const STEP_ROWS: &str = "gluonts_train_rows";
 /// Name of the `i64` array of row numbers sent by [`SOURCE_ROWS`].
 pub const ROWS_FIELD: &str = "series_rows";
+/// Name of the memfd an Arrow file is copied into (`/memfd:<name>` in `/proc/<pid>/maps`).
+pub const ARROW_MEMFD_NAME: &str = "shmpipe-ts-arrow";
 
 /// Where the workers find the series.
 #[derive(Debug)]
@@ -50,69 +56,73 @@ pub struct RowStore(StoreSpec);
 
 #[derive(Debug)]
 enum StoreSpec {
-    /// A GluonTS Arrow IPC file or stream, or Parquet file; memory-mapped by each
-    /// worker when `mapped` (only set by the unsafe [`RowStore::arrow_mapped`]).
-    Arrow { path: PathBuf, mapped: bool },
-    /// A dataset in a sealed memfd of this process, opened by the workers.
+    /// A GluonTS Arrow IPC file or stream, or Parquet file, read by each worker into its
+    /// own memory.
+    ArrowRead(PathBuf),
+    /// An Arrow IPC file or stream copied into a sealed memfd, mapped by every worker.
+    ArrowShared { path: PathBuf, memfd: OwnedFd },
+    /// A dataset in a sealed memfd of this process.
     Shared(SharedDataset),
 }
 
 impl RowStore {
-    /// A dataset in a sealed memfd of this process: the workers open and map it.
+    /// A dataset in a sealed memfd of this process: the workers receive the memfd and map it.
     pub fn shared(ds: SharedDataset) -> RowStore {
         RowStore(StoreSpec::Shared(ds))
     }
 
-    /// An Arrow IPC file or stream that every worker memory-maps (one copy in the page
-    /// cache, arrays read in place).
+    /// An Arrow IPC file or stream that every worker maps in place (one copy for all, arrays
+    /// read in place): the file is copied once into a sealed memfd, so it may change or be
+    /// truncated afterwards without reaching the workers (no SIGBUS; issue 16, hole 4). Costs
+    /// one copy of the file in memory for the pipeline, not one per worker.
     ///
-    /// # Safety
-    /// As [`ArrowDataset::map`]: the file must not be modified or truncated while
-    /// the pipeline runs.
-    pub unsafe fn arrow_mapped(path: impl AsRef<Path>) -> RowStore {
-        RowStore(StoreSpec::Arrow {
-            path: path.as_ref().to_path_buf(),
-            mapped: true,
-        })
+    /// # Errors
+    /// If the file cannot be read or copied (out of memory is an error here).
+    pub fn arrow_shared(path: impl AsRef<Path>) -> Result<RowStore, WorkloadError> {
+        let path = path.as_ref();
+        let memfd = crate::memfd::copy_of_file(path, ARROW_MEMFD_NAME)
+            .map_err(|e| WorkloadError::Pipeline(e.to_string()))?;
+        Ok(RowStore(StoreSpec::ArrowShared {
+            path: path.to_path_buf(),
+            memfd,
+        }))
     }
 
     /// An Arrow (or Parquet) file that every worker reads into its own memory.
     pub fn arrow_read(path: impl AsRef<Path>) -> RowStore {
-        RowStore(StoreSpec::Arrow {
-            path: path.as_ref().to_path_buf(),
-            mapped: false,
-        })
+        RowStore(StoreSpec::ArrowRead(path.as_ref().to_path_buf()))
     }
 
-    /// Number of series (opens the file for an Arrow store).
+    /// Number of series (opens the dataset for an Arrow store).
     fn rows(&self, freq: Freq) -> Result<usize, String> {
         match &self.0 {
-            StoreSpec::Arrow { path, mapped } => Ok(open_arrow(path, *mapped, freq)?.len()),
+            StoreSpec::ArrowRead(path) => Ok(ArrowDataset::open(path, freq)
+                .map_err(|e| e.to_string())?
+                .len()),
+            StoreSpec::ArrowShared { path, memfd } => {
+                let fd = memfd.try_clone().map_err(|e| e.to_string())?;
+                Ok(ArrowDataset::from_sealed_memfd(path, fd, freq)
+                    .map_err(|e| e.to_string())?
+                    .len())
+            }
             StoreSpec::Shared(ds) => Ok(ds.len()),
         }
     }
 
-    fn args(&self) -> serde_json::Value {
-        match &self.0 {
-            StoreSpec::Arrow { path, mapped } => {
-                json!({"arrow_path": path.display().to_string(), "mapped": mapped})
-            }
-            StoreSpec::Shared(ds) => {
-                let (pid, fd) = ds.handle();
-                json!({"shared_pid": pid, "shared_fd": fd})
-            }
-        }
-    }
-}
-
-fn open_arrow(path: &Path, mapped: bool, freq: Freq) -> Result<ArrowDataset, String> {
-    if mapped {
-        // SAFETY: Delegated to whoever asked for a mapping: `RowStore::arrow_mapped` is
-        // unsafe with the contract that the file is not modified during the run, and
-        // `STEP_ROWS` documents that the step arg `"mapped": true` carries it too.
-        unsafe { ArrowDataset::map(path, freq) }.map_err(|e| e.to_string())
-    } else {
-        ArrowDataset::open(path, freq).map_err(|e| e.to_string())
+    /// The store's part of the step args; shares its memfd with the pipeline of `b`.
+    fn args(&self, b: &mut PipelineBuilder) -> Result<serde_json::Value, WorkloadError> {
+        let share = |b: &mut PipelineBuilder, fd| {
+            b.share_fd(fd)
+                .map_err(|e| WorkloadError::Pipeline(e.to_string()))
+        };
+        Ok(match &self.0 {
+            StoreSpec::ArrowRead(path) => json!({"arrow_path": path.display().to_string()}),
+            StoreSpec::ArrowShared { path, memfd } => json!({
+                "arrow_memfd": share(b, memfd.as_fd())?,
+                "arrow_name": path.display().to_string(),
+            }),
+            StoreSpec::Shared(ds) => json!({"shared": share(b, ds.as_fd())?}),
+        })
     }
 }
 
@@ -124,28 +134,45 @@ enum Store {
 }
 
 impl Store {
-    fn from_args(a: &serde_json::Value, freq: Freq) -> Result<Store, StepError> {
+    fn from_args(cx: &StepContext<'_>, freq: Freq) -> Result<Store, StepError> {
+        let a = cx.args;
+        if a.get("mapped").is_some() {
+            return Err(StepError::new(
+                "gluonts_train_rows: the \"mapped\" argument is gone (workers mapping a file that \
+                 may be truncated die with SIGBUS); use RowStore::arrow_shared, a sealed copy",
+            ));
+        }
         if let Some(p) = a["arrow_path"].as_str() {
-            let mapped = a["mapped"].as_bool().unwrap_or(false);
-            return open_arrow(Path::new(p), mapped, freq)
+            return ArrowDataset::open(Path::new(p), freq)
                 .map(Store::Arrow)
                 .map_err(StepError::new);
         }
-        match (a["shared_pid"].as_u64(), a["shared_fd"].as_i64()) {
-            (Some(pid), Some(fd)) => {
-                let ds = SharedDataset::open_proc(pid as u32, fd as i32).map_err(StepError::new)?;
-                if ds.freq() != freq {
-                    return Err(StepError::new(format!(
-                        "shared dataset has frequency {}, the chain {freq}",
-                        ds.freq()
-                    )));
-                }
-                Ok(Store::Shared(ds))
-            }
-            _ => Err(StepError::new(
-                "gluonts_train_rows needs \"arrow_path\" or \"shared_pid\" and \"shared_fd\"",
-            )),
+        // A descriptor of our own, kept by the dataset's mapping.
+        let owned = |key: &str| -> Result<OwnedFd, StepError> {
+            cx.shared_fd(key)?
+                .try_clone_to_owned()
+                .map_err(|e| StepError::new(format!("{key}: {e}")))
+        };
+        if a.get("arrow_memfd").is_some() {
+            let name = a["arrow_name"].as_str().unwrap_or("arrow dataset");
+            return ArrowDataset::from_sealed_memfd(name, owned("arrow_memfd")?, freq)
+                .map(Store::Arrow)
+                .map_err(StepError::new);
         }
+        if a.get("shared").is_some() {
+            let ds = SharedDataset::open_fd(owned("shared")?).map_err(StepError::new)?;
+            if ds.freq() != freq {
+                return Err(StepError::new(format!(
+                    "shared dataset has frequency {}, the chain {freq}",
+                    ds.freq()
+                )));
+            }
+            return Ok(Store::Shared(ds));
+        }
+        Err(StepError::new(
+            "gluonts_train_rows needs \"arrow_path\", \"arrow_memfd\" or \"shared\" (see \
+             RowStore::step_args)",
+        ))
     }
 
     fn entry(&self, i: usize) -> Result<DataEntry, StepError> {
@@ -215,7 +242,7 @@ pub fn register_rows(reg: Registry) -> Registry {
     reg.step(STEP_ROWS, |cx: &StepContext<'_>| {
         let a = cx.args;
         let cfg = chain_config(a)?;
-        let store = Store::from_args(a, cfg.freq)?;
+        let store = Store::from_args(cx, cfg.freq)?;
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
         Ok(RowsStep {
             store,
@@ -267,6 +294,44 @@ pub struct RowsWorkload {
     pub transform: bool,
 }
 
+impl RowStore {
+    /// The arguments of [`STEP_ROWS`] that run `cfg`'s chain over this store, for a pipeline
+    /// built with `b` (what [`start_rows`] uses; for pipelines composed by hand). A memfd
+    /// store is shared with `b`'s children ([`PipelineBuilder::share_fd`]): the pipeline
+    /// holds it from then on, so dropping the store after `start()` changes nothing for
+    /// the workers.
+    ///
+    /// # Errors
+    /// If the store cannot be handed to the pipeline.
+    pub fn step_args(
+        &self,
+        b: &mut PipelineBuilder,
+        cfg: &RowsWorkload,
+    ) -> Result<serde_json::Value, WorkloadError> {
+        let mut args = cfg.chain.to_args();
+        if let Some(a) = args.as_object_mut() {
+            a.extend([
+                ("batch_size".to_string(), json!(cfg.batch_size)),
+                ("transform".to_string(), json!(cfg.transform)),
+                ("batch".to_string(), json!(cfg.transform)),
+            ]);
+            if let serde_json::Value::Object(s) = self.args(b)? {
+                a.extend(s);
+            }
+        }
+        Ok(args)
+    }
+
+    /// The arguments of [`SOURCE_ROWS`] over this store, `cfg.group` rows per record.
+    ///
+    /// # Errors
+    /// If the store cannot be opened.
+    pub fn source_args(&self, cfg: &RowsWorkload) -> Result<serde_json::Value, WorkloadError> {
+        let rows = self.rows(cfg.chain.freq).map_err(WorkloadError::Pipeline)?;
+        Ok(json!({"rows": rows, "group": cfg.group}))
+    }
+}
+
 /// Starts the pipeline over `store` (the caller reads the outputs).
 ///
 /// # Errors
@@ -276,21 +341,9 @@ pub fn start_rows(
     store: &RowStore,
     cfg: &RowsWorkload,
 ) -> Result<Pipeline, WorkloadError> {
-    let c = &cfg.chain;
-    let rows = store.rows(c.freq).map_err(WorkloadError::Pipeline)?;
-    let mut args = c.to_args();
-    if let Some(a) = args.as_object_mut() {
-        a.extend([
-            ("batch_size".to_string(), json!(cfg.batch_size)),
-            ("transform".to_string(), json!(cfg.transform)),
-            ("batch".to_string(), json!(cfg.transform)),
-        ]);
-        if let serde_json::Value::Object(s) = store.args() {
-            a.extend(s);
-        }
-    }
-    Pipeline::builder(reg)
-        .source_named(SOURCE_ROWS, json!({"rows": rows, "group": cfg.group}))
+    let mut b = Pipeline::builder(reg);
+    let args = store.step_args(&mut b, cfg)?;
+    b.source_named(SOURCE_ROWS, store.source_args(cfg)?)
         .emitters(cfg.emitters.max(1))
         .epochs(Epochs::Finite(cfg.epochs as u64))
         .seed(cfg.seed)

@@ -5,10 +5,12 @@
 //! workers that parse the file themselves. Here the parent lays the parsed entries
 //! out once in an anonymous memfd, seals it (`F_SEAL_WRITE | F_SEAL_SHRINK |
 //! F_SEAL_GROW | F_SEAL_SEAL`: from then on nobody, the parent included, can change,
-//! shrink or grow it), and workers open it through `/proc/<parent pid>/fd/<n>` (same
-//! user; no pipeline support needed), check the seals, map it read-only and validate
-//! it once. Every process maps the same pages: the summed PSS of parent and workers
-//! stays about one dataset, whatever the number of workers.
+//! shrink or grow it). The pipeline hands the memfd itself to the workers
+//! ([`shmpipe::PipelineBuilder::share_fd`], through each worker's control socket; never a
+//! descriptor number, which another dataset may take a moment later); they check the
+//! seals, map it read-only and validate it once. Every process maps the same pages: the
+//! summed PSS of parent and workers stays about one dataset, whatever the number of
+//! workers.
 //!
 //! # Layout (little-endian; offsets, never pointers)
 //! ```text
@@ -32,9 +34,9 @@
 //! let freq = "h".parse().unwrap();
 //! let entries = jsonl::parse_lines(br#"{"start": "2021-01-01", "target": [1, 2, 3]}"#, freq).unwrap();
 //! let ds = SharedDataset::create(&entries, freq).unwrap();
-//! // A worker would call SharedDataset::open_proc(pid, fd) with ds.handle().
-//! let (pid, fd) = ds.handle();
-//! let again = SharedDataset::open_proc(pid, fd).unwrap();
+//! // A worker opens the memfd it received (see `rows::RowStore::shared`).
+//! use std::os::fd::AsFd;
+//! let again = SharedDataset::open_fd(ds.as_fd().try_clone_to_owned().unwrap()).unwrap();
 //! assert_eq!(again.values(0, "target").unwrap(), Some(&[1.0f32, 2.0, 3.0][..]));
 //! assert_eq!(again.entry(0).unwrap(), entries[0]);
 //! ```
@@ -42,11 +44,10 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
-use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 
 use crate::entry::{Array, DataEntry, MAX_NDIM};
 use crate::period::{Freq, Period};
@@ -63,10 +64,6 @@ const FIELD_SIZE: usize = std::mem::size_of::<FieldRec>();
 /// Alignment of each array in the data section (a cache line).
 const ARRAY_ALIGN: usize = 64;
 const PAGE: usize = 4096;
-const SEALS: SealFlags = SealFlags::WRITE
-    .union(SealFlags::SHRINK)
-    .union(SealFlags::GROW)
-    .union(SealFlags::SEAL);
 const HAS_START: u32 = 1;
 const HAS_FORECAST_START: u32 = 2;
 const HAS_ITEM_ID: u32 = 4;
@@ -181,14 +178,6 @@ impl std::error::Error for SharedError {
             SharedError::Os { source, .. } => Some(source),
             _ => None,
         }
-    }
-}
-
-fn os(what: impl Into<String>) -> impl FnOnce(rustix::io::Errno) -> SharedError {
-    let what = what.into();
-    move |e| SharedError::Os {
-        what,
-        source: e.into(),
     }
 }
 
@@ -526,7 +515,7 @@ fn plan(entries: &[DataEntry], freq: Freq) -> Result<(Vec<u8>, Vec<FieldRec>, us
 /// A dataset held once in a sealed memfd, mapped read-only.
 #[derive(Debug)]
 pub struct SharedDataset {
-    /// Keeps the memfd open: its number is what workers open through `/proc`.
+    /// The sealed memfd (shared with pipelines through [`AsFd`]).
     fd: OwnedFd,
     map: memmap2::Mmap,
     /// The header, read once at open (the memfd is sealed: it cannot change).
@@ -544,14 +533,7 @@ impl SharedDataset {
     pub fn create(entries: &[DataEntry], freq: Freq) -> Result<SharedDataset, SharedError> {
         let (head, fields, data_len) = plan(entries, freq)?;
         let total = head.len() + data_len;
-        let fd =
-            rustix::fs::memfd_create(MEMFD_NAME, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-                .map_err(os("memfd_create"))?;
-        rustix::fs::ftruncate(&fd, total as u64).map_err(os("ftruncate memfd"))?;
-        rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, total as u64).map_err(os(
-            format!("reserving {total} bytes of shared memory for the dataset"),
-        ))?;
-        let file = File::from(fd);
+        let file = crate::memfd::create(MEMFD_NAME, total as u64)?;
         {
             // SAFETY: the memfd is ours alone (anonymous, not yet shared, not sealed
             // against writes until this mapping is gone); it has `total` bytes.
@@ -573,25 +555,7 @@ impl SharedDataset {
             }
         }
         // No writable mapping is left: F_SEAL_WRITE can be applied.
-        let fd = OwnedFd::from(file);
-        rustix::fs::fcntl_add_seals(&fd, SEALS).map_err(os("sealing memfd"))?;
-        Self::open_fd(fd)
-    }
-
-    /// Opens the memfd `fd` of process `pid` through `/proc/<pid>/fd/<fd>` (same user),
-    /// as a worker does with the parent's [`SharedDataset::handle`].
-    ///
-    /// # Errors
-    /// As [`SharedDataset::open_fd`], or if the path cannot be opened.
-    pub fn open_proc(pid: u32, fd: i32) -> Result<SharedDataset, SharedError> {
-        let path = format!("/proc/{pid}/fd/{fd}");
-        let f = rustix::fs::open(
-            path.as_str(),
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(os(format!("opening {path}")))?;
-        Self::open_fd(f)
+        Self::open_fd(crate::memfd::seal(OwnedFd::from(file))?)
     }
 
     /// Maps a sealed memfd read-only and validates its whole layout once.
@@ -601,14 +565,7 @@ impl SharedDataset {
     /// bytes be trusted after one validation); [`SharedError::Corrupt`] for a bad
     /// layout; [`SharedError::Os`].
     pub fn open_fd(fd: OwnedFd) -> Result<SharedDataset, SharedError> {
-        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(os("F_GET_SEALS"))?;
-        if !seals.contains(SEALS) {
-            return Err(SharedError::NotSealed);
-        }
-        let st = rustix::fs::fstat(&fd).map_err(os("fstat"))?;
-        if !rustix::fs::FileType::from_raw_mode(st.st_mode).is_file() {
-            return Err(corrupt("not a regular file"));
-        }
+        crate::memfd::check_sealed(&fd)?;
         let file = File::from(fd);
         // Populated: every page is mapped at once (page-table entries to the one copy;
         // nothing is copied), so each mapper is charged its share of all of it.
@@ -629,12 +586,6 @@ impl SharedDataset {
             n_series,
             freq,
         })
-    }
-
-    /// `(pid, fd)` a process of the same user opens with [`SharedDataset::open_proc`]
-    /// while this dataset is alive.
-    pub fn handle(&self) -> (u32, i32) {
-        (std::process::id(), self.fd.as_raw_fd())
     }
 
     /// The validated layout.
@@ -687,5 +638,13 @@ impl SharedDataset {
     pub fn mapping_range(&self) -> std::ops::Range<usize> {
         let start = self.map.as_ptr() as usize;
         start..start + self.map.len()
+    }
+}
+
+impl AsFd for SharedDataset {
+    /// The sealed memfd (to share it with a pipeline:
+    /// [`PipelineBuilder::share_fd`](shmpipe::PipelineBuilder::share_fd)).
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }

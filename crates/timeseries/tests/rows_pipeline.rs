@@ -1,6 +1,7 @@
-//! The workload over stores every worker reads in place (a memory-mapped GluonTS
-//! Arrow file, a sealed shared memfd), as a real multi-process pipeline: every
-//! series reaches the workers intact, and the window counts are exact.
+//! The workload over stores every worker reads in place (a GluonTS Arrow file copied
+//! into a sealed memfd, a sealed memfd of parsed series), as a real multi-process pipeline:
+//! every series reaches the workers intact, and the window counts are exact; a store dropped
+//! after `start()` and safe step arguments cannot make workers read the wrong data or die.
 //!
 //! Each test re-executes this binary as workers and emitters (`shmpipe::init`).
 
@@ -10,7 +11,8 @@ use common::same;
 use shmpipe_timeseries::arrow::ArrowDataset;
 use shmpipe_timeseries::pipeline::item_to_entry;
 use shmpipe_timeseries::rows::{
-    ROW_META, RowStore, RowsWorkload, register_rows, run_rows, start_rows,
+    ROW_META, ROWS_FIELD, RowStore, RowsWorkload, SOURCE_ROWS, STEP_ROWS, register_rows, run_rows,
+    start_rows,
 };
 use shmpipe_timeseries::shared::SharedDataset;
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
@@ -67,14 +69,13 @@ fn check_passthrough(reg: &shmpipe::Registry, store: &RowStore, want: &[DataEntr
 }
 
 #[test]
-fn mapped_gluonts_arrow_file_through_the_pipeline() {
+fn gluonts_arrow_file_in_a_sealed_memfd_through_the_pipeline() {
     let reg = register_rows(shmpipe::Registry::new());
     shmpipe::init(&reg);
     let freq: Freq = "D".parse().unwrap();
     let path = fixture("daily.feather");
     let entries = ArrowDataset::open(&path, freq).unwrap().entries().unwrap();
-    // SAFETY: the fixture file is not modified while the test runs.
-    let store = unsafe { RowStore::arrow_mapped(&path) };
+    let store = RowStore::arrow_shared(&path).unwrap();
     check_passthrough(&reg, &store, &entries, freq);
     let cfg = workload(freq, true);
     let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
@@ -105,4 +106,161 @@ fn shared_memfd_dataset_through_the_pipeline() {
         stats.windows + 1,
         windows_in_process(&entries, &cfg) * cfg.epochs as u64
     );
+}
+
+/// Issue 16, hole 3: the shared dataset travelled as `(pid, fd number)` and workers opened
+/// `/proc/<pid>/fd/<n>` when their step was built, after `start()` had returned. A parent
+/// that dropped the store and built another one (which takes the same number) had the
+/// workers silently read the second dataset. A step built 300 ms late makes the race certain.
+#[test]
+fn a_store_dropped_after_start_is_still_the_one_the_workers_read() {
+    use std::os::fd::{AsFd, AsRawFd};
+    let reg = register_rows(shmpipe::Registry::new()).step("slow_build", |cx| {
+        let ms = cx.args["ms"].as_u64().unwrap_or(0);
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+        Ok(shmpipe::map(Ok))
+    });
+    shmpipe::init(&reg);
+    let dataset = |seed| {
+        let g = GenConfig {
+            num_series: 12,
+            min_len: 20,
+            max_len: 40,
+            seed,
+            ..GenConfig::default()
+        };
+        (jsonl::parse_lines(&to_bytes(&g), g.freq).unwrap(), g.freq)
+    };
+    let ((a, freq), (b, _)) = (dataset(1), dataset(2));
+    assert!(!same(&a[0], &b[0]), "the two datasets differ");
+    let ds_a = SharedDataset::create(&a, freq).unwrap();
+    let number = ds_a.as_fd().as_raw_fd();
+    let store_a = RowStore::shared(ds_a);
+    let cfg = RowsWorkload {
+        epochs: 1,
+        ..workload(freq, false)
+    };
+    let mut builder = shmpipe::Pipeline::builder(&reg);
+    let args = store_a.step_args(&mut builder, &cfg).unwrap();
+    let p = builder
+        .source_named(SOURCE_ROWS, store_a.source_args(&cfg).unwrap())
+        .step_with("slow_build", serde_json::json!({"ms": 300}))
+        .step_with(STEP_ROWS, args)
+        .workers(2)
+        .start()
+        .unwrap();
+    drop(store_a);
+    let store_b = SharedDataset::create(&b, freq).unwrap();
+    assert_eq!(store_b.as_fd().as_raw_fd(), number, "B reuses A's number");
+    let mut seen = 0;
+    for item in p {
+        let item = item.unwrap();
+        let row = item.i64(ROW_META).unwrap() as usize;
+        let e = item_to_entry(item, freq).unwrap();
+        assert!(same(&e, &a[row]), "row {row} is not dataset A's");
+        seen += 1;
+    }
+    assert_eq!(seen, a.len());
+    drop(store_b);
+}
+
+/// Issue 16, hole 4: `RowStore::arrow_mapped` was `unsafe` (the file must not change while
+/// mapped), but safe code reached the same mapping through the step argument
+/// `"mapped": true`; truncating the file then killed the worker with SIGBUS. Whatever the
+/// arguments, safe code gets the data or an error, never a worker killed by a signal.
+#[test]
+fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
+    use shmpipe::ndarray::Array1;
+    let reg = register_rows(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let freq: Freq = "D".parse().unwrap();
+    let copy = shmpipe_test_kit::TempFile::new("mapped-arrow", "feather");
+    std::fs::copy(fixture("daily.feather"), &copy.0).unwrap();
+    let rows = ArrowDataset::open(&copy.0, freq).unwrap().len();
+    assert!(rows >= 3, "{rows} rows");
+    let mut args = ChainConfig {
+        freq,
+        ..ChainConfig::default()
+    }
+    .to_args();
+    args.as_object_mut().unwrap().extend([
+        (
+            "arrow_path".to_owned(),
+            serde_json::json!(copy.0.display().to_string()),
+        ),
+        ("mapped".to_owned(), serde_json::json!(true)),
+        ("transform".to_owned(), serde_json::json!(false)),
+        ("batch".to_owned(), serde_json::json!(false)),
+    ]);
+    let mut p = shmpipe::Pipeline::builder(&reg)
+        .step_with(STEP_ROWS, args)
+        .workers(1)
+        .start()
+        .unwrap();
+    let row = |r: i64| shmpipe::Item::new().with(ROWS_FIELD, Array1::from(vec![r]));
+    let mut outcome = Vec::new();
+    p.enqueue(row(0)).unwrap();
+    outcome.push(p.dequeue());
+    if matches!(outcome[0], Ok(Some(_))) {
+        // The worker has the file open (mapped, before the fix) and has read row 0.
+        std::fs::File::options()
+            .write(true)
+            .open(&copy.0)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        for r in 1..rows as i64 {
+            p.enqueue(row(r)).unwrap();
+        }
+        p.close_input();
+        outcome.extend(std::iter::from_fn(|| match p.dequeue() {
+            Ok(None) => None,
+            r => Some(r),
+        }));
+    }
+    for r in &outcome {
+        if let Err(e) = r {
+            assert!(
+                !matches!(e, shmpipe::Error::ProcessDied { .. }),
+                "safe step arguments killed a worker: {e}"
+            );
+            assert!(e.to_string().contains("\"mapped\""), "{e}");
+        }
+    }
+}
+
+/// The safe way to have every worker read an Arrow file in place: a sealed copy. The file
+/// truncated in the middle of the run changes nothing for the workers.
+#[test]
+fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
+    let reg = register_rows(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let freq: Freq = "D".parse().unwrap();
+    let copy = shmpipe_test_kit::TempFile::new("shared-arrow", "feather");
+    std::fs::copy(fixture("daily.feather"), &copy.0).unwrap();
+    let entries = ArrowDataset::open(&copy.0, freq)
+        .unwrap()
+        .entries()
+        .unwrap();
+    let store = RowStore::arrow_shared(&copy.0).unwrap();
+    let cfg = RowsWorkload {
+        group: 1,
+        ..workload(freq, false)
+    };
+    let mut p = start_rows(&reg, &store, &cfg).unwrap();
+    let mut seen = 0;
+    while let Some(item) = p.dequeue().unwrap() {
+        if seen == 0 {
+            std::fs::File::options()
+                .write(true)
+                .open(&copy.0)
+                .unwrap()
+                .set_len(0)
+                .unwrap();
+        }
+        let row = item.i64(ROW_META).unwrap() as usize;
+        assert!(same(&item_to_entry(item, freq).unwrap(), &entries[row]));
+        seen += 1;
+    }
+    assert_eq!(seen, entries.len() * cfg.epochs);
 }

@@ -2,25 +2,24 @@
 //!
 //! - entries round-trip exactly, arrays are read in place;
 //! - an unsealed memfd is refused, and so is any corrupted layout (never a panic);
-//! - the structural property behind "one copy for all workers": child processes that
-//!   open the parent's memfd through `/proc` and touch every page each hold the whole
-//!   mapping resident but are charged only their share of it (PSS ~ size / sharers),
-//!   and the shares of all processes add up to one dataset.
+//! - the structural property behind "one copy for all workers": pipeline workers that
+//!   receive the parent's memfd (`PipelineBuilder::share_fd`) and touch every page each
+//!   hold the whole mapping resident but are charged only their share of it
+//!   (PSS ~ size / sharers), and the shares of all processes add up to one dataset.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::OwnedFd;
-use std::process::Stdio;
+use std::io::Read;
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Duration;
 
 use common::same;
-use shmpipe_test_kit::{ChildGuard, rerun_test};
+use shmpipe::{Item, Pipeline, Registry, StepError, map};
+use shmpipe_test_kit::{KillOnDrop, within};
 use shmpipe_timeseries::memstat::{mapping_usage, mapping_usage_at};
 use shmpipe_timeseries::shared::{Layout, MEMFD_NAME, SharedDataset, SharedError};
 use shmpipe_timeseries::synth::{GenConfig, to_bytes};
 use shmpipe_timeseries::{DataEntry, Freq, jsonl};
-
-const CHILD_ENV: &str = "SHMPIPE_TS_SHARED_CHILD";
 
 fn dataset(series: usize, min_len: usize, max_len: usize) -> (Vec<DataEntry>, Freq) {
     let g = GenConfig {
@@ -53,9 +52,8 @@ fn entries_round_trip_and_are_read_in_place() {
         ds.entry(entries.len()),
         Err(SharedError::OutOfRange { .. })
     ));
-    // Opened again through /proc, as a worker does.
-    let (pid, fd) = ds.handle();
-    let again = SharedDataset::open_proc(pid, fd).unwrap();
+    // Opened again from its descriptor, as a worker does.
+    let again = SharedDataset::open_fd(ds.as_fd().try_clone_to_owned().unwrap()).unwrap();
     assert!(same(&again.entry(7).unwrap(), &entries[7]));
 }
 
@@ -76,8 +74,10 @@ fn an_unsealed_memfd_is_refused() {
 fn corrupted_layouts_are_errors_never_panics() {
     let (entries, freq) = dataset(5, 3, 40);
     let ds = SharedDataset::create(&entries, freq).unwrap();
-    let (pid, fd) = ds.handle();
-    let bytes = std::fs::read(format!("/proc/{pid}/fd/{fd}")).unwrap();
+    let mut bytes = Vec::new();
+    std::fs::File::from(ds.as_fd().try_clone_to_owned().unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
     assert!(Layout::parse(&bytes).is_ok());
     let head = bytes.len().min(4096 + 256);
     let mut refused = 0;
@@ -108,10 +108,8 @@ fn corrupted_layouts_are_errors_never_panics() {
     assert!(Layout::parse(&[]).is_err(), "empty");
 }
 
-/// Child role: open the parent's dataset, touch every value, report, wait for EOF.
-fn child_main(handle: &str) -> ! {
-    let (pid, fd) = handle.split_once(':').unwrap();
-    let ds = SharedDataset::open_proc(pid.parse().unwrap(), fd.parse().unwrap()).unwrap();
+/// Sum of every non-NaN target value.
+fn sum_of_targets(ds: &SharedDataset) -> f64 {
     let mut sum = 0f64;
     for i in 0..ds.len() {
         for v in ds.values(i, "target").unwrap().unwrap() {
@@ -120,72 +118,81 @@ fn child_main(handle: &str) -> ! {
             }
         }
     }
-    println!("ready {sum}");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    std::process::exit(0);
+    sum
+}
+
+/// Worker step: opens the dataset it received, touches every value when built, and tags
+/// every item with the sum and its worker.
+fn registry() -> Registry {
+    Registry::new().step("touch_shared", |cx| {
+        let fd = cx.shared_fd("shared")?;
+        let fd = fd
+            .try_clone_to_owned()
+            .map_err(|e| StepError::new(e.to_string()))?;
+        let ds = SharedDataset::open_fd(fd).map_err(StepError::new)?;
+        let sum = sum_of_targets(&ds);
+        let w = cx.worker.worker as i64;
+        Ok(map(move |it: Item| {
+            let _keep = &ds;
+            Ok(it.with_meta("sum", sum).with_meta("worker", w))
+        }))
+    })
 }
 
 #[test]
 fn workers_share_one_copy_of_the_mapping() {
-    if let Ok(h) = std::env::var(CHILD_ENV) {
-        child_main(&h);
-    }
+    let reg = registry();
+    shmpipe::init(&reg);
     // ~8 MB of values.
     let (entries, freq) = dataset(800, 2000, 3000);
     let ds = SharedDataset::create(&entries, freq).unwrap();
     let size_kib = ds.size() as u64 / 1024;
-    let (pid, fd) = ds.handle();
     // The parent touches every page too (it wrote them through another mapping).
-    let mut want = 0f64;
-    for i in 0..ds.len() {
-        for v in ds.values(i, "target").unwrap().unwrap() {
-            if !v.is_nan() {
-                want += f64::from(*v);
-            }
-        }
-    }
+    let want = sum_of_targets(&ds);
     const N: usize = 3;
-    let mut kids = Vec::new();
-    for _ in 0..N {
-        kids.push(ChildGuard(
-            rerun_test("workers_share_one_copy_of_the_mapping")
-                .env(CHILD_ENV, format!("{pid}:{fd}"))
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .unwrap(),
-        ));
+    let mut b = Pipeline::builder(&reg);
+    let h = b.share_fd(ds.as_fd()).unwrap();
+    let mut p = b
+        .step_with("touch_shared", serde_json::json!({"shared": h}))
+        .workers(N)
+        .start()
+        .unwrap();
+    let pids = p.pids();
+    let _g = KillOnDrop(pids.clone());
+    // Item k goes to worker k % N: one each. The input stays open: the workers stay.
+    for n in 0..N as i64 {
+        p.enqueue(Item::new().with_meta("n", n)).unwrap();
     }
-    for c in &mut kids {
-        let mut out = BufReader::new(c.stdout.take().unwrap());
-        let mut line = String::new();
-        loop {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "child exited early");
-            if let Some(s) = line.trim().strip_prefix("ready ") {
-                assert_eq!(s.parse::<f64>().unwrap(), want, "child read other values");
-                break;
-            }
-        }
+    let (outs, mut p) = within(
+        Duration::from_secs(60),
+        "one output per worker",
+        move || {
+            let outs: Vec<Item> = (0..N).map(|_| p.dequeue().unwrap().unwrap()).collect();
+            (outs, p)
+        },
+    );
+    let mut workers: Vec<i64> = outs.iter().map(|o| o.i64("worker").unwrap()).collect();
+    workers.sort_unstable();
+    assert_eq!(workers, vec![0, 1, 2]);
+    for o in &outs {
+        assert_eq!(o.f64("sum"), Some(want), "a worker read other values");
     }
     let needle = format!("memfd:{MEMFD_NAME}");
     let me = mapping_usage_at(std::process::id(), ds.mapping_range().start).unwrap();
     assert!(me.rss_kib >= size_kib * 95 / 100, "parent rss {me:?}");
     let mut total_pss = me.pss_kib;
     let sharers = N as u64 + 1;
-    for c in &kids {
-        let u = mapping_usage(c.id(), &needle).unwrap();
-        // The whole dataset is resident in the child...
+    for &pid in &pids {
+        let u = mapping_usage(pid, &needle).unwrap();
+        // The whole dataset is resident in the worker...
         assert!(
             u.rss_kib >= size_kib * 95 / 100,
-            "child rss {u:?} of {size_kib} KiB"
+            "worker rss {u:?} of {size_kib} KiB"
         );
         // ...but it pays only its share.
         assert!(
             u.pss_kib <= size_kib / sharers + size_kib / 20,
-            "child pss {} KiB, size {size_kib} KiB over {sharers} sharers",
+            "worker pss {} KiB, size {size_kib} KiB over {sharers} sharers",
             u.pss_kib
         );
         total_pss += u.pss_kib;
@@ -195,10 +202,6 @@ fn workers_share_one_copy_of_the_mapping() {
         total_pss >= size_kib * 95 / 100 && total_pss <= size_kib * 105 / 100,
         "summed pss {total_pss} KiB for one {size_kib} KiB dataset"
     );
-    for c in &mut kids {
-        drop(c.stdin.take());
-    }
-    for c in &mut kids {
-        assert!(c.wait().unwrap().success());
-    }
+    p.close_input();
+    assert!(p.by_ref().all(|r| r.is_ok()));
 }

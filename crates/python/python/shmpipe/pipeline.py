@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pickle
@@ -120,11 +121,14 @@ class Pipeline:
             raise ValueError(f"the source cannot be sent to the emitter process ({e})") from e
         if b"__main__" not in blob:  # the emitter need not run the main script's imports
             main_path = None
-        # An inherited memfd: nothing on disk or in /dev/shm that a killed parent could leave.
-        fd = os.memfd_create("shmpipe-source", 0)
+        # A sealed memfd handed to the emitters only (through their control sockets, read-only):
+        # nothing on disk or in /dev/shm that a killed parent could leave, and close-on-exec,
+        # so no other program this process starts inherits it.
+        fd = os.memfd_create("shmpipe-source", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         with os.fdopen(os.dup(fd), "wb") as f:
             pickle.dump((os.path.abspath(main_path) if main_path else None, blob), f)
-        os.set_inheritable(fd, True)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
+                    | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
         self._fd = fd
         return {"kind": "sequence", "fd": fd}
 
@@ -132,7 +136,9 @@ class Pipeline:
         paths = [p for p in sys.path if p]
         # Line-buffered output: a worker ends with a process exit that flushes no Python
         # buffer, so prints of a step must not wait in one.
-        code = (f"import sys; sys.path[:0] = {json.dumps(paths)}; "
+        # repr, not json.dumps: JSON escapes a character outside the BMP as a surrogate pair,
+        # which a Python literal reads as two lone surrogates (issue 16, hole 11).
+        code = (f"import sys; sys.path[:0] = {paths!r}; "
                 "sys.stdout.reconfigure(line_buffering=True); "
                 "sys.stderr.reconfigure(line_buffering=True); "
                 "from shmpipe._native import worker_main; worker_main()")
