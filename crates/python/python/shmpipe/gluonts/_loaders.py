@@ -50,10 +50,11 @@ class _Loader:
         source, fns, stages, cached = _source.plan(dataset)
         stages = stages + [(self.transform, self._is_train)]
         if fast_path:
-            self._fast, self.why_not_fast = _fast.plan(source, fns, stages, mode=self._mode,
-                                    batch_size=batch_size, seed=self.seed,
-                                    num_workers=num_workers,
-                                    shuffle_buffer_length=shuffle_buffer_length)
+            self._fast, self.why_not_fast = _fast.plan(
+                source, fns, stages, mode=self._mode, batch_size=batch_size, seed=self.seed,
+                num_workers=num_workers, shuffle_buffer_length=shuffle_buffer_length)
+            if self._fast is not None:
+                return
         self._source = source.configured(shuffle_buffer_length if self._train else None,
                                          self.seed)
         self._step = TransformStep(source.kind, fns, stages, seed=self.seed,
