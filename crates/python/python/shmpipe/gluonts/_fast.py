@@ -323,9 +323,12 @@ def _plan(source, fns, stages, *, mode, batch_size, seed, num_workers,
         for e in entries:
             _need(all(e.get(k) is None for k in _DYNAMIC), "dynamic features in the data")
             _need(isinstance(e.get("item_id", ""), str), "item_id not a str")
-        # One line per record: a record is one item between processes, and items above a
+        # Parsed once, by the emitter (the Rust reader), and sent from memory on every pass:
+        # parsing each line on every pass was the bound (one window per series and pass).
+        # One series per record: a record is one item between processes, and items above a
         # pool block (1 MiB) are refused until pipelines carry items of any size.
-        src: Any = NamedSource("gluonts_lines", {"path": source.data[0][0], "group": 1})
+        src: Any = NamedSource("gluonts_parsed",
+                               {"path": source.data[0][0], "freq": freq, "group": 1})
     else:
         import pickle
 
