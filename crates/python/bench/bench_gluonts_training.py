@@ -17,7 +17,8 @@ Data: 2,000 hourly series of 500-5,000 points with 1% nulls, full-precision JSON
 in ``--data``'s path). Prints the UTC time and the load average with every figure.
 
     python crates/python/bench/bench_gluonts_training.py [--epochs 3] [--workers 2]
-        [--skip-loaders] [--skip-training] [--data /tmp/gluonts_long.jsonl]
+        [--rounds 2] [--modes gluonts,shmpipe-rust,...] [--skip-loaders] [--skip-training]
+        [--data /tmp/shmpipe_gluonts_long.jsonl]
 """
 
 from __future__ import annotations
@@ -207,32 +208,31 @@ def train_once(path: str, epochs: int, mode: str, workers: int, root: str) -> di
 MODES = ("gluonts", "shmpipe-rust", "user-native-feats", "user-gluonts-code")
 
 
-def training(path: str, epochs: int, workers: int) -> None:
+def training(path: str, epochs: int, workers: int, rounds: int, modes: tuple) -> None:
     import tempfile
 
     print(f"\n2. DeepAR training, {epochs} epochs of {BATCHES} batches of {BATCH}, "
-          f"context {CONTEXT}, prediction {PRED}, 2x40 LSTM, torch on 1 thread")
-    res = {}
-    for mode in MODES:
-        with tempfile.TemporaryDirectory() as root:
-            t = stamp()
-            res[mode] = train_once(path, epochs, mode, workers, root)
-        ep = res[mode]["epochs"]
-        secs = [e[0] for e in ep]
-        waits = [e[1] for e in ep]
-        later = ep[1:] or ep
-        print(f"  {mode:18s} s/epoch " + " ".join(f"{s:5.2f}" for s in secs)
-              + "   wait " + " ".join(f"{w:4.0%}" for w in waits)
-              + f"   final train_loss {ep[-1][2]:.4f}   [{t}]")
-        res[mode]["mean_later"] = float(np.mean([e[0] for e in later]))
-        res[mode]["wait_later"] = float(np.mean([e[1] for e in later]))
-    g = res["gluonts"]
-    for mode in MODES[1:]:
-        r = res[mode]
-        print(f"  {mode}: epochs 2.. {r['mean_later']:.2f} s vs {g['mean_later']:.2f} s "
-              f"= {r['mean_later'] / g['mean_later']:.2f}x the GluonTS-loader run "
-              f"(goal <= 0.6x); waiting {r['wait_later']:.0%} (goal < 10%; GluonTS "
-              f"{g['wait_later']:.0%})")
+          f"context {CONTEXT}, prediction {PRED}, 2x40 LSTM, torch on 1 thread; "
+          f"{rounds} round(s), every other round in reverse order (load drifts)")
+    later: dict = {m: [] for m in modes}
+    waits: dict = {m: [] for m in modes}
+    for r in range(rounds):
+        for mode in (modes if r % 2 == 0 else modes[::-1]):
+            with tempfile.TemporaryDirectory() as root:
+                t = stamp()
+                ep = train_once(path, epochs, mode, workers, root)["epochs"]
+            print(f"  {mode:18s} s/epoch " + " ".join(f"{e[0]:5.2f}" for e in ep)
+                  + "   wait " + " ".join(f"{e[1]:4.0%}" for e in ep)
+                  + f"   final train_loss {ep[-1][2]:.4f}   [{t}]")
+            rest = ep[1:] or ep
+            later[mode] += [e[0] for e in rest]
+            waits[mode] += [e[1] for e in rest]
+    ref = modes[0]
+    g, gw = float(np.mean(later[ref])), float(np.mean(waits[ref]))
+    for mode in modes[1:]:
+        m, w = float(np.mean(later[mode])), float(np.mean(waits[mode]))
+        print(f"  {mode}: epochs 2.. {m:.2f} s vs {g:.2f} s = {m / g:.2f}x the {ref} runs "
+              f"(goal <= 0.6x of gluonts); waiting {w:.0%} (goal < 10%; {ref} {gw:.0%})")
 
 
 def main() -> None:
@@ -242,7 +242,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-loaders", action="store_true")
     ap.add_argument("--skip-training", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--modes", default=",".join(MODES),
+                    help="training runs, the first is the reference: " + ",".join(MODES))
     a = ap.parse_args()
+    unknown = set(a.modes.split(",")) - set(MODES)
+    if unknown:
+        ap.error(f"--modes: unknown {sorted(unknown)}; choose from {','.join(MODES)}")
     if not os.path.exists(a.data):
         print(f"generating {a.data} (2,000 hourly series of 500-5,000 points, 1% nulls)")
         generate(a.data)
@@ -251,7 +257,7 @@ def main() -> None:
     if not a.skip_loaders:
         loaders(a.data, a.workers)
     if not a.skip_training:
-        training(a.data, a.epochs, a.workers)
+        training(a.data, a.epochs, a.workers, a.rounds, tuple(a.modes.split(",")))
     print(f"end {stamp()}")
 
 
