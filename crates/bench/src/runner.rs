@@ -164,6 +164,16 @@ fn measure_inner(exe: &Path, spec: &Spec, name: &str) -> Result<Outcome, BoxErro
             if spec.transport == Transport::Pipe {
                 pcmd.stdout(Stdio::piped());
             }
+            if spec.transport == Transport::RingMin {
+                // The hand-written ring lives in a memory file both get as their stdin.
+                let ring = crate::transports::ring::ring_bytes(
+                    spec.elements,
+                    crate::transports::channel::pool_size(spec.elements),
+                );
+                let file = crate::sys::shared_memfd(ring)?;
+                pcmd.stdin(Stdio::from(file.try_clone()?));
+                ccmd.stdin(Stdio::from(file));
+            }
             let mut producer = Proc::spawn(&mut pcmd, "producer")?;
             drop(pcmd);
             if let Some(pipe) = producer.child.as_mut().and_then(|c| c.stdout.take()) {

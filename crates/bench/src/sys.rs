@@ -3,9 +3,7 @@
 use std::io;
 use std::ptr::NonNull;
 
-use rustix::fs::Mode;
 use rustix::mm::{MapFlags, ProtFlags};
-use rustix::shm;
 
 /// Pins the calling thread to CPU `core`.
 ///
@@ -61,7 +59,7 @@ pub fn die_with_parent() -> io::Result<()> {
         .map_err(io::Error::from)
 }
 
-/// A shared, read-write mapping of a whole POSIX shared-memory object, unmapped on drop.
+/// A shared, read-write mapping of a memory file, unmapped on drop.
 #[derive(Debug)]
 pub struct Mapping {
     /// Start of the mapping (page-aligned, non-null); valid for `len` bytes until drop.
@@ -72,36 +70,39 @@ pub struct Mapping {
 // SAFETY: the mapping is plain memory owned by this value; sending it moves that ownership.
 unsafe impl Send for Mapping {}
 
-impl Mapping {
-    /// Creates the shared-memory object `/name` (mode 0600, must not exist), sized `len`
-    /// bytes, and maps it.
-    ///
-    /// # Errors
-    /// The OS error (e.g. the name exists).
-    pub fn create(name: &str, len: usize) -> io::Result<Mapping> {
-        let fd = shm::open(
-            format!("/{name}").as_str(),
-            shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR,
-            Mode::from_raw_mode(0o600),
-        )?;
-        rustix::fs::ftruncate(&fd, len as u64)?;
-        Self::map(&fd, len)
-    }
+/// A fresh memory file (`memfd`, zero-filled, close-on-exec) of `len` bytes, for the harness's
+/// hand-written peers: the harness makes it and hands it to both processes (as their stdin),
+/// so nothing is named and nothing lands in `/dev/shm`.
+///
+/// # Errors
+/// The OS error.
+pub fn shared_memfd(len: usize) -> io::Result<std::fs::File> {
+    let fd = rustix::fs::memfd_create("shmpipe-bench-peer", rustix::fs::MemfdFlags::CLOEXEC)?;
+    rustix::fs::ftruncate(&fd, len as u64)?;
+    Ok(fd.into())
+}
 
-    /// Opens the shared-memory object `/name` and maps it, once it has `len` bytes.
+/// This process's stdin, as a file (a peer's memory file, handed over by the harness).
+///
+/// # Errors
+/// The OS error.
+pub fn stdin_file() -> io::Result<std::fs::File> {
+    use std::os::fd::AsFd;
+    Ok(std::io::stdin().as_fd().try_clone_to_owned()?.into())
+}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `file`, once it has them.
     ///
     /// # Errors
-    /// The OS error; `WouldBlock` while the object is still smaller than `len`.
-    pub fn open(name: &str, len: usize) -> io::Result<Mapping> {
-        let fd = shm::open(
-            format!("/{name}").as_str(),
-            shm::OFlags::RDWR,
-            Mode::empty(),
-        )?;
-        let size = rustix::fs::fstat(&fd)?.st_size;
+    /// The OS error; `WouldBlock` while the file is smaller than `len`.
+    pub fn of(file: &std::fs::File, len: usize) -> io::Result<Mapping> {
+        use std::os::fd::AsFd;
+        let size = rustix::fs::fstat(file)?.st_size;
         if (size as u64) < len as u64 {
             return Err(io::ErrorKind::WouldBlock.into());
         }
+        let fd = file.as_fd().try_clone_to_owned()?;
         Self::map(&fd, len)
     }
 
@@ -146,14 +147,6 @@ impl Drop for Mapping {
     }
 }
 
-/// Removes the shared-memory object `/name`.
-///
-/// # Errors
-/// The OS error (e.g. no such object).
-pub fn shm_unlink(name: &str) -> io::Result<()> {
-    shm::unlink(format!("/{name}").as_str()).map_err(io::Error::from)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,17 +166,11 @@ mod tests {
 
     #[test]
     fn mapping_is_shared_between_two_maps() {
-        let name = format!("shmpipe_bench_test-{}", std::process::id());
-        let a = Mapping::create(&name, 4096).unwrap();
-        let b = Mapping::open(&name, 4096).unwrap();
-        let err = Mapping::open(&name, 8192).unwrap_err();
-        assert_eq!(
-            err.kind(),
-            std::io::ErrorKind::WouldBlock,
-            "object too small yet"
-        );
-        shm_unlink(&name).unwrap();
-        assert!(Mapping::open(&name, 4096).is_err(), "unlinked");
+        let f = shared_memfd(4096).unwrap();
+        let a = Mapping::of(&f, 4096).unwrap();
+        let b = Mapping::of(&f, 4096).unwrap();
+        let err = Mapping::of(&f, 8192).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock, "file too small");
         // SAFETY: both mappings are 4096 bytes long and alive; byte 100 is in range.
         unsafe {
             a.as_ptr().add(100).write_volatile(42);

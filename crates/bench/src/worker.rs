@@ -119,9 +119,12 @@ fn consume(a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
 
 fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxError> {
     match t {
-        Transport::RingMin => {
-            crate::transports::ring::produce(&a.name, a.elements, run, RENDEZVOUS)
-        }
+        Transport::RingMin => crate::transports::ring::produce(
+            &crate::sys::stdin_file()?,
+            a.elements,
+            run,
+            RENDEZVOUS,
+        ),
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
             crate::transports::shm::produce(t, &a.name, a.elements, run)
         }
@@ -139,9 +142,12 @@ fn produce_more(t: Transport, a: &WorkerArgs, run: Duration) -> Result<(), BoxEr
 
 fn consume_more(t: Transport, a: &WorkerArgs, warmup: Duration) -> Result<Outcome, BoxError> {
     match t {
-        Transport::RingMin => {
-            crate::transports::ring::consume(&a.name, a.elements, warmup, RENDEZVOUS)
-        }
+        Transport::RingMin => crate::transports::ring::consume(
+            &crate::sys::stdin_file()?,
+            a.elements,
+            warmup,
+            RENDEZVOUS,
+        ),
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive => {
             crate::transports::shm::consume(&a.name, a.elements, warmup, RENDEZVOUS)
         }

@@ -1,6 +1,5 @@
 //! The public builder of a pipeline, and `start()`: spawning the children and connecting them.
 
-use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -9,6 +8,7 @@ use std::time::{Duration, Instant};
 use crate::Transfer;
 use crate::error::Error;
 use crate::handover::{Ctrl, Kind};
+use crate::inline::Inline;
 use crate::input::Feeder;
 use crate::issued::Issued;
 use crate::node::{
@@ -19,6 +19,7 @@ use crate::pipeline::{
     Pipeline, Reorder, Topology, interrupt_flag,
 };
 use crate::process::{self, ChildProc, Shared};
+use crate::ready::Ready;
 use crate::share::{self, SharedFd};
 use crate::source::JsonLines;
 use crate::step::Registry;
@@ -176,6 +177,29 @@ impl PipelineBuilder {
         self
     }
     /// Worker processes (per stage in the staged topology; default 2).
+    ///
+    /// `0`: no process at all. The steps run in the calling thread, inside
+    /// [`Pipeline::dequeue`], on the items given to [`Pipeline::enqueue`] (a source is
+    /// refused: read it with [`Records`](crate::Records) and enqueue its items). For
+    /// debugging: a breakpoint in a step stops the caller. Outputs come in order, equal to
+    /// those of the ordered mode with any worker count (item seeds included, see
+    /// [`item_seed`](crate::item_seed)); a step's failure is the same
+    /// [`Error::Step`](crate::Error::Step), naming worker 0.
+    ///
+    /// # Examples
+    /// ```
+    /// use shmpipe::{map, Item, Pipeline, Registry};
+    /// let reg = Registry::new().step("inc", |_| Ok(map(|it: Item| {
+    ///     let n = it.i64("n").unwrap_or(0);
+    ///     Ok(it.with_meta("n", n + 1))
+    /// })));
+    /// shmpipe::init(&reg);
+    /// let mut p = Pipeline::builder(&reg).step("inc").step("inc").workers(0).start()?;
+    /// assert!(p.pids().is_empty());
+    /// p.enqueue(Item::new().with_meta("n", 3))?;
+    /// assert_eq!(p.dequeue()?.unwrap().i64("n"), Some(5)); // ran here, just now
+    /// # Ok::<(), shmpipe::Error>(())
+    /// ```
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = n;
         self
@@ -290,8 +314,11 @@ impl PipelineBuilder {
 
     fn plan(&self) -> Result<Plan, Error> {
         let cfg = |m: &str| Err(Error::Config(m.to_owned()));
-        if self.workers == 0 {
-            return cfg("workers must be at least 1");
+        if self.workers == 0 && self.source.is_some() {
+            return cfg(
+                "workers(0) runs the steps in this process on enqueued items: without a source \
+                 (read one with shmpipe::Records and enqueue its items)",
+            );
         }
         if self.source.is_some() && self.emitters == 0 {
             return cfg("emitters must be at least 1");
@@ -337,6 +364,11 @@ impl PipelineBuilder {
             )));
         }
         let stages = match &self.topology {
+            // In this process, the steps in one chain.
+            _ if self.workers == 0 => vec![StagePlan {
+                steps: self.steps.clone(),
+                workers: 0,
+            }],
             Topology::Staged { workers } if !self.steps.is_empty() => {
                 if !workers.is_empty() && workers.len() != self.steps.len() {
                     return cfg("Staged: one worker count per step");
@@ -472,8 +504,9 @@ impl PipelineBuilder {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }
         let shared = Arc::new(Shared::default());
-        // Ordered mode: what each emitter has issued bounds the reorder buffer.
-        let issued = if plan.ordered {
+        // Ordered mode: what each emitter has issued bounds the reorder buffer (`workers(0)`
+        // needs none: its outputs are in order as they are made).
+        let issued = if plan.ordered && plan.stages[0].workers > 0 {
             Some(Arc::new(Issued::create(plan.emitters).map_err(|e| {
                 Error::Transport(format!("issued counters: {e}"))
             })?))
@@ -485,7 +518,8 @@ impl PipelineBuilder {
             feeder: None,
             shared: Arc::clone(&shared),
             supervisor: None,
-            ready: VecDeque::new(),
+            inline: None,
+            ready: Ready::default(),
             reorder: issued.clone().map(Reorder::new),
             finished: false,
             failed: false,
@@ -501,6 +535,12 @@ impl PipelineBuilder {
             plan,
             _shared: self.shared.clone(),
         };
+        if p.plan.stages[0].workers == 0 {
+            let (feeder, rx) = Feeder::inline(Arc::new(AtomicBool::new(false)));
+            p.inline = Some(Inline::new(&self.reg, &p.plan, rx)?);
+            p.feeder = Some(feeder);
+            return Ok(p);
+        }
         let plan = &p.plan;
         // Enqueue mode: the parent is emitter 0 and creates its channels itself.
         let mut own_outputs = Vec::new();

@@ -63,6 +63,10 @@ pub enum Error {
     Interrupted,
     /// The operation is not possible in this state (e.g. `enqueue` after `close_input`).
     Closed(String),
+    /// [`Pipeline::dequeue_timeout`](crate::Pipeline::dequeue_timeout) waited its whole
+    /// timeout without an output. Unlike the other errors it stops nothing: the pipeline runs
+    /// on.
+    Timeout,
 }
 
 impl fmt::Display for Error {
@@ -103,6 +107,7 @@ impl fmt::Display for Error {
             }
             Error::Interrupted => f.write_str("pipeline interrupted (Ctrl-C)"),
             Error::Closed(m) => write!(f, "pipeline closed: {m}"),
+            Error::Timeout => f.write_str("no pipeline output within the timeout"),
         }
     }
 }

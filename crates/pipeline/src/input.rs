@@ -116,6 +116,29 @@ pub(crate) struct Feeder {
 }
 
 impl Feeder {
+    /// A feeder without a thread: whoever holds the returned receiver takes the items
+    /// (`workers(0)`: the consumer runs the steps itself).
+    pub(crate) fn inline(cancel: Arc<AtomicBool>) -> (Feeder, mpsc::Receiver<Feed>) {
+        let (tx, rx) = mpsc::channel::<Feed>();
+        let state = Arc::new(InputState {
+            closed: AtomicBool::new(false),
+            last_send_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+            failure: Mutex::new(None),
+        });
+        let input = Input {
+            tx,
+            state: Arc::clone(&state),
+        };
+        let f = Feeder {
+            input: Some(input),
+            state,
+            handle: None,
+            cancel,
+        };
+        (f, rx)
+    }
+
     /// `issued` (ordered mode): raised before each item goes out, as an emitter does.
     pub(crate) fn start(
         mut out: Outputs,
@@ -123,15 +146,9 @@ impl Feeder {
         cancel: Arc<AtomicBool>,
         issued: Option<Arc<Issued>>,
     ) -> Feeder {
-        let (tx, rx) = mpsc::channel::<Feed>();
-        let stop = Arc::clone(&cancel);
-        let state = Arc::new(InputState {
-            closed: AtomicBool::new(false),
-            last_send_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-            failure: Mutex::new(None),
-        });
-        let errors = Arc::clone(&state);
+        let (mut f, rx) = Feeder::inline(cancel);
+        let stop = Arc::clone(&f.cancel);
+        let errors = Arc::clone(&f.state);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -186,14 +203,7 @@ impl Feeder {
                 f.get_or_insert((Instant::now(), e.to_string()));
             }
         });
-        Feeder {
-            input: Some(Input {
-                tx,
-                state: Arc::clone(&state),
-            }),
-            state,
-            handle: Some(handle),
-            cancel,
-        }
+        f.handle = Some(handle);
+        f
     }
 }

@@ -63,6 +63,7 @@ mod builder;
 mod config;
 mod error;
 mod handover;
+mod inline;
 mod input;
 mod issued;
 mod item;
@@ -72,8 +73,11 @@ mod node;
 mod pipeline;
 mod plan;
 mod process;
+mod ready;
+mod records;
 mod reorder;
 mod roles;
+mod seed;
 mod share;
 mod shm;
 mod shuffle;
@@ -94,6 +98,8 @@ pub use pipeline::{
 };
 pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
+pub use records::{ReadOrder, Records};
+pub use seed::item_seed;
 pub use share::SharedFd;
 pub use shm_ring::Transfer;
 pub use source::{

@@ -1,7 +1,6 @@
 //! The consumer side of a pipeline (the parent process): `Pipeline` and its consumer loop.
 //! Settings types are in [`crate::config`], the ordered mode's buffer in [`crate::reorder`].
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -14,10 +13,12 @@ pub use crate::config::{
     OnBadRecord, Topology,
 };
 use crate::error::Error;
+use crate::inline::{Inline, Progress};
 use crate::input::{Feeder, Input};
 use crate::item::Item;
 use crate::node::{Inputs, NextError, Plan};
 use crate::process::Shared;
+use crate::ready::Ready;
 pub(crate) use crate::reorder::Reorder;
 use crate::step::Registry;
 use crate::wire::{Frame, Stats};
@@ -46,7 +47,9 @@ pub struct Pipeline {
     pub(crate) feeder: Option<Feeder>,
     pub(crate) shared: Arc<Shared>,
     pub(crate) supervisor: Option<JoinHandle<()>>,
-    pub(crate) ready: VecDeque<Item>,
+    /// `workers(0)`: the steps, run in [`Pipeline::dequeue`]; no process, no `inputs`.
+    pub(crate) inline: Option<Inline>,
+    pub(crate) ready: Ready,
     pub(crate) reorder: Option<Reorder>,
     pub(crate) finished: bool,
     pub(crate) failed: bool,
@@ -182,8 +185,47 @@ impl Pipeline {
     /// The first failure of the pipeline (a step error, a bad record, a dead process, Ctrl-C);
     /// the pipeline is shut down before the error is returned.
     pub fn dequeue(&mut self) -> Result<Option<Item>, Error> {
+        self.dequeue_until(None)
+    }
+
+    /// [`Pipeline::dequeue`], waiting at most `timeout` for an output.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when no output came within `timeout`: the pipeline runs on (call
+    /// again). Any other error is a failure, as from [`Pipeline::dequeue`].
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use shmpipe::{map, Error, Item, Pipeline, Registry};
+    /// let reg = Registry::new().step("id", |_| Ok(map(Ok)));
+    /// shmpipe::init(&reg);
+    /// let mut p = Pipeline::builder(&reg).step("id").start()?;
+    /// // Nothing enqueued yet: no output within 10 ms, and the pipeline is fine.
+    /// assert!(matches!(p.dequeue_timeout(Duration::from_millis(10)), Err(Error::Timeout)));
+    /// p.enqueue(Item::new().with_meta("n", 1))?;
+    /// assert!(p.dequeue_timeout(Duration::from_secs(10))?.is_some());
+    /// # Ok::<(), shmpipe::Error>(())
+    /// ```
+    pub fn dequeue_timeout(&mut self, timeout: Duration) -> Result<Option<Item>, Error> {
+        self.dequeue_until(Some(Instant::now() + timeout))
+    }
+
+    /// How many inputs (records of the source, or enqueued items) have had every one of their
+    /// outputs returned by [`Pipeline::dequeue`]; an input without outputs counts once the
+    /// outputs of the inputs before it in the consumer's stream are out. Outputs made by
+    /// [`Step::finish`](crate::Step::finish) belong to no input.
+    ///
+    /// With [`Pipeline::enqueue`], `enqueued - inputs_done()` inputs are still in the
+    /// pipeline: a bound on that is back-pressure that does not depend on how many outputs
+    /// each input has.
+    pub fn inputs_done(&self) -> u64 {
+        self.ready.done()
+    }
+
+    fn dequeue_until(&mut self, deadline: Option<Instant>) -> Result<Option<Item>, Error> {
         loop {
-            if let Some(it) = self.ready.pop_front() {
+            if let Some(it) = self.ready.pop() {
                 self.waiting_since = None;
                 self.items += 1;
                 self.bytes += it.nbytes() as u64;
@@ -191,6 +233,10 @@ impl Pipeline {
             }
             if self.finished || self.failed {
                 return Ok(None);
+            }
+            if self.inline.is_some() {
+                self.next_inline(deadline)?;
+                continue;
             }
             // A busy consumer rarely waits (where `idle` checks): look at the supervisor here too.
             if self.last_check.elapsed() > Duration::from_millis(20) {
@@ -242,6 +288,9 @@ impl Pipeline {
                 {
                     return Err(Error::Transport(format!("enqueue: {m}")));
                 }
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return Err(Error::Timeout);
+                }
                 Ok(())
             };
             match inputs.next(&mut idle) {
@@ -252,6 +301,7 @@ impl Pipeline {
                         r.flush(&mut self.ready);
                     }
                 }
+                Err(NextError::Idle(Error::Timeout)) => return Err(Error::Timeout),
                 Err(NextError::Idle(e)) => return Err(self.fail(e)),
                 Err(NextError::Input(i, e)) => {
                     // A lost connection is usually the consequence of a dead process: give the
@@ -278,6 +328,26 @@ impl Pipeline {
         }
     }
 
+    /// `workers(0)`: runs the next enqueued item through the steps, here.
+    fn next_inline(&mut self, deadline: Option<Instant>) -> Result<(), Error> {
+        let ctrl_c = self.ctrl_c;
+        let interrupted = || {
+            (ctrl_c && interrupt_flag(false).load(Ordering::Relaxed)).then_some(Error::Interrupted)
+        };
+        let Some(inline) = self.inline.as_mut() else {
+            return Ok(());
+        };
+        match inline.next(&mut self.ready, deadline, &interrupted) {
+            Ok(Progress::Input) => Ok(()),
+            Ok(Progress::End) => {
+                self.finished = true;
+                Ok(())
+            }
+            Err(Error::Timeout) => Err(Error::Timeout),
+            Err(e) => Err(self.fail(e)),
+        }
+    }
+
     /// Takes a batch from input `i` (worker `i` of the last stage).
     fn handle(&mut self, i: usize, frames: Vec<Frame>) -> Result<(), Error> {
         for f in frames {
@@ -286,7 +356,10 @@ impl Pipeline {
             let checked = if let Frame::Item { e, k, last, item } = f {
                 match self.reorder.as_mut() {
                     None => {
-                        self.ready.push_back(item);
+                        self.ready.push(item);
+                        if last {
+                            self.ready.end_group();
+                        }
                         Ok(())
                     }
                     Some(r) => r.add(e, k, Some(item), last),
@@ -294,6 +367,10 @@ impl Pipeline {
             } else {
                 match (f, self.reorder.as_mut()) {
                     (Frame::GroupEnd { e, k }, Some(r)) => r.add(e, k, None, true),
+                    (Frame::GroupEnd { .. }, None) => {
+                        self.ready.end_group();
+                        Ok(())
+                    }
                     (Frame::EmitterDone { e, n }, Some(r)) => r.emitter_done(e, n),
                     (Frame::Eos(s), _) => {
                         self.stats.merge(&s);
@@ -320,6 +397,7 @@ impl Pipeline {
     fn fail(&mut self, e: Error) -> Error {
         self.failed = true;
         self.ready.clear();
+        self.inline = None;
         self.teardown();
         e
     }

@@ -6,11 +6,12 @@
 //! issued ([`Issued`]), and groups already released or already complete take no more items:
 //! such a frame is an error naming what is wrong (the caller adds the worker).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::issued::Issued;
 use crate::item::Item;
+use crate::ready::Ready;
 use crate::wire::{FINISH_E, FINISH_K};
 
 /// The reorder buffer of the ordered mode: groups of outputs keyed by input `(k, e)`,
@@ -113,7 +114,8 @@ impl Reorder {
         Ok(())
     }
 
-    pub(crate) fn release(&mut self, ready: &mut VecDeque<Item>) {
+    /// Moves every group that may go now, in order, to `ready` (each ending its input there).
+    pub(crate) fn release(&mut self, ready: &mut Ready) {
         loop {
             let all_known = self.counts.iter().all(|c| c.is_some_and(|n| self.k >= n));
             if all_known {
@@ -125,6 +127,7 @@ impl Reorder {
                     Some((_, true)) => {
                         let (items, _) = self.groups.remove(&(self.k, self.e)).unwrap_or_default();
                         ready.extend(items);
+                        ready.end_group();
                     }
                     _ => return,
                 }
@@ -136,7 +139,8 @@ impl Reorder {
             }
         }
     }
-    pub(crate) fn flush(&mut self, ready: &mut VecDeque<Item>) {
+    /// End of stream: what is left (the outputs of `finish`, which belong to no input).
+    pub(crate) fn flush(&mut self, ready: &mut Ready) {
         let mut rest: Vec<_> = self.groups.drain().collect();
         rest.sort_by_key(|(key, _)| *key);
         ready.extend(rest.into_iter().flat_map(|(_, (items, _))| items));
@@ -164,33 +168,36 @@ mod tests {
     #[test]
     fn reorder_releases_groups_in_k_then_e_order_and_skips_ended_emitters() {
         let mut r = reorder(&[3, 1]);
-        let mut ready = VecDeque::new();
+        let mut ready = Ready::default();
         // Emitter 1 has one record, emitter 0 has three; groups arrive out of order.
         r.add(0, 1, Some(item(10)), false).unwrap();
         r.add(0, 1, Some(item(11)), true).unwrap();
         r.add(1, 0, None, true).unwrap(); // record (e=1, k=0) had no outputs
         r.release(&mut ready);
-        assert!(ready.is_empty(), "(k=0, e=0) is still missing");
+        assert!(ready.pop().is_none(), "(k=0, e=0) is still missing");
         r.add(0, 0, Some(item(0)), true).unwrap();
         r.release(&mut ready);
         // (0,0), then the empty group (0,1), then (1,0); (1,1) is unknown yet.
-        let ns = |ready: &VecDeque<Item>| {
-            ready
-                .iter()
-                .map(|i| i.i64("n").unwrap())
-                .collect::<Vec<_>>()
+        let mut popped = Vec::new();
+        let mut ns = |ready: &mut Ready| {
+            while let Some(i) = ready.pop() {
+                popped.push(i.i64("n").unwrap());
+            }
+            popped.clone()
         };
-        assert_eq!(ns(&ready), vec![0, 10, 11]);
+        assert_eq!(ns(&mut ready), vec![0, 10, 11]);
+        assert_eq!(ready.done(), 3, "(0,0), (0,1) and (1,0) are done");
         r.add(0, 2, Some(item(20)), true).unwrap();
         r.release(&mut ready);
-        assert_eq!(ready.len(), 3, "(k=1, e=1) may still come");
+        assert_eq!(ns(&mut ready).len(), 3, "(k=1, e=1) may still come");
         // Emitter 1 ended after one record: (k=1, e=1) is skipped.
         r.emitter_done(1, 1).unwrap();
         r.release(&mut ready);
-        assert_eq!(ns(&ready), vec![0, 10, 11, 20]);
+        assert_eq!(ns(&mut ready), vec![0, 10, 11, 20]);
+        assert_eq!(ready.done(), 4);
         r.emitter_done(0, 3).unwrap();
         r.release(&mut ready);
-        assert_eq!(ready.len(), 4);
+        assert_eq!(ns(&mut ready).len(), 4);
         assert!(r.groups.is_empty());
     }
 
@@ -199,13 +206,13 @@ mod tests {
     #[test]
     fn indices_never_issued_are_not_kept() {
         let mut r = reorder(&[3]);
-        let mut ready = VecDeque::new();
+        let mut ready = Ready::default();
         for i in 0..10_000u64 {
             let e = r.add(0, (1 << 40) + i, Some(item(i as i64)), true);
             assert!(e.unwrap_err().contains("issued 3 records"));
         }
         r.release(&mut ready);
-        assert!(ready.is_empty());
+        assert!(ready.pop().is_none());
         assert_eq!(r.groups.len(), 0, "far-ahead groups kept");
         // Emitters that do not exist, delivered groups, items after the last, ends of
         // records never issued: refused too.

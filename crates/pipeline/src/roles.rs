@@ -7,6 +7,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::Epochs;
 use crate::handover::{Ctrl, CtrlError, Kind};
 use crate::issued::Issued;
 use crate::item::Item;
@@ -14,10 +15,10 @@ use crate::node::{
     ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
     Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
 };
-use crate::source::{ShuffleBuffer, Source, SourceContext, SourceError, derive_seed, epoch_order};
+use crate::records::{ReadOrder, Records};
+use crate::source::{Source, SourceContext, SourceError, derive_seed};
 use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
-use crate::{Epochs, OnBadRecord};
 
 /// The child's control socket and how it names itself (set once in [`run_child`]).
 static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
@@ -187,7 +188,7 @@ fn run_emitter(
             "emitter started without a source".into(),
         )),
     };
-    let mut source = match source {
+    let source = match source {
         Ok(s) => s,
         Err(error) => {
             out.report(Report::Source { emitter: e, error });
@@ -213,48 +214,37 @@ fn run_emitter(
         *k += 1;
         r
     };
-    let len = source.len();
+    let mut records = Records::new(
+        source,
+        ReadOrder {
+            seed: plan.seed,
+            shuffle: plan.shuffle,
+            shuffle_buffer: plan.shuffle_buffer,
+            rank: plan.rank,
+            emitter: e,
+            on_bad_record: plan.on_bad_record,
+        },
+    );
     let mut epoch = 0u64;
     let result: Result<(), i32> = (|| {
         loop {
             match plan.epochs {
                 Epochs::Finite(n) if epoch >= n => return Ok(()),
-                Epochs::Cycle if len == 0 => return Ok(()),
+                Epochs::Cycle if records.is_empty() => return Ok(()),
                 _ => {}
             }
-            let base = [plan.seed, epoch, plan.rank as u64, e as u64];
-            let order = epoch_order(len, plan.shuffle.then(|| derive_seed(&base)));
-            let mut buf = (plan.shuffle && plan.shuffle_buffer > 1).then(|| {
-                ShuffleBuffer::new(plan.shuffle_buffer, derive_seed(&[derive_seed(&base), 1]))
-            });
-            for idx in order {
-                let item = match source.read(idx) {
-                    Ok(item) => item,
-                    Err(SourceError::BadRecord { .. })
-                        if plan.on_bad_record == OnBadRecord::Skip =>
-                    {
-                        stats.skipped += 1;
-                        continue;
-                    }
-                    Err(error) => {
-                        out.report(Report::Source { emitter: e, error });
-                        return Err(EXIT_REPORTED);
-                    }
-                };
-                let item = match buf.as_mut() {
-                    Some(b) => b.push(item),
-                    None => Some(item),
-                };
-                if let Some(item) = item {
-                    send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
-                }
-            }
-            for item in buf.map(|mut b| b.drain()).unwrap_or_default() {
+            records.start_epoch(epoch);
+            for r in records.by_ref() {
+                let item = r.map_err(|error| {
+                    out.report(Report::Source { emitter: e, error });
+                    EXIT_REPORTED
+                })?;
                 send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
             }
             epoch += 1;
         }
     })();
+    stats.skipped = records.skipped();
     if let Err(code) = result {
         return code;
     }
@@ -304,11 +294,16 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// The step instances of one worker, run in sequence on every input.
-struct Chain {
-    steps: Vec<(String, Box<dyn Step>, u64, u64)>,
+/// The step instances of one worker, run in sequence on every input (also the whole pipeline
+/// of [`workers(0)`](crate::PipelineBuilder::workers), in the caller's thread).
+pub(crate) struct Chain {
+    pub(crate) steps: Vec<(String, Box<dyn Step>, u64, u64)>,
     stage: usize,
     worker: usize,
+    /// The pipeline's seed, and the global index of this chain's first step: what
+    /// [`crate::seed::for_input`] needs besides the input.
+    seed: u64,
+    step_offset: usize,
     /// Scratch buffers reused for every input (no allocation per item).
     cur: Vec<Item>,
     next: Vec<Item>,
@@ -318,33 +313,82 @@ struct Chain {
 }
 
 impl Chain {
-    /// Runs all steps on `item`; outputs go to `out`.
-    fn run(
+    /// Builds the steps of `stage` for worker `worker` (`workers(0)`: every step, as worker 0
+    /// of stage 0). A step that cannot be built is reported as its failure.
+    pub(crate) fn build(
+        reg: &Registry,
+        plan: &Plan,
+        steps: &[(String, serde_json::Value)],
+        stage: usize,
+        worker: usize,
+        workers: usize,
+    ) -> Result<Chain, Report> {
+        let info = WorkerInfo {
+            stage,
+            worker,
+            workers,
+            rank: plan.rank,
+            world_size: plan.world_size,
+            seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, worker as u64]),
+        };
+        let mut chain = Chain {
+            steps: Vec::new(),
+            stage,
+            worker,
+            seed: plan.seed,
+            step_offset: plan.stages[..stage].iter().map(|s| s.steps.len()).sum(),
+            cur: Vec::new(),
+            next: Vec::new(),
+            per_call: steps.len() != 1,
+        };
+        for (name, args) in steps {
+            match reg.build_step(name, &StepContext { args, worker: info }) {
+                Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
+                Err(e) => {
+                    return Err(Report::Step {
+                        step: name.clone(),
+                        stage,
+                        worker,
+                        input: "(none: building the step)".into(),
+                        message: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(chain)
+    }
+
+    /// Runs all steps on `item`, input `(e, k)`; outputs go to `out`.
+    pub(crate) fn run(
         &mut self,
         item: Item,
+        key: (u32, u64),
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
         let mut cur = std::mem::take(&mut self.cur);
         cur.push(item);
-        let r = self.run_from(0, &mut cur, input, out);
+        let r = self.run_from(0, &mut cur, key, input, out);
         cur.clear();
         self.cur = cur;
         r
     }
 
-    /// Runs steps `start..` on the items `cur`; outputs go to `out`.
+    /// Runs steps `start..` on the items `cur` of input `key`; outputs go to `out`.
     fn run_from(
         &mut self,
         start: usize,
         cur: &mut Vec<Item>,
+        key: (u32, u64),
         input: &dyn Fn() -> String,
         out: &mut Vec<Item>,
     ) -> Result<(), Report> {
         let (stage, worker) = (self.stage, self.worker);
+        let (seed, offset) = (self.seed, self.step_offset);
         let mut next = std::mem::take(&mut self.next);
-        for (name, step, calls, ns) in self.steps.iter_mut().skip(start) {
+        for (i, (name, step, calls, ns)) in self.steps.iter_mut().enumerate().skip(start) {
             next.clear();
+            crate::seed::set(Some(crate::seed::for_input(seed, key.0, key.1, offset + i)));
             for it in cur.drain(..) {
                 let desc = it.describe();
                 let t0 = self.per_call.then(Instant::now);
@@ -362,6 +406,7 @@ impl Chain {
                 if !desc.is_empty() {
                     input = format!("{input} ({desc})");
                 }
+                crate::seed::set(None);
                 return Err(Report::Step {
                     step: name.clone(),
                     stage,
@@ -372,6 +417,7 @@ impl Chain {
             }
             std::mem::swap(cur, &mut next);
         }
+        crate::seed::set(None);
         out.append(cur);
         self.next = next;
         Ok(())
@@ -379,13 +425,18 @@ impl Chain {
 
     /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
     /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
-    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
+    /// Item seeds: those of the pseudo-input `(FINISH_E, FINISH_K)`.
+    pub(crate) fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
         let input = || "end of stream".to_owned();
+        let key = (FINISH_E, FINISH_K);
         for i in 0..self.steps.len() {
             let (name, step, _, ns) = &mut self.steps[i];
             let mut made = Vec::new();
             let t0 = Instant::now();
+            let s = crate::seed::for_input(self.seed, key.0, key.1, self.step_offset + i);
+            crate::seed::set(Some(s));
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
+            crate::seed::set(None);
             *ns += t0.elapsed().as_nanos() as u64;
             let message = match r {
                 Ok(Ok(())) => None,
@@ -401,7 +452,7 @@ impl Chain {
                     message,
                 });
             }
-            self.run_from(i + 1, &mut made, &input, out)?;
+            self.run_from(i + 1, &mut made, key, &input, out)?;
         }
         Ok(())
     }
@@ -415,38 +466,14 @@ fn run_worker(
     mut ins: Inputs,
     mut out: Outputs,
 ) -> i32 {
-    let info = WorkerInfo {
-        stage,
-        worker: w,
-        workers: plan.stages[stage].workers,
-        rank: plan.rank,
-        world_size: plan.world_size,
-        seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, w as u64]),
-    };
-    let mut chain = Chain {
-        steps: Vec::new(),
-        stage,
-        worker: w,
-        cur: Vec::new(),
-        next: Vec::new(),
-        per_call: plan.stages[stage].steps.len() != 1,
-    };
-    for (name, args) in &plan.stages[stage].steps {
-        match reg.build_step(name, &StepContext { args, worker: info }) {
-            Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
-            Err(e) => {
-                out.report(Report::Step {
-                    step: name.clone(),
-                    stage,
-                    worker: w,
-                    input: "(none: building the step)".into(),
-                    message: e.to_string(),
-                });
-                return EXIT_REPORTED;
-            }
+    let steps = &plan.stages[stage].steps;
+    let mut chain = match Chain::build(reg, plan, steps, stage, w, plan.stages[stage].workers) {
+        Ok(c) => c,
+        Err(r) => {
+            out.report(r);
+            return EXIT_REPORTED;
         }
-    }
-    let ordered = plan.ordered;
+    };
     let mut stats = Stats::default();
     let mut outputs = Vec::new();
     // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
@@ -485,7 +512,7 @@ fn run_worker(
                         format!("emitter {e}, record {k}")
                     }
                 };
-                if let Err(r) = chain.run(item, &input, &mut outputs) {
+                if let Err(r) = chain.run(item, (e, k), &input, &mut outputs) {
                     failed = Some(r);
                     break;
                 }
@@ -501,11 +528,13 @@ fn run_worker(
                 let dest = plan.route(stage, e, k);
                 let n = end - done;
                 done = end;
+                // Group ends travel in both modes: the consumer counts finished inputs
+                // (`Pipeline::inputs_done`); the ordered mode also releases by them.
                 for (i, item) in outs.by_ref().take(n).enumerate() {
-                    let last = ordered && last && i + 1 == n;
+                    let last = last && i + 1 == n;
                     sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
                 }
-                if ordered && last && n == 0 {
+                if last && n == 0 {
                     sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
                 }
             }

@@ -1,6 +1,6 @@
 //! Sources read by emitter processes: the [`Source`] trait, its errors and an in-memory
 //! source. JSON lines are in [`crate::jsonl`], the seeded shuffling helpers in
-//! [`crate::shuffle`].
+//! [`crate::shuffle`], the order of reading in [`crate::records`].
 
 use std::fmt;
 use std::ops::Range;
@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::item::Item;
 pub use crate::jsonl::{FieldKind, JsonLines, JsonLinesPart, split_seeks};
 pub use crate::shuffle::derive_seed;
-pub(crate) use crate::shuffle::{ShuffleBuffer, epoch_order};
 
 /// A random-access set of records: one part of the data, read by one emitter.
 ///

@@ -31,15 +31,16 @@ pub(crate) const FINISH_K: u64 = u64::MAX;
 // per item.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Frame {
-    /// An item derived from record `k` of emitter `e`. `last` (ordered mode only) marks the
-    /// last item of the group of outputs of that record.
+    /// An item derived from record `k` of emitter `e`. `last` marks the last item of the
+    /// group of outputs of that record (the ordered mode releases groups by it; both modes
+    /// count finished inputs by it).
     Item {
         e: u32,
         k: u64,
         last: bool,
         item: Item,
     },
-    /// Ordered mode: the group of record `(e, k)` ended (sent when its last output was not
+    /// The group of record `(e, k)` ended (sent when its last output was not
     /// marked `last`, e.g. when the record had no outputs).
     GroupEnd { e: u32, k: u64 },
     /// Emitter `e` sent `n` records in total (forwarded to every downstream peer).

@@ -160,7 +160,7 @@ impl Sender {
 
 #[pymethods]
 impl Sender {
-    /// Creates the channel `/dev/shm/shmpipe-<name>` (see `Sender.create` in `shmpipe`).
+    /// Creates the named channel `name`, served by a socket (see `Sender.create` in `shmpipe`).
     #[staticmethod]
     #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None))]
     fn create(

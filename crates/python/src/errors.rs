@@ -111,6 +111,7 @@ pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
             err
         }
         E::Interrupted => PyKeyboardInterrupt::new_err(msg),
+        E::Timeout => PyTimeoutError::new_err(msg),
         E::Config(_) => PyValueError::new_err(msg),
         _ => PipelineError::new_err(msg),
     }

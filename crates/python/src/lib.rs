@@ -11,6 +11,8 @@ mod dtype;
 mod errors;
 mod item;
 mod pipeline;
+mod pump;
+mod run;
 mod timefeat;
 mod worker;
 
@@ -27,5 +29,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
     m.add_function(wrap_pyfunction!(timefeat::time_features, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline::item_seed, m)?)?;
+    m.add("VALUE_KEY", pipeline::VALUE_KEY)?;
     Ok(())
 }

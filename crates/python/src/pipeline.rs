@@ -1,38 +1,64 @@
-//! A running pipeline as a Python iterator.
+//! A started pipeline for Python: the spec that `shmpipe.Pipeline` builds, and the
+//! `PipelineRun` object (iteration, `enqueue` / `dequeue` / `close_input`, epochs of a source
+//! read by this process). The logic of waiting and counting is in [`crate::run`], the thread
+//! that moves outputs out of the worker processes in [`crate::pump`].
 //!
-//! A Rust thread owns the `shmpipe::Pipeline` and moves its outputs into a bounded queue; the
-//! Python thread takes them with the GIL released, in slices, checking for Ctrl-C between
-//! slices. Closing drops the queue (the thread then drops the pipeline, which stops every
-//! process and removes every segment); a pipeline stuck in a step is killed after a grace.
+//! Items are dicts; any other value `v` travels as the one-entry dict `{VALUE_KEY: v}` and
+//! comes back as `v` (the worker's step runner unwraps and wraps it the same way).
 
-use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use serde_json::Value;
-use shmpipe::{Epochs, Item, JsonLines, OnBadRecord, Pipeline, Topology, Transfer};
+use shmpipe::{
+    Epochs, Item, JsonLines, OnBadRecord, Pipeline, ReadOrder, Records, Source, SourceContext,
+    Topology, Transfer,
+};
 
-use crate::channel::SLICE;
 use crate::errors::pipe_err;
+use crate::pump::{GRACE, Pump};
+use crate::run::{Backend, Run};
 use crate::{item, worker};
 
-type Out = Result<Item, shmpipe::Error>;
+/// The key under which a value that is not a dict travels as an item.
+pub const VALUE_KEY: &str = "__shmpipe_value__";
 
-/// A started pipeline: iterate it for the outputs (flat dicts).
-#[derive(Debug)]
+/// A Python object as an item: a dict as it is, any other value as `{VALUE_KEY: value}`.
+pub fn item_from_py(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Item> {
+    if obj.is_instance_of::<PyDict>() {
+        return item::from_py(py, obj);
+    }
+    let d = PyDict::new(py);
+    d.set_item(VALUE_KEY, obj)?;
+    item::from_py(py, d.as_any())
+}
+
+/// An item as a Python object: the value of a `{VALUE_KEY: value}` item, or the dict.
+pub fn item_to_py(py: Python<'_>, it: Item) -> PyResult<Bound<'_, PyAny>> {
+    let d = item::to_py(py, it)?;
+    if d.len() == 1
+        && let Some(v) = d.get_item(VALUE_KEY)?
+    {
+        return Ok(v);
+    }
+    Ok(d.into_any())
+}
+
+/// A started pipeline: iterate it, or enqueue and dequeue.
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct PipelineRun {
-    rx: Mutex<Option<Receiver<Out>>>,
-    pump: Mutex<Option<JoinHandle<()>>>,
-    done: Arc<AtomicBool>,
-    pids: Vec<u32>,
+    run: Run,
     id: String,
+}
+
+impl std::fmt::Debug for PipelineRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PipelineRun")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
 }
 
 fn cfg_err(m: impl std::fmt::Display) -> PyErr {
@@ -67,6 +93,8 @@ fn build(
     let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
     let mut b = Pipeline::builder(&reg)
         .handle_ctrl_c(false)
+        // The pump always waits for output: `Run` says when a user's dequeue waits in vain.
+        .warn_idle_after(Duration::ZERO)
         .child_program(program, args)
         .workers(u("workers", 2) as usize)
         .emitters(u("emitters", 1) as usize)
@@ -112,6 +140,8 @@ fn build(
             let h = share_source_fd(py, &mut b, &src["fd"])?;
             b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": h}))
         }
+        // Enqueue mode: this process feeds the pipeline (or the user does).
+        None => b,
         _ => return Err(cfg_err("source: a path, a sequence or a named source")),
     };
     for s in spec["steps"].as_array().into_iter().flatten() {
@@ -123,130 +153,209 @@ fn build(
     Ok(b)
 }
 
+/// The source this process reads itself (`spec["feed"]`; `obj`: a Python sequence), read
+/// as an emitter of this job's part would read it.
+fn feed_records(py: Python<'_>, spec: &Value, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Records> {
+    let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d) as usize;
+    let (rank, world) = (u("rank", 0), u("world_size", 1));
+    let f = &spec["feed"];
+    let source: Box<dyn Source> = match (f["kind"].as_str(), obj) {
+        (Some("jsonl"), _) => {
+            let path = f["path"].as_str().unwrap_or_default();
+            let part = JsonLines::new(path).open(rank, world);
+            Box::new(part.map_err(|e| pipe_err(py, source_err(e)))?)
+        }
+        (Some("named"), _) => {
+            let args = f["args"].clone();
+            let cx = SourceContext {
+                args: &args,
+                part: rank,
+                parts: world,
+            };
+            let name = f["name"].as_str().unwrap_or_default();
+            worker::registry()
+                .build_source(name, &cx)
+                .map_err(|e| pipe_err(py, source_err(e)))?
+        }
+        (Some("object"), Some(seq)) => Box::new(worker::PySource::over(seq, rank, world)?),
+        _ => return Err(cfg_err("feed: a path, a named source or a sequence")),
+    };
+    let order = ReadOrder {
+        seed: spec["seed"].as_u64().unwrap_or(0),
+        shuffle: spec["shuffle"].as_bool().unwrap_or(false),
+        shuffle_buffer: u("shuffle_buffer", 256),
+        rank,
+        emitter: 0,
+        on_bad_record: if spec["skip_bad_records"].as_bool() == Some(true) {
+            OnBadRecord::Skip
+        } else {
+            OnBadRecord::Fail
+        },
+    };
+    Ok(Records::new(source, order))
+}
+
+pub(crate) fn source_err(e: shmpipe::SourceError) -> shmpipe::Error {
+    match e {
+        shmpipe::SourceError::BadRecord {
+            file,
+            line,
+            field,
+            message,
+        } => shmpipe::Error::BadRecord {
+            file,
+            line,
+            field,
+            message,
+        },
+        error => shmpipe::Error::Source { emitter: 0, error },
+    }
+}
+
+/// `timeout` in seconds as a deadline (`None`: wait for ever).
+fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
+    match timeout {
+        None => Ok(None),
+        Some(t) if t.is_finite() && t >= 0.0 => {
+            Ok(Some(Instant::now() + Duration::from_secs_f64(t)))
+        }
+        Some(t) => Err(PyValueError::new_err(format!(
+            "timeout={t}: seconds, a finite number >= 0, or None to wait for ever"
+        ))),
+    }
+}
+
 #[pymethods]
 impl PipelineRun {
     /// Starts a pipeline described by `spec` (JSON, built by `shmpipe.Pipeline`), its
     /// children being `program args..` (the Python interpreter running `shmpipe._worker`).
+    /// Without `spec["source"]` the pipeline takes its input from `enqueue`, or, with
+    /// `spec["feed"]`, from that source read here (`feed`: the Python sequence of a feed of
+    /// kind `"object"`), epoch by epoch.
     #[staticmethod]
-    #[pyo3(signature = (spec, program, args, prefetch=8))]
+    #[pyo3(signature = (spec, program, args, prefetch=8, feed=None))]
     fn start(
         py: Python<'_>,
         spec: &str,
         program: String,
         args: Vec<String>,
         prefetch: usize,
+        feed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PipelineRun> {
         let spec: Value = serde_json::from_str(spec).map_err(cfg_err)?;
+        let records = if spec["feed"].is_object() {
+            Some(feed_records(py, &spec, feed)?)
+        } else {
+            None
+        };
         let b = build(py, &spec, program, args)?;
-        let p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
-        let (pids, id) = (p.pids(), p.id().to_owned());
-        let (tx, rx) = sync_channel::<Out>(prefetch.max(1));
-        let done = Arc::new(AtomicBool::new(false));
-        let d = Arc::clone(&done);
-        let pump = std::thread::spawn(move || {
-            let mut p = p;
-            for r in p.by_ref() {
-                if tx.send(r).is_err() {
-                    break;
-                }
-            }
-            drop(p);
-            d.store(true, Ordering::SeqCst);
-        });
+        let mut p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
+        let id = p.id().to_owned();
+        let input = if spec["source"].is_object() {
+            None
+        } else {
+            Some(p.input().map_err(|e| pipe_err(py, e))?)
+        };
+        let inline = spec["workers"].as_u64() == Some(0);
+        let max_in_flight = match spec["max_in_flight"].as_u64() {
+            _ if inline => u64::MAX,
+            Some(n) if n > 0 => n,
+            _ => return Err(cfg_err("max_in_flight must be at least 1")),
+        };
+        let backend = if inline {
+            Backend::Inline(Box::new(std::sync::Mutex::new(Some(p))))
+        } else {
+            Backend::Pump(Pump::start(p, prefetch))
+        };
+        let warn_idle = Duration::from_secs_f64(spec["warn_idle"].as_f64().unwrap_or(5.0).max(0.0));
         Ok(PipelineRun {
-            rx: Mutex::new(Some(rx)),
-            pump: Mutex::new(Some(pump)),
-            done,
-            pids,
+            run: Run::new(backend, input, max_in_flight, records, warn_idle),
             id,
         })
     }
 
-    /// Pids of the emitter and worker processes.
+    /// Pids of the emitter and worker processes (none with `workers=0`).
     #[getter]
     fn pids(&self) -> Vec<u32> {
-        self.pids.clone()
+        self.run.pids()
     }
 
-    /// The pipeline id (infix of its segment names).
+    /// The pipeline id (it names the pipeline in messages).
     #[getter]
     fn id(&self) -> String {
         self.id.clone()
+    }
+
+    /// Inputs enqueued whose outputs have not all been dequeued.
+    #[getter]
+    fn pending(&self) -> u64 {
+        self.run.pending()
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }
 
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        loop {
-            let r = py.detach(|| {
-                let g = self.rx.lock().unwrap_or_else(|e| e.into_inner());
-                match g.as_ref() {
-                    Some(rx) => rx.recv_timeout(SLICE),
-                    None => Err(RecvTimeoutError::Disconnected),
-                }
-            });
-            match r {
-                Ok(Ok(it)) => return item::to_py(py, it).map(Some),
-                Ok(Err(e)) => {
-                    let err = pipe_err(py, e);
-                    self.close(py);
-                    return Err(err);
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if let Err(e) = py.check_signals() {
-                        // Ctrl-C: no grace for a step in progress, the interrupt comes first.
-                        py.detach(|| self.shutdown(Duration::ZERO));
-                        return Err(e);
-                    }
-                }
-                Err(RecvTimeoutError::Disconnected) => return Ok(None),
-            }
-        }
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.run.next(py)?.map(|it| item_to_py(py, it)).transpose()
     }
 
-    /// Stops every process and removes every segment (also done when garbage collected).
+    /// Feeds one input (a dict, or any value); waits while `max_in_flight` inputs are in
+    /// the pipeline, up to `timeout` seconds.
+    #[pyo3(signature = (item, timeout=None))]
+    fn enqueue(
+        &self,
+        py: Python<'_>,
+        item: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        let d = deadline(timeout)?;
+        let it = item_from_py(py, item)?;
+        self.run.enqueue(py, it, d, timeout)
+    }
+
+    /// Ends the input: the stream ends after the outputs of every input enqueued.
+    fn close_input(&self) {
+        self.run.close_input();
+    }
+
+    /// The next output, or `None` after the end of stream; `TimeoutError` after `timeout`
+    /// seconds without one.
+    #[pyo3(signature = (timeout=None))]
+    fn dequeue<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let d = deadline(timeout)?;
+        self.run
+            .dequeue(py, d, timeout)?
+            .map(|it| item_to_py(py, it))
+            .transpose()
+    }
+
+    /// Starts epoch `epoch` of the source read by this process (what is left of the previous
+    /// epoch is dropped).
+    fn start_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+        self.run.start_epoch(py, epoch)
+    }
+
+    /// The next output of the current epoch, `None` at its end.
+    fn next_in_epoch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.run
+            .next_in_epoch(py)?
+            .map(|it| item_to_py(py, it))
+            .transpose()
+    }
+
+    /// Stops every process and frees the shared memory (also done when garbage collected).
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.shutdown(GRACE));
+        self.run.close(py, GRACE);
     }
 }
 
-/// How long a closed pipeline's pump may take to reach its next output before the children
-/// are killed.
-const GRACE: Duration = Duration::from_secs(1);
-
-impl PipelineRun {
-    fn shutdown(&self, grace: Duration) {
-        self.rx.lock().unwrap_or_else(|e| e.into_inner()).take();
-        let Some(h) = self.pump.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-            return;
-        };
-        // The pump stops at its next output; one stuck in a step is ended by killing the
-        // children (the pump then sees them die and drops the pipeline).
-        let wait = |d: Duration| {
-            let end = Instant::now() + d;
-            while !self.done.load(Ordering::SeqCst) && Instant::now() < end {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            self.done.load(Ordering::SeqCst)
-        };
-        if !wait(grace) {
-            for &p in &self.pids {
-                if let Some(pid) = rustix::process::Pid::from_raw(p as i32) {
-                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
-                }
-            }
-            wait(Duration::from_secs(5));
-        }
-        if self.done.load(Ordering::SeqCst) {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for PipelineRun {
-    fn drop(&mut self) {
-        self.shutdown(GRACE);
-    }
+/// The seed of the input the calling step processes (`None` outside a step call).
+#[pyfunction]
+pub fn item_seed() -> Option<u64> {
+    shmpipe::item_seed()
 }

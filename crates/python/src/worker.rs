@@ -56,7 +56,7 @@ impl Step for PyStep {
             let r = item::to_py(py, it)
                 .and_then(|d| self.runner.bind(py).call_method1("process", (d,)))
                 .and_then(|r| Self::outputs(py, r, out));
-            r.map_err(|e| StepError::new(format!("{}\n{}", self.name, describe(py, e))))
+            r.map_err(|e| self.failed(py, e))
         })
     }
 
@@ -67,16 +67,49 @@ impl Step for PyStep {
                 .bind(py)
                 .call_method0("finish")
                 .and_then(|r| Self::outputs(py, r, out));
-            r.map_err(|e| StepError::new(format!("{}\n{}", self.name, describe(py, e))))
+            r.map_err(|e| self.failed(py, e))
         })
     }
 }
 
+thread_local! {
+    /// The exception of the last failed Python step call in this thread: with `workers=0`
+    /// the caller re-raises it as the `StepError`'s cause (or as itself, for
+    /// `KeyboardInterrupt`).
+    static RAISED: std::cell::RefCell<Option<PyErr>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Takes the exception of the last failed Python step call in this thread.
+pub fn take_raised() -> Option<PyErr> {
+    RAISED.with(|r| r.borrow_mut().take())
+}
+
+impl PyStep {
+    fn failed(&self, py: Python<'_>, e: PyErr) -> StepError {
+        let msg = format!("{}\n{}", self.name, describe(py, e.clone_ref(py)));
+        RAISED.with(|r| *r.borrow_mut() = Some(e));
+        StepError::new(msg)
+    }
+}
+
 /// A pickled Python sequence (`len` + indexing), one contiguous part per emitter.
-struct PySource {
+pub struct PySource {
     seq: Py<PyAny>,
     start: usize,
     len: usize,
+}
+
+impl PySource {
+    /// Part `part` of `parts` of a sequence of this process (a parent that feeds the
+    /// pipeline itself).
+    pub fn over(seq: &Bound<'_, PyAny>, part: usize, parts: usize) -> PyResult<PySource> {
+        let r = shmpipe::part_range(seq.len()?, part, parts);
+        Ok(PySource {
+            seq: seq.clone().unbind(),
+            start: r.start,
+            len: r.len(),
+        })
+    }
 }
 
 impl Source for PySource {
@@ -87,7 +120,7 @@ impl Source for PySource {
     fn read(&mut self, index: usize) -> Result<Item, SourceError> {
         Python::attach(|py| {
             let d = self.seq.bind(py).get_item(self.start + index);
-            d.and_then(|d| item::from_py(py, &d))
+            d.and_then(|d| crate::pipeline::item_from_py(py, &d))
                 .map_err(|e| SourceError::BadRecord {
                     file: "python sequence".into(),
                     line: (self.start + index + 1) as u64,

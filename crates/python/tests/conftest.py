@@ -4,15 +4,31 @@ import uuid
 import pytest
 
 
+def socket_dir():
+    """Where named channels' sockets live by default (shm-ring's `Rendezvous::socket_dir`)."""
+    if os.environ.get("SHMPIPE_DIR"):
+        return os.environ["SHMPIPE_DIR"]
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(xdg):
+        return os.path.join(xdg, "shmpipe")
+    if os.geteuid() == 0:
+        st = os.lstat("/run")
+        if st.st_uid == 0 and st.st_mode & 0o022 == 0:
+            return "/run/shmpipe"
+    return f"/tmp/shmpipe-{os.geteuid()}"
+
+
 @pytest.fixture
 def chan_name():
-    """A unique channel name; its /dev/shm entry is removed afterwards even if the test fails."""
+    """A unique channel name; a socket it left is removed afterwards even if the test fails,
+    and nothing of it may ever appear in /dev/shm."""
     name = f"pytest-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     yield name
     try:
-        os.unlink(f"/dev/shm/shmpipe-{name}")
+        os.unlink(os.path.join(socket_dir(), name))
     except FileNotFoundError:
         pass
+    assert not [n for n in os.listdir("/dev/shm") if name in n], "a named channel in /dev/shm"
 
 
 @pytest.fixture

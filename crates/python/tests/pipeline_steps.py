@@ -62,3 +62,42 @@ def count_true(item):
     """Reads the bool mask in the worker and passes every array on unchanged."""
     item["trues"] = int(item["mask"].sum())
     return item
+
+
+# ----- the seed interface (test_pipeline_enqueue.py)
+
+def add_1(arg):
+    """The seed discussion's step: any value in, the value plus one out."""
+    return arg + 1
+
+
+def noisy_split(item):
+    """Two outputs per input, each with draws of the input's own generator."""
+    import shmpipe
+    rng = shmpipe.item_rng()
+    return [dict(item, sub=j, r=float(rng.random()), w=int(rng.integers(0, 1000)))
+            for j in range(2)]
+
+
+def noisy(item):
+    import shmpipe
+    item["r2"] = float(shmpipe.item_rng().random())
+    return item
+
+
+def slow_tag_pid(item):
+    time.sleep(0.02)
+    item["pid"] = os.getpid()
+    return item
+
+
+def sleepy(item):
+    time.sleep(30)
+    return item
+
+
+def debug_me(item):
+    """workers=0: a breakpoint here stops the calling process's pdb."""
+    breakpoint()  # noqa: T100 - the test drives pdb through stdin
+    item["seen"] = 1
+    return item

@@ -232,8 +232,20 @@ def test_garbage_in_shared_memory_raises_corrupt_message(chan_name):
     tx = shmpipe.Sender.create(chan_name, slots=64)
     rx = shmpipe.Receiver.open(chan_name)
     tx.send({"x": np.arange(4, dtype=np.int32)})
-    # Scribble over the descriptor ring (after the headers) like a hostile producer would.
-    with open(f"/dev/shm/shmpipe-{chan_name}", "r+b") as f:
+    # Scribble over the descriptor ring (after the headers) like a hostile producer would,
+    # through the channel's memfd (named `shmpipe:<name>`) reached by /proc.
+    def link(fd):
+        try:
+            return os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            return ""
+
+    mem = next(
+        f"/proc/self/fd/{fd}"
+        for fd in os.listdir("/proc/self/fd")
+        if link(fd).startswith(f"/memfd:shmpipe:{chan_name} ")
+    )
+    with open(mem, "r+b") as f:
         f.seek(768)
         f.write(b"\xff" * 256)
     with pytest.raises(shmpipe.CorruptMessage):

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import weakref
 
@@ -107,6 +108,44 @@ def test_a_sigkilled_worker_raises_within_a_second():
     assert "signal 9" in str(ei.value)
 
 
+def test_a_sigkilled_worker_raises_from_dequeue_within_a_second():
+    with shmpipe.Pipeline([slow], workers=2, batch_bytes=256, max_in_flight=1000) as p:
+        p.enqueue_many(items(1000))
+        p.dequeue()
+        t0 = time.monotonic()
+        os.kill(p.pids[-1], signal.SIGKILL)
+        with pytest.raises(shmpipe.WorkerDied) as ei:
+            while p.dequeue() is not None:
+                pass
+        assert time.monotonic() - t0 < 1.0
+        assert "signal 9" in str(ei.value)
+        with pytest.raises(shmpipe.WorkerDied):
+            p.enqueue({"n": 0})  # the failure sticks
+        assert all(_gone(x) for x in p.pids)
+
+
+def test_a_sigkilled_worker_raises_from_a_waiting_enqueue_within_a_second():
+    with shmpipe.Pipeline([slow], workers=2, max_in_flight=4) as p:
+        def register():
+            with pytest.raises(TimeoutError):
+                p.dequeue(timeout=0.01)  # this thread dequeues (and then never again)
+        t = threading.Thread(target=register)
+        t.start()
+        t.join()
+        p.enqueue_many(items(4))  # full: the next enqueue waits for the other thread
+        pid = p.pids[-1]
+        killed = []
+        killer = threading.Timer(0.3, lambda: (killed.append(time.monotonic()),
+                                               os.kill(pid, signal.SIGKILL)))
+        killer.start()
+        try:
+            with pytest.raises(shmpipe.WorkerDied):
+                p.enqueue({"n": 4, "x": np.zeros(4, np.float32)})
+        finally:
+            killer.join()
+        assert time.monotonic() - killed[0] < 1.0
+
+
 def _gone(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -115,26 +154,53 @@ def _gone(pid):
         return True
 
 
-def test_killing_the_parent_leaves_no_process_and_no_segment():
+# How a parent process of the fault tests starts its pipeline (then it prints its pids).
+START = {
+    "iterate": """
+        p = shmpipe.Pipeline(items(2000), steps=[slow], workers=2, emitters=1, batch_bytes=256)
+        it = iter(p)
+        next(it)
+    """,
+    "enqueue": """
+        p = shmpipe.Pipeline([slow], workers=2, batch_bytes=256, max_in_flight=2000)
+        p.enqueue_many(items(2000))
+        p.dequeue()
+    """,
+    "workers0": """
+        p = shmpipe.Pipeline([slow], workers=0)
+        p.enqueue_many(items(2000))
+        p.dequeue()
+    """,
+}
+
+
+def _children_of(pid):
+    kids = []
+    for t in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{t}/children") as f:
+            kids += [int(x) for x in f.read().split()]
+    return kids
+
+
+@pytest.mark.parametrize("mode", ["iterate", "enqueue", "workers0"])
+def test_killing_the_parent_leaves_no_process_and_no_segment(mode):
     code = textwrap.dedent("""
         import sys, time
         sys.path.insert(0, sys.argv[1])
         import shmpipe
         from pipeline_steps import items, slow
-        p = shmpipe.Pipeline(items(2000), steps=[slow], workers=2, emitters=1,
-                              batch_bytes=256)
-        it = iter(p)
-        next(it)
+    """) + textwrap.dedent(START[mode]) + textwrap.dedent("""
         print(*p.pids, flush=True)
         time.sleep(60)
     """)
     before = set(shm_entries("shmpipe"))
     parent = subprocess.Popen([sys.executable, "-c", code, HERE], stdout=subprocess.PIPE, text=True)
     try:
-        line = parent.stdout.readline().split()
+        line = parent.stdout.readline()
         assert line, "the parent did not start its pipeline"
-        pids = [int(x) for x in line]
-        assert len(pids) == 3
+        pids = [int(x) for x in line.split()]
+        assert len(pids) == {"iterate": 3, "enqueue": 2, "workers0": 0}[mode]
+        assert sorted(_children_of(parent.pid)) == sorted(pids), "no other process"
         # Pipelines name nothing: their channels are anonymous memfds.
         assert set(shm_entries("shmpipe")) <= before
         parent.kill()
@@ -149,31 +215,69 @@ def test_killing_the_parent_leaves_no_process_and_no_segment():
         parent.wait()
 
 
-def test_ctrl_c_stops_a_pipeline_with_keyboard_interrupt():
+@pytest.mark.parametrize("mode", ["iterate", "dequeue", "workers0"])
+def test_ctrl_c_stops_a_pipeline_with_keyboard_interrupt(mode):
+    wait = {
+        # Iterating, while the workers run a 50 ms step.
+        "iterate": """
+            p = shmpipe.Pipeline(items(2000), steps=[slow], workers=1, batch_bytes=256)
+            it = iter(p)
+            next(it)
+            wait = lambda: [None for _ in it]
+        """,
+        # Waiting in dequeue for an input nobody enqueues.
+        "dequeue": """
+            p = shmpipe.Pipeline([slow], workers=1)
+            p.enqueue({"n": 0})
+            p.dequeue()
+            wait = p.dequeue
+        """,
+        # In a 30 s step, in this process.
+        "workers0": """
+            p = shmpipe.Pipeline([sleepy], workers=0)
+            p.enqueue({"n": 0})
+            wait = p.dequeue
+        """,
+    }[mode]
     code = textwrap.dedent("""
-        import sys, time
+        import os, sys, time
         sys.path.insert(0, sys.argv[1])
         import shmpipe
-        from pipeline_steps import items, slow
-        p = shmpipe.Pipeline(items(2000), steps=[slow], workers=1, batch_bytes=256)
-        it = iter(p)
-        next(it)
+        from pipeline_steps import items, sleepy, slow
+    """) + textwrap.dedent(wait) + textwrap.dedent("""
+        pids = p.pids
         try:
             # Inside the try: the signal may arrive as soon as "running" is out.
             print("running", flush=True)
-            for _ in it:
-                pass
+            wait()
         except KeyboardInterrupt:
-            print("interrupted", time.monotonic(), flush=True)
+            t = time.monotonic()
+            time.sleep(0.5)
+            left = [x for x in pids if os.path.exists(f"/proc/{x}")]
+            try:
+                p.dequeue(timeout=0)
+                after = "nothing"
+            except BaseException as e:
+                after = type(e).__name__
+            print("interrupted", t, len(left), after, flush=True)
+        except BaseException as e:
+            print("raised", type(e).__name__, flush=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", code, HERE], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "running"
+        if mode != "iterate":
+            time.sleep(0.3)  # the helper is in its wait by now, not between two calls
         t0 = time.monotonic()
         proc.send_signal(signal.SIGINT)
         line = proc.stdout.readline().split()
-        assert line and line[0] == "interrupted"
+        assert line and line[0] == "interrupted", line
         assert float(line[1]) - t0 < 0.2
+        if mode != "iterate":
+            # (Iterating, the interrupt may also land between two outputs, in the caller's
+            # code: then the generator, held by `it`, stops the workers when it is closed.)
+            assert line[2] == "0", "the interrupted wait stopped the workers"
+            assert line[3] == "ValueError", "closed (not failed: no sticky KeyboardInterrupt)"
         assert proc.wait(10) == 0
     finally:
         proc.kill()

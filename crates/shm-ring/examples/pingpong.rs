@@ -187,11 +187,16 @@ fn raw_ping(
     n: usize,
     cpu: Option<usize>,
 ) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
-    let seg = Segment::create(name, 4096)?;
-    seg.publish(7)?;
+    let _ = name;
+    let seg = Segment::anonymous(4096)?;
+    seg.publish(7);
     let (a, b) = words(&seg);
     let sleep = mode == "raw-futex";
-    let mut child = spawn_pong(mode, name, cpu)?;
+    // The child inherits a copy of the memfd (dup: without close-on-exec), named by number.
+    let inherited = rustix::io::dup(seg.file())?;
+    let fd_arg = format!("fd{}", std::os::fd::AsRawFd::as_raw_fd(&inherited));
+    let mut child = spawn_pong(mode, &fd_arg, cpu)?;
+    drop(inherited);
     wait_for(b, 1, false);
     let mut out = Vec::with_capacity(n);
     for i in 0..(n + 1000) as u32 {
@@ -208,7 +213,10 @@ fn raw_ping(
 }
 
 fn raw_pong(name: &str, mode: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let seg = Segment::open(name, 7)?;
+    let fd: i32 = name.trim_start_matches("fd").parse()?;
+    // SAFETY: the parent passed this descriptor (inherited, open, ours alone from here on).
+    let owned = unsafe { std::os::fd::FromRawFd::from_raw_fd(fd) };
+    let seg = Segment::from_fd(owned, 7)?;
     let (a, b) = words(&seg);
     let sleep = mode == "raw-futex";
     post(b, 1, false);

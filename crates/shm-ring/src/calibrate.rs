@@ -69,7 +69,7 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
 /// `2 * 7 * budget`.
 ///
 /// # Errors
-/// If a channel cannot be created (e.g. `/dev/shm` too small).
+/// If a channel cannot be created (e.g. memory for its pool cannot be reserved).
 ///
 /// # Examples
 /// ```no_run

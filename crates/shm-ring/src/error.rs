@@ -37,7 +37,8 @@ pub enum Error {
         /// The setting to raise, e.g. `"ChannelConfig::block_size"`.
         setting: &'static str,
     },
-    /// `/dev/shm` (or the memfd's tmpfs) cannot hold a segment of this size.
+    /// Memory for the channel cannot be reserved (`fallocate` of its memfd failed: the
+    /// machine's or the memory cgroup's memory is exhausted).
     NoSpace {
         /// Segment name.
         name: String,
@@ -52,9 +53,9 @@ pub enum Error {
         /// How long the channel has been without a consumer.
         waited: std::time::Duration,
     },
-    /// A segment of that name exists already.
+    /// A live sender serves a channel of that name already.
     AlreadyExists(String),
-    /// No segment of that name exists.
+    /// No live sender serves a channel of that name (not created yet, closed, or dead).
     NotFound(String),
     /// The segment was made by an incompatible version of this crate.
     VersionMismatch {
@@ -63,11 +64,13 @@ pub enum Error {
         /// Layout version this crate understands.
         expected: u32,
     },
-    /// The segment is not one of ours (bad magic) or its header is inconsistent.
+    /// A descriptor (passed, or served for a name) that is not a channel of ours: not a
+    /// sealed memfd, a bad header, or a malformed answer of a name's server. The message says
+    /// which, in terms of how the channel was reached.
     NotASegment(String),
-    /// A name in `/dev/shm` that we refuse to open: a symlink, a directory, FIFO or other
-    /// non-regular file, a file of another user, or one with group/other permission bits.
-    /// The message names the path, owner uid and mode.
+    /// Something on the way to a named channel that we refuse to trust: a socket directory
+    /// that is a symlink, not a directory, of another user or open to others; an entry that is
+    /// not a socket; a server of another user. The message names path, owner and mode.
     Untrusted(String),
     /// Another live consumer is attached to this channel.
     Busy(u32),
@@ -86,6 +89,14 @@ pub enum Error {
     Schema(crate::schema::SchemaError),
     /// A field or record looked up that the message (or schema) does not have.
     Field(crate::schema::FieldError),
+    /// A handle was used in a process other than the one that made it (a child that inherited
+    /// it through `fork()`): handles are not fork-safe (see the crate docs, "Fork").
+    Forked {
+        /// The process the handle belongs to.
+        owner: u32,
+        /// The process that tried to use it.
+        caller: u32,
+    },
     /// An operating-system call failed.
     Os(io::Error),
 }
@@ -153,9 +164,10 @@ impl fmt::Display for Error {
                 available,
             } => write!(
                 f,
-                "segment '{name}' needs {needed} bytes ({:.1} MiB) but /dev/shm has only {available} bytes \
-                 ({:.1} MiB) free; raise it (e.g. `docker run --shm-size=1g`, or \
-                 `mount -o remount,size=1G /dev/shm`) or configure a smaller pool",
+                "channel '{name}' needs {needed} bytes ({:.1} MiB) of shared memory, but only \
+                 {available} bytes ({:.1} MiB) could be reserved (the machine's or the memory \
+                 cgroup's memory is used up); free memory, raise the container's memory limit, \
+                 or configure a smaller pool (ChannelConfig::blocks, ChannelConfig::block_size)",
                 *needed as f64 / 1048576.0,
                 *available as f64 / 1048576.0
             ),
@@ -168,28 +180,25 @@ impl fmt::Display for Error {
             ),
             Error::AlreadyExists(n) => write!(
                 f,
-                "a channel named '{n}' already exists (/dev/shm/{prefix}{n}): another Sender \
-                 uses this name; pick another name, or if its creator is gone remove the file \
-                 (shm_ring::reclaim_stale removes segments of dead creators)",
-                prefix = crate::NAME_PREFIX
+                "a channel named '{n}' already exists: a live Sender serves this name in the \
+                 socket directory; pick another name or close that Sender (the name of a \
+                 creator that died is taken over by the next create)"
             ),
             Error::NotFound(n) => write!(
                 f,
-                "no channel named '{n}' (/dev/shm/{prefix}{n}): either its producer has not \
-                 created it yet, or the producer closed it and its ChannelConfig::linger ended; \
-                 start the producer first, or open with Receiver::open_timeout to wait for it",
-                prefix = crate::NAME_PREFIX
+                "no channel named '{n}': either its producer has not created it yet, or the \
+                 producer closed it and its ChannelConfig::linger ended, or it died; start the \
+                 producer first, or open with Receiver::open_timeout to wait for it (both \
+                 processes must use the same socket directory: ${} or \
+                 ChannelConfig::rendezvous)",
+                crate::rendezvous::DIR_ENV
             ),
             Error::VersionMismatch { found, expected } => write!(
                 f,
                 "segment layout version {found}, but this build understands version {expected}: \
                  build both processes against the same shm-ring version"
             ),
-            Error::NotASegment(why) => write!(
-                f,
-                "not a shm-ring segment: {why} (the name is taken by something else: pick \
-                 another channel name)"
-            ),
+            Error::NotASegment(why) => write!(f, "not a shm-ring channel: {why}"),
             Error::Busy(pid) => write!(
                 f,
                 "another consumer (pid {pid}) is attached: a channel has one Receiver at a \
@@ -207,6 +216,12 @@ impl fmt::Display for Error {
             ),
             Error::Schema(e) => write!(f, "{e}"),
             Error::Field(e) => write!(f, "{e}"),
+            Error::Forked { owner, caller } => write!(
+                f,
+                "this channel handle belongs to process {owner}; process {caller} inherited it \
+                 through fork() and may not send, receive or loan with it (handles are not \
+                 fork-safe: open or create the channel in the child, or pass it a descriptor)"
+            ),
             Error::Os(e) => write!(f, "os error: {e}"),
         }
     }

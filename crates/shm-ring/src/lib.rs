@@ -1,8 +1,10 @@
 //! # shm-ring: zero-copy numeric arrays between processes
 //!
-//! A [`Sender`] creates a channel in POSIX shared memory (`/dev/shm/shmpipe-<name>`); a
-//! [`Receiver`] in another process opens it by name ([`Receiver::open_timeout`] waits for a
-//! producer that starts later). Messages are sets of named n-dimensional arrays (f32, f64,
+//! A [`Sender`] creates a channel in shared memory (a sealed memfd, never a file in
+//! `/dev/shm`) and serves it by name on a Unix socket in a directory only its user can enter
+//! (see [`Rendezvous`]); a [`Receiver`] in another process opens it by name
+//! ([`Receiver::open_timeout`] waits for a producer that starts later), or from a descriptor
+//! ([`Sender::anonymous`], [`Receiver::from_fd`]). Messages are sets of named n-dimensional arrays (f32, f64,
 //! i8..i64, u8..u64, f16, bf16 through [`Element`]; bool as one checked byte per element
 //! through [`MessageBuilder::array_bool`] and [`RecordView::array_bool`]) with small metadata.
 //! Small arrays are copied inline through a lock-free ring; large ones travel zero-copy: the
@@ -25,6 +27,16 @@
 //! A tour of the whole API, compiled and run as doc tests: `docs/shm-ring-api.md`; two real
 //! processes: the examples `quickstart_send` and `quickstart_recv` (the README's quick start),
 //! and `typed_quickstart` for the typed path.
+//!
+//! ## Fork
+//! Handles are not fork-safe. A child made by `fork()` inherits copies of every [`Sender`],
+//! [`Receiver`], [`Message`] and loan of its parent, but they stay the parent's: in the child,
+//! sends, loans and receives fail with [`Error::Forked`], and drops do nothing to the channel
+//! (no pool block is handed back, the channel is not closed), so the parent keeps every lease
+//! it holds. The child may read the messages and arrays it inherited while the parent keeps
+//! them, and `exec` or exit; to use a channel in the child, open it there (by name, or from a
+//! descriptor passed to it) or create one. Forks are noticed through `pthread_atfork`, so they
+//! must go through the C library (`fork()`, Python's `os.fork` and `multiprocessing` do).
 //!
 //! ## Quick start
 //! ```
@@ -63,11 +75,15 @@ pub mod dtype;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
+mod fork;
+#[cfg(not(loom))]
 pub mod message;
 #[cfg(not(loom))]
 mod op_error;
 #[cfg(not(loom))]
 mod pool;
+#[cfg(not(loom))]
+pub mod rendezvous;
 pub mod ring;
 #[cfg(not(loom))]
 pub mod schema;
@@ -104,9 +120,11 @@ pub use op_error::{RecvError, SendError, TrySendError};
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit};
 #[cfg(not(loom))]
+pub use rendezvous::Rendezvous;
+#[cfg(not(loom))]
 pub use schema::{FieldError, FieldId, FieldKind, FieldSpec, Schema, SchemaError, ValueType};
 #[cfg(not(loom))]
-pub use segment::{NAME_PREFIX, Segment, SegmentInfo, reclaim_stale};
+pub use segment::{Segment, SegmentInfo};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
 

@@ -41,8 +41,8 @@ pub enum SendError {
     },
     /// The message breaks an encoding limit, or holds a loan of another sender.
     InvalidArgument(String),
-    /// A pool block used for the first time could not be reserved: `/dev/shm` (or the
-    /// memfd's tmpfs) is full (see [`Error::NoSpace`]).
+    /// A pool block used for the first time could not be reserved: memory is used up (see
+    /// [`Error::NoSpace`]).
     NoSpace {
         /// Segment name.
         name: String,
@@ -55,6 +55,14 @@ pub enum SendError {
     Os(std::io::Error),
     /// The consumer wrote an impossible ring index or block number (see [`Error::Corrupt`]).
     Corrupt(String),
+    /// The sender belongs to another process (this one inherited it through `fork()`; see
+    /// [`Error::Forked`]).
+    Forked {
+        /// The process the sender belongs to.
+        owner: u32,
+        /// This process.
+        caller: u32,
+    },
 }
 
 /// Why a non-blocking send failed; the value comes back (as crossbeam's `TrySendError`).
@@ -98,6 +106,14 @@ pub enum RecvError {
     Timeout,
     /// The producer wrote an impossible ring index or record (see [`Error::Corrupt`]).
     Corrupt(String),
+    /// The receiver belongs to another process (this one inherited it through `fork()`; see
+    /// [`Error::Forked`]).
+    Forked {
+        /// The process the receiver belongs to.
+        owner: u32,
+        /// This process.
+        caller: u32,
+    },
 }
 
 impl SendError {
@@ -131,6 +147,7 @@ impl SendError {
             },
             Error::Os(e) => SendError::Os(e),
             Error::Corrupt(why) => SendError::Corrupt(why),
+            Error::Forked { owner, caller } => SendError::Forked { owner, caller },
             other => SendError::Corrupt(other.to_string()),
         }
     }
@@ -144,6 +161,7 @@ impl RecvError {
             Error::PeerDied { pid, .. } => RecvError::PeerDied { pid },
             Error::Timeout => RecvError::Timeout,
             Error::Corrupt(why) => RecvError::Corrupt(why),
+            Error::Forked { owner, caller } => RecvError::Forked { owner, caller },
             other => RecvError::Corrupt(other.to_string()),
         }
     }
@@ -179,6 +197,7 @@ impl From<SendError> for Error {
             SendError::NoConsumer { waited } => Error::NoConsumer { waited },
             SendError::Timeout => Error::Timeout,
             SendError::Corrupt(why) => Error::Corrupt(why),
+            SendError::Forked { owner, caller } => Error::Forked { owner, caller },
         }
     }
 }
@@ -200,6 +219,7 @@ impl From<RecvError> for Error {
             RecvError::PeerDied { pid } => Error::PeerDied { pid, reclaimed: 0 },
             RecvError::Timeout => Error::Timeout,
             RecvError::Corrupt(why) => Error::Corrupt(why),
+            RecvError::Forked { owner, caller } => Error::Forked { owner, caller },
         }
     }
 }
@@ -238,6 +258,10 @@ impl fmt::Display for SendError {
             SendError::NoConsumer { waited } => Error::NoConsumer { waited: *waited },
             SendError::Timeout => Error::Timeout,
             SendError::Corrupt(why) => Error::Corrupt(why.clone()),
+            SendError::Forked { owner, caller } => Error::Forked {
+                owner: *owner,
+                caller: *caller,
+            },
         };
         e.fmt(f)
     }
@@ -263,6 +287,10 @@ impl fmt::Display for RecvError {
             },
             RecvError::Timeout => Error::Timeout,
             RecvError::Corrupt(why) => Error::Corrupt(why.clone()),
+            RecvError::Forked { owner, caller } => Error::Forked {
+                owner: *owner,
+                caller: *caller,
+            },
         };
         e.fmt(f)
     }

@@ -28,6 +28,8 @@ pub(crate) struct PoolGeom {
 /// Shared by a [`crate::Sender`] and every loan it handed out.
 #[derive(Debug)]
 pub(crate) struct PoolHome {
+    /// The process of the sender (a loan dropped in a forked child gives nothing back).
+    pub owner: crate::fork::Owner,
     pub seg: Arc<Segment>,
     pub geom: PoolGeom,
     /// Blocks of loans dropped without being sent, waiting to go back on the free list.
@@ -72,6 +74,7 @@ impl LoanToken {
 impl Drop for LoanToken {
     fn drop(&mut self) {
         if self.live
+            && self.home.owner.is_current()
             && let Ok(mut o) = self.home.orphans.lock()
         {
             o.push(self.block);

@@ -1,8 +1,9 @@
-//! Shared-memory segments: a named (`/dev/shm/shmpipe-<name>`) or anonymous (sealed memfd)
-//! file, mapped read-write, starting with a 64-byte header. The public constructors reserve
-//! every page at creation (`fallocate`: `NoSpace` now, never `SIGBUS` later); a channel
-//! reserves its headers and rings at creation and each pool block when it is first loaned
-//! ([`Segment::commit`]), so its committed memory follows what is in flight.
+//! Shared-memory segments: a sealed memfd, mapped read-write, starting with a 64-byte header.
+//! Every channel, named or anonymous, is one: a name is only the way to get its descriptor
+//! (see `crate::rendezvous`); nothing is ever created in `/dev/shm`. The public constructor
+//! reserves every page at creation (`fallocate`: `NoSpace` now, never `SIGBUS` later); a
+//! channel reserves its headers and rings at creation and each pool block when it is first
+//! loaned ([`Segment::commit`]), so its committed memory follows what is in flight.
 //!
 //! ```text
 //! offset 0   magic u64 | 8 layout version u32 | 12 kind u32 | 16 creator pid u32 |
@@ -11,24 +12,16 @@
 //! ```
 //!
 //! Who may touch a segment, and what we check (see ARCHITECTURE.md, "Threat model"):
-//! - A named segment is created under a temporary name (`shmpipe-.tmp-<pid>-<random>`), mode
-//!   0600, locked (`flock(LOCK_SH)`, held for the creator's whole life), sized, laid out, and
-//!   only then published under its final name with `renameat2(RENAME_NOREPLACE)`: the final
-//!   name never holds a half-built segment, and an existing name is never replaced.
-//! - Opening by name never follows a symlink and never blocks (`O_NOFOLLOW | O_NONBLOCK`),
-//!   then requires a regular file owned by our effective uid with no group/other permission
-//!   bits and at least a header's size; the header is then read once and validated (magic,
-//!   version, ready flag, size == file size, kind).
-//! - An anonymous segment is sealed (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`) as soon as its
-//!   size is reserved; [`Segment::from_fd`] refuses a descriptor without those seals.
-//! - [`reclaim_stale`] removes a name only if it can lock the file exclusively (no live
-//!   creator holds its shared lock): locks die with their process, so this cannot misfire on a
-//!   live creator, whatever its pid says.
+//! - A segment is sealed (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`) as soon as its size is
+//!   reserved: no holder of its descriptor can change its size under a mapping (`SIGBUS`).
+//! - [`Segment::from_fd`] refuses a descriptor that is not a regular file with those seals,
+//!   then reads the header once and validates it (magic, version, ready flag, size == file
+//!   size, kind); each refusal says what is wrong for the way the descriptor came (passed by
+//!   the caller, or served for a channel name).
 
 use std::fs::File;
-use std::hash::BuildHasher;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::io::Errno;
@@ -36,16 +29,12 @@ use rustix::io::Errno;
 use crate::error::Error;
 use crate::sys;
 
-/// Prefix of every segment name this crate creates in `/dev/shm`.
-pub const NAME_PREFIX: &str = "shmpipe-";
-/// Prefix of a named segment still being built (never opened by name, reclaimed once its
-/// creator's lock is gone).
-const TMP_PREFIX: &str = "shmpipe-.tmp-";
 /// First bytes of every segment: `b"SHMPIPE\0"` read as a little-endian `u64`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMPIPE\0");
 /// Version of the shared-memory layout and protocol; segments of other versions are refused.
 /// Version 2: creators hold a shared `flock` on their segment and publish names by rename.
-pub const LAYOUT_VERSION: u32 = 2;
+/// Version 3: every segment is a sealed memfd; channel names are served over a socket.
+pub const LAYOUT_VERSION: u32 = 3;
 /// Bytes taken by the segment header; the user area starts here (64-byte aligned).
 pub const HEADER_SIZE: usize = 64;
 const READY: u32 = 0x5245_4459;
@@ -124,54 +113,55 @@ struct RawHeader {
     ready: u32,
 }
 
-/// A mapped shared-memory segment.
+/// A mapped shared-memory segment: a sealed memfd.
 ///
-/// The creating handle (the owner) unlinks the name when dropped; the memory itself lives
-/// until the last process unmaps it.
+/// The memory lives until the last process unmaps it and the last descriptor closes.
 ///
 /// # The memory behind [`Segment::as_ptr`]
 /// Like [`memmap2::MmapRaw`], a `Segment` only hands out a raw pointer: every process that has
-/// the segment open (the peer, or any process of the same user for a named segment) may write
-/// any byte at any time. Whoever dereferences it must read through atomics (or volatile
-/// copies), never create `&`/`&mut` to non-atomic data there, and validate every value read
-/// before using it. The size cannot change under an anonymous segment (sealed); under a named
-/// one, a process of the same user can still truncate the file (see ARCHITECTURE.md).
+/// the segment's descriptor (the peer, or a process of the same user that takes it from one of
+/// ours through `/proc/<pid>/fd`) may write any byte at any time. Whoever dereferences it must
+/// read through atomics (or volatile copies), never create `&`/`&mut` to non-atomic data there,
+/// and validate every value read before using it. Its size cannot change (sealed).
 #[derive(Debug)]
 pub struct Segment {
-    /// Name given at creation or open (without the prefix).
-    name: Option<String>,
-    /// The creator's temporary entry in `/dev/shm` until [`Segment::publish`] renames it.
-    tmp: Option<String>,
-    published: AtomicBool,
-    /// Device and inode of the file, to unlink our own file only.
-    id: (u64, u64),
+    /// What errors call it: the channel name, or "anon".
+    label: String,
     info: SegmentInfo,
     map: MmapRaw,
     file: File,
     owner: bool,
 }
 
-fn entry_name(name: &str) -> String {
-    format!("{NAME_PREFIX}{name}")
+/// How a descriptor reached [`Segment::from_fd`]: it decides what a refusal tells the user.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reached<'a> {
+    /// Passed by the caller ([`Segment::from_fd`], `Receiver::from_fd`).
+    Descriptor,
+    /// Served for the channel `name` by process `pid` (`Receiver::open`).
+    Name {
+        /// The channel name.
+        name: &'a str,
+        /// The serving process.
+        pid: u32,
+    },
 }
 
-fn path_of(entry: &str) -> String {
-    format!("{}/{entry}", sys::SHM_DIR)
-}
-
-fn check_name(name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= 200
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidArgument(format!(
-            "segment name {name:?}: use 1-200 characters from [A-Za-z0-9._-], not starting with '.'"
-        )))
+impl Reached<'_> {
+    /// [`Error::NotASegment`] for `problem`, with what to do about it.
+    fn refuse(&self, problem: &str) -> Error {
+        Error::NotASegment(match self {
+            Reached::Descriptor => format!(
+                "the descriptor {problem}: pass the descriptor of a channel made by \
+                 Sender::anonymous or TypedSender::anonymous (its sealed memfd), not another \
+                 file, pipe or socket"
+            ),
+            Reached::Name { name, pid } => format!(
+                "channel '{name}', served by pid {pid}: its descriptor {problem}: the process \
+                 serving that name is not a shm-ring Sender of this version (build both \
+                 processes against the same shm-ring) or is not to be trusted"
+            ),
+        })
     }
 }
 
@@ -186,56 +176,6 @@ fn check_size(size: usize) -> Result<(), Error> {
 
 fn is_regular(st: &rustix::fs::Stat) -> bool {
     rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::RegularFile
-}
-
-/// Whether a named segment's file is one we may trust: a regular file owned by our effective
-/// uid, with no group/other permission bits.
-fn trusted(st: &rustix::fs::Stat) -> bool {
-    is_regular(st) && st.st_uid == sys::euid() && st.st_mode & 0o077 == 0
-}
-
-fn untrusted(path: &str, st: &rustix::fs::Stat) -> Error {
-    let what = if is_regular(st) {
-        ""
-    } else {
-        ", not a regular file"
-    };
-    Error::Untrusted(format!(
-        "{path} is owned by uid {} with mode {:04o}{what}; refusing to open it: only a regular \
-         file owned by uid {} with no group/other permissions is trusted",
-        st.st_uid,
-        st.st_mode & 0o7777,
-        sys::euid()
-    ))
-}
-
-/// A temporary name that no other process picks: our pid and 64 random bits.
-fn tmp_entry() -> String {
-    let r = std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("{TMP_PREFIX}{}-{r:016x}", sys::pid())
-}
-
-/// Creates, locks and returns a fresh temporary entry. A reclaimer may see the file between
-/// our create and our lock and remove it; we then notice that the name no longer leads to our
-/// file, and start over with a new name.
-fn create_locked_tmp(dir: &OwnedFd) -> Result<(File, String, (u64, u64)), Error> {
-    for _ in 0..16 {
-        let tmp = tmp_entry();
-        let file = match sys::create_entry(dir, &tmp) {
-            Ok(f) => f,
-            Err(Errno::EXIST) => continue,
-            Err(e) => return Err(e.into()),
-        };
-        let st = sys::fstat(&file)?;
-        let id = (st.st_dev, st.st_ino);
-        if sys::try_lock_shared(&file) && sys::entry_id(dir, &tmp) == Some(id) {
-            return Ok((file, tmp, id));
-        }
-        sys::unlink_entry_if(dir, &tmp, id);
-    }
-    Err(Error::Os(std::io::Error::other(
-        "could not create and lock a temporary segment in /dev/shm (16 attempts)",
-    )))
 }
 
 /// An atomic view of the 8-byte header field at `at` (a constant offset).
@@ -272,115 +212,58 @@ fn load_header(map: &MmapRaw) -> RawHeader {
 }
 
 impl Segment {
-    /// Creates the segment `/dev/shm/shmpipe-<name>` of `size` bytes (header included), mode
-    /// 0600, with every page reserved now. Stale segments of dead creators are reclaimed first.
-    ///
-    /// The segment is built under a temporary name and gets its final name only in
-    /// [`Segment::publish`]; until then [`Segment::open`] does not find it.
+    /// Creates a segment (a memfd) of `size` bytes, sealed against shrinking and growing,
+    /// with every page reserved now. Share it with another process through its descriptor
+    /// ([`Segment::file`]) and [`Segment::from_fd`] there.
     ///
     /// # Errors
-    /// [`Error::AlreadyExists`] (anything of that name, whoever made it), [`Error::NoSpace`]
-    /// when `/dev/shm` is too small (never a `SIGBUS` later), [`Error::InvalidArgument`] for a
-    /// bad name, [`Error::Os`].
+    /// [`Error::NoSpace`] if the memory cannot be reserved, [`Error::InvalidArgument`] for a
+    /// size below a header, [`Error::Os`].
     ///
     /// # Examples
     /// ```
-    /// let seg = shm_ring::Segment::create(&format!("doc-seg-{}", std::process::id()), 4096)?;
-    /// seg.publish(1)?;
+    /// let seg = shm_ring::Segment::anonymous(4096)?;
+    /// seg.publish(1);
     /// assert_eq!(seg.len(), 4096);
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
-    pub fn create(name: &str, size: usize) -> Result<Segment, Error> {
-        Self::create_reserving(name, size, size)
+    pub fn anonymous(size: usize) -> Result<Segment, Error> {
+        Self::anonymous_reserving("anon", size, size)
     }
 
-    /// [`Segment::create`], reserving only the first `reserve` bytes now; the rest is address
-    /// space until [`Segment::commit`] reserves it (a channel commits each pool block the first
-    /// time it is loaned).
-    pub(crate) fn create_reserving(
-        name: &str,
+    /// [`Segment::anonymous`], reserving only the first `reserve` bytes now; the rest is
+    /// address space until [`Segment::commit`] reserves it (a channel commits each pool block
+    /// the first time it is loaned). `label` names the memfd (`/proc/<pid>/fd` shows
+    /// `/memfd:shmpipe:<label>`) and the channel in errors.
+    pub(crate) fn anonymous_reserving(
+        label: &str,
         size: usize,
         reserve: usize,
     ) -> Result<Segment, Error> {
-        check_name(name)?;
         check_size(size)?;
-        let _ = reclaim_stale();
-        let dir = sys::shm_dir()?;
-        // Early, friendly refusal; the authority is the no-replace rename in `publish`.
-        if sys::entry_id(&dir, &entry_name(name)).is_some() {
-            return Err(Error::AlreadyExists(name.to_string()));
-        }
-        let (file, tmp, id) = create_locked_tmp(&dir)?;
-        // From here on the temporary name exists: remove it again on any error.
-        let unlink_on_err = |e: Error| {
-            sys::unlink_entry_if(&dir, &tmp, id);
-            e
-        };
-        Self::reserve(&file, name, size, reserve).map_err(unlink_on_err)?;
-        test_hook_kill_after_reserve(name);
-        let map = MmapOptions::new()
-            .len(size)
-            .map_raw(&file)
-            .map_err(|e| unlink_on_err(Error::Os(e)))?;
-        let info = write_header(&map, size);
-        Ok(Segment {
-            name: Some(name.to_string()),
-            tmp: Some(tmp),
-            published: AtomicBool::new(false),
-            id,
-            info,
-            map,
-            file,
-            owner: true,
-        })
-    }
-
-    /// Creates an anonymous segment (a memfd) of `size` bytes, sealed against shrinking and
-    /// growing. Share it with another process through its descriptor ([`Segment::file`]) and
-    /// [`Segment::from_fd`] there.
-    ///
-    /// # Errors
-    /// [`Error::NoSpace`] if the memory cannot be reserved, [`Error::Os`].
-    pub fn anonymous(size: usize) -> Result<Segment, Error> {
-        Self::anonymous_reserving(size, size)
-    }
-
-    /// [`Segment::anonymous`], reserving only the first `reserve` bytes now (see
-    /// [`Segment::create_reserving`]).
-    pub(crate) fn anonymous_reserving(size: usize, reserve: usize) -> Result<Segment, Error> {
-        check_size(size)?;
-        let file = sys::memfd("shmpipe-anon")?;
-        Self::reserve(&file, "(anonymous)", size, reserve)?;
+        let file = sys::memfd(&format!("shmpipe:{label}"))?;
+        sys::reserve(&file, size as u64, reserve.min(size) as u64)
+            .map_err(|e| no_space(e, &file, label, reserve))?;
         // From here on the size is fixed for good: no holder of the descriptor can shrink it
         // under another process's mapping (SIGBUS) or grow it.
         sys::seal(&file)?;
-        let st = sys::fstat(&file)?;
         let map = MmapOptions::new().len(size).map_raw(&file)?;
         let info = write_header(&map, size);
         Ok(Segment {
-            name: None,
-            tmp: None,
-            published: AtomicBool::new(false),
-            id: (st.st_dev, st.st_ino),
+            label: label.to_string(),
             info,
             map,
             file,
             owner: true,
         })
-    }
-
-    fn reserve(file: &File, name: &str, size: usize, reserve: usize) -> Result<(), Error> {
-        sys::reserve(file, size as u64, reserve as u64)
-            .map_err(|e| no_space(e, file, name, reserve))
     }
 
     /// Reserves the pages of `[off, off + len)` (inside the segment), which were address space
     /// only: after this, touching them cannot fail. Only the creator commits.
     ///
     /// # Errors
-    /// [`Error::NoSpace`] when `/dev/shm` (or memory, for an anonymous segment) cannot hold
-    /// them, naming the bytes the segment would then hold; [`Error::InvalidArgument`] for a
-    /// range outside the segment; [`Error::Os`].
+    /// [`Error::NoSpace`] when memory cannot hold them, naming the bytes the segment would
+    /// then hold; [`Error::InvalidArgument`] for a range outside the segment; [`Error::Os`].
     pub(crate) fn commit(&self, off: usize, len: usize) -> Result<(), Error> {
         let end = off
             .checked_add(len)
@@ -391,117 +274,70 @@ impl Segment {
                     self.len()
                 ))
             })?;
-        let name = self.name.as_deref().unwrap_or("(anonymous)");
         sys::allocate(&self.file, off as u64, len as u64)
-            .map_err(|e| no_space(e, &self.file, name, end))
+            .map_err(|e| no_space(e, &self.file, &self.label, end))
     }
 
-    /// Marks the segment initialised, with the `kind` of what its user area holds, and (for
-    /// a named segment) gives it its final name. Nothing beyond the header may be written by
-    /// the creator's peers before this; openers refuse a segment that is not published.
-    ///
-    /// # Errors
-    /// [`Error::AlreadyExists`] if something took the name meanwhile (it is not replaced),
-    /// [`Error::Os`].
-    pub fn publish(&self, kind: u32) -> Result<(), Error> {
+    /// Marks the segment initialised, with the `kind` of what its user area holds. Nothing
+    /// beyond the header may be written by the creator's peers before this; openers refuse a
+    /// segment that is not published.
+    pub fn publish(&self, kind: u32) {
         word32(&self.map, KIND_AT).store(kind, Ordering::Relaxed);
         // SYNC POINT (Release): the header and the whole user area are initialised; pairs with
         // the Acquire load in `load_header` of every opener.
         word32(&self.map, READY_AT).store(READY, Ordering::Release);
-        if let (Some(name), Some(tmp)) = (&self.name, &self.tmp)
-            && !self.published.load(Ordering::Relaxed)
-        {
-            let dir = sys::shm_dir()?;
-            sys::publish_entry(&dir, tmp, &entry_name(name)).map_err(|e| match e {
-                Errno::EXIST => Error::AlreadyExists(name.clone()),
-                e => Error::from(e),
-            })?;
-            self.published.store(true, Ordering::Relaxed);
-        }
-        Ok(())
     }
 
-    /// Opens the existing segment `/dev/shm/shmpipe-<name>`, made by a process of this user.
+    /// Maps a segment from a descriptor of its memfd (inherited, passed, or received from the
+    /// process that made it), and validates it: a regular file sealed against shrinking and
+    /// growing (as [`Segment::anonymous`] leaves it), whose header states its size.
     ///
     /// # Errors
-    /// [`Error::NotFound`]; [`Error::Untrusted`] for a symlink, a directory, FIFO or other
-    /// non-regular file, a file of another user or with group/other permission bits;
-    /// [`Error::NotASegment`] (bad magic, size, kind, or not published);
-    /// [`Error::VersionMismatch`]; [`Error::Os`].
-    pub fn open(name: &str, kind: u32) -> Result<Segment, Error> {
-        check_name(name)?;
-        let dir = sys::shm_dir()?;
-        let entry = entry_name(name);
-        let path = path_of(&entry);
-        let refuse = |why: &str| Error::Untrusted(format!("{path} {why}; refusing to open it"));
-        let file = sys::open_entry(&dir, &entry, true).map_err(|e| match e {
-            Errno::NOENT => Error::NotFound(name.to_string()),
-            Errno::LOOP => refuse("is a symbolic link"),
-            e => match rustix::fs::statat(&dir, &entry, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-                Ok(st) if !trusted(&st) => untrusted(&path, &st),
-                _ => Error::from(e),
-            },
-        })?;
-        let st = sys::fstat(&file)?;
-        if !trusted(&st) {
-            return Err(untrusted(&path, &st));
-        }
-        let mut seg = Self::map_existing(file, st, kind, &path)?;
-        seg.name = Some(name.to_string());
-        Ok(seg)
-    }
-
-    /// Maps an anonymous segment from a descriptor of its memfd (inherited or received from the
-    /// creating process), and validates it: a regular file sealed against shrinking and growing
-    /// (as [`Segment::anonymous`] leaves it), whose header states its size.
-    ///
-    /// # Errors
-    /// [`Error::NotASegment`] (not a sealed memfd, bad magic, size, kind, or not published),
-    /// [`Error::VersionMismatch`], [`Error::Os`].
+    /// [`Error::NotASegment`] (not a sealed memfd, bad magic, size, kind, or not published:
+    /// the message says which), [`Error::VersionMismatch`], [`Error::Os`].
     pub fn from_fd(fd: OwnedFd, kind: u32) -> Result<Segment, Error> {
+        Self::from_fd_reached(fd, kind, Reached::Descriptor)
+    }
+
+    /// [`Segment::from_fd`] for a descriptor that came the way `how` says.
+    pub(crate) fn from_fd_reached(
+        fd: OwnedFd,
+        kind: u32,
+        how: Reached<'_>,
+    ) -> Result<Segment, Error> {
         let file = File::from(fd);
         let st = sys::fstat(&file)?;
         if !is_regular(&st) {
-            return Err(Error::NotASegment(format!(
-                "descriptor is not a regular file (mode {:o})",
-                st.st_mode
-            )));
+            let what = sys::dir::kind_of(&st);
+            return Err(how.refuse(&format!("is {what}, not a memfd")));
         }
         let want = sys::required_seals();
         let seals = sys::seals(&file).map_err(|e| {
-            Error::NotASegment(format!(
-                "descriptor cannot be sealed ({e}): only a sealed memfd is accepted"
+            how.refuse(&format!(
+                "is a file that cannot be sealed ({e}), not a memfd"
             ))
         })?;
         if !seals.contains(want) {
-            return Err(Error::NotASegment(format!(
-                "memfd has seals {seals:?}, needs {want:?}: a peer could truncate it under us"
+            return Err(how.refuse(&format!(
+                "is a memfd with seals {seals:?} instead of {want:?} (a holder of it could \
+                 truncate it under our mapping)"
             )));
         }
-        Self::map_existing(file, st, kind, "(anonymous)")
-    }
-
-    /// Maps a file already checked by the caller and validates its header.
-    fn map_existing(
-        file: File,
-        st: rustix::fs::Stat,
-        kind: u32,
-        what: &str,
-    ) -> Result<Segment, Error> {
         let len = u64::try_from(st.st_size).unwrap_or(0);
         if len < HEADER_SIZE as u64 {
-            return Err(Error::NotASegment(format!(
-                "{what}: {len} bytes, smaller than a segment header"
-            )));
+            return Err(how.refuse(&format!("holds {len} bytes, less than a segment header")));
         }
         let len = usize::try_from(len)
             .ok()
             .filter(|&l| isize::try_from(l).is_ok())
-            .ok_or_else(|| Error::NotASegment(format!("{what}: {len} bytes")))?;
+            .ok_or_else(|| how.refuse(&format!("holds {len} bytes, more than we can map")))?;
         let map = MmapOptions::new().len(len).map_raw(&file)?;
         let h = load_header(&map);
         if h.magic != MAGIC {
-            return Err(Error::NotASegment(format!("{what}: magic {:#x}", h.magic)));
+            return Err(how.refuse(&format!(
+                "does not start with a shm-ring header (magic {:#x})",
+                h.magic
+            )));
         }
         if h.version != LAYOUT_VERSION {
             return Err(Error::VersionMismatch {
@@ -510,27 +346,25 @@ impl Segment {
             });
         }
         if h.ready != READY {
-            return Err(Error::NotASegment(format!(
-                "{what}: never initialised by its creator"
-            )));
+            return Err(how.refuse("holds a channel its creator never finished setting up"));
         }
         if h.size != len as u64 {
-            return Err(Error::NotASegment(format!(
-                "{what}: header says {} bytes, file has {len}",
+            return Err(how.refuse(&format!(
+                "holds {len} bytes while its header says {}",
                 h.size
             )));
         }
         if h.kind != kind {
-            return Err(Error::NotASegment(format!(
-                "{what}: kind {} (expected {kind})",
+            return Err(how.refuse(&format!(
+                "holds a segment of kind {} (expected {kind})",
                 h.kind
             )));
         }
         Ok(Segment {
-            name: None,
-            tmp: None,
-            published: AtomicBool::new(false),
-            id: (st.st_dev, st.st_ino),
+            label: match how {
+                Reached::Descriptor => "(received)".to_string(),
+                Reached::Name { name, .. } => name.to_string(),
+            },
             info: SegmentInfo {
                 version: h.version,
                 creator_pid: h.creator_pid,
@@ -564,27 +398,22 @@ impl Segment {
         false
     }
 
-    /// The name given at creation (without the `shmpipe-` prefix), if any.
-    pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
-    }
-
-    /// The file behind the mapping (for an anonymous segment: the sealed memfd to pass to
-    /// another process).
+    /// The memfd behind the mapping (to pass to another process).
     pub fn file(&self) -> &File {
         &self.file
     }
 
-    /// Whether this handle created the segment (and will unlink its name on drop).
+    /// Whether this handle created the segment.
     pub fn is_owner(&self) -> bool {
         self.owner
     }
 }
 
-/// `ENOSPC`/`EFBIG` while reserving `needed` bytes of `file` as [`Error::NoSpace`].
+/// `ENOSPC`/`EFBIG`/`ENOMEM` (a memory cgroup's limit) while reserving `needed` bytes of
+/// `file` as [`Error::NoSpace`].
 fn no_space(e: Errno, file: &File, name: &str, needed: usize) -> Error {
     match e {
-        Errno::NOSPC | Errno::FBIG => Error::NoSpace {
+        Errno::NOSPC | Errno::FBIG | Errno::NOMEM => Error::NoSpace {
             name: name.to_string(),
             needed: needed as u64,
             available: sys::free_bytes(file),
@@ -608,87 +437,4 @@ fn write_header(map: &MmapRaw, size: usize) -> SegmentInfo {
     word64(map, START_AT).store(info.creator_start, Ordering::Relaxed);
     word64(map, SIZE_AT).store(info.size, Ordering::Relaxed);
     info
-}
-
-impl Drop for Segment {
-    fn drop(&mut self) {
-        if !self.owner {
-            return;
-        }
-        let entry = match (&self.name, &self.tmp) {
-            (Some(name), _) if self.published.load(Ordering::Relaxed) => entry_name(name),
-            (_, Some(tmp)) => tmp.clone(),
-            _ => return,
-        };
-        // Our file only: if the name was removed and reused meanwhile, it is not ours.
-        if let Ok(dir) = sys::shm_dir() {
-            sys::unlink_entry_if(&dir, &entry, self.id);
-        }
-    }
-}
-
-/// Test hook: a creator killed at the worst instant (memory reserved, no header yet).
-/// `SHM_RING_TEST_KILL_AFTER_RESERVE=<name>` makes the create of `<name>` SIGKILL its own
-/// process right there; used by `tests/reclaim.rs`.
-fn test_hook_kill_after_reserve(name: &str) {
-    if std::env::var_os("SHM_RING_TEST_KILL_AFTER_RESERVE").is_some_and(|v| v == name) {
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
-    }
-}
-
-/// Removes every `/dev/shm/shmpipe-*` segment of ours whose creator is gone, and every
-/// half-built one (`shmpipe-.tmp-*`) whose creator died, and returns how many were removed.
-///
-/// "Gone" is decided by a lock, never by a pid: every creator holds a shared `flock` on its
-/// segment for its whole life, and an entry is removed only if we can lock it exclusively.
-/// Left alone: anything that is not a regular file (FIFOs, symlinks, directories: opened with
-/// `O_NOFOLLOW | O_NONBLOCK`, never read), files of other users or with group/other permission
-/// bits, and segments of another layout version (their creators may not lock: not ours to
-/// judge). The name is removed only if it still leads to the file we locked; what remains is
-/// described at `sys::unlink_entry_if`. Also run by [`Segment::create`].
-///
-/// # Errors
-/// None in practice: entries that cannot be inspected are skipped.
-///
-/// # Examples
-/// ```
-/// let removed = shm_ring::reclaim_stale()?;
-/// println!("reclaimed {removed} stale segments");
-/// # Ok::<(), shm_ring::Error>(())
-/// ```
-pub fn reclaim_stale() -> Result<usize, Error> {
-    let Ok(dir) = sys::shm_dir() else {
-        return Ok(0);
-    };
-    Ok(sys::list_shm(NAME_PREFIX)
-        .iter()
-        .filter(|entry| reclaim_one(&dir, entry))
-        .count())
-}
-
-fn reclaim_one(dir: &OwnedFd, entry: &str) -> bool {
-    let Ok(file) = sys::open_entry(dir, entry, false) else {
-        return false;
-    };
-    let Ok(st) = sys::fstat(&file) else {
-        return false;
-    };
-    if !trusted(&st) || !sys::try_lock_exclusive(&file) {
-        return false; // not ours to judge, or its creator is alive
-    }
-    if !entry.starts_with(TMP_PREFIX) {
-        // A published name: a segment of our layout version, or not ours to judge.
-        let mut h = [0u8; 16];
-        if std::os::unix::fs::FileExt::read_exact_at(&file, &mut h, 0).is_err() {
-            return false;
-        }
-        let magic = u64::from_le_bytes(h[0..8].try_into().unwrap_or_default());
-        let version = u32::from_le_bytes(h[8..12].try_into().unwrap_or_default());
-        if magic != MAGIC || version != LAYOUT_VERSION {
-            return false;
-        }
-    }
-    // The lock is released when `file` closes, after the unlink.
-    sys::unlink_entry_if(dir, entry, (st.st_dev, st.st_ino))
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{shm_guard, unique};
+use common::{name_guard, unique};
 use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, TypedReceiver, TypedSender};
 
 /// A sender blocked on a full ring goes on as soon as the receiver takes one message, although
@@ -14,7 +14,7 @@ use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, TypedReceiver, T
 #[test]
 fn a_blocked_sender_proceeds_when_one_message_is_taken() {
     let name = unique("batch-full");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         slots: 64,
         ..ChannelConfig::default()
@@ -53,7 +53,7 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
 #[test]
 fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
     let name = unique("batch-lone");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     for i in 0..10 {
@@ -80,7 +80,7 @@ fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
 #[test]
 fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
     let name = unique("batch-typed-full");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         slots: 64,
         ..ChannelConfig::default()

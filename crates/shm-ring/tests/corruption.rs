@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Peer, shm_guard, shm_path, unique};
+use common::{Peer, mem_path, name_guard, unique};
 use shm_ring::{ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender};
 
 fn layout() -> ChannelLayout {
@@ -41,8 +41,11 @@ fn field_name() -> u64 {
     field() + (w.field_header + w.dim) as u64
 }
 
-fn corrupt(name: &str, offset: u64, hex: &str) {
-    let (ok, out, err) = Peer::spawn(&["corrupt", name, &offset.to_string(), hex])
+/// Has another process write the bytes `hex` at `offset` of `tx`'s channel (through its own
+/// file, opened by `/proc/<pid>/fd/<n>`).
+fn corrupt(tx: &Sender, offset: u64, hex: &str) {
+    let path = mem_path(tx);
+    let (ok, out, err) = Peer::spawn(&["corrupt", &path, &offset.to_string(), hex])
         .finish(std::time::Duration::from_secs(10));
     assert!(ok && out.contains("corrupted"), "peer failed: {err}");
 }
@@ -75,12 +78,12 @@ fn check(offset: u64, hex: &str, recovers: bool, expect: &str) {
 /// As [`check`], with several writes.
 fn check_all(pokes: &[(u64, &str)], recovers: bool, expect: &str) {
     let name = unique("corrupt");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     send_one(&mut tx, 1.0);
     for &(offset, hex) in pokes {
-        corrupt(&name, offset, hex);
+        corrupt(&tx, offset, hex);
     }
     match rx.recv_timeout(std::time::Duration::from_secs(2)) {
         Err(Error::Corrupt(why)) => assert!(why.contains(expect), "{why:?} lacks {expect:?}"),
@@ -279,10 +282,10 @@ fn field_name_not_utf8() {
 #[test]
 fn segment_magic_and_version_are_checked() {
     let name = unique("hdr");
-    let guard = shm_guard(&[&name]);
-    let _tx = Sender::create(&name, &no_linger()).unwrap();
+    let guard = name_guard(&[&name]);
+    let tx = Sender::create(&name, &no_linger()).unwrap();
     let w = layout().segment_wire;
-    corrupt(&name, w.version as u64, &le32(99));
+    corrupt(&tx, w.version as u64, &le32(99));
     match Receiver::open(&name) {
         Err(Error::VersionMismatch {
             found: 99,
@@ -290,12 +293,18 @@ fn segment_magic_and_version_are_checked() {
         }) => assert_eq!(expected, w.layout_version),
         other => panic!("expected VersionMismatch, got {other:?}"),
     }
-    corrupt(&name, w.magic as u64, "0000000000000000");
+    corrupt(&tx, w.magic as u64, "0000000000000000");
     match Receiver::open(&name) {
-        Err(Error::NotASegment(why)) => assert!(why.ends_with(": magic 0x0"), "{why}"),
+        Err(Error::NotASegment(why)) => {
+            assert!(why.contains("(magic 0x0)"), "{why}");
+            assert!(
+                why.contains(&format!("channel '{name}', served by pid ")),
+                "{why}"
+            );
+        }
         other => panic!("expected NotASegment, got {other:?}"),
     }
-    drop(_tx);
+    drop(tx);
     guard.assert_gone();
 }
 
@@ -315,28 +324,28 @@ fn expect_geometry(name: &str, what: &str) {
 #[test]
 fn channel_geometry_is_checked_against_the_segment() {
     let name = unique("geom");
-    let guard = shm_guard(&[&name]);
-    let _tx = Sender::create(&name, &no_linger()).unwrap();
+    let guard = name_guard(&[&name]);
+    let tx = Sender::create(&name, &no_linger()).unwrap();
     let l = layout();
     let w = l.channel_wire;
-    corrupt(&name, w.slots as u64, &le32(1 << 16));
+    corrupt(&tx, w.slots as u64, &le32(1 << 16));
     expect_geometry(&name, "(65536 slots x 64 B,");
-    corrupt(&name, w.slots as u64, &le32(l.slots as u32));
-    corrupt(&name, w.blocks as u64, &le32(1 << 20));
+    corrupt(&tx, w.slots as u64, &le32(l.slots as u32));
+    corrupt(&tx, w.blocks as u64, &le32(1 << 20));
     expect_geometry(&name, "1024 slots x 64 B, 1048576 blocks x");
-    drop(_tx);
+    drop(tx);
     guard.assert_gone();
 }
 
 #[test]
 fn bogus_block_returned_by_consumer() {
     let name = unique("comp");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = Sender::create(&name, &no_linger()).unwrap();
     // Completion slot 0 = block 5 (never sent), completion tail = 1.
     let l = shm_ring::channel_layout(&no_linger()).unwrap();
-    corrupt(&name, l.comp_slots as u64, &le64(5));
-    corrupt(&name, l.comp_ring as u64, &le32(1));
+    corrupt(&tx, l.comp_slots as u64, &le64(5));
+    corrupt(&tx, l.comp_ring as u64, &le32(1));
     match tx.free_blocks() {
         Err(Error::Corrupt(why)) => {
             assert!(why.contains("block 5, which is not in flight"), "{why}")
@@ -353,7 +362,7 @@ fn bogus_block_returned_by_consumer() {
 #[test]
 fn in_place_reads_validate_every_access() {
     let name = unique("inplace");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     let l = layout();
@@ -373,7 +382,7 @@ fn in_place_reads_validate_every_access() {
     for (pokes, expect) in cases {
         send_one(&mut tx, 1.0);
         for &(off, v) in pokes {
-            corrupt(&name, field() + at + off as u64, &le64(v));
+            corrupt(&tx, field() + at + off as u64, &le64(v));
         }
         let mut seen = None;
         let got = rx.recv_batch(8, Some(std::time::Duration::from_secs(2)), |m| {
@@ -407,11 +416,10 @@ fn message_slots(l: &ChannelLayout) -> u64 {
     bytes.div_ceil(l.slot_size) as u64
 }
 
-/// Reads `n` bytes at `offset` of channel `name`'s segment.
-fn peek(name: &str, offset: usize, n: usize) -> Vec<u8> {
-    let f = std::fs::File::open(shm_path(name)).unwrap();
+/// Reads `n` bytes at `offset` of a channel's memory (`f`: a descriptor of its memfd).
+fn peek(f: &std::fs::File, offset: usize, n: usize) -> Vec<u8> {
     let mut v = vec![0; n];
-    std::os::unix::fs::FileExt::read_exact_at(&f, &mut v, offset as u64).unwrap();
+    std::os::unix::fs::FileExt::read_exact_at(f, &mut v, offset as u64).unwrap();
     v
 }
 
@@ -429,13 +437,14 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 #[test]
 fn exported_offsets_are_where_the_code_writes() {
     let name = unique("wire");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = no_linger();
     let l = shm_ring::channel_layout(&cfg).unwrap();
     let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mem = tx.segment().file().try_clone().unwrap();
 
     let s = l.segment_wire;
-    let h = peek(&name, 0, s.header);
+    let h = peek(&mem, 0, s.header);
     assert_eq!(&h[s.magic..s.magic + 8], b"SHMPIPE\0");
     assert_eq!(u32_at(&h, s.version), s.layout_version);
     assert_ne!(u32_at(&h, s.kind), 0, "kind");
@@ -446,22 +455,19 @@ fn exported_offsets_are_where_the_code_writes() {
     assert_ne!(u32_at(&h, s.ready), 0, "ready");
 
     let c = l.channel_wire;
-    let word = |at: usize| u32_at(&peek(&name, at, 4), 0);
+    let word = |at: usize| u32_at(&peek(&mem, at, 4), 0);
     assert_eq!(word(c.slots), cfg.slots);
     assert_eq!(word(c.slot_size), cfg.slot_size);
     assert_eq!(word(c.blocks), cfg.blocks);
     assert!(word(c.comp_slots).is_power_of_two());
-    assert_eq!(
-        u64_at(&peek(&name, c.block_size, 8), 0),
-        l.block_size as u64
-    );
+    assert_eq!(u64_at(&peek(&mem, c.block_size, 8), 0), l.block_size as u64);
     assert_eq!(word(c.schema_len), 0);
     assert_eq!(c.schema_len, l.schema_len_word);
     assert_eq!(c.consumer, l.consumer);
     assert_eq!(c.slots, l.geometry);
     let rx = Receiver::open(&name).unwrap();
     assert_eq!(
-        u64_at(&peek(&name, c.consumer, 8), 0) >> 32,
+        u64_at(&peek(&mem, c.consumer, 8), 0) >> 32,
         u64::from(std::process::id())
     );
     assert_eq!(word(c.consumer_closed), 0);
@@ -478,7 +484,7 @@ fn exported_offsets_are_where_the_code_writes() {
     };
     tx.send(msg()).unwrap();
     let r = l.record_wire;
-    let rec = peek(&name, l.desc_slots, l.record_header);
+    let rec = peek(&mem, l.desc_slots, l.record_header);
     let (encoded, len) = shm_ring::message::encode_inline(&msg()).unwrap();
     assert_eq!(u32_at(&rec, r.kind), r.kind_inline);
     assert_eq!(u32_at(&rec, r.body_len) as usize, len);
@@ -486,7 +492,7 @@ fn exported_offsets_are_where_the_code_writes() {
         u32_at(&rec, r.n_slots) as usize,
         (l.record_header + len).div_ceil(l.slot_size)
     );
-    let body = peek(&name, l.desc_slots + l.record_header, len);
+    let body = peek(&mem, l.desc_slots + l.record_header, len);
     let mine: Vec<u8> = encoded.iter().flat_map(|w| w.to_le_bytes()).collect();
     assert_eq!(body, mine[..len], "the ring holds the encoder's bytes");
 
@@ -520,10 +526,10 @@ fn exported_offsets_are_where_the_code_writes() {
     tx.send(MessageBuilder::new().array_loan("z", loaned))
         .unwrap();
     let second = l.desc_slots + u32_at(&rec, r.n_slots) as usize * l.slot_size;
-    let rec = peek(&name, second, l.record_header);
+    let rec = peek(&mem, second, l.record_header);
     assert_eq!(u32_at(&rec, r.kind), r.kind_inline);
     let body = peek(
-        &name,
+        &mem,
         second + l.record_header,
         u32_at(&rec, r.body_len) as usize,
     );

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, poke, shm_guard, unique};
+use common::{Peer, name_guard, poke, unique};
 use shm_ring::{
     ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender, Transfer, channel_layout,
 };
@@ -41,7 +41,7 @@ fn pad(l: &ChannelLayout, n: usize) -> usize {
 #[test]
 fn strings_read_in_place_do_not_change_under_the_reader() {
     let name = unique("str");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
@@ -56,7 +56,7 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
         let id = r.meta_str("id").unwrap();
         assert_eq!(id, "hello");
         // The producer rewrites the string (invalid UTF-8) after it was validated.
-        poke(&name, at, &[0xff; 5]);
+        poke(&tx, at, &[0xff; 5]);
         seen = Some(id.to_string());
     })
     .unwrap();
@@ -72,7 +72,7 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
 #[test]
 fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
     let name = unique("busy");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = Sender::create(&name, &cfg()).unwrap();
     let mut rx = Receiver::open(&name).unwrap(); // consumer A: this process
     // Make sure B starts in another clock tick than this process.
@@ -92,7 +92,7 @@ fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
 #[test]
 fn a_garbage_consumer_pid_does_not_disable_death_detection() {
     let name = unique("garbage-pid");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = ChannelConfig { slots: 2, ..cfg() };
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
@@ -100,7 +100,7 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
     let init = shmpipe_test_kit::proc::stat(1).expect("/proc/1/stat must be readable here");
     let not_init = (init.start_time as u32).wrapping_add(1);
     poke(
-        &name,
+        &tx,
         l.channel_wire.consumer,
         &((1u64 << 32) | u64::from(not_init)).to_le_bytes(),
     );
@@ -136,7 +136,7 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
 #[test]
 fn a_sender_whose_consumer_never_attaches_gets_an_error() {
     let name = unique("no-consumer");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = ChannelConfig {
         slots: 2,
         attach_timeout: Duration::from_millis(300),
@@ -170,7 +170,7 @@ fn a_sender_whose_consumer_never_attaches_gets_an_error() {
 #[test]
 fn blocks_of_a_skipped_corrupt_record_come_back() {
     let name = unique("skip-blocks");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = ChannelConfig {
         blocks: 1,
         block_size: 4096,
@@ -189,7 +189,7 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
     .unwrap();
     // The record header's slot count: far more than published, so the consumer must skip.
     poke(
-        &name,
+        &tx,
         l.desc_slots + l.record_wire.n_slots,
         &1000u32.to_le_bytes(),
     );
@@ -216,14 +216,14 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
 #[test]
 fn a_hostile_completion_head_is_an_error_not_a_panic() {
     let name = unique("comp-head");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = ChannelConfig {
         transfer: Transfer::ZeroCopy,
         ..cfg()
     };
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
-    poke(&name, l.comp_head, &0x7fff_0000u32.to_le_bytes());
+    poke(&tx, l.comp_head, &0x7fff_0000u32.to_le_bytes());
     let mut rx = Receiver::open(&name).unwrap();
     let data = [2.5f32; 16];
     for _ in 0..2 {
@@ -250,14 +250,14 @@ fn a_hostile_completion_head_is_an_error_not_a_panic() {
 #[test]
 fn a_hostile_geometry_is_an_error_not_a_panic() {
     let name = unique("geometry");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
     let tx = Sender::create(&name, &c).unwrap();
     // blocks = 0 (so the block size is not range-checked) and a block size near u64::MAX.
-    poke(&name, l.channel_wire.blocks, &0u32.to_le_bytes());
+    poke(&tx, l.channel_wire.blocks, &0u32.to_le_bytes());
     poke(
-        &name,
+        &tx,
         l.channel_wire.block_size,
         &(u64::MAX - 62).to_le_bytes(),
     );
@@ -305,7 +305,7 @@ fn configurations_whose_lengths_do_not_fit_the_encoding_are_refused() {
 #[test]
 fn duplicate_field_names_are_refused_by_the_sender() {
     let name = unique("dup-send");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = Sender::create(&name, &cfg()).unwrap();
     let data = [1f32; 4];
     let msg = MessageBuilder::new()
@@ -331,7 +331,7 @@ fn duplicate_field_names_are_refused_by_the_sender() {
 #[test]
 fn duplicate_field_names_are_refused_by_the_receiver() {
     let name = unique("dup-recv");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
     let mut tx = Sender::create(&name, &c).unwrap();
@@ -349,7 +349,7 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     let w = l.body_wire;
     let f2 = first_field(&l) + w.field_header + w.dim + pad(&l, 2) + pad(&l, a.len() * 8);
     let b_of_xb = f2 + w.field_header + w.dim + "xb".find('b').unwrap();
-    poke(&name, first_body(&l) + b_of_xb, b"a");
+    poke(&tx, first_body(&l) + b_of_xb, b"a");
     match rx.recv_timeout(Duration::from_secs(2)) {
         Err(Error::Corrupt(why)) => {
             assert!(
@@ -375,7 +375,7 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     )
     .unwrap();
     let second_body = l.desc_slots + n_slots * l.slot_size + l.record_header;
-    poke(&name, second_body + b_of_xb, b"a");
+    poke(&tx, second_body + b_of_xb, b"a");
     let mut seen = None;
     let got = rx.recv_batch(1, Some(Duration::from_secs(2)), |m| {
         seen = Some(m.record(0).and_then(|r| r.array::<f32>("xa").map(|_| ())));

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, shm_guard, shm_path, unique};
+use common::{Peer, name_guard, socket_path, unique};
 use shm_ring::{ChannelConfig, Error, Receiver, Sender};
 
 const COUNT: &str = "200";
@@ -14,7 +14,7 @@ const COUNT: &str = "200";
 #[test]
 fn producer_first_then_consumer_gets_every_message() {
     let name = unique("linger-a-first");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     // A creates, sends everything and drops its sender before B exists.
     let mut producer = Peer::spawn(&["produce", &name, COUNT]);
     assert_eq!(producer.line(), "sent");
@@ -32,7 +32,7 @@ fn producer_first_then_consumer_gets_every_message() {
 #[test]
 fn consumer_first_then_producer_gets_every_message() {
     let name = unique("linger-b-first");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     // B waits for a channel that does not exist yet.
     let consumer = Peer::spawn(&["consume", &name, COUNT, "10000"]);
     std::thread::sleep(Duration::from_millis(200));
@@ -49,7 +49,7 @@ fn consumer_first_then_producer_gets_every_message() {
 #[test]
 fn a_sender_nobody_opens_unlinks_after_its_linger() {
     let name = unique("linger-alone");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         linger: Duration::from_millis(300),
         ..ChannelConfig::default()
@@ -73,7 +73,7 @@ fn a_sender_nobody_opens_unlinks_after_its_linger() {
 #[test]
 fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
     let name = unique("linger-zero");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
@@ -82,7 +82,7 @@ fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
     let t0 = Instant::now();
     drop(tx);
     assert!(t0.elapsed() < Duration::from_millis(200));
-    assert!(!std::path::Path::new(&shm_path(&name)).exists());
+    assert!(!socket_path(&name).exists());
     let t0 = Instant::now();
     let e = Receiver::open_timeout(&name, Duration::from_millis(100)).unwrap_err();
     assert!(matches!(e, Error::NotFound(_)), "{e:?}");
@@ -95,7 +95,7 @@ fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
 #[test]
 fn an_attached_consumer_ends_the_linger_at_once() {
     let name = unique("linger-attached");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     let t0 = Instant::now();
@@ -112,7 +112,7 @@ fn errors_say_what_to_change() {
     assert!(e.contains("Receiver::open_timeout"), "{e}");
     assert!(e.contains("not created it yet"), "{e}");
     let name = unique("too-large");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         blocks: 2,
         block_size: 4096,

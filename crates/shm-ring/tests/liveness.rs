@@ -10,7 +10,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{Peer, shm_guard, unique};
+use common::{Peer, name_guard, unique};
 use rustix::process::{Resource, Rlimit};
 use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
 
@@ -44,7 +44,7 @@ fn restore((hog, old): (Vec<std::fs::File>, Rlimit)) {
 fn out_of_file_descriptors_is_not_a_dead_producer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
     let name = unique("emfile");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::open(&name).unwrap();
     let hog = exhaust_descriptors();
@@ -66,7 +66,7 @@ fn out_of_file_descriptors_is_not_a_dead_producer() {
 fn out_of_file_descriptors_is_not_a_dead_consumer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
     let name = unique("emfile-c");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         blocks: 2,
         block_size: 64 << 10,

@@ -7,7 +7,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{shm_guard, unique};
+use common::{name_guard, unique};
 use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer};
 
 const MIB: u64 = 1 << 20;
@@ -97,7 +97,7 @@ fn config() -> ChannelConfig {
 #[test]
 fn named_channel_commits_blocks_as_they_are_first_used() {
     let name = unique("lazy");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         transfer: Transfer::Copy,
         ..config()

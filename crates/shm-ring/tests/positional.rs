@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{shm_guard, unique};
+use common::{name_guard, unique};
 use shm_ring::{
     ChannelConfig, DType, Error, FieldError, MessageBuilder, Receiver, Schema, SchemaMessage,
     Sender,
@@ -33,7 +33,7 @@ fn schema() -> Schema {
 #[test]
 fn round_trip_fixed_dynamic_loans_meta_and_records() {
     let name = unique("pos-rt");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let s = schema();
     let [t, f, id, scale, start] =
         ["target", "feats", "item_id", "scale", "start"].map(|n| s.field(n).unwrap());
@@ -97,7 +97,7 @@ fn round_trip_fixed_dynamic_loans_meta_and_records() {
 #[test]
 fn wrong_type_lookups_are_field_errors() {
     let name = unique("pos-type");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let s = schema();
     let [t, f, id, scale, start] =
         ["target", "feats", "item_id", "scale", "start"].map(|n| s.field(n).unwrap());
@@ -159,7 +159,7 @@ fn wrong_type_lookups_are_field_errors() {
 #[test]
 fn missing_and_wrongly_typed_fields_are_refused_at_send() {
     let name = unique("pos-refuse");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let s = schema();
     let [t, f, id, scale, _start] =
         ["target", "feats", "item_id", "scale", "start"].map(|n| s.field(n).unwrap());
@@ -238,7 +238,7 @@ fn missing_and_wrongly_typed_fields_are_refused_at_send() {
 #[test]
 fn the_two_encodings_never_mix() {
     let (a, b) = (unique("pos-mix-s"), unique("pos-mix-p"));
-    let guard = shm_guard(&[&a, &b]);
+    let guard = name_guard(&[&a, &b]);
     let s = Schema::new().meta("n");
     let n = s.field("n").unwrap();
     let mut stx = Sender::with_schema(&a, &cfg(), &s).unwrap();

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{Peer, shm_guard, unique};
+use common::{Peer, name_guard, unique};
 
 const EXAMPLES: [&str; 2] = ["quickstart_send", "quickstart_recv"];
 
@@ -80,7 +80,7 @@ fn assert_b_got_the_frame(b: Peer) {
 #[test]
 fn quick_start_a_then_b() {
     let name = unique("qs-ab");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut a = spawn("quickstart_send", &name);
     // A has sent and now waits for B (with nothing to wait for, the line would say so).
     let line = a.line();
@@ -100,7 +100,7 @@ fn quick_start_a_then_b() {
 #[test]
 fn quick_start_b_then_a() {
     let name = unique("qs-ba");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut b = spawn("quickstart_recv", &name);
     assert_eq!(
         b.line(),
@@ -117,7 +117,7 @@ fn quick_start_b_then_a() {
 #[test]
 fn quick_start_both_at_once() {
     let name = unique("qs-both");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let a = spawn("quickstart_send", &name);
     let b = spawn("quickstart_recv", &name);
     assert_b_got_the_frame(b);
@@ -129,7 +129,7 @@ fn quick_start_both_at_once() {
 #[test]
 fn b_without_a_gives_up_after_10_s_with_a_readable_error() {
     let name = unique("qs-b-alone");
-    let _guard = shm_guard(&[&name]);
+    let _guard = name_guard(&[&name]);
     let exe = example("quickstart_recv"); // built before the clock starts
     let t0 = Instant::now();
     let b = Peer::spawn_cmd(Command::new(exe).arg(&name));

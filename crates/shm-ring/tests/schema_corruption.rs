@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{poke, shm_guard, unique};
+use common::{name_guard, poke, unique};
 use shm_ring::{
     ChannelConfig, ChannelLayout, DType, Error, Receiver, Schema, SchemaError, Sender,
     TypedReceiver, TypedSender,
@@ -27,11 +27,11 @@ type V = [f32; 16];
 /// what opening it gives.
 fn open_typed_after(pokes: impl Fn(&ChannelLayout) -> Vec<(usize, Vec<u8>)>) -> Error {
     let name = unique("schema-typed");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let l = shm_ring::typed_channel_layout::<V>(&no_linger()).unwrap();
     let tx = TypedSender::<V>::create(&name, &no_linger()).unwrap();
     for (at, bytes) in pokes(&l) {
-        poke(&name, at, &bytes);
+        poke(&tx, at, &bytes);
     }
     let err = TypedReceiver::<V>::open(&name).expect_err("a damaged schema was accepted");
     drop(tx);
@@ -48,7 +48,7 @@ fn an_intact_typed_schema_opens() {
     let l = shm_ring::typed_channel_layout::<V>(&no_linger()).unwrap();
     assert!(l.schema_len > 16 && l.schema + l.schema_len <= l.pool);
     let name = unique("schema-ok");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let tx = TypedSender::<V>::create(&name, &no_linger()).unwrap();
     let rx = TypedReceiver::<V>::open(&name).unwrap();
     drop((tx, rx));
@@ -214,7 +214,7 @@ fn open_fields_after(pokes: impl Fn(&ChannelLayout) -> Vec<(usize, Vec<u8>)>) ->
         .array_dyn("weight", DType::F64, 2)
         .meta("id");
     let name = unique("schema-fields");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let l = shm_ring::schema_channel_layout(&no_linger(), &schema).unwrap();
     let tx = Sender::with_schema(&name, &no_linger(), &schema).unwrap();
     {
@@ -226,7 +226,7 @@ fn open_fields_after(pokes: impl Fn(&ChannelLayout) -> Vec<(usize, Vec<u8>)>) ->
     // A fresh channel (the one above is closed), damaged before anyone opens it.
     let tx = Sender::with_schema(&name, &no_linger(), &schema).unwrap();
     for (at, bytes) in pokes(&l) {
-        poke(&name, at, &bytes);
+        poke(&tx, at, &bytes);
     }
     let err = Receiver::open(&name).expect_err("a damaged schema was accepted");
     drop(tx);

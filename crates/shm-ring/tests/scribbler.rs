@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Peer, shm_guard, unique};
+use common::{Peer, name_guard, unique};
 use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer};
 
 const RUN: Duration = Duration::from_secs(4);
@@ -123,14 +123,17 @@ fn consume(mut rx: Receiver, until: Instant) -> (u64, u64, Duration, Vec<(String
 #[test]
 fn random_writes_into_a_live_channel_give_data_or_errors() {
     let name = unique("scribble");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let c = cfg();
     let tx = Sender::create(&name, &c).unwrap();
     let rx = Receiver::open(&name).unwrap();
     let seed = std::process::id().to_string();
+    // The scribbler reaches the channel's memory as any process of this user can: through
+    // /proc/<pid>/fd of one of the two ends.
+    let mem = common::mem_path(&tx);
     let scribbler = Peer::spawn(&[
         "scribble",
-        &name,
+        &mem,
         &RUN.as_millis().to_string(),
         &seed,
         &c.blocks.to_string(),

@@ -9,7 +9,7 @@ mod common;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use common::{Peer, shm_guard, unique};
+use common::{Peer, name_guard, unique};
 use shm_ring::{
     ChannelConfig, Error, Receiver, RecvError, SchemaError, SendError, Sender, TrySendError,
     TypedReceiver, TypedSender,
@@ -134,7 +134,7 @@ struct Point {
 #[test]
 fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     let name = unique("typed-mismatch");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = TypedSender::<[f32; 16]>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
         TypedReceiver::<[f64; 16]>::open(&name),
@@ -167,7 +167,7 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
 
     // A user struct is opaque: size and alignment are what is checked.
     let name = unique("typed-struct");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut tx = TypedSender::<Point>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
         TypedReceiver::<[u64; 2]>::open(&name),
@@ -195,7 +195,7 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
 
     // A channel of self-describing messages is not a typed one.
     let name = unique("typed-plain");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let tx = Sender::create(&name, &no_linger()).unwrap();
     assert_mismatch(
         TypedReceiver::<[f32; 16]>::open(&name),
@@ -220,7 +220,7 @@ fn a_value_over_64_kib_is_refused_at_creation() {
 #[test]
 fn killed_producer_is_peer_died_within_a_second_after_its_values() {
     let name = unique("typed-kill-producer");
-    let _guard = shm_guard(&[&name]);
+    let _guard = name_guard(&[&name]);
     let mut peer = Peer::spawn(&["typed-produce", &name, "5"]);
     let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
     assert_eq!(peer.line(), "sent");
@@ -240,7 +240,7 @@ fn killed_producer_is_peer_died_within_a_second_after_its_values() {
 #[test]
 fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
     let name = unique("typed-kill-consumer");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let cfg = ChannelConfig {
         slots: 4,
         ..no_linger()
@@ -269,7 +269,7 @@ fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
 #[test]
 fn closed_producer_in_another_process_drains_then_disconnected() {
     let name = unique("typed-drain");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
     let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
     for i in 0..300 {
@@ -285,7 +285,7 @@ fn closed_producer_in_another_process_drains_then_disconnected() {
 #[test]
 fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
     let name = unique("typed-linger");
-    let guard = shm_guard(&[&name]);
+    let guard = name_guard(&[&name]);
     let mut peer = Peer::spawn(&["typed-produce", &name, "5", "close"]);
     assert_eq!(peer.line(), "sent");
     // The producer has dropped its sender and lingers for a consumer.

@@ -6,8 +6,9 @@
 //! Cross-process tests must clean up after themselves even when an assertion fails, and must
 //! pass when run in parallel. The pieces here make that the easy way:
 //!
-//! - [`ShmGuard`] removes the `/dev/shm` entries a test may leave (on drop, so also on panic),
-//!   and [`shm_entries`] lists them for "nothing leaked" checks.
+//! - [`EntryGuard`] removes the entries a test may leave in a directory (on drop, so also on
+//!   panic: the sockets of named channels, say), [`ShmGuard`] those in `/dev/shm`;
+//!   [`entries_of`] and [`shm_entries`] list them for "nothing leaked" checks.
 //! - [`KillOnDrop`] SIGKILLs processes by pid on drop; [`ChildGuard`] kills and reaps a
 //!   [`std::process::Child`] on drop; [`gone`] and [`wait_gone`] are the "no stray process"
 //!   checks.
@@ -20,15 +21,15 @@
 //! - [`rerun_test`] starts a test of this binary again as a helper process; [`within`] turns
 //!   a hang into a failure.
 
+mod entries;
 mod env;
 pub mod proc;
 mod process;
-mod shm;
 mod temp;
 
+pub use entries::{EntryGuard, ShmGuard, entries_of, shm_entries};
 pub use env::{NOBODY, as_nobody, in_small_dev_shm, is_root, small_dev_shm_command};
 pub use process::{ChildGuard, KillOnDrop, gone, rerun_test, signal, wait_gone, within};
-pub use shm::{ShmGuard, shm_entries};
 pub use temp::{TempDir, TempFile};
 
 use std::sync::atomic::{AtomicU32, Ordering};

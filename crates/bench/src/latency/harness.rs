@@ -158,9 +158,16 @@ pub fn measure_round(
         };
         let mut e = worker(exe, peer, Side::Echo, &name, cores.1);
         counts(&mut e);
-        let echoer = Proc::spawn(&mut e, "echoer")?;
         let mut p = worker(exe, peer, Side::Ping, &name, cores.0);
         counts(&mut p);
+        if matches!(peer, Peer::CacheLine | Peer::FutexSpin | Peer::FutexSleep) {
+            // The raw peers share a memory file both get as their stdin.
+            let file = crate::sys::shared_memfd(super::raw::FILE_LEN)?;
+            p.stdin(Stdio::from(file.try_clone()?));
+            e.stdin(Stdio::from(file));
+        }
+        let echoer = Proc::spawn(&mut e, "echoer")?;
+        drop(e);
         p.stdout(Stdio::piped());
         let out = Proc::spawn(&mut p, "pinger")?.finish()?;
         echoer.finish()?;
@@ -174,8 +181,10 @@ pub fn measure_round(
     };
     let result = run();
     if result.is_err() {
-        let _ = crate::sys::shm_unlink(&super::raw::object_name(&name));
-        let _ = shm_ring::reclaim_stale();
+        let rdv = shm_ring::Rendezvous::default();
+        for side in ["ping", "pong"] {
+            let _ = rdv.remove_stale(&format!("{name}-{side}"));
+        }
     }
     result
 }

@@ -256,7 +256,8 @@ pub fn run_worker(a: &WorkerArgs) -> Result<(), BoxError> {
         }
         Side::Ping | Side::Echo => match a.peer {
             Peer::CacheLine | Peer::FutexSpin | Peer::FutexSleep => {
-                side(raw::Raw::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?
+                let file = sys::stdin_file()?;
+                side(raw::Raw::connect(a.peer, &file, a.side, RENDEZVOUS)?, a)?
             }
             Peer::ShmSpin | Peer::ShmSleep => {
                 side(shm::Shm::connect(a.peer, &a.name, a.side, RENDEZVOUS)?, a)?

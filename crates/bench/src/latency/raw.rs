@@ -2,8 +2,8 @@
 //! that shm-ring's waiting is built from, with nothing else (no ring, no message format, no
 //! validation of a hostile peer).
 //!
-//! One POSIX shared-memory object (4 KiB, created by the pinger, unlinked by the echoer once it
-//! has mapped it):
+//! One memory file (4 KiB, made by the harness and handed to both processes as their stdin:
+//! nothing named, nothing in `/dev/shm`; laid out by the pinger):
 //! ```text
 //! 0    magic (u64, stored last by the pinger)     8  attached (u64, 1 once the echoer mapped it)
 //! 64   ping word (cache-line: the one AtomicU64; futex peers: AtomicU32, seq + 1)
@@ -27,7 +27,7 @@ use rustix::thread::futex;
 use super::{ELEMENTS, Peer, PingPong, SPINS_PER_YIELD, Side, check_message};
 use crate::BoxError;
 use crate::kernel;
-use crate::sys::{Mapping, shm_unlink};
+use crate::sys::Mapping;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"BENCHLAT");
 const LEN: usize = 4096;
@@ -40,11 +40,8 @@ const PONG_DATA: usize = 256;
 /// once; it never happens with the protocol above, but no wait is unbounded).
 const SLEEP_SLICE: Duration = Duration::from_millis(100);
 
-/// Name of the shared-memory object of rendezvous `name` (outside shm-ring's `shmpipe-`
-/// namespace, so that its stale-segment reclaim never looks at it).
-pub fn object_name(name: &str) -> String {
-    format!("shmpipe_lat-{name}")
-}
+/// Bytes of the memory file both raw peers map.
+pub const FILE_LEN: usize = LEN;
 
 /// One end of a raw peer.
 #[derive(Debug)]
@@ -59,30 +56,20 @@ pub struct Raw {
 }
 
 impl Raw {
-    /// Sets up the pinger's (creates the object) or the echoer's (opens it) end.
+    /// Sets up the pinger's (lays the file out) or the echoer's end, over `file` (a fresh,
+    /// zero-filled memory file of [`FILE_LEN`] bytes that the other side maps too).
     ///
     /// # Errors
     /// OS errors; no other side within `patience`.
     pub fn connect(
         peer: Peer,
-        name: &str,
+        file: &std::fs::File,
         side: Side,
         patience: Duration,
     ) -> Result<Raw, BoxError> {
-        let object = object_name(name);
         let ping = side == Side::Ping;
         let start = Instant::now();
-        let map = if ping {
-            Mapping::create(&object, LEN)?
-        } else {
-            loop {
-                match Mapping::open(&object, LEN) {
-                    Ok(m) => break m,
-                    Err(e) if start.elapsed() > patience => return Err(e.into()),
-                    Err(_) => std::thread::sleep(Duration::from_millis(1)),
-                }
-            }
-        };
+        let map = Mapping::of(file, LEN)?;
         let (out, inp) = if ping {
             ((PING, PING_DATA), (PONG, PONG_DATA))
         } else {
@@ -100,7 +87,6 @@ impl Raw {
             raw.u64_at(0).store(MAGIC, Ordering::Release);
             while raw.u64_at(ATTACHED).load(Ordering::Acquire) != 1 {
                 if start.elapsed() > patience {
-                    let _ = shm_unlink(&object);
                     return Err(format!("no {peer} echoer showed up").into());
                 }
                 std::thread::sleep(Duration::from_millis(1));
@@ -109,11 +95,10 @@ impl Raw {
             // SYNC POINT: pairs with the pinger's Release store of MAGIC.
             while raw.u64_at(0).load(Ordering::Acquire) != MAGIC {
                 if start.elapsed() > patience {
-                    return Err(format!("{object} is not a latency object").into());
+                    return Err("the memory file is not a latency file".into());
                 }
                 std::thread::sleep(Duration::from_millis(1));
             }
-            let _ = shm_unlink(&object);
             raw.u64_at(ATTACHED).store(1, Ordering::Release);
         }
         Ok(raw)
@@ -238,32 +223,30 @@ mod tests {
     #[test]
     fn every_raw_peer_passes_checked_messages_between_threads() {
         for peer in [Peer::CacheLine, Peer::FutexSpin, Peer::FutexSleep] {
-            let name = format!("unit-{}-{}", std::process::id(), peer.name());
+            let file = crate::sys::shared_memfd(FILE_LEN).unwrap();
             let echoer = {
-                let name = name.clone();
+                let file = file.try_clone().unwrap();
                 std::thread::spawn(move || {
-                    let mut e = Raw::connect(peer, &name, Side::Echo, Duration::from_secs(10))?;
+                    let mut e = Raw::connect(peer, &file, Side::Echo, Duration::from_secs(10))?;
                     super::super::echo(&mut e, 50)
                 })
             };
-            let mut p = Raw::connect(peer, &name, Side::Ping, Duration::from_secs(10)).unwrap();
+            let mut p = Raw::connect(peer, &file, Side::Ping, Duration::from_secs(10)).unwrap();
             let s = super::super::ping(&mut p, 10, 40).unwrap();
             echoer.join().unwrap().unwrap();
             assert_eq!(s.ns.len(), 40);
             assert!(s.ns.iter().all(|&ns| ns > 0), "{peer}: {:?}", s.ns);
-            let path = format!("/dev/shm/{}", object_name(&name));
-            assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
         }
     }
 
     #[test]
     fn a_wrong_message_is_caught() {
-        let name = format!("unit-{}-bad", std::process::id());
+        let file = crate::sys::shared_memfd(FILE_LEN).unwrap();
         let echoer = {
-            let name = name.clone();
+            let file = file.try_clone().unwrap();
             std::thread::spawn(move || {
                 let mut e =
-                    Raw::connect(Peer::FutexSpin, &name, Side::Echo, Duration::from_secs(10))?;
+                    Raw::connect(Peer::FutexSpin, &file, Side::Echo, Duration::from_secs(10))?;
                 // Answers message 0 with the contents of message 1.
                 e.recv(0)?;
                 kernel::fill(&mut e.buf, 1);
@@ -272,24 +255,22 @@ mod tests {
             })
         };
         let mut p =
-            Raw::connect(Peer::FutexSpin, &name, Side::Ping, Duration::from_secs(10)).unwrap();
+            Raw::connect(Peer::FutexSpin, &file, Side::Ping, Duration::from_secs(10)).unwrap();
         let err = p.round_trip(0).unwrap_err();
         assert!(err.to_string().contains("not moved intact"), "{err}");
         echoer.join().unwrap().unwrap();
     }
 
     #[test]
-    fn a_pinger_alone_gives_up_and_cleans_up() {
-        let name = format!("unit-{}-alone", std::process::id());
+    fn a_pinger_alone_gives_up() {
+        let file = crate::sys::shared_memfd(FILE_LEN).unwrap();
         let err = Raw::connect(
             Peer::FutexSpin,
-            &name,
+            &file,
             Side::Ping,
             Duration::from_millis(30),
         )
         .unwrap_err();
         assert!(err.to_string().contains("no futex-spin echoer"), "{err}");
-        let path = format!("/dev/shm/{}", object_name(&name));
-        assert!(!std::path::Path::new(&path).exists());
     }
 }

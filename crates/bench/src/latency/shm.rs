@@ -201,10 +201,14 @@ mod tests {
         }
     }
 
+    /// Neither channel's socket is left, and nothing of them ever was in `/dev/shm`.
     fn assert_no_segments(name: &str) {
-        for dir in ["ping", "pong"] {
-            let path = format!("/dev/shm/{}{name}-{dir}", shm_ring::NAME_PREFIX);
-            assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
+        let dir = shm_ring::Rendezvous::default().socket_dir();
+        for side in ["ping", "pong"] {
+            let path = dir.join(format!("{name}-{side}"));
+            assert!(!path.exists(), "{} left behind", path.display());
+            let shm = std::path::Path::new("/dev/shm").join(format!("shmpipe-{name}-{side}"));
+            assert!(!shm.exists(), "{} made", shm.display());
         }
     }
 

@@ -11,15 +11,13 @@ pub mod typed;
 use crate::transport::Transport;
 
 /// Cleans up what a failed measurement of `transport` with rendezvous `name` may have left
-/// behind (killed producers cannot unlink their shared-memory objects).
+/// behind (killed producers cannot unlink their shared-memory objects, nor remove the sockets
+/// of their named channels).
 pub fn cleanup_after_failure(transport: Transport, name: &str) {
-    if transport == Transport::RingMin {
-        let _ = crate::sys::shm_unlink(&ring::object_name(name));
-    }
     if matches!(
         transport,
         Transport::ShmZeroCopy | Transport::ShmCopy | Transport::ShmAdaptive | Transport::ShmTyped
     ) {
-        let _ = shm_ring::reclaim_stale();
+        let _ = shm_ring::Rendezvous::default().remove_stale(name);
     }
 }

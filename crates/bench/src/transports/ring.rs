@@ -1,7 +1,8 @@
 //! `ring-min`: a hand-written minimal shared-memory SPSC ring, the brief's "minimal
 //! hand-written shm ring" anchor measured in the same run. No messages, metadata, validation
-//! of peers, futexes or pools: one POSIX shared-memory object holding two indices and `depth`
-//! fixed-size slots of one array each; the producer writes the array in its slot in place, the
+//! of peers, futexes or pools: one memory file holding two indices and `depth` fixed-size
+//! slots of one array each (made by the harness, handed to both processes as their stdin:
+//! nothing named, nothing in `/dev/shm`); the producer writes the array in its slot in place, the
 //! consumer sums it in place; both spin (yielding now and then) while the ring is full or empty.
 //!
 //! Layout (offsets in bytes):
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::BoxError;
 use crate::kernel;
 use crate::meter::{Deadline, Meter, Outcome, stride_for};
-use crate::sys::{Mapping, shm_unlink};
+use crate::sys::Mapping;
 use crate::transports::channel::pool_size;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"BENCHRNG");
@@ -32,12 +33,6 @@ const CLOSED: usize = 192;
 const SLOTS: usize = 256;
 /// Spins between two `yield_now` calls while waiting (the cores are shared on this VM).
 const SPINS_PER_YIELD: u32 = 256;
-
-/// Name of the shared-memory object of rendezvous `name` (outside shm-ring's `shmpipe-`
-/// namespace, so that its stale-segment reclaim never looks at it).
-pub fn object_name(name: &str) -> String {
-    format!("shmpipe_ring-{name}")
-}
 
 /// Bytes of one slot for `elements` floats.
 pub fn slot_bytes(elements: usize) -> usize {
@@ -89,22 +84,22 @@ impl Ring {
     }
 }
 
-/// Creates the ring for rendezvous `name` and sends `elements`-float arrays for `run`, then
-/// marks it closed. The consumer unlinks the object once it has it mapped; if it never comes,
-/// the producer unlinks it and fails after `patience`.
+/// Lays out the ring in `file` (a fresh, zero-filled memory file of at least
+/// [`ring_bytes`]`(elements, pool_size(elements))` bytes that the consumer maps too) and sends
+/// `elements`-float arrays for `run`, then marks it closed. Fails after `patience` if no
+/// consumer ever took a message.
 ///
 /// # Errors
 /// OS errors; no consumer within `patience`.
 pub fn produce(
-    name: &str,
+    file: &std::fs::File,
     elements: usize,
     run: Duration,
     patience: Duration,
 ) -> Result<(), BoxError> {
     let depth = pool_size(elements);
-    let object = object_name(name);
     let ring = Ring {
-        map: Mapping::create(&object, ring_bytes(elements, depth))?,
+        map: Mapping::of(file, ring_bytes(elements, depth))?,
         elements,
         depth,
     };
@@ -133,7 +128,6 @@ pub fn produce(
             timed_out
         });
         if timed_out {
-            let _ = shm_unlink(&object);
             return Err("no ring-min consumer showed up".into());
         }
         // SAFETY: slot `seq` is outside `tail .. head` (checked above: `seq - tail < depth`),
@@ -149,28 +143,21 @@ pub fn produce(
     Ok(())
 }
 
-/// Opens the ring of rendezvous `name` (waiting at most `patience`), unlinks its name, and
+/// Maps the ring in `file` (waiting at most `patience` for the producer to lay it out), and
 /// sums and checks every array until the producer has closed and the ring is drained.
 ///
 /// # Errors
 /// OS errors, no ring within `patience`, a ring of another geometry, or data that fails the
 /// check.
 pub fn consume(
-    name: &str,
+    file: &std::fs::File,
     elements: usize,
     warmup: Duration,
     patience: Duration,
 ) -> Result<Outcome, BoxError> {
     let depth = pool_size(elements);
-    let object = object_name(name);
     let start = Instant::now();
-    let map = loop {
-        match Mapping::open(&object, ring_bytes(elements, depth)) {
-            Ok(m) => break m,
-            Err(e) if start.elapsed() > patience => return Err(e.into()),
-            Err(_) => std::thread::sleep(Duration::from_millis(1)),
-        }
-    };
+    let map = Mapping::of(file, ring_bytes(elements, depth))?;
     let ring = Ring {
         map,
         elements,
@@ -184,9 +171,8 @@ pub fn consume(
     if ring.atomic(0).load(Ordering::Acquire) != MAGIC
         || geometry != (elements as u64, depth as u64)
     {
-        return Err(format!("ring {object} is not a ring of {depth} x {elements} floats").into());
+        return Err(format!("the memory file is not a ring of {depth} x {elements} floats").into());
     }
-    let _ = shm_unlink(&object);
     let (head, tail, closed) = (ring.atomic(HEAD), ring.atomic(TAIL), ring.atomic(CLOSED));
     let mut meter = Meter::new(warmup, stride_for(elements));
     let mut next = 0u64;
@@ -235,21 +221,20 @@ mod tests {
         assert_eq!(slot_bytes(16), 64);
         assert_eq!(slot_bytes(17), 128);
         assert_eq!(ring_bytes(16, 4), 256 + 4 * 64);
-        assert!(!object_name("x").starts_with(shm_ring::NAME_PREFIX));
     }
 
     #[test]
     fn moves_checked_arrays_between_threads() {
         for elements in [16, 1000, 100_000] {
-            let name = format!("unit-{}-{elements}", std::process::id());
+            let file = crate::sys::shared_memfd(ring_bytes(elements, pool_size(elements))).unwrap();
             let consumer = {
-                let name = name.clone();
+                let file = file.try_clone().unwrap();
                 std::thread::spawn(move || {
-                    consume(&name, elements, Duration::ZERO, Duration::from_secs(10))
+                    consume(&file, elements, Duration::ZERO, Duration::from_secs(10))
                 })
             };
             produce(
-                &name,
+                &file,
                 elements,
                 Duration::from_millis(20),
                 Duration::from_secs(10),
@@ -257,18 +242,14 @@ mod tests {
             .unwrap();
             let o = consumer.join().unwrap().unwrap();
             assert!(o.messages > 0, "{o:?}");
-            let path = format!("/dev/shm/{}", object_name(&name));
-            assert!(!std::path::Path::new(&path).exists(), "{path} left behind");
         }
     }
 
     #[test]
-    fn producer_without_consumer_cleans_up() {
-        let name = format!("lonely-{}", std::process::id());
+    fn producer_without_consumer_gives_up() {
+        let file = crate::sys::shared_memfd(ring_bytes(16, pool_size(16))).unwrap();
         let err =
-            produce(&name, 16, Duration::from_secs(5), Duration::from_millis(50)).unwrap_err();
+            produce(&file, 16, Duration::from_secs(5), Duration::from_millis(50)).unwrap_err();
         assert!(err.to_string().contains("no ring-min consumer"), "{err}");
-        let path = format!("/dev/shm/{}", object_name(&name));
-        assert!(!std::path::Path::new(&path).exists());
     }
 }

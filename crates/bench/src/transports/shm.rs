@@ -186,7 +186,12 @@ mod tests {
             produce(t, &name, 5000, Duration::from_millis(30)).unwrap();
             let o = consumer.join().unwrap().unwrap();
             assert!(o.messages > 0, "{t}: {o:?}");
-            assert!(!std::path::Path::new(&format!("/dev/shm/shmpipe-{name}")).exists());
+            assert!(
+                !shm_ring::Rendezvous::default()
+                    .socket_dir()
+                    .join(&name)
+                    .exists()
+            );
         }
     }
 }

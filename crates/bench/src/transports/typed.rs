@@ -115,7 +115,9 @@ mod tests {
             assert!(o.messages > 0, "{n}: {o:?}");
             assert_eq!(o.checksum.fract(), 0.0);
             assert!(
-                !std::path::Path::new(&format!("/dev/shm/{}{name}", shm_ring::NAME_PREFIX))
+                !shm_ring::Rendezvous::default()
+                    .socket_dir()
+                    .join(&name)
                     .exists()
             );
         }

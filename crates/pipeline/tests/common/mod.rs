@@ -13,6 +13,9 @@ pub use shmpipe_test_kit::{
 
 use shmpipe::{Item, MemorySource, Registry, StepError, flat_map, map, ndarray::Array1};
 
+/// Calls of the `count_calls` step in this process.
+pub static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Number of outputs the `fan` step makes for input `n` (0..=max).
 pub fn fan_count(n: i64, max: i64) -> i64 {
     (n.wrapping_mul(2_654_435_761) >> 7).rem_euclid(max + 1)
@@ -75,6 +78,18 @@ pub fn registry() -> Registry {
             let seed = cx.worker.seed as i64;
             Ok(map(move |it: Item| {
                 Ok(it.with_meta("worker", w).with_meta("wseed", seed))
+            }))
+        })
+        .step("tag_seed", |_| {
+            Ok(map(|it: Item| {
+                let s = shmpipe::item_seed().ok_or_else(|| StepError::new("no item seed"))?;
+                Ok(it.with_meta("iseed", s as i64))
+            }))
+        })
+        .step("count_calls", |_| {
+            Ok(map(|it: Item| {
+                CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(it)
             }))
         })
         .source("range", |cx| {

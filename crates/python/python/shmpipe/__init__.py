@@ -108,6 +108,6 @@ def pipe(slots: int = 1024, blocks: int = 16, block_size: int = 1 << 20,
     tx = Sender.anonymous(slots=slots, blocks=blocks, block_size=block_size, threshold=threshold)
     return tx, ReceiverHandle(os.dup(tx.fileno()))
 
-from .pipeline import NamedSource, Pipeline  # noqa: E402
+from .pipeline import NamedSource, Pipeline, item_rng, item_seed  # noqa: E402
 
-__all__ += ["NamedSource", "Pipeline"]
+__all__ += ["NamedSource", "Pipeline", "item_rng", "item_seed"]

@@ -54,13 +54,34 @@ def step_spec(f: Any) -> dict:
     return {"pickle": base64.b64encode(blob).decode(), "main_path": main_path, "name": describe(f)}
 
 
+def _runs_script(main_path: str) -> bool:
+    """Whether this process's ``__main__`` is that script (the parent itself, with
+    ``workers=0``): it must not run a second time."""
+    f = getattr(sys.modules.get("__main__"), "__file__", None)
+    try:
+        return f is not None and os.path.samefile(f, main_path)
+    except OSError:
+        return False
+
+
 def _fixup_main(main_path: str | None) -> None:
     # The parent's script runs as `__mp_main__` (its `if __name__ == "__main__":` block does
     # not run), and pickles referring to `__main__` find its functions: multiprocessing's way.
-    if main_path and "__mp_main__" not in sys.modules:
+    if main_path and "__mp_main__" not in sys.modules and not _runs_script(main_path):
         from multiprocessing.spawn import _fixup_main_from_path
 
         _fixup_main_from_path(main_path)
+
+
+# An item that is not a dict travels as {VALUE: item} (see `shmpipe.Pipeline`).
+VALUE = "__shmpipe_value__"
+
+# One output even though iterable.
+_SINGLE = (str, bytes, bytearray, memoryview)
+
+
+def _single(o: Any) -> bool:
+    return isinstance(o, _SINGLE) or type(o).__module__ == "numpy" or not hasattr(o, "__iter__")
 
 
 class Runner:
@@ -75,14 +96,13 @@ class Runner:
             return []
         if isinstance(r, dict):
             return [r]
-        out = list(r)
-        for o in out:
-            if not isinstance(o, dict):
-                raise TypeError(f"a step returns a dict, None, or an iterable of dicts; got an "
-                                f"iterable holding {type(o).__name__}")
-        return out
+        if _single(r):
+            return [{VALUE: r}]
+        return [o if isinstance(o, dict) else {VALUE: o} for o in r]
 
     def process(self, item: dict) -> list:
+        if len(item) == 1 and VALUE in item:
+            item = item[VALUE]
         return self._outputs(self.fn(item))
 
     def finish(self) -> list:

@@ -7,11 +7,16 @@ import json
 import os
 import pickle
 import sys
+import threading
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Callable, Union
+from typing import TYPE_CHECKING, Any, Callable, Union
 
 from ._native import PipelineRun, builtin_steps
+from ._native import item_seed as _item_seed
 from ._steps import step_spec
+
+if TYPE_CHECKING:
+    import numpy as np
 
 Step = Union[Callable[[dict], Any], str, tuple]
 
@@ -38,45 +43,130 @@ def _shard(shard) -> tuple[int, int]:
     return int(rank), int(world)
 
 
-class Pipeline:
-    """Runs ``steps`` over the items of ``source`` in ``workers`` worker processes.
+def _is_step(s: Any) -> bool:
+    if isinstance(s, str):
+        return s in builtin_steps()
+    if isinstance(s, tuple):
+        return len(s) == 2 and isinstance(s[0], str) and s[0] in builtin_steps()
+    return callable(s)
 
-    Iterating the pipeline starts the processes and yields the outputs: flat dicts of numpy
-    arrays and int/float/str metadata. Each iteration is a new run over ``epochs`` passes.
+
+def _looks_like_steps(x: Any) -> bool:
+    """``Pipeline(steps, workers=4)``: a non-empty list or tuple of steps, no data."""
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_step(s) for s in x)
+
+
+class Pipeline:
+    """Runs ``steps`` in ``workers`` worker processes, over the items of ``source`` or over the
+    items you :meth:`enqueue`.
+
+    Two ways to use it:
+
+    - **Iterate** ``Pipeline(source, steps, ...)``: the outputs of every item of the source,
+      ``epochs`` times over. Each iteration starts the processes and stops them at its end,
+      unless the workers are persistent (below).
+    - **Enqueue and dequeue** with ``Pipeline(steps, ...)`` (no source)::
+
+          p = shmpipe.Pipeline([add_1, add_1], workers=4)
+          p.start()
+          p.enqueue(3)
+          assert p.dequeue() == 5
+          p.close_input()          # no more input: the end comes after the last output
+          assert p.dequeue() is None
+          p.close()
+
+      :meth:`dequeue` returns ``None`` at the end of stream (after :meth:`close_input`, once
+      every output of everything enqueued was returned), and again on every later call; no
+      output is ever ``None`` (a step that returns ``None`` has no output), so
+      ``for out in iter(p.dequeue, None)`` reads to the end, and so does ``for out in p``.
+      ``dequeue(timeout=s)`` raises ``TimeoutError`` after ``s`` seconds without an output;
+      the pipeline runs on. A :meth:`dequeue` that has waited ``warn_idle`` seconds (default
+      5; 0: never) while nothing is enqueued and the input is open says once on stderr that
+      :meth:`close_input` may be missing.
+
+      **Back-pressure**: at most ``max_in_flight`` inputs are in the pipeline at once
+      (enqueued, with outputs not yet dequeued; default ``4 * prefetch * workers``). A full
+      pipeline makes :meth:`enqueue` wait while another thread dequeues (and raise
+      ``TimeoutError`` after ``timeout=`` seconds). If no other thread dequeues (the
+      calling thread is the one that dequeues, or nobody has yet), waiting could never end:
+      :meth:`enqueue` then takes outputs out of the pipeline itself and keeps them, in
+      order, for the next :meth:`dequeue`. So a single thread may enqueue any number of
+      items before dequeuing: it never deadlocks, and the worker processes never hold more
+      than ``max_in_flight`` inputs; the outputs it has not dequeued wait in this process's
+      memory.
+
+    Items and outputs are dicts (numpy arrays, int/float/str values) or any other value
+    (``p.enqueue(3)``), which a step receives as it is (it travels as a one-entry dict).
 
     ``source``: a path to a JSON-lines file (one item per line, read by ``emitters``
-    processes), a sequence of dicts or any object with ``len`` and indexing (a map-style
+    processes), a sequence (a list, or any object with ``len`` and indexing: a map-style
     dataset; pickled to the emitter processes, like multiprocessing's spawn), an iterable
     (materialised with ``list`` first), or a :class:`NamedSource`.
 
-    ``steps``: each is a Python callable ``f(item: dict)`` returning a dict (one output),
-    ``None`` (no output) or an iterable of dicts (0..n outputs: flat-map); a class (one
-    instance per worker; an optional ``finish()`` method returns the outputs still held at the
-    end of the stream); or the name of a built-in Rust step (``"name"`` or ``("name", args)``).
-    Python steps travel to the worker processes like multiprocessing's spawn targets: by
-    module and qualified name. A lambda, a nested function, or a function defined in a notebook
-    is refused here with ``ValueError`` (workers could not import it); functions of the main
-    script are found by running the script as ``__mp_main__`` in the workers (guard its
-    top-level code with ``if __name__ == "__main__":``).
+    ``steps``: each is a Python callable ``f(item)`` returning ``None`` (no output), a dict or
+    any other value (one output; a string, a number or a numpy array is one output), or a
+    list, tuple, generator or other iterable (0..n outputs: flat-map; to output a list as
+    one value, return ``[the_list]``); a class (one instance per worker; an optional
+    ``finish()`` method returns the outputs still held at the end of the stream); or the
+    name of a built-in Rust step (``"name"`` or ``("name", args)``). Python steps travel to
+    the worker processes like multiprocessing's spawn targets: by module and qualified name.
+    A lambda, a nested function, or a function defined in a notebook is refused here with
+    ``ValueError`` (workers could not import it); functions of the main script are found by
+    running the script as ``__mp_main__`` in the workers (guard its top-level code with
+    ``if __name__ == "__main__":``).
+
+    ``workers=0`` runs the steps in this process, in the thread that dequeues (or iterates),
+    one input at a time: a ``breakpoint()`` in a step stops there, ``pdb.pm()`` after a
+    :class:`shmpipe.StepError` reaches the step's own exception (it is the error's
+    ``__cause__``). Outputs are those of ``ordered=True`` with any number of workers; errors
+    are the same types. The source is read by this process.
+
+    **Persistent workers**: with ``persistent_workers=True``, or after :meth:`start`, a
+    pipeline with a source keeps its worker processes between iterations (like torch's
+    ``persistent_workers``): each iteration is ``epochs`` more passes (each epoch with its
+    own permutation when shuffling), and :meth:`close` (or the ``with`` block's end) stops
+    them. This process then reads the source and feeds the workers itself (``emitters`` is
+    not used); the records and their order are those of one emitter. Leaving an iteration
+    early drops the rest of its epoch when the next one starts.
 
     ``ordered``: outputs in input order (default: as they come). ``shuffle`` with ``seed``: a
-    per-epoch permutation plus a shuffle buffer of ``shuffle_buffer`` items. ``epochs``: passes
-    over the data (``None``: endless). ``shard``: ``(rank, world_size)`` or ``"env"`` to read
-    ``RANK``/``WORLD_SIZE``: this job reads its part of the data only.
+    per-epoch permutation plus a shuffle buffer of ``shuffle_buffer`` items. ``epochs``:
+    passes over the data (``None``: endless). ``shard``: ``(rank, world_size)`` or ``"env"``
+    to read ``RANK``/``WORLD_SIZE``: this job reads its part of the data only.
+
+    **Seeds**: randomness in a step should come from :func:`shmpipe.item_rng`, a numpy
+    generator seeded from ``seed`` and the input being processed (its position in the
+    stream, and the step's position in ``steps``), never from the worker: the same ``seed``
+    then gives the same outputs for any number of workers (``workers=0`` included), as a
+    multiset, and in the same order with ``ordered=True``. (Outputs of a class's
+    ``finish()`` depend on what its worker saw, and so on the worker count.)
 
     A step's exception is re-raised here as :class:`shmpipe.StepError` (attributes ``step``,
-    ``worker``, ``input``, ``message`` with the worker's traceback); a dead worker raises
-    :class:`shmpipe.WorkerDied`; Ctrl-C raises ``KeyboardInterrupt``. Every process stops and
-    its shared memory is freed when the iteration ends, fails, or :meth:`close` is called; if
-    this process is killed, the children exit at once. Channels are anonymous memfds, so
-    nothing is ever left in ``/dev/shm``.
+    ``worker``, ``input``, ``message`` with the worker's traceback), by the iteration or by
+    :meth:`dequeue`, and by every later call; a dead worker raises
+    :class:`shmpipe.WorkerDied` within about a second (also from a waiting :meth:`enqueue`);
+    Ctrl-C raises ``KeyboardInterrupt`` and stops the processes. Every process stops and its
+    shared memory is freed when the iteration ends or fails, or at :meth:`close` / the end of
+    a ``with`` block; if this process is killed, the children exit at once. Channels are
+    anonymous memfds, so nothing is ever left in ``/dev/shm``.
     """
 
-    def __init__(self, source: Any, steps: Sequence[Step] = (), workers: int = 2, *,
+    def __init__(self, source: Any = None, steps: Sequence[Step] = (), workers: int = 2, *,
                  emitters: int = 1, ordered: bool = False, shuffle: bool = False,
                  seed: int = 0, shuffle_buffer: int = 256, epochs: int | None = 1,
                  shard=None, prefetch: int = 8, batch_bytes: int | None = None,
-                 skip_bad_records: bool = False, channel: tuple | None = None):
+                 skip_bad_records: bool = False, channel: tuple | None = None,
+                 persistent_workers: bool = False, max_in_flight: int | None = None,
+                 warn_idle: float = 5.0):
+        if not steps and _looks_like_steps(source):
+            source, steps = None, source
+        if workers < 0:
+            raise ValueError(f"workers={workers}: a number of processes, or 0 to run the "
+                             f"steps in this process")
+        if max_in_flight is None:
+            max_in_flight = 4 * max(prefetch, 1) * max(workers, 1)
+        if max_in_flight < 1:
+            raise ValueError(f"max_in_flight={max_in_flight}: at least 1 input must fit")
         self._steps = [self._step(s) for s in steps]
         rank, world = _shard(shard)
         self._spec = {
@@ -84,12 +174,18 @@ class Pipeline:
             "seed": seed, "shuffle_buffer": shuffle_buffer, "epochs": epochs,
             "rank": rank, "world_size": world, "batch_bytes": batch_bytes,
             "skip_bad_records": skip_bad_records, "channel": list(channel) if channel else None,
-            "steps": self._steps,
+            "steps": self._steps, "max_in_flight": max_in_flight, "warn_idle": warn_idle,
         }
         self._source = source
         self._prefetch = prefetch
+        self._persistent = persistent_workers
+        self._epochs = epochs
         self._run: PipelineRun | None = None
         self._fd: int | None = None
+        self._epoch = 0  # the next epoch of a source this process reads
+        self._closed = False
+        # Several threads may enqueue and dequeue: one of them starts the processes.
+        self._start_lock = threading.Lock()
 
     @staticmethod
     def _step(s: Step) -> dict:
@@ -144,11 +240,110 @@ class Pipeline:
                 "from shmpipe._native import worker_main; worker_main()")
         return ["-c", code]
 
-    def __iter__(self) -> Iterator[dict]:
+    def _start_run(self, spec: dict, feed: Any = None) -> PipelineRun:
+        return PipelineRun.start(json.dumps(spec), sys.executable, self._child_args(),
+                                 self._prefetch, feed)
+
+    def _feed_spec(self) -> tuple[dict, Any]:
+        """The source as this process reads it (persistent workers, ``workers=0``)."""
+        src = self._source
+        if isinstance(src, (str, os.PathLike)):
+            return {"kind": "jsonl", "path": os.fspath(src)}, None
+        if isinstance(src, NamedSource):
+            return {"kind": "named", "name": src.name, "args": src.args}, None
+        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")):
+            if not isinstance(src, Iterable):
+                raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
+            src = list(src)
+        return {"kind": "object"}, src
+
+    def _feeding(self) -> bool:
+        return self._source is not None and (self._persistent or self._spec["workers"] == 0)
+
+    def start(self) -> "Pipeline":
+        """Starts the worker processes now, and returns the pipeline.
+
+        Without a source: the pipeline then takes :meth:`enqueue` (which also starts it).
+        With a source: the workers become persistent, serving every later iteration until
+        :meth:`close`. Starting a started pipeline does nothing.
+        """
+        with self._start_lock:
+            self._check_not_closed()
+            if self._source is None:
+                if self._run is None:
+                    self._run = self._start_run(self._spec)
+            elif self._run is None or not self._persistent:
+                self.close()
+                self._persistent = True
+                self._start_fed_once()
+        return self
+
+    def _check_not_closed(self) -> None:
+        if self._closed:
+            raise ValueError("the pipeline is closed")
+
+    def _enqueue_run(self) -> PipelineRun:
+        run = self._run
+        if run is not None and self._source is None:
+            return run
+        if self._source is not None:
+            raise ValueError("enqueue and dequeue need a pipeline without a source: "
+                             "Pipeline(steps, workers=...); a pipeline with a source is "
+                             "iterated")
+        self.start()
+        assert self._run is not None
+        return self._run
+
+    def enqueue(self, item: Any, timeout: float | None = None) -> None:
+        """Feeds one item (a dict, or any value) to the pipeline.
+
+        Returns at once while fewer than ``max_in_flight`` inputs are in the pipeline;
+        otherwise waits for room (see the class doc, *back-pressure*), up to ``timeout``
+        seconds (``None``: no limit), then raises ``TimeoutError``. Raises ``ValueError``
+        after :meth:`close_input` or :meth:`close`, and the pipeline's failure
+        (:class:`shmpipe.StepError`, :class:`shmpipe.WorkerDied`, ...) once it failed.
+        """
+        self._enqueue_run().enqueue(item, timeout)
+
+    def enqueue_many(self, items: Iterable[Any], timeout: float | None = None) -> None:
+        """:meth:`enqueue` of every item of ``items`` in turn (``timeout`` for each)."""
+        run = self._enqueue_run()
+        for it in items:
+            run.enqueue(it, timeout)
+
+    def close_input(self) -> None:
+        """No more input: the stream ends after the outputs of everything enqueued, and
+        :meth:`dequeue` then returns ``None``."""
+        self._enqueue_run().close_input()
+
+    def dequeue(self, timeout: float | None = None) -> Any:
+        """The next output, or ``None`` at the end of stream (and on every later call).
+
+        Waits up to ``timeout`` seconds (``None``: no limit), then raises ``TimeoutError``
+        (the pipeline runs on). Outputs come in input order with ``ordered=True``. A step's
+        exception is raised as :class:`shmpipe.StepError`, a dead worker as
+        :class:`shmpipe.WorkerDied`; after a failure every call raises it again.
+        """
+        return self._enqueue_run().dequeue(timeout)
+
+    @property
+    def pending(self) -> int:
+        """Inputs enqueued (or fed from the source) whose outputs have not all been
+        returned yet."""
+        return self._run.pending if self._run else 0
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._source is None:
+            # Enqueue mode: the outputs, to the end of stream.
+            yield from self._enqueue_run()
+            return
+        if self._feeding():
+            yield from self._iter_fed()
+            return
         self.close()
+        self._closed = False
         spec = dict(self._spec, source=self._source_spec())
-        run = PipelineRun.start(json.dumps(spec), sys.executable, self._child_args(),
-                                self._prefetch)
+        run = self._start_run(spec)
         self._run = run
         try:
             yield from run
@@ -156,21 +351,56 @@ class Pipeline:
             run.close()
             self._close_fd()
 
+    def _iter_fed(self) -> Iterator[Any]:
+        """Epochs of a source read by this process: persistent workers, or ``workers=0``."""
+        persistent = self._persistent
+        if persistent:
+            self.start()
+        else:
+            self._epoch = 0
+            self._start_fed_once()
+        run = self._run
+        assert run is not None
+        epochs = self._epochs
+        try:
+            n = 0
+            while epochs is None or n < epochs:
+                run.start_epoch(self._epoch)
+                self._epoch += 1
+                n += 1
+                while (out := run.next_in_epoch()) is not None:
+                    yield out
+        finally:
+            if not persistent:
+                run.close()
+                self._run = None
+
+    def _start_fed_once(self) -> None:
+        feed, obj = self._feed_spec()
+        self._run = self._start_run(dict(self._spec, feed=feed), obj)
+
     @property
     def pids(self) -> list[int]:
-        """Pids of the running pipeline's processes (empty before iteration)."""
+        """Pids of the running pipeline's processes (empty before it starts, and with
+        ``workers=0``)."""
         return self._run.pids if self._run else []
 
     def _close_fd(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
             self._fd = None
+            os.close(fd)
 
     def close(self) -> None:
-        """Stops every process and frees the shared memory of the current run."""
-        if self._run is not None:
-            self._run.close()
+        """Stops every process and frees the shared memory of the current run. A pipeline
+        without a source cannot be used after it; one with a source starts anew (persistent
+        workers: new ones) when it is iterated again."""
+        run = getattr(self, "_run", None)
+        if run is not None:
             self._run = None
+            run.close()
+        if getattr(self, "_source", False) is None:
+            self._closed = True
         self._close_fd()
 
     def __enter__(self) -> "Pipeline":
@@ -184,3 +414,34 @@ class Pipeline:
             self.close()
         except Exception:  # noqa: BLE001 - interpreter shutdown
             pass
+
+
+_rng = threading.local()
+
+
+def item_seed() -> int:
+    """The seed of the input the calling step processes (see :func:`item_rng`)."""
+    s = _item_seed()
+    if s is None:
+        raise RuntimeError("shmpipe.item_rng() / item_seed() work inside a step: they are "
+                           "defined while a pipeline step processes an input")
+    return s
+
+
+def item_rng() -> np.random.Generator:
+    """A numpy generator for the input the calling step processes.
+
+    Seeded from the pipeline's ``seed``, the input's position in the stream (over all
+    epochs) and the step's position in ``steps``: never from the worker, so a seed gives the
+    same outputs with any number of workers. Every call during one input's step returns the
+    same generator (each output of a flat-map draws on from where the previous stopped).
+    Raises ``RuntimeError`` outside a step.
+    """
+    s = item_seed()
+    cached = getattr(_rng, "cached", None)
+    if cached is None or cached[0] != s:
+        import numpy
+
+        cached = (s, numpy.random.default_rng(s))
+        _rng.cached = cached
+    return cached[1]

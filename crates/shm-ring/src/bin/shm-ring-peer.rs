@@ -7,21 +7,55 @@
 //!                                         "sent", drop the sender (lingers), print "closed"
 //! shm-ring-peer sink NAME [CORE]        receive and sum array "x" of every message until closed
 //! shm-ring-peer hold NAME N               receive N messages, keep them (and their blocks), print "held", sleep
-//! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed)
+//! shm-ring-peer produce-hang NAME         create channel NAME, print "ready", sleep (to be killed);
+//!                                         $SHM_RING_PEER_UID: one more uid allowed as its consumer
 //! shm-ring-peer typed-produce NAME COUNT [close]  create typed [f32; 16] channel NAME, send COUNT
 //!                                         values (value i: sixteen times i), print "sent", then
 //!                                         sleep (to be killed) or with "close" drop it, print "closed"
 //! shm-ring-peer typed-take NAME N         open typed [f32; 16] channel NAME, receive N, print
 //!                                         "took N", sleep (to be killed)
-//! shm-ring-peer create-die NAME           create a bare segment NAME, print "ready", sleep (to be killed)
 //! shm-ring-peer create BYTES NAME         create a channel whose pool totals about BYTES; print "created",
 //!                                         then loan and fill its 16 blocks, printing "loaned K" after each
 //! shm-ring-peer open NAME                 try to open NAME as its consumer; print "opened" or "busy PID"
-//! shm-ring-peer scribble NAME MS SEED BLOCKS BLOCK_SIZE   for MS ms write random bytes at random
-//!                                         offsets of channel NAME (headers, rings, pool), print "done N"
-//! shm-ring-peer corrupt NAME OFFSET HEX   write the bytes HEX at OFFSET of segment NAME
+//! shm-ring-peer scribble PATH MS SEED BLOCKS BLOCK_SIZE   for MS ms write random bytes at random
+//!                                         offsets of the channel whose memory PATH reaches (e.g.
+//!                                         /proc/<pid>/fd/<n>): headers, rings, pool; print "done N"
+//! shm-ring-peer corrupt PATH OFFSET HEX   write the bytes HEX at OFFSET of the memory PATH reaches
+//! shm-ring-peer resize NAME|PATH          get channel NAME's memfd from its server (or open PATH),
+//!                                         try to truncate it to 0 and to grow it; print
+//!                                         "shrink: R" and "grow: R" (R: "ok" or the error)
+//! shm-ring-peer squat DIR NAME           what another user tries against channel NAME in socket
+//!                                         directory DIR: connect to its socket, bind a socket of
+//!                                         its own next to it, make a file in DIR, make a directory
+//!                                         next to DIR; prints "connect: R", "bind: R", "file: R",
+//!                                         "sibling: R" (R: "ok" or the error)
+//! shm-ring-peer fill-named BYTES NAME     create channel NAME with 16 blocks totalling BYTES, wait
+//!                                         for its consumer, fill block i with byte i and send each;
+//!                                         print "sent 16"
+//! shm-ring-peer drain-named NAME          open NAME (waiting up to 30 s), receive 16 messages and
+//!                                         keep them all, check every byte; print "verified BYTES"
 //! shm-ring-peer fill-anon BYTES           create an anonymous channel whose pool totals BYTES,
 //!                                         write every pool byte; print "filled BYTES"
+//! shm-ring-peer hold-leaderless NAME N    receive N messages and keep them in a second thread, print
+//!                                         "held", then end the main thread only (its leader shows
+//!                                         `State: Z` while the process lives on); on stdin "check"
+//!                                         print "sums S1 S2 ..." (sum of u32 array "x" of each)
+//! shm-ring-peer produce-leaderless NAME   create NAME, hand the sender to a second thread, print
+//!                                         "ready", end the main thread only; on stdin "send" send a
+//!                                         message (meta "seq" = 0) and print "sent"
+//! shm-ring-peer fork-drop NAME            receive one message, fork; the child drops the message
+//!                                         and the receiver and exits; print "forked"; then on stdin
+//!                                         "check" print "sum S" (u32 array "x"), on "recv" receive
+//!                                         one more and print "tag T"
+//! shm-ring-peer fork-send NAME            create NAME, wait for its consumer, fork; the child tries
+//!                                         to send (meta "seq" = 99) and prints "child sent" or
+//!                                         "child refused: ERROR"; then the parent sends seq 1 and
+//!                                         prints "parent sent"; waits for stdin to close
+//! shm-ring-peer fork-typed NAME           make typed [f32; 16] channel NAME and open it here, send
+//!                                         1.0 and 2.0, fork; the child tries a send and a receive and
+//!                                         prints "child send: R" and "child recv: R" (R: "ok" or the
+//!                                         error); the parent then prints "parent got A B" and the
+//!                                         sender's free slots check "parent sent"
 //! ```
 #[cfg(loom)]
 fn main() {}
@@ -32,11 +66,17 @@ fn main() {
 }
 
 #[cfg(not(loom))]
+#[path = "peer/issue16.rs"]
+mod issue16;
+
+#[cfg(not(loom))]
 mod real {
     use std::io::Write;
     use std::time::Duration;
 
     use shm_ring::{ChannelConfig, Error, Receiver, Sender};
+
+    use super::issue16;
 
     fn checksum(data: &[u8]) -> u64 {
         // FNV-1a over the bytes.
@@ -45,13 +85,69 @@ mod real {
         })
     }
 
-    fn say(s: &str) {
+    pub(crate) fn say(s: &str) {
         let mut o = std::io::stdout();
         let _ = writeln!(o, "{s}");
         let _ = o.flush();
     }
 
-    fn sleep_forever() -> ! {
+    unsafe extern "C" {
+        fn syscall(num: std::ffi::c_long, ...) -> std::ffi::c_long;
+        fn fork() -> i32;
+        fn _exit(code: i32) -> !;
+    }
+
+    /// Ends the calling thread only: the raw `exit` system call (not `exit_group`, and not
+    /// `pthread_exit`, whose forced unwinding must not cross Rust frames). When the main thread
+    /// does this, the process lives on in its other threads while its thread-group leader shows
+    /// `State: Z` in `/proc/<pid>/stat`, exactly as after `pthread_exit` in C.
+    pub(crate) fn exit_this_thread_only() -> ! {
+        #[cfg(target_arch = "x86_64")]
+        const SYS_EXIT: std::ffi::c_long = 60;
+        #[cfg(target_arch = "aarch64")]
+        const SYS_EXIT: std::ffi::c_long = 93;
+        // SAFETY: `exit` ends this thread without running anything of it again; every value the
+        // other threads use was moved to them, and nothing on this stack is referenced by them.
+        unsafe { syscall(SYS_EXIT, 0 as std::ffi::c_long) };
+        unreachable!("the exit system call returned")
+    }
+
+    /// `fork()`: `Some(0)` in the child, `Some(pid)` in the parent. Only called while this
+    /// process has one thread.
+    pub(crate) fn fork_now() -> Option<i32> {
+        // SAFETY: the peer is single-threaded when it forks (no lock can be held by another
+        // thread); the child only drops handles, prints and calls `_exit`.
+        let pid = unsafe { fork() };
+        (pid >= 0).then_some(pid)
+    }
+
+    pub(crate) fn exit_child() -> ! {
+        // SAFETY: `_exit` ends the forked child without running atexit handlers or flushing
+        // buffers it shares with the parent.
+        unsafe { _exit(0) }
+    }
+
+    pub(crate) fn reap(pid: i32) {
+        if let Some(p) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::waitpid(Some(p), rustix::process::WaitOptions::empty());
+        }
+    }
+
+    pub(crate) fn stdin_lines() -> impl Iterator<Item = String> {
+        use std::io::BufRead;
+        std::io::stdin().lock().lines().map_while(Result::ok)
+    }
+
+    pub(crate) fn sum_x(m: &shm_ring::Message) -> u64 {
+        m.record(0)
+            .and_then(|r| {
+                r.array::<u32>("x")
+                    .map(|a| a.iter().map(|&v| v as u64).sum())
+            })
+            .unwrap_or(u64::MAX)
+    }
+
+    pub(crate) fn sleep_forever() -> ! {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
@@ -190,14 +286,12 @@ mod real {
                 sleep_forever()
             })(),
             "produce-hang" => (|| {
-                let _tx = Sender::create(&arg(1), &ChannelConfig::default())
-                    .map_err(|e| e.to_string())?;
-                say("ready");
-                sleep_forever()
-            })(),
-            "create-die" => (|| {
-                let seg = shm_ring::Segment::create(&arg(1), 4096).map_err(|e| e.to_string())?;
-                seg.publish(7).map_err(|e| e.to_string())?;
+                // SHM_RING_PEER_UID: one more user allowed to open it (Rendezvous::peer_uid).
+                let mut cfg = ChannelConfig::default();
+                cfg.rendezvous.peer_uid = std::env::var("SHM_RING_PEER_UID")
+                    .ok()
+                    .and_then(|u| u.parse().ok());
+                let _tx = Sender::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
                 say("ready");
                 sleep_forever()
             })(),
@@ -267,7 +361,7 @@ mod real {
                     ..ChannelConfig::default()
                 };
                 let l = shm_ring::channel_layout(&cfg).map_err(|e| e.to_string())?;
-                let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
+                let path = arg(1);
                 let f = std::fs::OpenOptions::new()
                     .write(true)
                     .open(&path)
@@ -307,7 +401,7 @@ mod real {
                 Ok(())
             })(),
             "corrupt" => (|| {
-                let path = format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, arg(1));
+                let path = arg(1);
                 let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;
                 let hex = arg(3);
                 let bytes: Vec<u8> = (0..hex.len() / 2)
@@ -322,6 +416,15 @@ mod real {
                 say("corrupted");
                 Ok(())
             })(),
+            "hold-leaderless" => issue16::hold_leaderless(&arg),
+            "produce-leaderless" => issue16::produce_leaderless(&arg),
+            "fork-drop" => issue16::fork_drop(&arg),
+            "fork-send" => issue16::fork_send(&arg),
+            "fork-typed" => issue16::fork_typed(&arg),
+            "resize" => issue16::resize(&arg),
+            "squat" => issue16::squat(&arg),
+            "fill-named" => issue16::fill_named(&arg),
+            "drain-named" => issue16::drain_named(&arg),
             other => Err(format!("unknown command {other:?}")),
         };
         if let Err(e) = result {

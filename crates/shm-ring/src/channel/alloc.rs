@@ -73,7 +73,7 @@ impl BlockPool {
     ///
     /// # Errors
     /// [`Error::Corrupt`] from the completion ring; [`Error::NoSpace`] if the block's pages
-    /// for `len` bytes cannot be reserved (`/dev/shm` full: the pool cannot grow past what it
+    /// for `len` bytes cannot be reserved (memory used up: the pool cannot grow past what it
     /// holds now; the block stays free).
     #[inline]
     pub(super) fn try_alloc(&mut self, len: usize) -> Result<Option<u32>, Error> {
@@ -101,7 +101,7 @@ impl BlockPool {
     }
 
     /// Makes sure the first `len` bytes of block `b` are reserved: first use, or a longer use
-    /// than before, reserves the missing pages now (so a full /dev/shm is an error here, never
+    /// than before, reserves the missing pages now (so exhausted memory is an error here, never
     /// a SIGBUS when the block is written). A block holding a 16-float batch costs a page,
     /// not a whole block.
     #[inline]

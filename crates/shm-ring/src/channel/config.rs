@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::rendezvous::Rendezvous;
 use crate::transfer::Transfer;
 
 /// How a blocked call waits.
@@ -43,13 +44,13 @@ pub struct ChannelConfig {
     pub transfer: Transfer,
     /// Waiting behaviour of blocked calls (per process; not stored in the segment).
     pub wait: WaitConfig,
-    /// How long a dropped [`Sender`](super::Sender) of a *named* channel keeps its name while no consumer
-    /// has attached yet (default 10 s; zero disables). The drop waits, up to this long, for a
-    /// consumer to attach, so a producer that sends and exits before its consumer starts
-    /// still delivers every message (the consumer opens with [`Receiver::open_timeout`](super::Receiver::open_timeout)).
-    /// Once a consumer has attached the name is no longer needed (the consumer holds the
-    /// mapping, and reads everything sent before it sees the close): the drop does not wait.
-    /// Anonymous channels never linger.
+    /// How long a dropped [`Sender`](super::Sender) of a *named* channel keeps serving its name
+    /// while no consumer has attached yet (default 10 s; zero disables). The drop waits, up to
+    /// this long, for a consumer to attach, so a producer that sends and exits before its
+    /// consumer starts still delivers every message (the consumer opens with
+    /// [`Receiver::open_timeout`](super::Receiver::open_timeout)). Once a consumer has attached
+    /// the name is no longer needed (the consumer holds the memory, and reads everything sent
+    /// before it sees the close): the drop does not wait. Anonymous channels never linger.
     pub linger: Duration,
     /// How long a sender that must wait (ring full or pool empty) waits for a consumer that
     /// has not attached yet, counted from creation (or from the death of the previous
@@ -57,6 +58,10 @@ pub struct ChannelConfig {
     /// (default 30 s). This also covers a consumer that dies before it attaches: the producer
     /// cannot tell it from one that has not started. `Duration::MAX` waits without bound.
     pub attach_timeout: Duration,
+    /// Where a *named* channel's socket lives and who may open it (see [`Rendezvous`]; the
+    /// consumer must look in the same directory: [`Receiver::open_in`](super::Receiver::open_in)).
+    /// Ignored by anonymous channels.
+    pub rendezvous: Rendezvous,
 }
 
 impl Default for ChannelConfig {
@@ -70,6 +75,7 @@ impl Default for ChannelConfig {
             wait: WaitConfig::default(),
             linger: Duration::from_secs(10),
             attach_timeout: Duration::from_secs(30),
+            rendezvous: Rendezvous::default(),
         }
     }
 }

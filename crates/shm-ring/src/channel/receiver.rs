@@ -13,7 +13,7 @@ use crate::schema::ChannelSchema;
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
-/// The consumer end of a channel, opened by name. `Send`, not `Sync`.
+/// The consumer end of a channel, opened by name or from a descriptor. `Send`, not `Sync`.
 #[derive(Debug)]
 pub struct Receiver {
     shared: Arc<RxShared>,
@@ -29,6 +29,11 @@ pub struct Receiver {
     schema: Option<Arc<ChannelSchema>>,
     /// Slots read (skipped) in this receive call, not yet handed back; see `release_read`.
     unreleased: u32,
+    /// Where the channel was found by name (`None` from a descriptor): once the producer is
+    /// dead, its socket is removed if stale (`remove_stale_name`).
+    served: Option<crate::rendezvous::Served>,
+    /// The stale socket was looked at already.
+    stale_removed: std::sync::atomic::AtomicBool,
 }
 
 mod open;
@@ -69,9 +74,31 @@ impl Receiver {
         channel_header(&self.shared.seg)
     }
 
+    /// The process that made this receiver.
+    pub(super) fn owner(&self) -> crate::fork::Owner {
+        self.shared.owner
+    }
+
+    /// `Err(Forked)` in a forked child, `Err(Corrupt)` once the completion ring broke.
+    pub(super) fn check_usable(&self) -> Result<(), Error> {
+        self.shared.check()
+    }
+
+    /// Removes the dead producer's socket if nobody listens on it any more (once).
+    fn remove_stale_name(&self) {
+        if let Some(s) = &self.served
+            && !self
+                .stale_removed
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+        {
+            s.remove_if_stale();
+        }
+    }
+
     /// `Err(PeerDied)` once the producer process is gone.
     pub(super) fn producer_alive(&self) -> Result<(), Error> {
         if self.producer.is_dead() {
+            self.remove_stale_name();
             Err(Error::PeerDied {
                 pid: self.producer.pid(),
                 reclaimed: 0,
@@ -287,8 +314,14 @@ impl Receiver {
 
 impl Drop for Receiver {
     fn drop(&mut self) {
+        if !self.shared.owner.is_current_strict() {
+            return; // a forked child's copy: the parent is still the consumer
+        }
         self.release_read();
         super::own_receiver(self.ident, Some(false));
+        if self.served.is_some() && self.producer.is_dead() {
+            self.remove_stale_name();
+        }
         let h = self.header();
         h.consumer_closed.store(1, Ordering::SeqCst);
         // Wake a producer asleep on a full ring or an empty pool.

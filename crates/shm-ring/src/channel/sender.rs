@@ -10,6 +10,7 @@ use super::wait::block_on;
 use super::{ChannelConfig, ChannelHeader, ShmRing, channel_header};
 use crate::dtype::Element;
 use crate::error::Error;
+use crate::fork::Owner;
 use crate::message::{self, FieldSrc, MessageBuilder, Place};
 use crate::op_error::{SendError, TrySendError};
 use crate::pool::{ArrayLoanUninit, LoanToken};
@@ -31,11 +32,11 @@ pub struct SenderStats {
     pub array_bytes: u64,
 }
 
-/// The producer end of a channel. It creates and owns the segment. Dropping it closes the
-/// channel (the consumer receives everything sent, then [`Error::Disconnected`]) and unlinks
-/// the name; if no consumer has attached yet, the drop first waits up to
-/// [`ChannelConfig::linger`] for one, so a consumer that starts later still finds the channel.
-/// `Send`, not `Sync`.
+/// The producer end of a channel. It creates and owns the segment (and, for a named channel,
+/// serves its name). Dropping it closes the channel (the consumer receives everything sent,
+/// then [`Error::Disconnected`]) and removes the name; if no consumer has attached yet, the
+/// drop first waits up to [`ChannelConfig::linger`] for one, serving the name meanwhile, so a
+/// consumer that starts later still finds the channel. `Send`, not `Sync`.
 ///
 /// # Examples
 /// ```
@@ -66,6 +67,13 @@ pub struct Sender {
     max_inline: usize,
     /// The channel's field schema ([`Sender::with_schema`]): its messages are data-only.
     fields: Option<Arc<crate::schema::Schema>>,
+    /// The process that made this sender: any other (a forked child) is refused.
+    pub(super) owner: Owner,
+    /// `owner.gate()` until this sender shuts down, then `fork::CLOSED_GATE`: the typed fast
+    /// path checks "our process and not shut down" with one compare (`Owner::holds`).
+    pub(super) gate: u32,
+    /// The name's server, for a named channel: dropped (socket removed) after the linger.
+    server: Option<crate::rendezvous::NameServer>,
     pub(super) stats: SenderStats,
 }
 
@@ -87,9 +95,9 @@ impl std::os::fd::AsFd for Sender {
 }
 
 impl Sender {
-    /// The channel's name (without the `shmpipe-` prefix); `None` if anonymous.
+    /// The channel's name; `None` if anonymous.
     pub fn name(&self) -> Option<&str> {
-        self.seg.name()
+        self.server.as_ref().map(|s| s.name())
     }
 
     /// The segment (e.g. to pass an anonymous channel's file to a child).
@@ -109,6 +117,7 @@ impl Sender {
 
     /// Number of pool blocks free right now (after taking back what the consumer returned).
     pub fn free_blocks(&mut self) -> Result<usize, Error> {
+        self.owner.check()?;
         self.pool.collect_returns()?;
         Ok(self.pool.available())
     }
@@ -184,6 +193,7 @@ impl Sender {
         shape: &[usize],
         deadline: Option<Instant>,
     ) -> Result<ArrayLoanUninit<T>, Error> {
+        self.owner.check()?;
         let len = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -332,6 +342,10 @@ impl Sender {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn shutdown(&mut self) {
+        if !self.owner.is_current() {
+            return; // a forked child's copy: the channel is the parent's
+        }
+        self.gate = crate::fork::CLOSED_GATE;
         self.flush();
         // SYNC POINT: Release (SeqCst) publishes every committed slot before the flag; the
         // consumer reads the flag with Acquire after finding the ring empty.
@@ -422,6 +436,7 @@ impl Sender {
         msg: &mut MessageBuilder<'_>,
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
+        self.owner.check()?;
         let h = self.header();
         // Our own flag (`shutdown`) or the consumer's: either way nobody will read this.
         if h.consumer_closed.load(Ordering::Relaxed) != 0
@@ -480,6 +495,9 @@ impl Sender {
 
 impl Drop for Sender {
     fn drop(&mut self) {
+        if !self.owner.is_current_strict() {
+            return; // a forked child's copy: closing is the parent's business
+        }
         self.shutdown();
         self.linger();
     }

@@ -16,6 +16,7 @@ use super::wait::block_on;
 use super::{ChannelConfig, Receiver, Sender, WaitConfig};
 use crate::error::Error;
 use crate::op_error::{RecvError, SendError, TrySendError};
+use crate::rendezvous::Rendezvous;
 use crate::schema::{ChannelSchema, ValueType};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -60,6 +61,8 @@ pub struct TypedReceiver<T> {
     /// Every this many values (a quarter of the ring) the hand-back is a full `release`
     /// (fence + waiting-flag check), so a producer that raced into sleep is woken promptly.
     release_every: u32,
+    /// The process of the receiver (a copy of its owner, kept here for the fast path).
+    owner: crate::fork::Owner,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -84,7 +87,7 @@ pub(super) fn typed_config<T>(cfg: &ChannelConfig) -> Result<ChannelConfig, Erro
 }
 
 impl<T: Pod> TypedSender<T> {
-    /// Creates the typed channel `/dev/shm/shmpipe-<name>`.
+    /// Creates the typed channel `name` (served by name as [`Sender::create`] does).
     ///
     /// # Errors
     /// As [`Sender::create`]; [`Error::TooLarge`] for a `T` over 64 KiB.
@@ -110,7 +113,7 @@ impl<T: Pod> TypedSender<T> {
         })
     }
 
-    /// The channel's name (without the `shmpipe-` prefix); `None` if anonymous.
+    /// The channel's name; `None` if anonymous.
     pub fn name(&self) -> Option<&str> {
         self.inner.name()
     }
@@ -125,18 +128,22 @@ impl<T: Pod> TypedSender<T> {
         self.inner.stats.messages
     }
 
-    /// Whether neither end has closed (two loads of a line nobody writes while it is open).
+    /// Whether this process made the sender, has not shut it down, and the consumer has not
+    /// closed (one compare of process-local words, and one load of a line nobody writes while
+    /// the channel is open). The producer's own close flag is not read back: only this sender
+    /// sets it, and its gate says so.
     #[inline]
     fn is_open(&self) -> bool {
-        let h = self.inner.header();
-        h.consumer_closed.load(Ordering::Relaxed) == 0
-            && h.producer_closed.load(Ordering::Relaxed) == 0
+        crate::fork::Owner::holds(self.inner.gate)
+            && self.inner.header().consumer_closed.load(Ordering::Relaxed) == 0
     }
 
     #[inline]
     fn check_open(&self) -> Result<(), SendError> {
         if self.is_open() {
             Ok(())
+        } else if !self.inner.owner.is_current() {
+            Err(SendError::from_internal(self.inner.owner.refusal()))
         } else {
             Err(SendError::Disconnected)
         }
@@ -269,6 +276,7 @@ impl<T: Pod> TypedReceiver<T> {
     fn wrap(inner: Receiver) -> TypedReceiver<T> {
         let release_every = (inner.desc.shape().capacity / 4).max(1);
         TypedReceiver {
+            owner: inner.owner(),
             inner,
             unreleased: 0,
             release_every,
@@ -284,7 +292,7 @@ impl<T: Pod> TypedReceiver<T> {
     /// naming both types) for a channel of another type or of self-describing messages.
     pub fn open(name: &str) -> Result<TypedReceiver<T>, Error> {
         let v = ValueType::of::<T>();
-        Receiver::open_as(name, None, Expect::Value(&v)).map(Self::wrap)
+        Receiver::open_as(&Rendezvous::default(), name, None, Expect::Value(&v)).map(Self::wrap)
     }
 
     /// [`TypedReceiver::open`], waiting up to `timeout` for the channel to appear (see
@@ -294,7 +302,27 @@ impl<T: Pod> TypedReceiver<T> {
     /// As [`TypedReceiver::open`]; [`Error::NotFound`] after `timeout`.
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<TypedReceiver<T>, Error> {
         let v = ValueType::of::<T>();
-        Receiver::open_as(name, Some(timeout), Expect::Value(&v)).map(Self::wrap)
+        Receiver::open_as(
+            &Rendezvous::default(),
+            name,
+            Some(timeout),
+            Expect::Value(&v),
+        )
+        .map(Self::wrap)
+    }
+
+    /// [`TypedReceiver::open`] (with `timeout`: [`TypedReceiver::open_timeout`]) in the socket
+    /// directory and with the peers `rdv` says (see [`Receiver::open_in`]).
+    ///
+    /// # Errors
+    /// As [`TypedReceiver::open_timeout`].
+    pub fn open_in(
+        rdv: &Rendezvous,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<TypedReceiver<T>, Error> {
+        let v = ValueType::of::<T>();
+        Receiver::open_as(rdv, name, timeout, Expect::Value(&v)).map(Self::wrap)
     }
 
     /// Opens an anonymous typed channel from its memfd (see [`TypedSender::anonymous`]).
@@ -367,6 +395,7 @@ impl<T: Pod> TypedReceiver<T> {
     /// `Some(())` once a value is available; `Err(Disconnected)` once the producer closed and
     /// everything was read.
     fn poll(&mut self) -> Result<Option<()>, Error> {
+        self.inner.check_usable()?;
         if self.inner.desc.available(1)? > 0 {
             return Ok(Some(()));
         }
@@ -418,8 +447,10 @@ impl<T: Pod> TypedReceiver<T> {
     /// [`RecvError::Corrupt`] for an impossible ring index.
     #[inline]
     pub fn recv(&mut self) -> Result<T, RecvError> {
-        // Fast path: a value published (by the cached index or one reload of the tail).
-        if let Ok(r) = self.inner.desc.read_chunk(1)
+        // Fast path: our own receiver, and a value published (by the cached index or one
+        // reload of the tail).
+        if self.owner.is_current()
+            && let Ok(r) = self.inner.desc.read_chunk(1)
             && r.len() == 1
         {
             let v = r.read_unaligned::<T>(0);
@@ -466,7 +497,7 @@ impl<T: Pod> TypedReceiver<T> {
 
 impl<T> Drop for TypedReceiver<T> {
     fn drop(&mut self) {
-        if self.unreleased > 0 {
+        if self.unreleased > 0 && self.owner.is_current() {
             self.inner.desc.release(0);
         }
     }

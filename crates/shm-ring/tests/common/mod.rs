@@ -1,31 +1,84 @@
-//! shm-ring's own test helpers: unique channel names, the `shm-ring-peer` child process, the
-//! peer's checksum, and writes into a live segment. The generic guards (`/dev/shm`, processes,
-//! `/proc`, a small `/dev/shm`) are in `shmpipe-test-kit`.
+//! shm-ring's own test helpers: unique channel names and the guard over what they may leave
+//! (a socket in the socket directory, anything in `/dev/shm`), the `shm-ring-peer` child
+//! process, the peer's checksum, and writes into a live channel's memory. The generic guards
+//! (directory entries, processes, `/proc`, a small `/dev/shm`) are in `shmpipe-test-kit`.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shmpipe_test_kit::{ChildGuard, ShmGuard};
+use shmpipe_test_kit::{ChildGuard, EntryGuard, ShmGuard};
 
 /// A channel name unique to this process and call, so tests can run in parallel.
 pub fn unique(tag: &str) -> String {
     format!("t-{}", shmpipe_test_kit::unique_name(tag))
 }
 
-/// The `/dev/shm` path of channel `name`.
-pub fn shm_path(name: &str) -> String {
-    format!("/dev/shm/{}{}", shm_ring::NAME_PREFIX, name)
+/// The default socket directory of named channels (what `Receiver::open` uses).
+pub fn socket_dir() -> std::path::PathBuf {
+    shm_ring::Rendezvous::default().socket_dir()
 }
 
-/// A guard over the segments of these channel names (see [`ShmGuard`]).
-pub fn shm_guard(names: &[&str]) -> ShmGuard {
-    ShmGuard::new(
-        names
-            .iter()
-            .map(|n| format!("{}{n}", shm_ring::NAME_PREFIX)),
-    )
+/// The path of channel `name`'s socket in the default socket directory.
+pub fn socket_path(name: &str) -> std::path::PathBuf {
+    socket_dir().join(name)
+}
+
+/// What these channel names may leave behind: their sockets in the socket directory, and
+/// anything in `/dev/shm` whose name contains one of them (named channels must create nothing
+/// there). Both are removed on drop; [`NameGuard::assert_gone`] is the "nothing leaked" check.
+pub struct NameGuard {
+    sockets: EntryGuard,
+    shm: Vec<ShmGuard>,
+}
+
+impl NameGuard {
+    pub fn assert_gone(&self) {
+        self.sockets.assert_gone();
+        for g in &self.shm {
+            g.assert_gone();
+        }
+    }
+}
+
+/// A [`NameGuard`] over these channel names.
+pub fn name_guard(names: &[&str]) -> NameGuard {
+    NameGuard {
+        sockets: EntryGuard::new(&socket_dir(), names.iter().copied()),
+        shm: names.iter().map(|n| ShmGuard::containing(*n)).collect(),
+    }
+}
+
+/// A private socket directory (mode 0700; removed with everything in it on drop) and the
+/// [`shm_ring::Rendezvous`] that points both ends of a channel to it.
+pub fn private_rendezvous(tag: &str) -> (shmpipe_test_kit::TempDir, shm_ring::Rendezvous) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = shmpipe_test_kit::TempDir::new(tag);
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let path: &'static std::path::Path = Box::leak(dir.path().to_path_buf().into_boxed_path());
+    let rdv = shm_ring::Rendezvous {
+        dir: Some(path),
+        ..shm_ring::Rendezvous::default()
+    };
+    (dir, rdv)
+}
+
+/// `/proc/<pid>/fd/<n>` of process `pid`'s descriptor of channel `name`'s memory (its memfd
+/// is called `shmpipe:<name>`), if it has one.
+pub fn channel_memfd(pid: u32, name: &str) -> Option<String> {
+    let want = format!("/memfd:shmpipe:{name} (deleted)");
+    shmpipe_test_kit::proc::fd_links(pid)
+        .into_iter()
+        .find(|(_, to)| to.to_string_lossy() == want)
+        .map(|(fd, _)| fd.to_string_lossy().into_owned())
+}
+
+/// `/proc/<our pid>/fd/<n>` for a descriptor of a channel's memory: the path another process
+/// of this user opens to write into it (as a hostile one would).
+pub fn mem_path(fd: &impl std::os::fd::AsFd) -> String {
+    use std::os::fd::AsRawFd;
+    format!("/proc/{}/fd/{}", std::process::id(), fd.as_fd().as_raw_fd())
 }
 
 /// A `shm-ring-peer` child process, SIGKILLed and reaped when dropped.
@@ -45,7 +98,8 @@ impl Peer {
 
     pub fn spawn_cmd(cmd: &mut Command) -> Peer {
         let mut child = ChildGuard(
-            cmd.stdout(Stdio::piped())
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn peer"),
@@ -63,6 +117,27 @@ impl Peer {
         let mut s = String::new();
         self.out.read_line(&mut s).expect("read peer stdout");
         s.trim().to_string()
+    }
+
+    /// Writes one line to the peer's stdin (a command for the peers that read one).
+    pub fn tell(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{line}").expect("write peer stdin");
+        stdin.flush().expect("flush peer stdin");
+    }
+
+    /// Waits until the peer's thread-group leader shows `State: Z` (its main thread ended while
+    /// other threads run), at most 5 s.
+    pub fn wait_leader_zombie(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while shmpipe_test_kit::proc::stat(self.pid()).map(|s| s.state) != Some('Z') {
+            assert!(
+                Instant::now() < deadline,
+                "the peer's main thread did not end"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     pub fn kill(&mut self) {
@@ -98,12 +173,13 @@ pub fn checksum(data: &[u8]) -> u64 {
     })
 }
 
-/// Writes `bytes` at `offset` of the live segment `name`, as a hostile peer would (through
-/// its own file descriptor, while both ends have the segment mapped).
-pub fn poke(name: &str, offset: usize, bytes: &[u8]) {
+/// Writes `bytes` at `offset` of a live channel's memory, as a hostile peer would: through a
+/// file of its own (opened by `/proc/<pid>/fd/<n>` from `fd`, a descriptor of the channel),
+/// while both ends have the memory mapped.
+pub fn poke(fd: &impl std::os::fd::AsFd, offset: usize, bytes: &[u8]) {
     let f = std::fs::OpenOptions::new()
         .write(true)
-        .open(shm_path(name))
-        .expect("open segment to poke");
+        .open(mem_path(fd))
+        .expect("open channel memory to poke");
     std::os::unix::fs::FileExt::write_all_at(&f, bytes, offset as u64).expect("poke");
 }

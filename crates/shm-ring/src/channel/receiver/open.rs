@@ -1,6 +1,7 @@
-//! Opening the consumer end: by name (now, or waiting for a producer that starts later) or
-//! from a memfd; the segment's geometry and schema are read once, validated, and checked
-//! against what the opener expects before the consumer claim.
+//! Opening the consumer end: by name (the descriptor comes from the name's server, now or
+//! once a producer that starts later serves it) or from a memfd; the segment's geometry and
+//! schema are read once, validated, and checked against what the opener expects before the
+//! consumer claim.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -8,9 +9,10 @@ use std::time::{Duration, Instant};
 use super::{Receiver, RxShared};
 use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, channel_header};
 use crate::error::{Error, corrupt};
+use crate::rendezvous::{self, Rendezvous, Served};
 use crate::ring;
 use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
-use crate::segment::Segment;
+use crate::segment::{Reached, Segment};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
@@ -55,43 +57,74 @@ impl Expect<'_> {
 }
 
 impl Receiver {
-    /// Opens the consumer end of the channel `name`, created by a [`Sender`](crate::Sender) in any process of
-    /// the same user. One consumer at a time.
+    /// Opens the consumer end of the channel `name`, created by a [`Sender`](crate::Sender) in
+    /// any process of the same user (and looked for in the default socket directory: see
+    /// [`Rendezvous`]). One consumer at a time.
     ///
     /// # Errors
-    /// [`Error::NotFound`], [`Error::Untrusted`] (not a regular file of ours with mode 0600),
-    /// [`Error::NotASegment`], [`Error::VersionMismatch`],
+    /// [`Error::NotFound`] (no live sender serves the name; a stale socket of a dead one is
+    /// removed); [`Error::Untrusted`] (a socket directory, entry or server we do not trust);
+    /// [`Error::NotASegment`] (a malformed answer or descriptor), [`Error::VersionMismatch`],
     /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
-    /// [`Error::PeerDied`] (the creator is gone).
+    /// [`Error::Timeout`] (the server accepted but did not answer within 5 s).
     pub fn open(name: &str) -> Result<Receiver, Error> {
-        Self::open_as(name, None, Expect::Messages)
+        Self::open_as(&Rendezvous::default(), name, None, Expect::Messages)
     }
 
-    /// Opens `name` (waiting up to `timeout` for it to appear, if given) as `expect`.
+    /// [`Receiver::open`] (with `timeout`: [`Receiver::open_timeout`]) in the socket directory
+    /// and with the peers `rdv` says (the producer's [`ChannelConfig::rendezvous`](crate::ChannelConfig::rendezvous)).
+    ///
+    /// # Errors
+    /// As [`Receiver::open_timeout`].
+    pub fn open_in(
+        rdv: &Rendezvous,
+        name: &str,
+        timeout: Option<Duration>,
+    ) -> Result<Receiver, Error> {
+        Self::open_as(rdv, name, timeout, Expect::Messages)
+    }
+
+    /// Opens `name` (waiting up to `timeout` for a sender to serve it, if given) as `expect`.
     pub(in crate::channel) fn open_as(
+        rdv: &Rendezvous,
         name: &str,
         timeout: Option<Duration>,
         expect: Expect<'_>,
     ) -> Result<Receiver, Error> {
-        let Some(timeout) = timeout else {
-            let seg = Segment::open(name, KIND_CHANNEL)?;
-            return Self::attach(seg, name.to_string(), &expect);
-        };
-        let deadline = Instant::now() + timeout;
+        let deadline = timeout.map(|t| Instant::now() + t);
         let mut pause = Duration::from_micros(500);
         loop {
-            match Segment::open(name, KIND_CHANNEL) {
-                Ok(seg) => return Self::attach(seg, name.to_string(), &expect),
-                Err(Error::NotFound(_)) => {}
-                Err(e) => return Err(e),
+            match Self::open_once(rdv, name, &expect) {
+                Err(Error::NotFound(_)) if deadline.is_some_and(|d| Instant::now() < d) => {}
+                r => return r,
             }
             let now = Instant::now();
-            if now >= deadline {
+            let Some(deadline) = deadline.filter(|&d| now < d) else {
                 return Err(Error::NotFound(name.to_string()));
-            }
+            };
             std::thread::sleep(pause.min(deadline - now));
             pause = (pause * 2).min(Duration::from_millis(10));
         }
+    }
+
+    /// One attempt: the descriptor from the name's server, checked as a received descriptor,
+    /// and served by the process its header names as creator.
+    fn open_once(rdv: &Rendezvous, name: &str, expect: &Expect<'_>) -> Result<Receiver, Error> {
+        let got = rendezvous::fetch(rdv, name, Instant::now() + rendezvous::ANSWER_TIMEOUT)?;
+        let how = Reached::Name {
+            name,
+            pid: got.server_pid,
+        };
+        let seg = Segment::from_fd_reached(got.fd, KIND_CHANNEL, how)?;
+        let creator = seg.header().creator_pid;
+        if creator != got.server_pid {
+            return Err(Error::NotASegment(format!(
+                "channel '{name}' is served by pid {}, but its header names pid {creator} as \
+                 its creator: only a channel's own creator serves its name",
+                got.server_pid
+            )));
+        }
+        Self::attach(seg, name.to_string(), expect, Some(got.served))
     }
 
     /// Opens an anonymous channel's memfd as `expect`.
@@ -100,14 +133,14 @@ impl Receiver {
         expect: Expect<'_>,
     ) -> Result<Receiver, Error> {
         let seg = Segment::from_fd(fd, KIND_CHANNEL)?;
-        Self::attach(seg, "(anonymous)".into(), &expect)
+        Self::attach(seg, "(anonymous)".into(), &expect, None)
     }
 
     /// [`Receiver::open`], waiting up to `timeout` for a producer that has not created the
     /// channel yet (retrying every few milliseconds). With a producer that may start before
-    /// or after this call, this is the one to use: a dropped [`Sender`](crate::Sender) keeps the name for
-    /// [`ChannelConfig::linger`](crate::ChannelConfig::linger) until a consumer attached, so either start order delivers
-    /// every message.
+    /// or after this call, this is the one to use: a dropped [`Sender`](crate::Sender) keeps
+    /// serving the name for [`ChannelConfig::linger`](crate::ChannelConfig::linger) until a
+    /// consumer attached, so either start order delivers every message.
     ///
     /// # Errors
     /// [`Error::NotFound`] if no channel of that name appeared within `timeout`; otherwise as
@@ -131,7 +164,12 @@ impl Receiver {
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
     pub fn open_timeout(name: &str, timeout: Duration) -> Result<Receiver, Error> {
-        Self::open_as(name, Some(timeout), Expect::Messages)
+        Self::open_as(
+            &Rendezvous::default(),
+            name,
+            Some(timeout),
+            Expect::Messages,
+        )
     }
 
     /// Opens the consumer end of an anonymous channel from its file (see [`Sender::anonymous`](crate::Sender::anonymous)).
@@ -154,7 +192,12 @@ impl Receiver {
         Self::from_fd_as(fd, Expect::Messages)
     }
 
-    fn attach(seg: Segment, name: String, expect: &Expect<'_>) -> Result<Receiver, Error> {
+    fn attach(
+        seg: Segment,
+        name: String,
+        expect: &Expect<'_>,
+        served: Option<Served>,
+    ) -> Result<Receiver, Error> {
         let wait = WaitConfig::default();
         if seg.len() < DESC_RING_AT {
             return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
@@ -245,6 +288,7 @@ impl Receiver {
         );
         Ok(Receiver {
             shared: Arc::new(RxShared {
+                owner: crate::fork::Owner::current(),
                 seg,
                 comp: Mutex::new(comp),
                 pool: layout.pool,
@@ -259,6 +303,8 @@ impl Receiver {
             ident,
             schema,
             unreleased: 0,
+            served,
+            stale_removed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 }

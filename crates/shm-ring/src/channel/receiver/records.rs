@@ -164,17 +164,7 @@ impl Receiver {
                 (w as *const AtomicU32, v)
             },
             || this.borrow().desc.end_wait(),
-            || {
-                let s = this.borrow();
-                if s.producer.is_dead() {
-                    Err(Error::PeerDied {
-                        pid: s.producer.pid(),
-                        reclaimed: 0,
-                    })
-                } else {
-                    Ok(())
-                }
-            },
+            || this.borrow().producer_alive(),
         )
     }
 

@@ -13,6 +13,9 @@ use crate::segment::Segment;
 
 #[derive(Debug)]
 pub(in crate::channel) struct RxShared {
+    /// The process of the receiver: in any other (a forked child) drops hand nothing back
+    /// and receives are refused.
+    pub(in crate::channel) owner: crate::fork::Owner,
     pub(in crate::channel) seg: Arc<Segment>,
     pub(in crate::channel) comp: Mutex<ring::Producer<ShmRing>>,
     pub(in crate::channel) pool: PoolGeom,
@@ -51,6 +54,9 @@ impl RxShared {
     }
 
     fn push(&self, entries: impl Iterator<Item = u64>) {
+        if !self.owner.is_current() {
+            return; // a forked child's copy: the parent still holds these blocks
+        }
         let Ok(mut comp) = self.comp.lock() else {
             return;
         };
@@ -88,12 +94,13 @@ impl RxShared {
         }
     }
 
-    /// `Err(Corrupt)` once the completion ring broke.
+    /// `Err(Corrupt)` once the completion ring broke; `Err(Forked)` in a forked child.
     #[inline]
-    pub(super) fn check(&self) -> Result<(), Error> {
-        if !self.is_broken.load(std::sync::atomic::Ordering::Relaxed) {
+    pub(in crate::channel) fn check(&self) -> Result<(), Error> {
+        if !self.is_broken.load(std::sync::atomic::Ordering::Relaxed) && self.owner.is_current() {
             return Ok(());
         }
+        self.owner.check()?;
         self.broken_error()
     }
 

@@ -1,5 +1,6 @@
-//! Creating the producer end: the segment (named or anonymous), the channel header, the
-//! schema region (written once, before the segment is published), the rings and the pool.
+//! Creating the producer end: the name (bound first, served only once the channel is built),
+//! the segment (always a sealed memfd), the channel header, the schema region (written once,
+//! before the segment is published), the rings and the pool.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -11,17 +12,23 @@ use crate::channel::{
 };
 use crate::error::Error;
 use crate::pool::PoolHome;
+use crate::rendezvous::{NameServer, SocketDir};
 use crate::ring;
 use crate::schema::{ChannelSchema, Schema, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
 impl Sender {
-    /// Creates the channel segment `/dev/shm/shmpipe-<name>` and returns its producer end.
+    /// Creates the channel `name` and returns its producer end: a sealed memfd like an
+    /// anonymous channel's, served to openers by a socket `name` in the socket directory (see
+    /// [`Rendezvous`](crate::Rendezvous); nothing is created in `/dev/shm`). A stale socket of a
+    /// dead creator of that name is taken over.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or configuration, [`Error::AlreadyExists`],
-    /// [`Error::NoSpace`] when `/dev/shm` cannot hold the segment, [`Error::Os`].
+    /// [`Error::InvalidArgument`] for a bad name or configuration; [`Error::AlreadyExists`]
+    /// while a live sender serves the name; [`Error::Untrusted`] for a socket directory we do
+    /// not trust, or something other than a socket at the name; [`Error::NoSpace`] when memory
+    /// cannot hold the headers and rings; [`Error::Os`].
     pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
         Self::create_with(Some(name), cfg, None)
     }
@@ -64,12 +71,20 @@ impl Sender {
             cfg.block_size,
             schema_len,
         )?;
+        // The name first: a taken name fails before anything is built, and connections queue
+        // until the channel is ready.
+        let server = match name {
+            Some(name) => {
+                let dir = SocketDir::open(&cfg.rendezvous, true)?
+                    .ok_or_else(|| Error::NotFound(name.to_string()))?;
+                Some(NameServer::bind(dir, name)?)
+            }
+            None => None,
+        };
         // Headers, rings and schema now; each pool block when first loaned
         // (`BlockPool::try_alloc`).
-        let seg = match name {
-            Some(name) => Segment::create_reserving(name, layout.total, layout.pool.off)?,
-            None => Segment::anonymous_reserving(layout.total, layout.pool.off)?,
-        };
+        let seg =
+            Segment::anonymous_reserving(name.unwrap_or("anon"), layout.total, layout.pool.off)?;
         if let Some(bytes) = &schema {
             // SAFETY: the segment is fresh and unpublished (no opener reads it before
             // `publish` in `init`); the layout placed `schema_len` bytes at `layout.schema`
@@ -84,6 +99,10 @@ impl Sender {
         }
         let mut tx = Self::init(seg, layout, cfg)?;
         tx.fields = fields;
+        if let Some(mut server) = server {
+            server.serve(tx.seg.file().try_clone()?.into())?;
+            tx.server = Some(server);
+        }
         Ok(tx)
     }
 
@@ -119,7 +138,7 @@ impl Sender {
         };
         // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
         let seg = Arc::new(seg);
-        seg.publish(KIND_CHANNEL)?;
+        seg.publish(KIND_CHANNEL);
         let desc = ring::Producer::attach(
             ShmRing {
                 seg: seg.clone(),
@@ -136,7 +155,9 @@ impl Sender {
             },
             layout.comp,
         );
+        let owner = crate::fork::Owner::current();
         let home = Arc::new(PoolHome {
+            owner,
             seg: seg.clone(),
             geom: layout.pool,
             orphans: Mutex::new(Vec::new()),
@@ -152,6 +173,9 @@ impl Sender {
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
             fields: None,
+            owner,
+            gate: owner.gate(),
+            server: None,
             stats: SenderStats::default(),
         })
     }

@@ -54,6 +54,7 @@ impl Sender {
         msg: &mut SchemaMessage<'_>,
         deadline: Option<Instant>,
     ) -> Result<(), Error> {
+        self.owner.check()?;
         let h = self.header();
         if h.consumer_closed.load(crate::sync::Ordering::Relaxed) != 0
             || h.producer_closed.load(crate::sync::Ordering::Relaxed) != 0

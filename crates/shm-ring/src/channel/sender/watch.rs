@@ -140,13 +140,14 @@ impl Sender {
     /// # Errors
     /// As described.
     pub fn check_consumer(&mut self) -> Result<(), Error> {
+        self.owner.check()?;
         self.consumer_gone()
     }
 
     /// Keeps a named channel's name (this sender holds the segment) until a consumer has
     /// attached or closed, or [`ChannelConfig::linger`] has passed.
     pub(super) fn linger(&self) {
-        if self.seg.name().is_none() || self.cfg.linger.is_zero() {
+        if self.name().is_none() || self.cfg.linger.is_zero() {
             return;
         }
         let deadline = Instant::now() + self.cfg.linger;

@@ -1,85 +1,17 @@
-//! Every operating-system call of the crate: shared-memory files, space reservation, futexes,
-//! process liveness. Nothing else in the crate talks to the kernel directly.
+//! Every operating-system call of the crate: memory files, space reservation, futexes,
+//! process liveness, forks (here); directories (`dir`) and the Unix sockets of named channels
+//! (`socket`). Nothing else in the crate talks to the kernel directly.
+
+pub(crate) mod dir;
+pub(crate) mod socket;
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
 
-use rustix::fs::{AtFlags, FallocateFlags, FlockOperation, Mode, OFlags, RenameFlags, SealFlags};
+use rustix::fs::{FallocateFlags, SealFlags};
 use rustix::process::{Pid, PidfdFlags};
-
-/// Directory where POSIX shared-memory objects live on Linux.
-pub(crate) const SHM_DIR: &str = "/dev/shm";
-
-/// `/dev/shm`, opened as a directory: every named segment is reached relative to it.
-pub(crate) fn shm_dir() -> rustix::io::Result<OwnedFd> {
-    rustix::fs::openat(
-        rustix::fs::CWD,
-        SHM_DIR,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-}
-
-/// Opens the entry `entry` of `dir` (read-write or read-only) without following a symlink
-/// (`ELOOP`) and without blocking (a FIFO opens at once instead of waiting for a writer).
-/// The caller must still check what it opened ([`fstat`]) before using it.
-pub(crate) fn open_entry(dir: &OwnedFd, entry: &str, write: bool) -> rustix::io::Result<File> {
-    let access = if write { OFlags::RDWR } else { OFlags::RDONLY };
-    let fd = rustix::fs::openat(
-        dir,
-        entry,
-        access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Creates the new entry `entry` of `dir`: `O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW`, mode 0600.
-pub(crate) fn create_entry(dir: &OwnedFd, entry: &str) -> rustix::io::Result<File> {
-    let fd = rustix::fs::openat(
-        dir,
-        entry,
-        OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::RDWR
-            | OFlags::NOFOLLOW
-            | OFlags::NOCTTY
-            | OFlags::CLOEXEC,
-        Mode::RUSR | Mode::WUSR,
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Gives the file `from` the name `to` in `dir`, atomically, failing with `EEXIST` if `to`
-/// exists (`renameat2(RENAME_NOREPLACE)`; `link` + `unlink` where that flag is unsupported).
-pub(crate) fn publish_entry(dir: &OwnedFd, from: &str, to: &str) -> rustix::io::Result<()> {
-    match rustix::fs::renameat_with(dir, from, dir, to, RenameFlags::NOREPLACE) {
-        Err(rustix::io::Errno::INVAL | rustix::io::Errno::NOSYS) => {
-            rustix::fs::linkat(dir, from, dir, to, AtFlags::empty())?;
-            let _ = rustix::fs::unlinkat(dir, from, AtFlags::empty());
-            Ok(())
-        }
-        r => r,
-    }
-}
-
-/// Device and inode of the entry `entry` of `dir` itself (a symlink is not followed).
-pub(crate) fn entry_id(dir: &OwnedFd, entry: &str) -> Option<(u64, u64)> {
-    let st = rustix::fs::statat(dir, entry, AtFlags::SYMLINK_NOFOLLOW).ok()?;
-    Some((st.st_dev, st.st_ino))
-}
-
-/// Removes the entry `entry` of `dir` if it still names the file `id` (device, inode).
-///
-/// The check and the unlink are two system calls: if, between them, another process removes
-/// the name and a third publishes a new file under it, the new file loses its name. Linux
-/// offers no "unlink if this inode" call; the window is a few microseconds wide and needs two
-/// other processes acting on the same name inside it.
-pub(crate) fn unlink_entry_if(dir: &OwnedFd, entry: &str, id: (u64, u64)) -> bool {
-    entry_id(dir, entry) == Some(id) && rustix::fs::unlinkat(dir, entry, AtFlags::empty()).is_ok()
-}
 
 /// `fstat`.
 pub(crate) fn fstat(file: &File) -> rustix::io::Result<rustix::fs::Stat> {
@@ -89,19 +21,6 @@ pub(crate) fn fstat(file: &File) -> rustix::io::Result<rustix::fs::Stat> {
 /// Our effective uid.
 pub(crate) fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
-}
-
-/// Takes a shared `flock` on `file` without waiting: `false` if someone holds it exclusively.
-/// The lock belongs to the open file description and dies with its last descriptor, that is
-/// with the process at the latest (even on SIGKILL).
-pub(crate) fn try_lock_shared(file: &File) -> bool {
-    rustix::fs::flock(file, FlockOperation::NonBlockingLockShared).is_ok()
-}
-
-/// Takes an exclusive `flock` on `file` without waiting: `true` only if no open file
-/// description anywhere holds a lock on the file.
-pub(crate) fn try_lock_exclusive(file: &File) -> bool {
-    rustix::fs::flock(file, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
 /// An anonymous memory file (`memfd_create`) that can be sealed, closed on exec unless passed
@@ -166,18 +85,40 @@ pub(crate) fn pid() -> u32 {
 /// or `None` if it cannot be read. Together with the pid it names a process uniquely, so a
 /// recycled pid is not mistaken for the creator of a segment.
 pub(crate) fn process_start_time(pid: u32) -> Option<u64> {
-    proc_stat(pid).map(|(_, start)| start)
+    proc_stat(pid).map(|s| s.start)
 }
 
-/// State letter and start time of process `pid`, from `/proc/<pid>/stat`; `None` if the file
-/// cannot be read or parsed (which says nothing about the process: see [`liveness`]).
-fn proc_stat(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+/// The fields of `/proc/<pid>/stat` that liveness needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ProcStat {
+    /// State letter of the thread-group leader (field 3).
+    state: char,
+    /// Threads of the group not yet released (field 20): a leader that ended while other
+    /// threads run shows `Z` with more than one; a real zombie shows one.
+    threads: u64,
+    /// Start time in clock ticks since boot (field 22).
+    start: u64,
+}
+
+/// Parses the text of a `/proc/<pid>/stat` file; `None` if it is malformed.
+fn parse_stat(stat: &str) -> Option<ProcStat> {
     // The command name (field 2) is in parentheses and may contain spaces: split after it.
     let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
     let state = fields.next()?.chars().next()?;
-    let start = fields.nth(18)?.parse().ok()?;
-    Some((state, start))
+    // Fields 3 (state) .. : field n is the (n - 3)th after the name.
+    let threads = fields.nth(16)?.parse().ok()?;
+    let start = fields.nth(1)?.parse().ok()?;
+    Some(ProcStat {
+        state,
+        threads,
+        start,
+    })
+}
+
+/// The stat fields of process `pid`; `None` if the file cannot be read or parsed (which says
+/// nothing about the process: see [`liveness`]).
+fn proc_stat(pid: u32) -> Option<ProcStat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// What we know about a process.
@@ -185,8 +126,8 @@ fn proc_stat(pid: u32) -> Option<(char, u64)> {
 pub(crate) enum Liveness {
     /// It exists (and, where its start time is known, is the process we mean).
     Alive,
-    /// Definitely gone: no such process (`ESRCH`), a zombie, or another process that reuses
-    /// the pid (a different start time).
+    /// Definitely gone: no such process (`ESRCH`), another process that reuses the pid (a
+    /// different start time), or a zombie whose whole thread group has ended.
     Dead,
     /// Cannot tell (`/proc` unreadable: out of file descriptors or memory, `hidepid`, another
     /// pid namespace...). Every caller treats this as alive.
@@ -194,16 +135,21 @@ pub(crate) enum Liveness {
 }
 
 /// Whether the process `pid` that started at `start_time` (0: not known) still exists.
-/// Only definite evidence gives [`Liveness::Dead`].
+/// Only definite evidence gives [`Liveness::Dead`]. A leader in state `Z` is not such evidence
+/// by itself: a process whose main thread ended (`pthread_exit`) while other threads run shows
+/// `Z` for its leader and is alive; it is dead only once the kernel counts no other thread.
 pub(crate) fn liveness(pid: u32, start_time: u64) -> Liveness {
     let Some(p) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Liveness::Unknown; // 0 or out of range: not a pid, so not evidence of anything
     };
-    if let Some((state, start)) = proc_stat(pid) {
-        if matches!(state, 'Z' | 'X') || (start_time != 0 && start != start_time) {
-            return Liveness::Dead;
-        }
-        return Liveness::Alive;
+    if let Some(s) = proc_stat(pid) {
+        let other_process = start_time != 0 && s.start != start_time;
+        let group_ended = matches!(s.state, 'Z' | 'X') && s.threads <= 1;
+        return if other_process || group_ended {
+            Liveness::Dead
+        } else {
+            Liveness::Alive
+        };
     }
     // /proc told us nothing: ask the kernel directly.
     match rustix::process::test_kill_process(p) {
@@ -250,8 +196,36 @@ impl PeerProcess {
         self.pid
     }
 
-    /// Whether the process has definitely exited (or was never the one we expected). "Cannot
-    /// tell" is not dead: this returns `false` then.
+    /// Waits up to `timeout` for the process to be [dead](PeerProcess::is_dead); whether it
+    /// is. Sleeps on the pidfd when there is one.
+    pub(crate) fn wait_dead(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.is_dead() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let slice = left.min(Duration::from_millis(10));
+            match &self.pidfd {
+                Some(fd) => {
+                    let ts = rustix::time::Timespec {
+                        tv_sec: 0,
+                        tv_nsec: slice.as_nanos() as i64,
+                    };
+                    let mut fds = [rustix::event::PollFd::new(fd, rustix::event::PollFlags::IN)];
+                    let _ = rustix::event::poll(&mut fds, Some(&ts));
+                }
+                None => std::thread::sleep(slice),
+            }
+        }
+    }
+
+    /// Whether the process has definitely exited (or was never the one we expected): its
+    /// pidfd is readable (the kernel says so only once the whole thread group has ended), or
+    /// [`liveness`] has definite evidence. "Cannot tell" is not dead: this returns `false` then.
     pub(crate) fn is_dead(&self) -> bool {
         if self.gone {
             return true;
@@ -275,6 +249,23 @@ impl PeerProcess {
     }
 }
 
+unsafe extern "C" {
+    fn pthread_atfork(
+        prepare: Option<extern "C" fn()>,
+        parent: Option<extern "C" fn()>,
+        child: Option<extern "C" fn()>,
+    ) -> std::ffi::c_int;
+}
+
+/// Has `child` run in the child of every later `fork()` done through the C library
+/// (`pthread_atfork`; Python's `os.fork` and `multiprocessing` go through it). `child` must be
+/// async-signal-safe. A failure (out of memory) leaves forks unseen.
+pub(crate) fn on_fork_in_child(child: extern "C" fn()) {
+    // SAFETY: registers a plain function pointer with the C library; `child` lives for the
+    // whole program (a `fn` item) and does nothing but an atomic add.
+    let _ = unsafe { pthread_atfork(None, None, Some(child)) };
+}
+
 /// Sleeps while `*word == expected`, at most `timeout`. The word may live in shared memory
 /// (no `FUTEX_PRIVATE_FLAG`). Spurious returns are fine: callers re-check their condition.
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
@@ -296,17 +287,6 @@ pub(crate) fn futex_wake_all(word: &AtomicU32) {
         rustix::thread::futex::wake(word, rustix::thread::futex::Flags::empty(), i32::MAX as u32);
 }
 
-/// Names of the entries in `/dev/shm` that start with `prefix`.
-pub(crate) fn list_shm(prefix: &str) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(SHM_DIR) else {
-        return Vec::new();
-    };
-    dir.filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(prefix))
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,6 +306,40 @@ mod tests {
         assert_eq!(liveness(0x7fff_fff0, 0), Liveness::Dead);
         assert!(PeerProcess::watch(0x7fff_fff0, 0).is_dead());
         assert!(!PeerProcess::watch(0, 0).is_dead());
+    }
+
+    #[test]
+    fn stat_fields_are_parsed_past_a_name_with_spaces_and_parentheses() {
+        let line = "42 (a) b (c) Z 1 42 42 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 3 0 12345 0 0";
+        assert_eq!(
+            parse_stat(line),
+            Some(ProcStat {
+                state: 'Z',
+                threads: 3,
+                start: 12345
+            })
+        );
+        assert_eq!(parse_stat("42 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_zombie_is_dead_only_once_its_thread_group_ended() {
+        // An unreaped child that exited: a real zombie (one thread left, its leader's).
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let start = process_start_time(pid).unwrap_or(0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while proc_stat(pid).map(|s| s.state) != Some('Z') {
+            assert!(std::time::Instant::now() < deadline, "child did not exit");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let s = proc_stat(pid).unwrap();
+        assert_eq!(s.threads, 1, "{s:?}");
+        assert_eq!(liveness(pid, start), Liveness::Dead);
+        assert!(PeerProcess::watch(pid, start).is_dead());
+        child.wait().unwrap();
     }
 
     #[test]

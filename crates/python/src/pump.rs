@@ -1,0 +1,181 @@
+//! The pump: a Rust thread that owns a pipeline with worker processes and moves its outputs
+//! into a bounded queue, so that reading the rings and decoding batches happen while Python
+//! works on the previous output. Every message says how many inputs are done after it
+//! (`Pipeline::inputs_done`), which is what `pending`, epoch ends and the bound of
+//! `enqueue` are counted with.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use shmpipe::{Error, Item, Pipeline};
+
+/// What the pump hands over, in the pipeline's output order.
+#[derive(Debug)]
+pub(crate) enum Msg {
+    /// An output; then `done` inputs have had all their outputs handed over.
+    Item(Item, u64),
+    /// No output, but `done` inputs are done now (inputs without outputs).
+    Progress(u64),
+    /// The pipeline failed here (the error is in [`Pump::failure`]); nothing follows.
+    Failed,
+}
+
+impl Msg {
+    /// Inputs done once this message is taken (`None`: not a count).
+    pub(crate) fn done(&self) -> Option<u64> {
+        match self {
+            Msg::Item(_, d) | Msg::Progress(d) => Some(*d),
+            Msg::Failed => None,
+        }
+    }
+}
+
+/// How long the pump waits for an output before it looks at its stop flag and reports
+/// progress.
+const PUMP_SLICE: Duration = Duration::from_millis(20);
+
+/// How long a closed pipeline's pump may take to reach its next output before the children
+/// are killed.
+pub(crate) const GRACE: Duration = Duration::from_secs(1);
+
+/// The consumer side of a pump. The queue's end is disconnected after the end of stream.
+#[derive(Debug)]
+pub(crate) struct Pump {
+    rx: Mutex<Option<Receiver<Msg>>>,
+    handle: Mutex<Option<JoinHandle<()>>>,
+    /// Why the pipeline failed (taken by whoever reports it first).
+    pub(crate) failure: Arc<Mutex<Option<Error>>>,
+    /// Raised to stop the pump at its next slice.
+    stop: Arc<AtomicBool>,
+    /// The pump dropped its pipeline (every process is gone).
+    done: Arc<AtomicBool>,
+    pids: Vec<u32>,
+}
+
+fn pump(mut p: Pipeline, tx: SyncSender<Msg>, failure: &Mutex<Option<Error>>, stop: &AtomicBool) {
+    let mut told = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let msg = match p.dequeue_timeout(PUMP_SLICE) {
+            Ok(Some(it)) => {
+                told = p.inputs_done();
+                Msg::Item(it, told)
+            }
+            Ok(None) => {
+                if p.inputs_done() != told {
+                    let _ = tx.send(Msg::Progress(p.inputs_done()));
+                }
+                return; // the end: dropping `tx` disconnects the queue
+            }
+            Err(Error::Timeout) if p.inputs_done() != told => {
+                told = p.inputs_done();
+                Msg::Progress(told)
+            }
+            Err(Error::Timeout) => continue,
+            Err(e) => {
+                *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                let _ = tx.send(Msg::Failed);
+                return;
+            }
+        };
+        if tx.send(msg).is_err() {
+            return;
+        }
+    }
+}
+
+impl Pump {
+    /// Starts the pump over `p`, with room for `prefetch` messages.
+    pub(crate) fn start(p: Pipeline, prefetch: usize) -> Pump {
+        let pids = p.pids();
+        let (tx, rx) = sync_channel::<Msg>(prefetch.max(1));
+        let failure = Arc::new(Mutex::new(None));
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let (f, s, d) = (Arc::clone(&failure), Arc::clone(&stop), Arc::clone(&done));
+        let handle = std::thread::spawn(move || {
+            pump(p, tx, &f, &s);
+            // `pump` dropped the pipeline: its processes are gone.
+            d.store(true, Ordering::SeqCst);
+        });
+        Pump {
+            rx: Mutex::new(Some(rx)),
+            handle: Mutex::new(Some(handle)),
+            failure,
+            stop,
+            done,
+            pids,
+        }
+    }
+
+    pub(crate) fn pids(&self) -> Vec<u32> {
+        self.pids.clone()
+    }
+
+    /// Waits up to `wait` for the next message and gives it to `sink`, then up to `more`
+    /// messages already queued, before anyone else can take one: messages taken by several
+    /// threads stay in order, and a wake-up takes what came meanwhile.
+    /// `Disconnected`: the end of stream was handed over (or the pump was shut down).
+    pub(crate) fn recv_into(
+        &self,
+        wait: Duration,
+        more: usize,
+        mut sink: impl FnMut(Msg),
+    ) -> Result<(), RecvTimeoutError> {
+        let g = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(rx) = g.as_ref() else {
+            return Err(RecvTimeoutError::Disconnected);
+        };
+        sink(rx.recv_timeout(wait)?);
+        for m in rx.try_iter().take(more) {
+            sink(m);
+        }
+        Ok(())
+    }
+
+    /// Takes the pipeline's error, if it failed and nobody took it yet.
+    pub(crate) fn take_failure(&self) -> Option<Error> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Stops the pump; its pipeline stops every process (those stuck in a step are killed
+    /// after `grace`).
+    pub(crate) fn shutdown(&self, grace: Duration) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.rx.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let Some(h) = self.handle.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return;
+        };
+        // The pump stops within a slice, or at its next output; one whose pipeline is stuck
+        // in a step is ended by killing the children (the pipeline then sees them die).
+        let wait = |d: Duration| {
+            let end = Instant::now() + d;
+            while !self.done.load(Ordering::SeqCst) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            self.done.load(Ordering::SeqCst)
+        };
+        if !wait(grace) {
+            for &p in &self.pids {
+                if let Some(pid) = rustix::process::Pid::from_raw(p as i32) {
+                    let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+                }
+            }
+            wait(Duration::from_secs(5));
+        }
+        if self.done.load(Ordering::SeqCst) {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for Pump {
+    fn drop(&mut self) {
+        self.shutdown(GRACE);
+    }
+}

@@ -1,0 +1,107 @@
+//! Handles are not fork-safe: which process a handle belongs to, and how a forked child's use
+//! of an inherited one is refused.
+//!
+//! `fork()` copies every handle of the parent into the child, and with it the parent's share
+//! of the channel: its leases of pool blocks, its claim as the one consumer, its place as the
+//! one producer. If the child acted on those copies, its drop of an inherited [`Message`]
+//! would hand the parent's block back to the producer (which reuses it while the parent still
+//! reads it), its drop of a `Receiver` would close the parent's channel, and its sends would
+//! make a second producer on a single-producer ring, unseen by the consumer, which watches
+//! the creator's pid. So every handle remembers the process that made it, and in any other
+//! process:
+//! - drops do nothing to the channel (no block handed back, no close flag, no name removed);
+//!   the child's copy of the mapping goes with the child;
+//! - sends, loans, receives and the producer's consumer checks fail with
+//!   [`Error::Forked`](crate::Error::Forked).
+//!
+//! What a forked child may do: read the messages, arrays and loans it inherited while the
+//! parent keeps them (the parent's lease covers them), and `exec` or exit. To use a channel in
+//! a child, open it there (by name, or from a descriptor the parent passes), or create one.
+//!
+//! A fork is noticed through `pthread_atfork`, registered when the first handle is made: the
+//! child handler bumps a process-wide counter, so the check on the hot paths is one load and
+//! one compare. Forks done behind the C library's back (a raw `clone` system call) are not
+//! seen; the handle-level drops also compare the pid itself.
+//!
+//! [`Message`]: crate::Message
+
+use std::sync::Once;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::Error;
+use crate::sys;
+
+/// Forks this process has gone through since the program started (its own and its
+/// ancestors'): bumped in the child of every `fork()`.
+static FORKS: AtomicU32 = AtomicU32::new(0);
+static WATCH: Once = Once::new();
+
+/// Runs in the child of every `fork()` (async-signal-safe: one atomic add).
+extern "C" fn forked() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A gate no process holds (its fork count would need 2^32 - 1 forks in one line of
+/// descent).
+pub(crate) const CLOSED_GATE: u32 = u32::MAX;
+
+/// The process a handle was made in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Owner {
+    forks: u32,
+    pid: u32,
+}
+
+impl Owner {
+    /// The calling process.
+    pub(crate) fn current() -> Owner {
+        WATCH.call_once(|| sys::on_fork_in_child(forked));
+        Owner {
+            forks: FORKS.load(Ordering::Relaxed),
+            pid: sys::pid(),
+        }
+    }
+
+    /// Whether the calling process is the owner (one load and one compare: for hot paths).
+    #[inline]
+    pub(crate) fn is_current(&self) -> bool {
+        FORKS.load(Ordering::Relaxed) == self.forks
+    }
+
+    /// [`Owner::is_current`], and the pid too (a system call: for drops of whole handles).
+    pub(crate) fn is_current_strict(&self) -> bool {
+        self.is_current() && sys::pid() == self.pid
+    }
+
+    /// A token that [`Owner::holds`] in the owner's process only: a handle may keep it in a
+    /// field and overwrite it with [`CLOSED_GATE`] when it closes, so that one compare on a hot
+    /// path says both "our process" and "still open".
+    pub(crate) fn gate(&self) -> u32 {
+        self.forks
+    }
+
+    /// Whether `gate` (from [`Owner::gate`]) belongs to the calling process.
+    #[inline]
+    pub(crate) fn holds(gate: u32) -> bool {
+        FORKS.load(Ordering::Relaxed) == gate
+    }
+
+    /// `Err(Error::Forked)` unless the calling process is the owner.
+    #[inline]
+    pub(crate) fn check(&self) -> Result<(), Error> {
+        if self.is_current() {
+            Ok(())
+        } else {
+            Err(self.refusal())
+        }
+    }
+
+    /// The error a process other than the owner gets.
+    #[cold]
+    pub(crate) fn refusal(&self) -> Error {
+        Error::Forked {
+            owner: self.pid,
+            caller: sys::pid(),
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! The opener's side of a name: connecting, checking who serves, receiving the channel's
+//! descriptor, and removing the sockets of dead creators.
+
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use super::{HELLO, Rendezvous, SocketDir, check_name};
+use crate::error::Error;
+use crate::sys::{dir, socket};
+
+/// How long an opener whose server hung up without answering waits to see it die (a live
+/// server that refuses us costs the opener this much before its error).
+const DYING: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A descriptor received for a name, with who served it and where.
+#[derive(Debug)]
+pub(crate) struct Fetched {
+    /// The channel's memfd (close-on-exec), not yet checked.
+    pub fd: OwnedFd,
+    /// The serving process, as the kernel recorded it when it listened.
+    pub server_pid: u32,
+    /// The name, for [`Served::remove_if_stale`] once the creator is gone.
+    pub served: Served,
+}
+
+/// Where a channel was found by name: enough to remove its socket once its creator is dead.
+#[derive(Debug)]
+pub(crate) struct Served {
+    dir: SocketDir,
+    name: String,
+    /// Device and inode of the socket we connected to.
+    ident: (u64, u64),
+}
+
+impl Served {
+    /// Removes the socket we connected to if nobody listens on it any more (its creator died
+    /// without removing it), under the directory's lock. Anything else is left alone.
+    pub(crate) fn remove_if_stale(&self) {
+        let _ = remove_if_stale(&self.dir, &self.name, self.ident);
+    }
+}
+
+impl Rendezvous {
+    /// Removes the socket of channel `name` if nobody serves it any more (its creator died
+    /// without removing it), and says whether it did. Opens and creates do this on their own;
+    /// this is for a program that knows it will not open that name again (a harness cleaning
+    /// up after a killed producer). Anything that is not a stale socket is left alone.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad name, [`Error::Untrusted`] for a socket directory
+    /// we do not trust.
+    pub fn remove_stale(&self, name: &str) -> Result<bool, Error> {
+        check_name(name)?;
+        let Some(dir) = SocketDir::open(self, false)? else {
+            return Ok(false);
+        };
+        let Some(st) = dir.entry(name).filter(dir::is_socket) else {
+            return Ok(false);
+        };
+        Ok(remove_if_stale(&dir, name, (st.st_dev, st.st_ino)))
+    }
+}
+
+/// How long a clean-up of another process's stale socket waits for the directory's lock (it is
+/// best effort: the next open or create of the name cleans up too).
+const CLEANUP_LOCK: std::time::Duration = std::time::Duration::from_millis(100);
+
+fn remove_if_stale(dir: &SocketDir, name: &str, ident: (u64, u64)) -> bool {
+    let Ok(_lock) = dir.lock_within(CLEANUP_LOCK) else {
+        return false;
+    };
+    let same = dir
+        .entry(name)
+        .is_some_and(|st| dir::is_socket(&st) && (st.st_dev, st.st_ino) == ident);
+    same && matches!(
+        socket::connect_at(&dir.socket_path(name)),
+        Err(rustix::io::Errno::CONNREFUSED)
+    ) && dir.remove_if(name, ident)
+}
+
+/// Gets the descriptor of channel `name` from its server, waiting for the answer until
+/// `deadline` at most.
+///
+/// # Errors
+/// [`Error::NotFound`] when no directory, no socket, or a stale socket (which is removed) is
+/// there; [`Error::Untrusted`] for a socket directory, an entry or a server we do not trust;
+/// [`Error::NotASegment`] for a malformed answer (everything it carried is closed);
+/// [`Error::Timeout`] when the server accepted but did not answer in time.
+pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<Fetched, Error> {
+    check_name(name)?;
+    let not_found = || Error::NotFound(name.to_string());
+    let Some(dir) = SocketDir::open(rdv, false)? else {
+        return Err(not_found());
+    };
+    let path = dir.path().join(name);
+    let Some(st) = dir.entry(name) else {
+        return Err(not_found());
+    };
+    if !dir::is_socket(&st) {
+        return Err(Error::Untrusted(format!(
+            "{} is {}, not the socket of a channel; refusing to open it",
+            path.display(),
+            dir::kind_of(&st)
+        )));
+    }
+    let ident = (st.st_dev, st.st_ino);
+    let conn = loop {
+        match socket::connect_at(&dir.socket_path(name)) {
+            Ok(c) => break c,
+            Err(rustix::io::Errno::CONNREFUSED) => {
+                // Nobody listens: its creator died without removing it.
+                let _ = remove_if_stale(&dir, name, ident);
+                return Err(not_found());
+            }
+            Err(rustix::io::Errno::NOENT) => return Err(not_found()),
+            // The server's queue is full: it is busy answering; try again shortly.
+            Err(rustix::io::Errno::AGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            Err(rustix::io::Errno::AGAIN) => return Err(Error::Timeout),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let (server_pid, uid) = socket::peer(&conn)?;
+    if !rdv.allows(uid) {
+        return Err(Error::Untrusted(format!(
+            "channel '{name}' at {} is served by uid {uid} (pid {server_pid}); refusing it: only \
+             uid {} is trusted (see Rendezvous::peer_uid)",
+            path.display(),
+            crate::sys::euid()
+        )));
+    }
+    let fd = match receive(&conn, name, server_pid, deadline) {
+        // It hung up without a word: if it is dying (killed between our connect and its
+        // answer: its descriptors close before it is a zombie), the channel is gone, as for a
+        // stale socket.
+        Err(Error::NotASegment(_))
+            if crate::sys::PeerProcess::watch(server_pid, 0).wait_dead(DYING) =>
+        {
+            let _ = remove_if_stale(&dir, name, ident);
+            return Err(not_found());
+        }
+        r => r?,
+    };
+    Ok(Fetched {
+        fd,
+        server_pid,
+        served: Served {
+            dir,
+            name: name.to_string(),
+            ident,
+        },
+    })
+}
+
+/// Receives the one answer: exactly [`HELLO`] and one descriptor, nothing truncated.
+fn receive(conn: &OwnedFd, name: &str, pid: u32, deadline: Instant) -> Result<OwnedFd, Error> {
+    let malformed = |why: String| {
+        Error::NotASegment(format!(
+            "the process serving channel '{name}' (pid {pid}) answered {why}: it is not a \
+             shm-ring Sender of this version (build both processes against the same \
+             shm-ring), or it is not a channel at all"
+        ))
+    };
+    let mut buf = [0u8; HELLO.len() + 1];
+    let got = match socket::recv_fds(conn, &mut buf, deadline) {
+        Ok(g) => g,
+        Err(rustix::io::Errno::TIMEDOUT) => return Err(Error::Timeout),
+        Err(rustix::io::Errno::CONNRESET) => {
+            return Err(malformed("by closing the connection".into()));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Every descriptor received is owned by `got` and closed if we return early.
+    if got.bytes == 0 && got.fds.is_empty() {
+        return Err(malformed(
+            "nothing and closed the connection (it may refuse our user)".into(),
+        ));
+    }
+    if got.truncated || got.bytes != HELLO.len() || buf[..HELLO.len()] != HELLO {
+        return Err(malformed(format!(
+            "{} bytes{} that are not the greeting of this version",
+            got.bytes,
+            if got.truncated { " (truncated)" } else { "" }
+        )));
+    }
+    let mut fds = got.fds;
+    if fds.len() != 1 {
+        return Err(malformed(format!(
+            "with {} descriptors instead of one",
+            fds.len()
+        )));
+    }
+    Ok(fds.remove(0))
+}
