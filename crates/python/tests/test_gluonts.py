@@ -141,6 +141,33 @@ def test_static_and_dynamic_features_and_lags_equal_gluonts(tmp_path, split):
     assert_same_batches(got, want)
 
 
+def test_training_with_static_and_dynamic_features_and_lags_has_gluonts_fields(tmp_path):
+    # The training windows of DeepAR's chain with static features, feat_dynamic_real and
+    # past = context + 9 lags: GluonTS's keys, types, dtypes and shapes, every window the
+    # series' own static features.
+    recs = h.records(9, 80, nan=0.05, min_len=40, features=True)
+    ds = h.file_dataset(tmp_path, recs)
+    chain = h.deepar_chain(context=12, pred=6, past=21, dynamic=True)
+    kw = dict(transform=chain, batch_size=4, stack_fn=stack_numpy, num_batches_per_epoch=5)
+    want = next(iter(gl.TrainDataLoader(ds, **kw)))
+    with TrainDataLoader(ds, num_workers=2, seed=2, **kw) as dl:
+        batches = list(dl)
+    assert len(batches) == 5
+    assert want["past_time_feat"].shape[1:] == (21, 4 + 1 + 2)
+    static = {r["item_id"]: (r["feat_static_cat"], r["feat_static_real"]) for r in recs}
+    for got in batches:
+        assert list(got.keys()) == list(want.keys())
+        for k, w in want.items():
+            if isinstance(w, np.ndarray):
+                assert (got[k].shape, got[k].dtype) == (w.shape, w.dtype), k
+            else:
+                assert [type(x) for x in got[k]] == [type(x) for x in w], k
+        for r, iid in enumerate(got["item_id"]):
+            np.testing.assert_array_equal(got["feat_static_cat"][r], static[iid][0])
+            np.testing.assert_array_equal(got["feat_static_real"][r],
+                                          np.float32(static[iid][1]))
+
+
 @pytest.mark.parametrize("Loader,is_train", [(ValidationDataLoader, True),
                                              (InferenceDataLoader, False)])
 def test_each_series_exactly_once_with_item_ids_and_is_train(tmp_path, Loader, is_train):
@@ -156,10 +183,14 @@ def test_each_series_exactly_once_with_item_ids_and_is_train(tmp_path, Loader, i
 
 @pytest.mark.parametrize("Loader", [TrainDataLoader, ValidationDataLoader,
                                     InferenceDataLoader])
-def test_an_empty_dataset_gives_no_batches(Loader):
-    dl = Loader([], transform=h.default_transformation(), batch_size=4, stack_fn=stack_numpy,
+@pytest.mark.parametrize("kind", ["list", "ListDataset", "FileDataset"])
+def test_an_empty_dataset_gives_no_batches(tmp_path, Loader, kind):
+    ds = {"list": lambda: [], "ListDataset": lambda: h.list_dataset([]),
+          "FileDataset": lambda: h.file_dataset(tmp_path, [])}[kind]()
+    dl = Loader(ds, transform=h.default_transformation(), batch_size=4, stack_fn=stack_numpy,
                 num_workers=2)
     assert list(itertools.islice(dl, 3)) == []
+    assert list(itertools.islice(dl, 3)) == []  # and again
     if Loader is TrainDataLoader:
         dl.close()
 

@@ -44,9 +44,19 @@ def static_prefix():
     ])
 
 
-def chain(split, past=None, prefix=True, select=False):
+def static_from_data():
+    """DeepAR's fields when it has static features (num_feat_static_cat/real > 0)."""
+    return Chain([
+        AsNumpyArray(field=FieldName.FEAT_STATIC_CAT, expected_ndim=1, dtype=int),
+        AsNumpyArray(field=FieldName.FEAT_STATIC_REAL, expected_ndim=1),
+    ])
+
+
+def chain(split, past=None, prefix=True, select=False, static=False):
     c = h.deepar_chain(context=CONTEXT, pred=PRED, sampler=h.samplers(PRED)[split], past=past)
-    if prefix:
+    if static:
+        c = static_from_data() + c
+    elif prefix:
         c = static_prefix() + c
     if select:
         c = c + SelectFields(["feat_static_cat", "past_target", "past_time_feat",
@@ -54,10 +64,12 @@ def chain(split, past=None, prefix=True, select=False):
     return c
 
 
-def data(tmp_path, kind, n=13, length=90, freq="h"):
+def data(tmp_path, kind, n=13, length=90, freq="h", static=False):
     recs = h.records(n, length, nan=0.08, min_len=20, seed=3)
-    for r in recs:
-        r["feat_static_cat"] = [3]
+    for i, r in enumerate(recs):
+        r["feat_static_cat"] = [i % 4, 7] if static else [3]
+        if static:
+            r["feat_static_real"] = [i / 3.0]
     return h.file_dataset(tmp_path, recs, freq) if kind == "file" else h.list_dataset(recs, freq)
 
 
@@ -149,3 +161,43 @@ def test_training_windows_are_slices_of_their_series(tmp_path):
                                           ~np.isnan(y[idx:idx + PRED]))
             seen.add(iid)
     assert len(seen) >= 10
+
+
+@pytest.mark.parametrize("kind", ["file", "list"])
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_static_features_from_the_data_are_gluonts_own(tmp_path, kind, split):
+    # DeepAR with num_feat_static_cat/real > 0 keeps the data's static features.
+    ds = data(tmp_path, kind, static=True)
+    c = chain(split, past=CONTEXT + 3, static=True)
+    ours = ValidationDataLoader if split == "validation" else InferenceDataLoader
+    theirs = gl.ValidationDataLoader if split == "validation" else gl.InferenceDataLoader
+    dl = ours(ds, transform=c, batch_size=5, stack_fn=stack_numpy, num_workers=2)
+    assert dl.fast_path, dl.why_not_fast
+    got = list(dl)
+    want = list(theirs(ds, transform=c, batch_size=5, stack_fn=stack_numpy))
+    assert want[0]["feat_static_cat"].dtype == np.int64
+    assert len(got) == len(want) > 1
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+def test_training_fast_path_epochs_and_static_features(tmp_path):
+    # num_batches_per_epoch batches per iteration, the stream going on across epochs, every
+    # series seen, each row with its own series' static features.
+    ds = data(tmp_path, "file", static=True)
+    want = {f"s{i}": ([i % 4, 7], [np.float32(i / 3.0)]) for i in range(13)}
+    with TrainDataLoader(ds, transform=chain("train", past=CONTEXT + 5, static=True),
+                         batch_size=4, stack_fn=stack_numpy, num_batches_per_epoch=3,
+                         num_workers=2, seed=1) as dl:
+        assert dl.fast_path, dl.why_not_fast
+        epochs = [list(dl) for _ in range(4)]
+    assert [len(e) for e in epochs] == [3, 3, 3, 3]
+    seen = set()
+    for b in (b for e in epochs for b in e):
+        assert len(b["item_id"]) == 4
+        assert b["feat_static_cat"].dtype == np.int64
+        for r, iid in enumerate(b["item_id"]):
+            np.testing.assert_array_equal(b["feat_static_cat"][r], want[iid][0])
+            np.testing.assert_array_equal(b["feat_static_real"][r], want[iid][1])
+            seen.add(iid)
+    assert seen == set(want)  # 48 windows of 13 series, about one per series and pass
