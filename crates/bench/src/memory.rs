@@ -163,6 +163,7 @@ fn builder(
             slots,
             blocks,
             block_size,
+            ..shmpipe::ChannelGeometry::default()
         })
     } else {
         b

@@ -215,6 +215,7 @@ pub fn measure(
             slots,
             blocks,
             block_size,
+            ..shmpipe::ChannelGeometry::default()
         })
         .socket_transport(cfg.transfer == TransferKind::Socket)
         .start()?;

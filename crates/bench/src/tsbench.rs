@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use shmpipe::Registry;
-use shmpipe_timeseries::pipeline::{DEFAULT_GROUP, run_workload};
+use shmpipe_timeseries::pipeline::{DEFAULT_GROUP_BYTES, run_workload};
 use shmpipe_timeseries::synth::{GenConfig, write_file};
 use shmpipe_timeseries::workload::{
     ChainConfig, WorkloadConfig, WorkloadSource, WorkloadStats, run_in_process,
@@ -95,7 +95,7 @@ fn config(path: &Path, job: &TsJob, epochs: usize) -> WorkloadConfig {
         epochs,
         workers: job.workers.unwrap_or(1),
         emitters: 1,
-        group: DEFAULT_GROUP,
+        group_bytes: DEFAULT_GROUP_BYTES,
         seed: 0,
     }
 }

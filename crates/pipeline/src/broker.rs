@@ -151,6 +151,13 @@ fn gather(
                     )));
                 }
                 Err(CtrlError::Timeout) => {}
+                Err(CtrlError::Failed(why)) => {
+                    return Err(Error::Transport(format!(
+                        "start-up: {} (pid {}) could not start: {why}",
+                        c.role.describe(),
+                        c.child.id()
+                    )));
+                }
                 Err(CtrlError::Eof) => {
                     let (role, pid) = (c.role.describe(), c.child.id());
                     drop(kids);

@@ -59,6 +59,15 @@ pub enum Error {
         /// How it ended, e.g. `killed by signal 9`.
         status: String,
     },
+    /// An item (or batch) exceeded what the pipeline's channels carry. Only with a channel
+    /// geometry that limits it ([`ChannelGeometry::large_pool`](crate::ChannelGeometry::large_pool)
+    /// set small or to 0); the message names the setting.
+    TooLarge {
+        /// The process that could not send it: `emitter 0`, `worker 1 (stage 0)`.
+        role: String,
+        /// What was too large, and what to raise.
+        message: String,
+    },
     /// Ctrl-C (SIGINT) was received.
     Interrupted,
     /// The operation is not possible in this state (e.g. `enqueue` after `close_input`).
@@ -105,6 +114,7 @@ impl fmt::Display for Error {
             Error::ProcessDied { role, pid, status } => {
                 write!(f, "pipeline {role} (pid {pid}) died: {status}")
             }
+            Error::TooLarge { role, message } => write!(f, "pipeline {role}: {message}"),
             Error::Interrupted => f.write_str("pipeline interrupted (Ctrl-C)"),
             Error::Closed(m) => write!(f, "pipeline closed: {m}"),
             Error::Timeout => f.write_str("no pipeline output within the timeout"),
@@ -155,6 +165,7 @@ impl From<Report> for Error {
             },
             Report::Source { emitter, error } => Error::Source { emitter, error },
             Report::Other { role, message } => Error::Transport(format!("{role}: {message}")),
+            Report::TooLarge { role, message } => Error::TooLarge { role, message },
         }
     }
 }

@@ -53,7 +53,13 @@ pub(crate) enum Kind {
     /// Parent to child, first of all: the shared descriptors its arguments name, in the
     /// order of its role payload's `shared` list (see [`crate::share`]).
     Shared = 6,
+    /// Child to parent: it cannot go on, and why (UTF-8 text after the two header bytes, at
+    /// most [`MAX_TEXT`] bytes; no descriptors). Received as [`CtrlError::Failed`].
+    Failed = 7,
 }
+
+/// Longest text of a [`Kind::Failed`] message.
+pub(crate) const MAX_TEXT: usize = 4096;
 
 impl Kind {
     fn from_u8(b: u8) -> Option<Kind> {
@@ -64,6 +70,7 @@ impl Kind {
             4 => Kind::Go,
             5 => Kind::Stop,
             6 => Kind::Shared,
+            7 => Kind::Failed,
             _ => return None,
         })
     }
@@ -76,6 +83,8 @@ pub(crate) enum CtrlError {
     Eof,
     /// Nothing arrived in time.
     Timeout,
+    /// The child says it cannot go on ([`Kind::Failed`]), and why.
+    Failed(String),
     /// Anything else (a malformed message, an OS error).
     Other(String),
 }
@@ -85,6 +94,7 @@ impl std::fmt::Display for CtrlError {
         match self {
             CtrlError::Eof => f.write_str("control socket closed"),
             CtrlError::Timeout => f.write_str("timed out on the control socket"),
+            CtrlError::Failed(m) => f.write_str(m),
             CtrlError::Other(m) => f.write_str(m),
         }
     }
@@ -127,12 +137,32 @@ impl Ctrl {
         if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
             return Err(std::io::Error::other("control buffer too small"));
         }
-        let body = [kind as u8, fds.len() as u8];
+        self.send_body(&[kind as u8, fds.len() as u8], &mut anc)
+    }
+
+    /// Tells the parent that this child cannot go on, and why ([`Kind::Failed`]; the text is
+    /// cut to [`MAX_TEXT`] bytes on a character boundary).
+    pub(crate) fn send_failure(&self, why: &str) -> std::io::Result<()> {
+        let mut end = why.len().min(MAX_TEXT);
+        while !why.is_char_boundary(end) {
+            end -= 1;
+        }
+        let mut body = vec![Kind::Failed as u8, 0];
+        body.extend_from_slice(&why.as_bytes()[..end]);
+        let mut space: [MaybeUninit<u8>; 0] = [];
+        self.send_body(&body, &mut SendAncillaryBuffer::new(&mut space))
+    }
+
+    fn send_body(
+        &self,
+        body: &[u8],
+        anc: &mut SendAncillaryBuffer<'_, '_, '_>,
+    ) -> std::io::Result<()> {
         loop {
             match sendmsg(
                 &self.fd,
-                &[IoSlice::new(&body)],
-                &mut anc,
+                &[IoSlice::new(body)],
+                anc,
                 SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
             ) {
                 Ok(_) => return Ok(()),
@@ -157,7 +187,7 @@ impl Ctrl {
             let mut space =
                 vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
             let mut anc = RecvAncillaryBuffer::new(&mut space);
-            let mut body = [0u8; 2];
+            let mut body = [0u8; 2 + MAX_TEXT];
             let r = recvmsg(
                 &self.fd,
                 &mut [IoSliceMut::new(&mut body)],
@@ -185,8 +215,20 @@ impl Ctrl {
                 return Err(CtrlError::Other("truncated control message".into()));
             }
             let kind = Kind::from_u8(body[0])
-                .filter(|_| msg.bytes == 2)
-                .ok_or_else(|| CtrlError::Other(format!("bad control message {body:?}")))?;
+                .filter(|&k| msg.bytes == 2 || k == Kind::Failed)
+                .ok_or_else(|| {
+                    CtrlError::Other(format!(
+                        "bad control message {:?}",
+                        &body[..msg.bytes.min(8)]
+                    ))
+                })?;
+            if kind == Kind::Failed {
+                if !fds.is_empty() || body[1] != 0 {
+                    return Err(CtrlError::Other("failure report with descriptors".into()));
+                }
+                let text = String::from_utf8_lossy(&body[2..msg.bytes]).into_owned();
+                return Err(CtrlError::Failed(text));
+            }
             if usize::from(body[1]) != fds.len() {
                 return Err(CtrlError::Other(format!(
                     "control message announces {} descriptors, carries {}",
@@ -262,6 +304,26 @@ mod tests {
         drop(a);
         assert!(b.stop_or_eof_pending());
         assert!(matches!(b.recv(None), Err(CtrlError::Eof)));
+    }
+
+    #[test]
+    fn a_failure_report_carries_its_text() {
+        let (a, b) = Ctrl::pair().unwrap();
+        let b = Ctrl::from_fd(b);
+        a.send_failure("cannot create a channel: é").unwrap();
+        match b.recv(Some(Duration::from_secs(1))) {
+            Err(CtrlError::Failed(t)) => assert_eq!(t, "cannot create a channel: é"),
+            other => panic!("{other:?}"),
+        }
+        // Long texts are cut on a character boundary.
+        a.send_failure(&"é".repeat(MAX_TEXT)).unwrap();
+        match b.recv(Some(Duration::from_secs(1))) {
+            Err(CtrlError::Failed(t)) => assert!(t.len() <= MAX_TEXT && t.starts_with("éé")),
+            other => panic!("{other:?}"),
+        }
+        // A failure report may carry no descriptor.
+        rustix::net::send(&a, &[7, 1, b'x'], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
     }
 
     #[test]

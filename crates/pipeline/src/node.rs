@@ -117,16 +117,26 @@ impl Outputs {
         }
     }
     pub(crate) fn flush(&mut self, i: usize) -> Result<(), TransportError> {
-        if !self.pending[i].is_empty() {
-            self.txs[i].send(&self.pending[i])?;
-            self.pending[i].clear();
-            self.bytes[i] = 0;
-            self.zero_copy[i] = 0;
+        if self.pending[i].is_empty() {
+            return Ok(());
         }
-        Ok(())
+        // Sent or failed, the batch is done with: a failed one is not sent again with the
+        // error report that follows it.
+        let r = self.txs[i].send(&self.pending[i]);
+        self.pending[i].clear();
+        self.bytes[i] = 0;
+        self.zero_copy[i] = 0;
+        r
     }
     pub(crate) fn flush_all(&mut self) -> Result<(), TransportError> {
         (0..self.txs.len()).try_for_each(|i| self.flush(i))
+    }
+    /// The node waits for input: flushes, and lets every connection give back memory held
+    /// for large items that stopped coming.
+    pub(crate) fn idle(&mut self) -> Result<(), TransportError> {
+        self.flush_all()?;
+        self.txs.iter_mut().for_each(|t| t.idle());
+        Ok(())
     }
     /// Flushes everything; then the outputs may be closed (every consumer attached before
     /// the pipeline started, so nothing sent is lost).

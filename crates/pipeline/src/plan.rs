@@ -93,8 +93,16 @@ pub struct ChannelGeometry {
     pub slots: u32,
     /// Payload pool blocks: one per zero-copy array or per batch too large for the ring.
     pub blocks: u32,
-    /// Bytes per pool block (a zero-copy array must fit one).
+    /// Bytes per pool block: arrays up to this size (and batches too large for the ring) go
+    /// into blocks, whose pages stay reserved once used.
     pub block_size: usize,
+    /// Address space for arrays and batches larger than a block (shm-ring's
+    /// [`ChannelConfig::large_pool`](shm_ring::ChannelConfig::large_pool)): each goes
+    /// zero-copy into an extent of its own size, whose pages are reserved while large items
+    /// keep coming and given back after. Default [`shm_ring::machine_large_pool`] (twice the
+    /// machine's memory: items of any size it can hold travel). 0: none, so every array must
+    /// fit a block (and a larger one is an error naming this setting).
+    pub large_pool: usize,
 }
 
 impl Default for ChannelGeometry {
@@ -103,6 +111,7 @@ impl Default for ChannelGeometry {
             slots: 0,
             blocks: 8,
             block_size: 1 << 20,
+            large_pool: shm_ring::machine_large_pool(),
         }
     }
 }

@@ -21,7 +21,7 @@ use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 
 /// The child's control socket and how it names itself (set once in [`run_child`]).
-static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
+static CHILD: OnceLock<(Arc<Ctrl>, String, String)> = OnceLock::new();
 
 /// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
 /// is no news and the child exits quietly. The parent tells its children one after another, so
@@ -29,7 +29,7 @@ static CHILD: OnceLock<(Arc<Ctrl>, String)> = OnceLock::new();
 /// allows the message a moment to arrive (a real loss is reported at most that much later).
 fn stopping() -> bool {
     const GRACE: Duration = Duration::from_millis(200);
-    let Some((c, _)) = CHILD.get() else {
+    let Some((c, _, _)) = CHILD.get() else {
         return false;
     };
     if c.stop_or_eof_pending() {
@@ -42,8 +42,15 @@ fn stopping() -> bool {
 
 /// Logs a real problem of this child on stderr, named by role and pid.
 fn log(msg: &str) {
-    let me = CHILD.get().map_or("child", |(_, m)| m.as_str());
+    let me = CHILD.get().map_or("child", |(_, m, _)| m.as_str());
     eprintln!("shmpipe {me}: {msg}");
+}
+
+/// This child's role as error reports name it (`worker 0 (stage 0)`).
+fn role_name() -> String {
+    CHILD
+        .get()
+        .map_or_else(|| "child".into(), |(_, _, r)| r.clone())
 }
 
 /// What a child gets from the start-up hand-over.
@@ -59,8 +66,10 @@ struct Connected {
 /// `Err(code)`: exit with it.
 fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
     let (plan, role) = (&spec.plan, spec.role);
+    // The reason goes to the parent too, which reports it as what the pipeline failed of.
     let setup = |m: String| {
         log(&m);
+        let _ = ctrl.send_failure(&m);
         EXIT_SETUP
     };
     let quiet = |e: CtrlError| match e {
@@ -154,7 +163,11 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
-    let _ = CHILD.set((Arc::clone(&ctrl), spec.role.log_name()));
+    let _ = CHILD.set((
+        Arc::clone(&ctrl),
+        spec.role.log_name(),
+        spec.role.describe(),
+    ));
     let Connected { outs, ins, issued } = match hand_over(spec, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
@@ -239,7 +252,9 @@ fn run_emitter(
                     out.report(Report::Source { emitter: e, error });
                     EXIT_REPORTED
                 })?;
-                send(&mut out, item, &mut k).map_err(|e| lost("sending", &e))?;
+                if let Err(e) = send(&mut out, item, &mut k) {
+                    return Err(output_failed(&mut out, "sending", e));
+                }
             }
             epoch += 1;
         }
@@ -255,8 +270,30 @@ fn run_emitter(
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
         .and_then(|()| out.finish());
     match end {
-        Err(e) => lost("ending", &e),
+        Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
+    }
+}
+
+/// A send on an output failed: a lost peer is a consequence ([`lost`]); anything else is
+/// this child's own failure (a batch too large for the channel, say), reported downstream
+/// as what it is, so the parent raises it instead of "lost a peer". Returns the exit code.
+fn output_failed(out: &mut Outputs, what: &str, e: TransportError) -> i32 {
+    let role = role_name();
+    match e {
+        TransportError::Closed | TransportError::PeerDied(_) => lost(what, &e),
+        _ if stopping() => EXIT_STOPPED,
+        TransportError::TooLarge(message) => {
+            log(&format!("{what}: {message}"));
+            out.report(Report::TooLarge { role, message });
+            EXIT_REPORTED
+        }
+        TransportError::Other(m) => {
+            let message = format!("{what}: {m}");
+            log(&message);
+            out.report(Report::Other { role, message });
+            EXIT_REPORTED
+        }
     }
 }
 
@@ -474,12 +511,14 @@ fn run_worker(
             return EXIT_REPORTED;
         }
     };
+    // Most bytes of outputs a run of inputs holds before they go out (see the loop below).
+    let run_bytes = (4 * plan.batch_bytes).max(64 << 10);
     let mut stats = Stats::default();
     let mut outputs = Vec::new();
     // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
     let mut groups: Vec<(u32, u64, bool, usize)> = Vec::new();
     loop {
-        let next = ins.next(&mut || out.flush_all());
+        let next = ins.next(&mut || out.idle());
         let frames = match next {
             Ok(Some((_, frames))) => frames,
             Ok(None) => break,
@@ -490,15 +529,21 @@ fn run_worker(
                 );
             }
             Err(NextError::Input(i, e)) => return lost(&format!("input {i}"), &e),
-            Err(NextError::Idle(e)) => return lost("output", &e),
+            Err(NextError::Idle(e)) => return output_failed(&mut out, "output", e),
         };
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
             // A run of items: all through the chain first (timed as a whole when the chain
-            // has one step), then their outputs in order.
+            // has one step), then their outputs in order. A run ends once its outputs hold
+            // `run_bytes` of arrays: a batch of many small records (row numbers, say) whose
+            // outputs are large is not all held at once (issue 18: it grew every worker's heap
+            // by megabytes, so the memory of a shared dataset grew with the workers).
             let t0 = (!chain.per_call).then(Instant::now);
             let mut failed = None;
-            while let Some(Frame::Item { .. }) = frames.peek() {
+            let mut run_out = 0usize;
+            while run_out < run_bytes
+                && let Some(Frame::Item { .. }) = frames.peek()
+            {
                 let Some(Frame::Item { e, k, last, item }) = frames.next() else {
                     break;
                 };
@@ -512,10 +557,12 @@ fn run_worker(
                         format!("emitter {e}, record {k}")
                     }
                 };
+                let before = outputs.len();
                 if let Err(r) = chain.run(item, (e, k), &input, &mut outputs) {
                     failed = Some(r);
                     break;
                 }
+                run_out += outputs[before..].iter().map(Item::nbytes).sum::<usize>();
                 groups.push((e, k, last, outputs.len()));
             }
             if let (Some(t0), Some(step)) = (t0, chain.steps.first_mut()) {
@@ -540,11 +587,14 @@ fn run_worker(
             }
             drop(outs);
             if let Err(e) = sent {
-                return lost("output", &e);
+                return output_failed(&mut out, "output", e);
             }
             if let Some(r) = failed {
                 out.report(r);
                 return EXIT_REPORTED;
+            }
+            if let Some(Frame::Item { .. }) = frames.peek() {
+                continue; // the run ended on its bytes: the next one
             }
             let Some(f) = frames.next() else { break };
             let sent = match f {
@@ -564,7 +614,7 @@ fn run_worker(
                 }
             };
             if let Err(e) = sent {
-                return lost("output", &e);
+                return output_failed(&mut out, "output", e);
             }
         }
     }
@@ -586,7 +636,7 @@ fn run_worker(
         )
     });
     if let Err(e) = sent {
-        return lost("output", &e);
+        return output_failed(&mut out, "output", e);
     }
     let mut own = Stats {
         steps: chain
@@ -603,7 +653,7 @@ fn run_worker(
         .and_then(|()| (1..out.len()).try_for_each(|i| out.push(i, Frame::Eos(Stats::default()))))
         .and_then(|()| out.finish());
     match end {
-        Err(e) => lost("ending", &e),
+        Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
     }
 }

@@ -16,8 +16,16 @@ fn map_err(e: shm_ring::Error) -> TransportError {
     match e {
         shm_ring::Error::Disconnected => TransportError::Closed,
         shm_ring::Error::PeerDied { .. } => TransportError::PeerDied(e.to_string()),
-        shm_ring::Error::TooLarge { .. } => TransportError::Other(format!(
-            "{e} (raise the pool block size with PipelineBuilder::channel, or lower batch_bytes)"
+        shm_ring::Error::TooLarge {
+            what,
+            needed,
+            limit,
+            ..
+        } => TransportError::TooLarge(format!(
+            "{what} needs {needed} bytes but this pipeline's channels carry at most {limit}: \
+             raise ChannelGeometry::large_pool (PipelineBuilder::channel; the default \
+             shm_ring::machine_large_pool() carries any item the machine holds) or \
+             ChannelGeometry::block_size"
         )),
         other => TransportError::Other(other.to_string()),
     }
@@ -40,6 +48,7 @@ pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
         slot_size: SLOT_SIZE,
         blocks: plan.channel.blocks,
         block_size: plan.channel.block_size,
+        large_pool: plan.channel.large_pool,
         transfer: plan.transfer,
         wait: sender_wait(plan.process_count(), cpus()),
         ..ChannelConfig::default()
@@ -129,6 +138,12 @@ impl Tx for ShmTx {
         let s = self.tx.stats();
         (s.zero_copy_arrays, s.copied_arrays)
     }
+
+    fn idle(&mut self) {
+        // Large extents the consumer is done with, unused for a while, give their pages back
+        // even if this producer sends nothing more for a long time.
+        let _ = self.tx.trim_memory(shm_ring::LARGE_KEEP);
+    }
 }
 
 struct ShmRx {
@@ -172,12 +187,17 @@ impl ShmRx {
             // pinned, so the producer can always go on (one message never needs more than half
             // of its blocks); beyond that, copy.
             live.retain(|w| w.strong_count() > 0);
-            let pinned: usize = live
+            let (pinned, pinned_large) = live
                 .iter()
                 .filter_map(Weak::upgrade)
-                .map(|m| m.leased_blocks())
-                .sum();
-            let lease = msg.leased_blocks() > 0 && pinned + msg.leased_blocks() <= *cap;
+                .fold((0, 0), |(n, b), m| {
+                    (n + m.leased_blocks(), b + m.leased_large_bytes())
+                });
+            // Extents of the large size class: at most half of what the producer may have out
+            // (larger items are copied out), so it always finds room for the next one.
+            let lease = msg.leased_blocks() > 0
+                && pinned + msg.leased_blocks() <= *cap
+                && pinned_large + msg.leased_large_bytes() <= shm_ring::LARGE_IN_FLIGHT / 2;
             let cx = lease.then_some(&msg);
             wire::decode(msg.view(), &mut frames, cx).map_err(shm_ring::Error::Corrupt)?;
             if lease && Arc::strong_count(&msg) > 1 {

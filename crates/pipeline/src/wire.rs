@@ -99,6 +99,11 @@ pub(crate) enum Report {
         role: String,
         message: String,
     },
+    /// An item or batch too large for the channel (`TransportError::TooLarge`).
+    TooLarge {
+        role: String,
+        message: String,
+    },
 }
 
 /// Why a transport operation failed.
@@ -108,6 +113,9 @@ pub(crate) enum TransportError {
     Closed,
     /// The peer died.
     PeerDied(String),
+    /// What was to be sent exceeds what the connection carries (a setting to raise; the
+    /// message says which).
+    TooLarge(String),
     /// Anything else.
     Other(String),
 }
@@ -117,7 +125,7 @@ impl std::fmt::Display for TransportError {
         match self {
             TransportError::Closed => f.write_str("connection closed"),
             TransportError::PeerDied(m) => write!(f, "peer died: {m}"),
-            TransportError::Other(m) => f.write_str(m),
+            TransportError::TooLarge(m) | TransportError::Other(m) => f.write_str(m),
         }
     }
 }
@@ -130,6 +138,9 @@ pub(crate) trait Tx: Send {
     fn transfer_counts(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Called while the node waits for input: a chance to give back memory held for
+    /// large items that stopped coming.
+    fn idle(&mut self) {}
 }
 
 /// The receiving end of one connection.
@@ -282,6 +293,7 @@ const REP_BAD_RECORD: u64 = 2;
 const REP_IO: u64 = 3;
 const REP_SOURCE_OTHER: u64 = 4;
 const REP_OTHER: u64 = 5;
+const REP_TOO_LARGE: u64 = 6;
 
 fn report<'a>(b: MessageBuilder<'a>, r: &'a Report) -> MessageBuilder<'a> {
     match r {
@@ -330,6 +342,10 @@ fn report<'a>(b: MessageBuilder<'a>, r: &'a Report) -> MessageBuilder<'a> {
             .record_tag(REP_OTHER)
             .meta_str("role", clip(role))
             .meta_str("message", clip(message)),
+        Report::TooLarge { role, message } => b
+            .record_tag(REP_TOO_LARGE)
+            .meta_str("role", clip(role))
+            .meta_str("message", clip(message)),
     }
 }
 
@@ -373,6 +389,10 @@ fn read_report(r: &shm_ring::RecordView<'_>) -> Result<Report, String> {
             error: SourceError::Other(s("message")?),
         },
         REP_OTHER => Report::Other {
+            role: s("role")?,
+            message: s("message")?,
+        },
+        REP_TOO_LARGE => Report::TooLarge {
             role: s("role")?,
             message: s("message")?,
         },

@@ -116,6 +116,7 @@ fn channels_larger_than_memory_are_a_clear_error_at_start() {
             slots: 0,
             blocks: 4096,
             block_size: 1 << 30,
+            ..shmpipe::ChannelGeometry::default()
         })
         .start()
         .unwrap_err();
@@ -187,6 +188,8 @@ fn an_item_too_large_for_the_channel_is_a_clear_error() {
             slots: 64,
             blocks: 4,
             block_size: 64 << 10,
+            // Explicitly limited: without a large pool, an array must fit a block.
+            large_pool: 0,
         })
         .start()
         .unwrap();

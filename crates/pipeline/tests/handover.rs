@@ -137,6 +137,7 @@ fn pools_larger_than_dev_shm_work() {
                 slots: 256,
                 blocks: 16,
                 block_size: 4 << 20,
+                ..shmpipe::ChannelGeometry::default()
             })
             .start()
             .unwrap_or_else(|e| {

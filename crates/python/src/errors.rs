@@ -64,10 +64,41 @@ pub fn ring_err(e: shm_ring::Error) -> PyErr {
             CorruptMessage::new_err(msg)
         }
         E::Disconnected => Disconnected::new_err(msg),
-        E::InvalidArgument(_) | E::TooLarge { .. } => PyValueError::new_err(msg),
+        E::TooLarge {
+            what,
+            needed,
+            limit,
+            setting,
+        } => PyValueError::new_err(too_large(what, needed, limit, setting)),
+        E::InvalidArgument(_) => PyValueError::new_err(msg),
         E::NotFound(_) => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
         E::AlreadyExists(_) => pyo3::exceptions::PyFileExistsError::new_err(msg),
         _ => ShmpipeError::new_err(msg),
+    }
+}
+
+/// A channel's size limit in the parameters of `Sender.create` (the Rust message names
+/// `ChannelConfig` fields; a Python channel has no large pool, so its block is the limit).
+fn too_large(what: &str, needed: usize, limit: usize, setting: &str) -> String {
+    if setting == "ChannelConfig::blocks" {
+        format!(
+            "{what} needs {needed} pool blocks but the channel has {limit}: create the Sender \
+             with blocks={needed} or more"
+        )
+    } else if setting.contains("slots") {
+        format!(
+            "{what} needs {needed} bytes but the descriptor ring takes at most {limit}: create \
+             the Sender with more slots= (or with blocks= so that large records travel in the \
+             pool)"
+        )
+    } else if setting.starts_with("ChannelConfig::") {
+        format!(
+            "{what} needs {needed} bytes but the limit is {limit} bytes: create the Sender with \
+             block_size={needed} or more (each array of a message travels in one block of the \
+             channel's pool), or send it through a Pipeline, which carries items of any size"
+        )
+    } else {
+        format!("{what} needs {needed} bytes but the limit is {limit} bytes: change {setting}")
     }
 }
 
@@ -109,6 +140,15 @@ pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
             let _ = v.setattr("pid", pid);
             let _ = v.setattr("status", status);
             err
+        }
+        E::TooLarge { role, message } => {
+            // The Rust message names ChannelGeometry; a Python user has `channel=`.
+            let what = message.split(": raise").next().unwrap_or(&message);
+            PipelineError::new_err(format!(
+                "pipeline {role}: {what}: raise large_pool, the 4th value of \
+                 channel=(slots, blocks, block_size, large_pool), or leave it out (the default \
+                 carries any item the machine holds)"
+            ))
         }
         E::Interrupted => PyKeyboardInterrupt::new_err(msg),
         E::Timeout => PyTimeoutError::new_err(msg),

@@ -120,10 +120,16 @@ fn build(
     }
     if let Some(c) = spec["channel"].as_array() {
         let g = |i: usize| c.get(i).and_then(Value::as_u64).unwrap_or(0);
+        let d = shmpipe::ChannelGeometry::default();
         b = b.channel(shmpipe::ChannelGeometry {
             slots: g(0) as u32,
             blocks: g(1) as u32,
             block_size: g(2) as usize,
+            // A 4th value: the large pool (items over a block); default: any size.
+            large_pool: c
+                .get(3)
+                .and_then(Value::as_u64)
+                .map_or(d.large_pool, |v| v as usize),
         });
     }
     if spec["staged"].as_bool() == Some(true) {

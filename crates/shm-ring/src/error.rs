@@ -3,6 +3,10 @@
 use std::fmt;
 use std::io;
 
+/// The `setting` of [`Error::TooLarge`] for an array, body or loan over the block size on a
+/// channel without a large pool: either setting lifts the limit.
+pub const BLOCK_OR_LARGE_POOL: &str = "ChannelConfig::block_size or ChannelConfig::large_pool";
+
 /// What went wrong in a segment or channel operation.
 ///
 /// Errors that concern shared memory contents ([`Error::Corrupt`]) mean that a peer wrote
@@ -149,6 +153,14 @@ impl fmt::Display for Error {
                         "{what} needs {needed} bytes but the descriptor ring takes at most \
                          {limit}: raise {setting} (slots x slot_size must be at least 4x the \
                          record), or give the channel pool blocks (ChannelConfig::blocks)"
+                    )
+                } else if *setting == BLOCK_OR_LARGE_POOL {
+                    write!(
+                        f,
+                        "{what} needs {needed} bytes but the limit is {limit} bytes: set \
+                         ChannelConfig::block_size to at least {needed}, or give the channel a \
+                         large pool for items of any size (ChannelConfig::large_pool, e.g. \
+                         shm_ring::machine_large_pool()), when creating the Sender"
                     )
                 } else {
                     write!(

@@ -99,7 +99,8 @@ pub mod transfer;
 pub use calibrate::{Calibration, calibrate};
 #[cfg(not(loom))]
 pub use channel::{
-    ChannelConfig, Message, Receiver, Sender, SenderStats, TypedReceiver, TypedSender, WaitConfig,
+    ChannelConfig, LARGE_IN_FLIGHT, LARGE_KEEP, MAX_LARGE_POOL, Message, Receiver, Sender,
+    SenderStats, TypedReceiver, TypedSender, WaitConfig, machine_large_pool,
 };
 #[cfg(all(not(loom), feature = "layout-internals"))]
 #[doc(hidden)]
@@ -109,7 +110,7 @@ pub use channel::{
 #[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
-pub use error::Error;
+pub use error::{BLOCK_OR_LARGE_POOL, Error};
 #[cfg(not(loom))]
 pub use message::{
     ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, PositionalRecord, PositionalView,

@@ -23,6 +23,28 @@ pub(crate) struct PoolGeom {
     pub block_size: usize,
     /// Number of blocks.
     pub blocks: u32,
+    /// Offset of the large size class's area (page-aligned, after the blocks).
+    pub large_off: usize,
+    /// Bytes of that area (0: no large size class). Extent `page` is block index
+    /// `blocks + page`.
+    pub large_len: usize,
+}
+
+impl PoolGeom {
+    /// Where `len` bytes of block index `idx` (a block, or an extent of the large size class)
+    /// start in the segment, if they lie inside the pool: blocks hold at most `block_size`
+    /// bytes, extents anything up to the end of the area. Checked arithmetic: `idx` and `len`
+    /// may come from a hostile peer.
+    #[inline]
+    pub(crate) fn locate(&self, idx: u64, len: u64) -> Option<usize> {
+        if idx < u64::from(self.blocks) {
+            return (len <= self.block_size as u64)
+                .then(|| self.off + idx as usize * self.block_size);
+        }
+        let at = (idx - u64::from(self.blocks)).checked_mul(4096)?;
+        let end = at.checked_add(len)?;
+        (end <= self.large_len as u64).then(|| self.large_off + at as usize)
+    }
 }
 
 /// Shared by a [`crate::Sender`] and every loan it handed out.
@@ -37,12 +59,11 @@ pub(crate) struct PoolHome {
 }
 
 impl PoolHome {
-    /// Start of block `idx`.
+    /// Start of block `idx` (a block, or an extent of the large size class).
     pub fn block_ptr(&self, idx: u32) -> *mut u8 {
-        debug_assert!(idx < self.geom.blocks);
-        self.seg
-            .as_ptr()
-            .wrapping_add(self.geom.off + idx as usize * self.geom.block_size)
+        let at = self.geom.locate(u64::from(idx), 0);
+        debug_assert!(at.is_some(), "block {idx} outside the pool");
+        self.seg.as_ptr().wrapping_add(at.unwrap_or(0))
     }
 }
 

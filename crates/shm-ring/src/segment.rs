@@ -278,6 +278,22 @@ impl Segment {
             .map_err(|e| no_space(e, &self.file, &self.label, end))
     }
 
+    /// Gives back the pages of `[off, off + len)` (inside the segment): they become a hole
+    /// again, address space only, reading as zeros until [`Segment::commit`] reserves them.
+    /// Only the creator decommits, and only memory no peer is reading.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a range outside the segment; [`Error::Os`].
+    pub(crate) fn decommit(&self, off: usize, len: usize) -> Result<(), Error> {
+        if off.checked_add(len).is_none_or(|e| e > self.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "decommit of {len} bytes at {off} outside a segment of {}",
+                self.len()
+            )));
+        }
+        sys::punch(&self.file, off as u64, len as u64).map_err(Error::from)
+    }
+
     /// Marks the segment initialised, with the `kind` of what its user area holds. Nothing
     /// beyond the header may be written by the creator's peers before this; openers refuse a
     /// segment that is not published.

@@ -138,6 +138,22 @@ pub fn memfds(pid: u32) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Bytes of memory allocated to the distinct memfds that processes `pids` hold open
+/// (`st_blocks x 512`, each file counted once): what shared-memory channels commit.
+pub fn memfd_bytes(pids: &[u32]) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashMap::new();
+    for &pid in pids {
+        for fd in memfds(pid) {
+            // `metadata` follows the link to the memfd's inode.
+            if let Ok(m) = std::fs::metadata(&fd) {
+                seen.insert((m.dev(), m.ino()), m.blocks() * 512);
+            }
+        }
+    }
+    seen.values().sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -228,7 +244,13 @@ mod tests {
                 .any(|p| std::fs::read_link(p).is_ok_and(|l| l.to_string_lossy().contains(&name)))
         };
         assert!(ours(memfds(std::process::id())));
+        let me = [std::process::id()];
+        let before = memfd_bytes(&me);
+        rustix::fs::ftruncate(&fd, 1 << 20).unwrap();
+        rustix::fs::fallocate(&fd, rustix::fs::FallocateFlags::empty(), 0, 1 << 20).unwrap();
+        assert_eq!(memfd_bytes(&me), before + (1 << 20));
         drop(fd);
         assert!(!ours(memfds(std::process::id())));
+        assert_eq!(memfd_bytes(&me), before);
     }
 }

@@ -39,8 +39,14 @@ struct Args {
     #[arg(long, default_value_t = 600_000)]
     windows: usize,
     /// Worker counts to measure.
-    #[arg(long, value_delimiter = ',', default_value = "2,4")]
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
     workers: Vec<usize>,
+    /// Print each process's PSS (heap, files, shared memory) at every sample.
+    #[arg(long)]
+    detail: bool,
+    /// Measure only the shared memfd (not the per-worker copies).
+    #[arg(long)]
+    shared_only: bool,
 }
 
 /// Removes the temporary directory on drop, also on error or panic.
@@ -52,14 +58,46 @@ impl Drop for TempDir {
     }
 }
 
-/// Summed PSS (KiB) of this process and all its children.
+/// Print where each process's PSS lies (`--detail`).
+static DETAIL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Summed PSS (KiB) of this process and all its children; with `--detail`, prints each
+/// process's PSS split into anonymous memory (heap), files and shared memory.
 fn group_pss_kib() -> u64 {
     let me = std::process::id();
-    let kids: u64 = children(me)
-        .into_iter()
-        .filter_map(|p| pss_kib(p).ok())
-        .sum();
-    pss_kib(me).unwrap_or(0) + kids
+    let mut pids = vec![me];
+    pids.extend(children(me));
+    let detail = DETAIL.load(std::sync::atomic::Ordering::Relaxed);
+    let mut sum = 0;
+    for p in pids {
+        let Ok(kib) = pss_kib(p) else { continue };
+        sum += kib;
+        if detail {
+            let text =
+                std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).unwrap_or_default();
+            let field = |k: &str| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .map_or("?", |v| v.trim().trim_end_matches(" kB"))
+                    .to_owned()
+            };
+            let role = std::fs::read(format!("/proc/{p}/environ"))
+                .ok()
+                .and_then(|e| {
+                    let e = String::from_utf8_lossy(&e).into_owned();
+                    let i = e.find("\"role\":")?;
+                    Some(e[i + 7..].chars().take(40).collect::<String>())
+                })
+                .unwrap_or_else(|| "parent".into());
+            println!(
+                "    pid {p:>7} PSS {kib:>7} KiB: anon {:>7} file {:>6} shmem {:>7}  {role}",
+                field("Pss_Anon:"),
+                field("Pss_File:"),
+                field("Pss_Shmem:")
+            );
+        }
+    }
+    sum
 }
 
 /// Calls `f` with a progress callback that samples the group PSS once, at 75% of
@@ -134,7 +172,7 @@ fn per_worker_pss(
         epochs: epochs_for(series),
         workers,
         emitters: 1,
-        group: 16,
+        group_bytes: shmpipe_timeseries::pipeline::DEFAULT_GROUP_BYTES,
         seed: 0,
     };
     sampled((series * cfg.epochs) as u64, |cb| {
@@ -147,6 +185,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     shmpipe::init(&reg); // worker and emitter processes run here and exit
     let a = Args::parse();
     WINDOWS.store(a.windows, std::sync::atomic::Ordering::Relaxed);
+    DETAIL.store(a.detail, std::sync::atomic::Ordering::Relaxed);
 
     let dir = std::env::temp_dir().join(format!("shmpipe-ts-pss-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
@@ -188,18 +227,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "data held", "workers", "PSS MB", "fixed MB", "(PSS-fixed)/dataset"
     );
     for &w in &a.workers {
-        for (label, big, fixed) in [
-            (
-                "shared memfd",
-                shared_pss(&reg, &path, w)?,
-                shared_pss(&reg, &small, w)?,
-            ),
-            (
+        let mut rows = vec![(
+            "shared memfd",
+            shared_pss(&reg, &path, w)?,
+            shared_pss(&reg, &small, w)?,
+        )];
+        if !a.shared_only {
+            rows.push((
                 "per-worker copies",
                 per_worker_pss(&reg, &path, series, w)?,
                 per_worker_pss(&reg, &small, 20, w)?,
-            ),
-        ] {
+            ));
+        }
+        for (label, big, fixed) in rows {
             let ratio = big.saturating_sub(fixed) as f64 / data_kib as f64;
             println!(
                 "{label:>18} {w:>7} {:>10.1} {:>10.1} {ratio:>19.2}x{}",

@@ -62,9 +62,9 @@ struct Args {
     /// Emitter processes.
     #[arg(long, default_value_t = 1)]
     emitters: usize,
-    /// Series (or JSON lines) per record from emitter to worker.
-    #[arg(long, default_value_t = shmpipe_timeseries::pipeline::DEFAULT_GROUP)]
-    group: usize,
+    /// Bytes of series (JSON lines, or parsed arrays) per record from emitter to worker.
+    #[arg(long, default_value_t = shmpipe_timeseries::pipeline::DEFAULT_GROUP_BYTES)]
+    group_bytes: usize,
     /// Series in the generated dataset (default 4000, or 2000 with --long).
     #[arg(long)]
     series: Option<usize>,
@@ -284,7 +284,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
             epochs,
             workers: a.workers,
             emitters: a.emitters,
-            group: a.group,
+            group_bytes: a.group_bytes,
             seed: a.seed,
         };
         let pb = bar((series * epochs) as u64, label);

@@ -15,7 +15,7 @@
 //! let cfg = WorkloadConfig {
 //!     source: WorkloadSource::JsonLines("data.jsonl".into()),
 //!     chain: ChainConfig::default(),
-//!     batch_size: 32, epochs: 3, workers: 2, emitters: 1, group: 16, seed: 0,
+//!     batch_size: 32, epochs: 3, workers: 2, emitters: 1, group_bytes: 64 << 10, seed: 0,
 //! };
 //! let stats = run_workload(&reg, &cfg, |_| {}).unwrap();
 //! println!("{:.0} windows/s", stats.windows_per_sec());
@@ -43,13 +43,18 @@ use step::TrainStep;
 
 use crate::period::Freq;
 use crate::workload::{
-    WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, consume_batches,
+    Split, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, consume_batches,
+    mean_window,
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
 /// Args: [`ChainConfig::to_args`](crate::workload::ChainConfig::to_args) (`{"freq",
 /// "context_length", "prediction_length", "num_instances", "fused", "split", "min_past",
-/// "min_future"}`) and `"batch_size"`.
+/// "min_future", "mean_window"}`) and `"batch_size"`; for training without `"mean_window"`,
+/// `"data_path"` (the file) makes each worker compute it
+/// ([`crate::workload::mean_window`]). Windows are drawn from each record's
+/// seed ([`shmpipe::item_seed`]): with a mean window they are the same for any number of
+/// workers.
 pub const STEP_TRAIN: &str = "gluonts_train";
 /// Step: parse raw lines into entries only (for the staged layout).
 pub const STEP_PARSE: &str = "gluonts_parse";
@@ -57,19 +62,23 @@ pub const STEP_PARSE: &str = "gluonts_parse";
 pub const STEP_TRANSFORM: &str = "gluonts_transform";
 /// Step: stack windows into batches only (`{"batch_size"}`).
 pub const STEP_BATCH: &str = "gluonts_batch";
-/// Source: the raw lines of a JSON-lines file (`{"path", "group"}`), parsed by the workers
-/// on every pass; one record holds `group` consecutive lines (default [`DEFAULT_GROUP`]).
+/// Source: the raw lines of a JSON-lines file (`{"path", "group_bytes"}`), parsed by the
+/// workers on every pass; one record holds consecutive lines of up to `group_bytes` bytes
+/// together (default [`DEFAULT_GROUP_BYTES`]; a longer line alone).
 pub const SOURCE_LINES: &str = "gluonts_lines";
-/// Source: a JSON-lines file (`{"path", "freq", "group"}`) parsed once by the emitter, then
-/// served from memory on every pass; one record holds `group` series.
+/// Source: a JSON-lines file (`{"path", "freq", "group_bytes"}`) parsed once by the
+/// emitter, then served from memory on every pass; one record holds series of up to
+/// `group_bytes` bytes of arrays together.
 pub const SOURCE_PARSED: &str = "gluonts_parsed";
 
-/// Source: the line numbers of a JSON-lines file (`{"path", "group"}`), `group` per
-/// record; the workers hold the parsed file (step arg `"cache_path"`) and look the
-/// series up, like a map-style dataset with an index sampler (PyTorch's `DataLoader`).
+/// Source: the line numbers of a JSON-lines file (`{"path", "group_bytes"}`), those of
+/// lines of up to `group_bytes` bytes together per record; the workers hold the parsed file
+/// (step arg `"cache_path"`) and look the series up, like a map-style dataset with an index
+/// sampler (PyTorch's `DataLoader`).
 pub const SOURCE_INDICES: &str = "gluonts_indices";
-/// Source: byte ranges of the lines of a JSON-lines file (`{"path", "group"}`); the
-/// workers read (`pread`) and parse those bytes on every pass (step arg `"read_path"`).
+/// Source: byte ranges of the lines of a JSON-lines file (`{"path", "group_bytes"}`),
+/// grouped as [`SOURCE_INDICES`]; the workers read (`pread`) and parse those bytes on every
+/// pass (step arg `"read_path"`).
 pub const SOURCE_RANGES: &str = "gluonts_ranges";
 /// Name of the `i64` array of `(offset, length, line)` triples sent by [`SOURCE_RANGES`].
 pub const RANGES_FIELD: &str = "line_ranges";
@@ -88,8 +97,10 @@ pub const ITEM_ID_META: &str = "item_id";
 /// Metadata of a grouped in-memory record: number of series in it. Series `j`'s
 /// arrays and metadata are named `"{j}/{name}"`.
 pub const GROUP_META: &str = "group";
-/// Default number of series (or lines) per record crossing from emitter to worker.
-pub const DEFAULT_GROUP: usize = 1;
+/// Default bytes of series (JSON text, or parsed arrays) per record crossing from an emitter
+/// to a worker: records stay far below a pool block and the work per record even, while a
+/// record of short series still carries many of them.
+pub const DEFAULT_GROUP_BYTES: usize = 64 << 10;
 /// Array of a batch item: `forecast_start` ordinals, `i64`, one per row.
 pub const FORECAST_START_FIELD: &str = "forecast_start";
 /// Array of a batch item: `start` ordinals, `i64`, one per row.
@@ -113,19 +124,34 @@ pub fn register(reg: Registry) -> Registry {
         TrainStep::from_context(cx, false, true)
     })
     .source(SOURCE_LINES, |cx: &SourceContext<'_>| {
-        LinesSource::open(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+        LinesSource::open(
+            &path_arg(cx.args)?,
+            group_bytes_arg(cx.args),
+            cx.part,
+            cx.parts,
+        )
     })
     .source(SOURCE_RANGES, |cx: &SourceContext<'_>| {
-        I64Records::ranges(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+        I64Records::ranges(
+            &path_arg(cx.args)?,
+            group_bytes_arg(cx.args),
+            cx.part,
+            cx.parts,
+        )
     })
     .source(SOURCE_INDICES, |cx: &SourceContext<'_>| {
-        I64Records::indices(&path_arg(cx.args)?, group_arg(cx.args), cx.part, cx.parts)
+        I64Records::indices(
+            &path_arg(cx.args)?,
+            group_bytes_arg(cx.args),
+            cx.part,
+            cx.parts,
+        )
     })
     .source(SOURCE_PARSED, |cx: &SourceContext<'_>| {
         ParsedSource::open(
             &path_arg(cx.args)?,
             freq_arg(cx.args),
-            group_arg(cx.args),
+            group_bytes_arg(cx.args),
             cx.part,
             cx.parts,
         )
@@ -139,10 +165,10 @@ fn path_arg(args: &serde_json::Value) -> Result<PathBuf, SourceError> {
         .ok_or_else(|| SourceError::Other("source needs a \"path\" argument".into()))
 }
 
-fn group_arg(args: &serde_json::Value) -> usize {
-    args["group"]
+fn group_bytes_arg(args: &serde_json::Value) -> usize {
+    args["group_bytes"]
         .as_u64()
-        .map_or(DEFAULT_GROUP, |g| g.max(1) as usize)
+        .map_or(DEFAULT_GROUP_BYTES, |g| g as usize)
 }
 
 fn freq_arg(args: &serde_json::Value) -> Result<Freq, String> {
@@ -206,7 +232,14 @@ pub fn run_workload_with(
             ));
         }
     };
-    let c = &cfg.chain;
+    let mut c = cfg.chain.clone();
+    // The training sampler's mean window from the whole file, once, here: the windows of a
+    // series then do not depend on which worker gets it.
+    if c.split == Split::Train && c.mean_window.is_none() {
+        c.mean_window = mean_window(args, &c)
+            .map_err(|e| WorkloadError::Pipeline(format!("{}: {e}", args.display())))?;
+    }
+    let c = &c;
     let mut step_args = c.to_args();
     step_args["batch_size"] = json!(cfg.batch_size);
     match &cfg.source {
@@ -222,7 +255,7 @@ pub fn run_workload_with(
             json!({
                 "path": args.display().to_string(),
                 "freq": c.freq.to_string(),
-                "group": cfg.group,
+                "group_bytes": cfg.group_bytes,
             }),
         )
         .emitters(cfg.emitters.max(1))

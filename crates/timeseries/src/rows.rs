@@ -34,7 +34,9 @@ use crate::period::Freq;
 use crate::pipeline::{I64Records, batch_to_item, entry_to_item};
 use crate::shared::SharedDataset;
 use crate::transform::Chain;
-use crate::workload::{ChainConfig, WorkloadError, WorkloadStats, consume_batches, training_chain};
+use crate::workload::{
+    ChainConfig, Split, WorkloadError, WorkloadStats, consume_batches, training_chain,
+};
 
 /// Source: the row numbers `0..rows` (`{"rows", "group"}`), `group` per record.
 pub const SOURCE_ROWS: &str = "gluonts_rows";
@@ -107,6 +109,38 @@ impl RowStore {
             }
             StoreSpec::Shared(ds) => Ok(ds.len()),
         }
+    }
+
+    /// The training sampler's mean admissible window over the store's series (see
+    /// [`ChainConfig::mean_window`]; opens the dataset for an Arrow store).
+    fn mean_window(&self, cfg: &ChainConfig) -> Result<Option<f64>, String> {
+        let lens: Vec<usize> = match &self.0 {
+            StoreSpec::ArrowRead(path) => {
+                target_lens(&ArrowDataset::open(path, cfg.freq).map_err(|e| e.to_string())?)?
+            }
+            StoreSpec::ArrowShared { path, memfd } => {
+                let fd = memfd.try_clone().map_err(|e| e.to_string())?;
+                target_lens(
+                    &ArrowDataset::from_sealed_memfd(path, fd, cfg.freq)
+                        .map_err(|e| e.to_string())?,
+                )?
+            }
+            StoreSpec::Shared(ds) => (0..ds.len())
+                .map(|i| ds.entry(i).map(|e| target_len(&e)))
+                .collect::<Result<_, _>>()
+                .map_err(|e| e.to_string())?,
+        };
+        let (min_past, min_future) = (cfg.min_past, cfg.min_future());
+        let windows: Vec<u64> = lens
+            .iter()
+            .map(|&n| crate::sampler::bounds(n, min_past, min_future))
+            .filter(|(a, b)| b >= a)
+            .map(|(a, b)| (b - a + 1) as u64)
+            .collect();
+        Ok(
+            (!windows.is_empty())
+                .then(|| windows.iter().sum::<u64>() as f64 / windows.len() as f64),
+        )
     }
 
     /// The store's part of the step args; shares its memfd with the pipeline of `b`.
@@ -197,7 +231,12 @@ struct RowsStep {
 }
 
 impl Step for RowsStep {
+    /// Windows drawn from the record's own seed ([`shmpipe::item_seed`]), as
+    /// [`STEP_TRAIN`](crate::pipeline::STEP_TRAIN) does: the same for any number of workers.
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        if let (Some(chain), Some(seed)) = (&mut self.chain, shmpipe::item_seed()) {
+            chain.reseed(seed);
+        }
         let rows = item
             .remove(ROWS_FIELD)
             .and_then(|a| a.into_typed::<i64>().ok())
@@ -232,6 +271,19 @@ impl Step for RowsStep {
         }
         Ok(())
     }
+}
+
+/// Time lengths of the targets of an Arrow dataset.
+fn target_lens(d: &ArrowDataset) -> Result<Vec<usize>, String> {
+    (0..d.len())
+        .map(|i| d.entry(i).map(|e| target_len(&e)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())
+}
+
+/// Time length of an entry's target (0 without one).
+fn target_len(e: &DataEntry) -> usize {
+    e.get(crate::field::TARGET).map_or(0, |t| t.time_len())
 }
 
 /// Metadata of an unbatched output: the row it came from.
@@ -308,7 +360,12 @@ impl RowStore {
         b: &mut PipelineBuilder,
         cfg: &RowsWorkload,
     ) -> Result<serde_json::Value, WorkloadError> {
-        let mut args = cfg.chain.to_args();
+        let mut chain = cfg.chain.clone();
+        // The same windows for any number of workers (see `ChainConfig::mean_window`).
+        if chain.split == Split::Train && chain.mean_window.is_none() {
+            chain.mean_window = self.mean_window(&chain).map_err(WorkloadError::Pipeline)?;
+        }
+        let mut args = chain.to_args();
         if let Some(a) = args.as_object_mut() {
             a.extend([
                 ("batch_size".to_string(), json!(cfg.batch_size)),

@@ -80,7 +80,7 @@ pub trait InstanceSampler: Send + fmt::Debug {
 }
 
 /// `(a, b)` with `a = min_past`, `b = len - min_future` (may be `b < a`).
-fn bounds(len: usize, min_past: usize, min_future: usize) -> (i64, i64) {
+pub(crate) fn bounds(len: usize, min_past: usize, min_future: usize) -> (i64, i64) {
     (min_past as i64, len as i64 - min_future as i64)
 }
 
@@ -176,6 +176,9 @@ pub struct ExpectedNumInstanceSampler {
     total_length: u64,
     /// Number of series with a non-empty window seen so far.
     n: u64,
+    /// The mean admissible window to divide `num_instances` by, when known in advance
+    /// ([`ExpectedNumInstanceSampler::with_mean_window`]); else the running mean.
+    mean_window: Option<f64>,
     rng: Rng,
 }
 
@@ -189,8 +192,19 @@ impl ExpectedNumInstanceSampler {
             min_future,
             total_length: 0,
             n: 0,
+            mean_window: None,
             rng: Rng::new(seed),
         }
+    }
+
+    /// Divides `num_instances` by this mean admissible window (the dataset's, computed
+    /// before the run: [`mean_window`](crate::workload::mean_window)) instead of the running
+    /// mean of the series seen so far. GluonTS's estimate converges to it; using it from the
+    /// start makes each series' windows depend on that series and the seed alone, not on
+    /// which series the same sampler saw before (in a pipeline: which worker got what).
+    pub fn with_mean_window(mut self, mean: f64) -> Self {
+        self.mean_window = (mean > 0.0).then_some(mean);
+        self
     }
 
     /// Sets `min_instances`.
@@ -210,7 +224,9 @@ impl InstanceSampler for ExpectedNumInstanceSampler {
         let (a, window) = (a as usize, window as usize);
         self.n += 1;
         self.total_length += window as u64;
-        let avg = self.total_length as f64 / self.n as f64;
+        let avg = self
+            .mean_window
+            .unwrap_or(self.total_length as f64 / self.n as f64);
         let p = self.num_instances / avg;
         let first = out.len();
         if p >= 1.0 {

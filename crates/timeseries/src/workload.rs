@@ -83,7 +83,7 @@ impl std::str::FromStr for Split {
 /// let loader = |split, epochs| WorkloadConfig {
 ///     source: WorkloadSource::Memory(series.clone()),
 ///     chain: ChainConfig { context_length: 168, prediction_length: 24, split, ..ChainConfig::default() },
-///     batch_size: 32, epochs, workers: 2, emitters: 1, group: 16, seed: 0,
+///     batch_size: 32, epochs, workers: 2, emitters: 1, group_bytes: 64 << 10, seed: 0,
 /// };
 /// // Random windows, `num_instances` per series on average, for 3 epochs.
 /// let train = run_in_process(&loader(Split::Train, 3), |_| {}).unwrap();
@@ -117,6 +117,11 @@ pub struct ChainConfig {
     /// Points required after a split point (GluonTS's `min_future`); `None` is
     /// GluonTS's default, see [`ChainConfig::min_future`].
     pub min_future: Option<usize>,
+    /// The dataset's mean admissible window ([`mean_window`]), which the training sampler
+    /// divides `num_instances` by; `None`: GluonTS's running mean of the series the sampler
+    /// has seen (per process: in a pipeline, per worker, so the windows then depend on
+    /// which worker got which series). The pipeline runners set it.
+    pub mean_window: Option<f64>,
 }
 
 impl Default for ChainConfig {
@@ -134,6 +139,7 @@ impl Default for ChainConfig {
             split: Split::Train,
             min_past: 0,
             min_future: None,
+            mean_window: None,
         }
     }
 }
@@ -156,12 +162,18 @@ impl ChainConfig {
     /// The split's instance sampler, seeded by `seed` (only training draws).
     pub fn sampler(&self, seed: u64) -> Box<dyn InstanceSampler> {
         match self.split {
-            Split::Train => Box::new(ExpectedNumInstanceSampler::new(
-                self.num_instances,
-                self.min_past,
-                self.min_future(),
-                seed,
-            )),
+            Split::Train => {
+                let s = ExpectedNumInstanceSampler::new(
+                    self.num_instances,
+                    self.min_past,
+                    self.min_future(),
+                    seed,
+                );
+                Box::new(match self.mean_window {
+                    Some(m) => s.with_mean_window(m),
+                    None => s,
+                })
+            }
             Split::Validation => Box::new(PredictionSplitSampler::validation(
                 self.min_past,
                 self.min_future(),
@@ -181,6 +193,7 @@ impl ChainConfig {
             "split": self.split.as_str(),
             "min_past": self.min_past,
             "min_future": self.min_future,
+            "mean_window": self.mean_window,
         })
     }
 
@@ -204,8 +217,39 @@ impl ChainConfig {
             split: a["split"].as_str().unwrap_or("train").parse()?,
             min_past: size("min_past", d.min_past),
             min_future: a["min_future"].as_u64().map(|v| v as usize),
+            mean_window: a["mean_window"].as_f64(),
         })
     }
+}
+
+/// The mean admissible window of the training split over the series of a JSON-lines file:
+/// `len - min_past - min_future + 1` over the series where that is positive, as GluonTS's
+/// `ExpectedNumInstanceSampler` averages them (see [`ChainConfig::mean_window`]). Blank and
+/// malformed lines are left out (the run reports malformed ones). `None` if no series has
+/// an admissible window.
+///
+/// # Errors
+/// If the file cannot be read.
+pub fn mean_window(path: &std::path::Path, cfg: &ChainConfig) -> std::io::Result<Option<f64>> {
+    let data = std::fs::read(path)?;
+    let (mut n, mut total) = (0u64, 0u64);
+    for line in crate::jsonl::split_lines(&data) {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let Ok(e) = crate::jsonl::parse_entry(line, cfg.freq) else {
+            continue;
+        };
+        let Some(t) = e.get(crate::field::TARGET) else {
+            continue;
+        };
+        let (a, b) = crate::sampler::bounds(t.time_len(), cfg.min_past, cfg.min_future());
+        if b >= a {
+            n += 1;
+            total += (b - a + 1) as u64;
+        }
+    }
+    Ok((n > 0).then(|| total as f64 / n as f64))
 }
 
 /// The DeepAR-style chain, with the split's sampler seeded by `seed`:
@@ -298,9 +342,10 @@ pub struct WorkloadConfig {
     pub workers: usize,
     /// Emitter processes reading the input (pipeline runner only).
     pub emitters: usize,
-    /// Series (or JSON lines) per record sent from an emitter to a worker
-    /// (pipeline runner only; see [`crate::pipeline::DEFAULT_GROUP`]).
-    pub group: usize,
+    /// Bytes of series (JSON text, or parsed arrays) per record sent from an emitter to a
+    /// worker; a larger series travels alone (pipeline runner only; see
+    /// [`crate::pipeline::DEFAULT_GROUP_BYTES`]).
+    pub group_bytes: usize,
     /// Seed of the samplers.
     pub seed: u64,
 }
@@ -406,7 +451,7 @@ impl std::error::Error for WorkloadError {
 /// let entries = jsonl::parse_lines(&synth::to_bytes(&g), g.freq).unwrap();
 /// let cfg = WorkloadConfig {
 ///     source: WorkloadSource::Memory(Arc::new(entries)),
-///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, group: 16, seed: 0,
+///     chain: ChainConfig::default(), batch_size: 32, epochs: 2, workers: 1, emitters: 1, group_bytes: 64 << 10, seed: 0,
 /// };
 /// let stats = run_in_process(&cfg, |_| {}).unwrap();
 /// assert_eq!(stats.series, 100);

@@ -48,6 +48,7 @@ proptest! {
             split,
             min_past,
             min_future,
+            mean_window: None,
         };
         let mut a = deepar_chain(&cfg, seed);
         let mut b = deepar_chain_fused(&cfg, seed);

@@ -44,7 +44,7 @@ fn exhaustive_config(source: WorkloadSource, workers: usize) -> WorkloadConfig {
         epochs: 2,
         workers,
         emitters: 1,
-        group: 3,
+        group_bytes: 1 << 10,
         seed: 5,
     }
 }
@@ -135,7 +135,7 @@ fn partial_batches_are_flushed_at_the_end() {
                 serde_json::json!({
                     "path": file.0.display().to_string(),
                     "freq": g.freq.to_string(),
-                    "group": cfg.group,
+                    "group_bytes": cfg.group_bytes,
                 }),
             )
             .epochs(Epochs::Finite(cfg.epochs as u64))

@@ -300,7 +300,7 @@ mod splits {
                 epochs: 1,
                 workers: 1,
                 emitters: 1,
-                group: 4,
+                group_bytes: 1 << 10,
                 seed: 0,
             };
             run_in_process(&cfg, |_| {}).unwrap().windows

@@ -129,6 +129,10 @@ class Pipeline:
     not used); the records and their order are those of one emitter. Leaving an iteration
     early drops the rest of its epoch when the next one starts.
 
+    Items of any size travel (arrays larger than a pool block go zero-copy into memory taken
+    for them and given back after); ``channel=(slots, blocks, block_size, large_pool)`` tunes
+    the shared-memory channels (``large_pool=0`` limits every array to one block).
+
     ``ordered``: outputs in input order (default: as they come). ``shuffle`` with ``seed``: a
     per-epoch permutation plus a shuffle buffer of ``shuffle_buffer`` items. ``epochs``:
     passes over the data (``None``: endless). ``shard``: ``(rank, world_size)`` or ``"env"``

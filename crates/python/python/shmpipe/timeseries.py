@@ -58,7 +58,9 @@ class _Loader:
         self._path = path
 
     def _pipeline(self, args: dict, **kw) -> Pipeline:
-        src = NamedSource("gluonts_lines", {"path": self._path, "group": 16})
+        # Records of consecutive lines up to 64 KiB together (a longer series alone): grouped
+        # by bytes, so long series never make a record larger than a channel carries well.
+        src = NamedSource("gluonts_lines", {"path": self._path})
         return Pipeline(src, steps=[(self._step, args)], **dict(self._pipe_kw, **kw))
 
     def close(self) -> None:
@@ -88,7 +90,10 @@ class TrainLoader(_Loader):
                  shuffle: bool = True, **kw):
         super().__init__(data, **kw)
         self.num_batches_per_epoch = num_batches_per_epoch
-        args = dict(self.args, num_instances=num_instances, fused=True)
+        # data_path: the workers take the sampler's mean window from the whole file, so a
+        # seed gives the same windows for any number of workers (each record draws from its
+        # own seed).
+        args = dict(self.args, num_instances=num_instances, fused=True, data_path=self._path)
         self._pipe = self._pipeline(args, epochs=None, shuffle=shuffle)
         self._it: Iterator[dict] | None = None
 

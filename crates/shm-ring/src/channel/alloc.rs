@@ -15,14 +15,12 @@
 
 use std::sync::Arc;
 
-use super::{DROPPED_MARK, ShmRing};
+use super::large::LargePool;
+use super::{DROPPED_MARK, PAGE, ShmRing};
 use crate::error::{Error, corrupt};
 use crate::pool::PoolHome;
 use crate::ring;
 use crate::sync::AtomicU32;
-
-/// Granularity of block commits (bytes): a page.
-const PAGE: usize = 4096;
 
 /// The producer's block allocator and the consumer end of the completion ring.
 #[derive(Debug)]
@@ -41,11 +39,15 @@ pub(super) struct BlockPool {
     /// `owner[b]`: descriptor position of the record block `b` went out with (so blocks of
     /// records the consumer had to drop unread can come back).
     owner: Vec<u32>,
+    /// The large size class (block indices from `blocks` on), if the channel has one.
+    large: Option<LargePool>,
 }
 
 impl BlockPool {
     pub(super) fn new(home: Arc<PoolHome>, comp: ring::Consumer<ShmRing>) -> BlockPool {
         let blocks = home.geom.blocks as usize;
+        let g = home.geom;
+        let large = (g.large_len > 0).then(|| LargePool::new(g.large_off, g.large_len, g.blocks));
         BlockPool {
             home,
             comp,
@@ -54,7 +56,45 @@ impl BlockPool {
             committed: vec![0; blocks],
             in_flight: vec![false; blocks],
             owner: vec![0; blocks],
+            large,
         }
+    }
+
+    /// Bytes of the large size class's area (0: none): the largest array or body it takes.
+    pub(super) fn large_capacity(&self) -> usize {
+        self.large.as_ref().map_or(0, LargePool::capacity)
+    }
+
+    /// Bytes reserved for extents of the large size class (in flight, loaned or warm).
+    pub(super) fn large_committed(&self) -> usize {
+        self.large.as_ref().map_or(0, LargePool::committed)
+    }
+
+    /// Extents taken from now on belong to a new message or loan (see `LargePool`).
+    #[inline]
+    pub(super) fn new_message(&mut self) {
+        if let Some(l) = &mut self.large {
+            l.new_message();
+        }
+    }
+
+    /// Whether extents of the large size class are out or reserved.
+    #[inline]
+    pub(super) fn large_active(&self) -> bool {
+        self.large.as_ref().is_some_and(LargePool::active)
+    }
+
+    /// Takes back what the consumer returned and gives back the pages of extents free for
+    /// at least `keep` (all for `None`).
+    ///
+    /// # Errors
+    /// As [`BlockPool::collect_returns`].
+    pub(super) fn trim(&mut self, keep: Option<std::time::Duration>) -> Result<(), Error> {
+        self.collect_returns()?;
+        if let Some(l) = &mut self.large {
+            l.trim(&self.home.seg, keep);
+        }
+        Ok(())
     }
 
     /// The pool as loans see it.
@@ -77,6 +117,9 @@ impl BlockPool {
     /// holds now; the block stays free).
     #[inline]
     pub(super) fn try_alloc(&mut self, len: usize) -> Result<Option<u32>, Error> {
+        if len > self.home.geom.block_size {
+            return self.try_alloc_large(len);
+        }
         let b = match self.free.pop() {
             Some(b) => b,
             None => {
@@ -100,6 +143,22 @@ impl BlockPool {
         Ok(Some(b))
     }
 
+    /// An extent of the large size class for `len` bytes (more than a block), without
+    /// waiting: returns are taken first, so warm extents come back for reuse.
+    #[cold]
+    fn try_alloc_large(&mut self, len: usize) -> Result<Option<u32>, Error> {
+        self.collect_returns()?;
+        match &mut self.large {
+            Some(l) => l.try_alloc(&self.home.seg, len),
+            None => Err(Error::TooLarge {
+                what: "array or body (the channel has no large pool)",
+                needed: len,
+                limit: self.home.geom.block_size,
+                setting: crate::error::BLOCK_OR_LARGE_POOL,
+            }),
+        }
+    }
+
     /// Makes sure the first `len` bytes of block `b` are reserved: first use, or a longer use
     /// than before, reserves the missing pages now (so exhausted memory is an error here, never
     /// a SIGBUS when the block is written). A block holding a 16-float batch costs a page,
@@ -120,14 +179,31 @@ impl BlockPool {
 
     /// Puts blocks taken for a message that was not sent back on the free list.
     pub(super) fn unsent(&mut self, blocks: &[u32]) {
-        self.free.extend_from_slice(blocks);
+        for &b in blocks {
+            self.give_back(b);
+        }
+    }
+
+    /// A block or extent that was never sent (or a dropped loan's) is free again.
+    fn give_back(&mut self, b: u32) {
+        match &mut self.large {
+            Some(l) if l.owns(b) => {
+                let _ = l.back(b, false);
+            }
+            _ => self.free.push(b),
+        }
     }
 
     /// Block `b` went out with the record at descriptor position `pos`.
     #[inline]
     pub(super) fn sent(&mut self, b: u32, pos: u32) {
-        self.in_flight[b as usize] = true;
-        self.owner[b as usize] = pos;
+        match &mut self.large {
+            Some(l) if l.owns(b) => l.sent(b, pos),
+            _ => {
+                self.in_flight[b as usize] = true;
+                self.owner[b as usize] = pos;
+            }
+        }
     }
 
     /// Copies `src` to the start of block `b`, which must be ours (just allocated).
@@ -135,9 +211,19 @@ impl BlockPool {
     /// # Panics
     /// If `src` is longer than a block or `b` is out of range.
     pub(super) fn write_block(&mut self, b: u32, src: &[u8]) {
-        assert!(b < self.home.geom.blocks && src.len() <= self.home.geom.block_size);
-        // SAFETY: block b lies inside the mapping (b < blocks, the layout was checked) and
-        // `src` fits in it (asserted); `src` is private memory, so they cannot overlap. The
+        let room = match &self.large {
+            Some(l) if l.owns(b) => l.capacity_of(b).unwrap_or(0),
+            _ if b < self.home.geom.blocks => self.home.geom.block_size,
+            _ => 0,
+        };
+        assert!(
+            src.len() <= room,
+            "block {b} holds {room} bytes, not {}",
+            src.len()
+        );
+        // SAFETY: block (or extent) b lies inside the mapping (a block below `blocks`, or an
+        // extent we handed out inside the area; the layout was checked) and `src` fits in it
+        // (asserted); `src` is private memory, so they cannot overlap. The
         // consumer's process maps the pool too: a hostile consumer writing the block only
         // changes what it reads itself.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.home.block_ptr(b), src.len()) };
@@ -159,11 +245,26 @@ impl BlockPool {
                 // The consumer dropped the records at positions [from, from + n) unread:
                 // every block still out with one of them comes back.
                 let (from, n) = (b as u32, ((b & !DROPPED_MARK) >> 32) as u32);
+                if let Some(l) = &mut self.large {
+                    l.dropped(from, n);
+                }
                 for (blk, out) in self.in_flight.iter_mut().enumerate() {
                     if *out && self.owner[blk].wrapping_sub(from) < n {
                         *out = false;
                         self.free.push(blk as u32);
                     }
+                }
+                continue;
+            }
+            if let Some(l) = &mut self.large
+                && b >= u64::from(self.home.geom.blocks)
+            {
+                let r = u32::try_from(b)
+                    .map_err(|_| corrupt(format!("consumer returned block {b}")))
+                    .and_then(|b| l.back(b, true));
+                if let Err(e) = r {
+                    chunk.release(i + 1);
+                    return Err(e);
                 }
                 continue;
             }
@@ -180,8 +281,12 @@ impl BlockPool {
         if n > 0 {
             chunk.release(n);
         }
-        if let Ok(mut o) = self.home.orphans.try_lock() {
-            self.free.append(&mut o);
+        let orphans = match self.home.orphans.try_lock() {
+            Ok(mut o) if !o.is_empty() => std::mem::take(&mut *o),
+            _ => Vec::new(),
+        };
+        for b in orphans {
+            self.give_back(b);
         }
         Ok(())
     }
@@ -203,6 +308,9 @@ impl BlockPool {
                 self.free.push(b as u32);
                 reclaimed += 1;
             }
+        }
+        if let Some(l) = &mut self.large {
+            reclaimed += l.reclaim_all();
         }
         // Anything the dead consumer pushed but we did not read: skip it.
         if let Ok(chunk) = self.comp.read_chunk(u32::MAX) {

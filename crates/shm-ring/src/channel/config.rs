@@ -5,6 +5,21 @@ use std::time::Duration;
 use crate::rendezvous::Rendezvous;
 use crate::transfer::Transfer;
 
+/// Largest [`ChannelConfig::large_pool`]: 1 TiB.
+pub const MAX_LARGE_POOL: usize = 1 << 40;
+
+/// How long a free extent of the large size class keeps its pages for reuse before they are
+/// given back (see [`ChannelConfig::large_pool`]).
+pub const LARGE_KEEP: Duration = Duration::from_millis(500);
+
+/// A [`ChannelConfig::large_pool`] for this machine: twice its memory rounded up to a power of
+/// two (so any item the machine can hold fits, with room for the next while one is held),
+/// between 1 GiB and [`MAX_LARGE_POOL`]. Address space only: nothing is reserved until used.
+pub fn machine_large_pool() -> usize {
+    let total = crate::sys::mem_total().unwrap_or(16 << 30);
+    (2 * total.next_power_of_two()).clamp(1 << 30, MAX_LARGE_POOL)
+}
+
 /// How a blocked call waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WaitConfig {
@@ -40,6 +55,15 @@ pub struct ChannelConfig {
     /// `u32`); one zero-copy array, or one large message body, per block. Ignored when
     /// `blocks` is 0.
     pub block_size: usize,
+    /// Address space of the pool's large size class, in bytes (default 0: none; a multiple of
+    /// 4096, at most [`MAX_LARGE_POOL`], and only with `blocks` > 0). An array (or a message
+    /// body) larger than `block_size` then goes zero-copy into an extent of its own size in
+    /// this area instead of failing with [`Error::TooLarge`](crate::Error::TooLarge). The
+    /// area costs address space only: an extent's pages are reserved (`fallocate`) when it is
+    /// handed out, kept for reuse while large items keep coming, and given back (a punched
+    /// hole) once free for [`LARGE_KEEP`] (or at [`Sender::trim_memory`](super::Sender::trim_memory)).
+    /// [`machine_large_pool`] sizes it from the machine's memory, as pipelines do.
+    pub large_pool: usize,
     /// Per-array transfer policy.
     pub transfer: Transfer,
     /// Waiting behaviour of blocked calls (per process; not stored in the segment).
@@ -71,6 +95,7 @@ impl Default for ChannelConfig {
             slot_size: 64,
             blocks: 16,
             block_size: 1 << 20,
+            large_pool: 0,
             transfer: Transfer::default(),
             wait: WaitConfig::default(),
             linger: Duration::from_secs(10),

@@ -19,6 +19,7 @@
 
 mod alloc;
 mod config;
+mod large;
 mod owned;
 mod receiver;
 mod sender;
@@ -35,7 +36,7 @@ use crate::schema::{ChannelSchema, Schema, ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
-pub use config::{ChannelConfig, WaitConfig};
+pub use config::{ChannelConfig, LARGE_KEEP, MAX_LARGE_POOL, WaitConfig, machine_large_pool};
 pub use owned::Message;
 pub use receiver::Receiver;
 pub use sender::{Sender, SenderStats};
@@ -55,6 +56,18 @@ const REC_BLOCK: u32 = 3;
 /// descriptor positions `[low 32 bits, + bits 32..62)` were dropped unread" (corrupt): the
 /// producer takes back every block still out with them.
 const DROPPED_MARK: u64 = 1 << 63;
+/// Bytes of a page: the granularity of commits and of the large size class's extents.
+const PAGE: usize = 4096;
+/// Most extents of the large size class out at once (in flight or loaned); the completion
+/// ring has room for all of them besides every block.
+const LARGE_OUT: u32 = 64;
+
+/// Most bytes of extents of the large size class a producer has out at once (in flight or
+/// loaned), unless a single item is larger: then it goes alone, once at most half of this
+/// is out. A consumer that keeps messages should keep at most half of this in extents
+/// ([`Message::leased_large_bytes`]), copying the rest: the producer then always finds
+/// room for its next item. Bounds what a producer far ahead of a slow consumer holds.
+pub const LARGE_IN_FLIGHT: usize = 64 << 20;
 
 /// The shared part of a channel, after the segment header. Every field is an atomic: the
 /// peer may write any of them at any time, so each is read once (into a local) and validated.
@@ -79,8 +92,12 @@ struct ChannelHeader {
     /// once at open; the layout places the region from it (see [`Layout::new`]).
     schema_len: AtomicU32,
     _reserved: AtomicU32,
+    /// Bytes of the pool's large size class (0: none). Read once at open; the layout places
+    /// the area from it after the blocks (see [`Layout::new`]).
+    large_pool: AtomicU64,
 }
-const _: () = assert!(std::mem::size_of::<ChannelHeader>() == 48);
+const _: () = assert!(std::mem::size_of::<ChannelHeader>() == 56);
+const _: () = assert!(CHANNEL_HEADER_AT + std::mem::size_of::<ChannelHeader>() <= DESC_RING_AT);
 
 /// Packs a consumer claim (see [`ChannelHeader::consumer`]).
 fn consumer_word(pid: u32, start: u64) -> u64 {
@@ -121,6 +138,7 @@ impl Layout {
         blocks: u32,
         block_size: usize,
         schema_len: u32,
+        large_pool: usize,
     ) -> Result<Layout, Error> {
         let bad = |why: String| Err(Error::InvalidArgument(why));
         if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
@@ -159,9 +177,19 @@ impl Layout {
                 "slots x slot_size = {slots} x {slot_size}: at most 4 GiB"
             ));
         }
-        // Room for every block index at once, plus as many "records dropped" notes.
+        if large_pool > 0
+            && (blocks == 0 || !large_pool.is_multiple_of(PAGE) || large_pool > MAX_LARGE_POOL)
+        {
+            return bad(format!(
+                "large_pool = {large_pool}: a multiple of {PAGE} up to {MAX_LARGE_POOL}, and only \
+                 with blocks > 0"
+            ));
+        }
+        let large_out = if large_pool > 0 { LARGE_OUT } else { 0 };
+        // Room for every block index and every large extent at once, plus as many "records
+        // dropped" notes.
         let comp = RingShape {
-            capacity: blocks.max(1).next_power_of_two() * 2,
+            capacity: (blocks.max(1) + large_out).next_power_of_two() * 2,
             slot_size: 8,
         };
         let desc_slots = DESC_RING_AT + std::mem::size_of::<RingHeader>();
@@ -174,9 +202,16 @@ impl Layout {
         }
         let schema = align_up(comp_slots + comp.bytes(), 64);
         let pool_off = align_up(schema + schema_len as usize, 4096);
-        let total = (blocks as usize)
+        let pool_end = (blocks as usize)
             .checked_mul(block_size)
             .and_then(|p| p.checked_add(pool_off))
+            .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
+        // The large size class: `large_pool` bytes of address space, page-aligned, after the
+        // blocks. Its extents are named by block indices `blocks + page` (below 2^32 - 2:
+        // blocks <= 2^20 and pages <= 2^28).
+        let large_off = align_up(pool_end, PAGE);
+        let total = large_off
+            .checked_add(large_pool)
             .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
         Ok(Layout {
             desc,
@@ -190,6 +225,8 @@ impl Layout {
                 off: pool_off,
                 block_size,
                 blocks,
+                large_off,
+                large_len: large_pool,
             },
             total,
         })
@@ -229,6 +266,11 @@ pub struct ChannelLayout {
     pub pool: usize,
     /// Bytes per pool block.
     pub block_size: usize,
+    /// Offset of the large size class's area (at the end of the segment; 0 bytes long without
+    /// a large pool). Extent `page` of it is block index `blocks + page`.
+    pub large: usize,
+    /// Bytes of the large size class's area.
+    pub large_len: usize,
     /// Segment size.
     pub total: usize,
     /// Bytes of a record header in the descriptor ring (n_slots, kind, body_len, block: u32).
@@ -282,6 +324,8 @@ pub struct ChannelWire {
     pub consumer: usize,
     /// u32: bytes of the schema region.
     pub schema_len: usize,
+    /// u64: bytes of the large size class's area.
+    pub large_pool: usize,
 }
 
 #[cfg(feature = "layout-internals")]
@@ -387,6 +431,7 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<Chan
         cfg.blocks,
         cfg.block_size,
         schema_len,
+        cfg.large_pool,
     )?;
     let ring_head = std::mem::offset_of!(RingHeader, head);
     Ok(ChannelLayout {
@@ -403,6 +448,8 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<Chan
         comp_slots: l.comp_slots,
         pool: l.pool.off,
         block_size: l.pool.block_size,
+        large: l.pool.large_off,
+        large_len: l.pool.large_len,
         total: l.total,
         record_header: RECORD_HEADER,
         body_header: crate::message::BODY_HEADER,
@@ -442,6 +489,7 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<Chan
                 + std::mem::offset_of!(ChannelHeader, consumer_closed),
             consumer: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, consumer),
             schema_len: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, schema_len),
+            large_pool: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, large_pool),
         },
         record_wire: RECORD_WIRE,
         body_wire: crate::message::BODY_WIRE,

@@ -15,6 +15,8 @@ pub struct Message {
     pub(super) body: Vec<u64>,
     pub(super) body_len: usize,
     pub(super) blocks: SmallVec<[u32; 4]>,
+    /// Bytes of its arrays in extents of the large size class.
+    pub(super) large_bytes: usize,
     pub(super) shared: Arc<RxShared>,
 }
 
@@ -48,9 +50,18 @@ impl Message {
         self.view().record(i)
     }
 
-    /// Pool blocks this message holds (zero-copy arrays).
+    /// Pool blocks this message holds (zero-copy arrays), extents of the large size class
+    /// included.
     pub fn leased_blocks(&self) -> usize {
         self.blocks.len()
+    }
+
+    /// Bytes of the arrays this message holds in extents of the large size class
+    /// ([`ChannelConfig::large_pool`](crate::ChannelConfig::large_pool)). A consumer that
+    /// keeps messages should keep at most [`LARGE_IN_FLIGHT`](crate::LARGE_IN_FLIGHT)` / 2` of
+    /// them (copy the rest): the producer then always finds room for its next item.
+    pub fn leased_large_bytes(&self) -> usize {
+        self.large_bytes
     }
 }
 

@@ -140,13 +140,18 @@ impl Receiver {
         unsafe { std::ptr::copy_nonoverlapping(src, body.as_mut_ptr().cast::<u8>(), body_len) };
         self.finish(&rec);
         let mut blocks: SmallVec<[u32; 4]> = SmallVec::new();
+        let mut large_bytes = 0usize;
+        let first_extent = self.shared.pool.blocks;
         let parsed = {
             let bytes = &bytemuck::cast_slice::<u64, u8>(&body)[..body_len];
             MessageView::parse(bytes, self.shared.pool()).and_then(|v| {
                 // An owned message is validated whole, once, on private bytes.
-                v.validate_all(|b| {
+                v.validate_all(|b, len| {
                     if !blocks.contains(&b) {
-                        blocks.push(b)
+                        blocks.push(b);
+                        if b >= first_extent {
+                            large_bytes = large_bytes.saturating_add(len);
+                        }
                     }
                 })
                 .map(|_| (v.tag(), v.len()))
@@ -157,6 +162,7 @@ impl Receiver {
                 body,
                 body_len,
                 blocks,
+                large_bytes,
                 shared: self.shared.clone(),
             }),
             Err(e) => {
@@ -218,7 +224,7 @@ impl Receiver {
         self.self_describing()?;
         self.read_in_place(max, timeout, |body, data, pool, blocks| {
             let v = MessageView::parse_with(body, data, pool)?;
-            v.for_each_block(|b| blocks.push(b))?;
+            v.for_each_block(|b, _| blocks.push(b))?;
             f(v);
             Ok(())
         })

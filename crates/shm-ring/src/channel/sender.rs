@@ -7,7 +7,7 @@ use smallvec::SmallVec;
 
 use super::alloc::BlockPool;
 use super::wait::block_on;
-use super::{ChannelConfig, ChannelHeader, ShmRing, channel_header};
+use super::{ChannelConfig, ChannelHeader, LARGE_KEEP, ShmRing, channel_header};
 use crate::dtype::Element;
 use crate::error::Error;
 use crate::fork::Owner;
@@ -209,13 +209,10 @@ impl Sender {
         }
         let block_size = self.pool.home().geom.block_size;
         if bytes > block_size {
-            return Err(Error::TooLarge {
-                what: "loaned array",
-                needed: bytes,
-                limit: block_size,
-                setting: "ChannelConfig::block_size",
-            });
+            // An extent of the large size class, if the channel has one that holds it.
+            self.large_fits("loaned array", bytes)?;
         }
+        self.pool.new_message();
         let block = self.alloc_block(bytes, deadline)?;
         Ok(ArrayLoanUninit::new(LoanToken {
             home: self.pool.home().clone(),
@@ -355,8 +352,51 @@ impl Sender {
     }
 
     /// Publishes every staged record (one store of the ring's tail; wakes a sleeping consumer).
+    /// While extents of the large size class are out or reserved, also takes back what the
+    /// consumer returned and gives back the pages of extents free for [`LARGE_KEEP`].
+    #[inline]
     pub(super) fn flush(&mut self) {
         self.desc.publish();
+        if self.pool.large_active() {
+            self.keep_large_memory_small();
+        }
+    }
+
+    #[cold]
+    fn keep_large_memory_small(&mut self) {
+        // A corrupt completion ring is reported by the next call that needs a block.
+        let _ = self.pool.trim(Some(LARGE_KEEP));
+    }
+
+    /// Gives back now the pages of extents of the large size class
+    /// ([`ChannelConfig::large_pool`]) that have been free for at least `idle_for`
+    /// (`Duration::ZERO`: all free ones), after taking back what the consumer returned.
+    /// Sends do this by themselves with [`LARGE_KEEP`]; call it from a producer that may stay
+    /// idle after large items. Returns the bytes still reserved for extents (held by the
+    /// consumer, in flight, loaned, or free for less than `idle_for`).
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] from the completion ring.
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+    /// use std::time::Duration;
+    /// let cfg = ChannelConfig { large_pool: 1 << 30, ..ChannelConfig::default() };
+    /// let mut tx = Sender::anonymous(&cfg)?;
+    /// let mut rx = Receiver::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
+    /// let big = vec![1.0f32; 3 << 20]; // 12 MiB: more than a block (1 MiB)
+    /// tx.send(MessageBuilder::new().array_slice("x", &[big.len()], &big)?)?;
+    /// let msg = rx.recv()?;
+    /// assert_eq!(msg.record(0)?.array::<f32>("x")?.len(), 3 << 20);
+    /// assert!(tx.trim_memory(Duration::ZERO)? >= 12 << 20); // the consumer still holds it
+    /// drop(msg);
+    /// assert_eq!(tx.trim_memory(Duration::ZERO)?, 0); // given back
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn trim_memory(&mut self, idle_for: Duration) -> Result<usize, Error> {
+        self.pool.trim(Some(idle_for))?;
+        Ok(self.pool.large_committed())
     }
 
     /// Where a record of `n` slots goes: the number of pad slots that must come first (to
@@ -460,6 +500,9 @@ impl Sender {
                     self.place_array(data, &format_args!("'{}'", f.name))?
                 }
             });
+        }
+        if self.cfg.large_pool > 0 {
+            self.fit_places(&mut places);
         }
         let body_len = message::body_len(msg, &places);
         let inline = self.check_body(&places, body_len)?;

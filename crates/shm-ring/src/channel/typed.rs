@@ -82,6 +82,7 @@ pub(super) fn typed_config<T>(cfg: &ChannelConfig) -> Result<ChannelConfig, Erro
         slot_size: slot_size as u32,
         blocks: 0,
         block_size: 64,
+        large_pool: 0,
         ..*cfg
     })
 }

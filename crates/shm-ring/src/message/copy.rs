@@ -130,6 +130,6 @@ pub fn read_in_place(body: &[u8]) -> Result<usize, Error> {
             }
         }
     }
-    v.validate_all(|_| {})?;
+    v.validate_all(|_, _| {})?;
     Ok(n)
 }

@@ -14,12 +14,12 @@ mod record;
 // ------------------------------------------------------------------------------------------
 // Decoding
 
-/// The pool a message's block references resolve against.
+/// The pool a message's block references resolve against: `base` is the segment's start,
+/// `geom` where the blocks and the large size class's area lie in it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PoolRef<'a> {
     pub base: *const u8,
-    pub block_size: usize,
-    pub blocks: u32,
+    pub geom: crate::pool::PoolGeom,
     pub _life: PhantomData<&'a [u8]>,
 }
 
@@ -28,27 +28,34 @@ impl<'a> PoolRef<'a> {
     pub(crate) fn empty() -> Self {
         PoolRef {
             base: std::ptr::null(),
-            block_size: 0,
-            blocks: 0,
+            geom: crate::pool::PoolGeom {
+                off: 0,
+                block_size: 0,
+                blocks: 0,
+                large_off: 0,
+                large_len: 0,
+            },
             _life: PhantomData,
         }
     }
 
+    /// The `len` bytes of block index `idx`: a block (up to `block_size` bytes) or an extent
+    /// of the large size class (index `blocks + page`, up to the end of its area).
     pub(crate) fn block(&self, idx: u64, len: u64) -> Result<&'a [u8], Error> {
-        if idx >= self.blocks as u64 || len > self.block_size as u64 {
+        let Some(at) = self.geom.locate(idx, len) else {
             return Err(corrupt(format!(
-                "array in block {idx} of {len} bytes (pool: {} blocks of {} bytes)",
-                self.blocks, self.block_size
+                "array in block {idx} of {len} bytes (pool: {} blocks of {} bytes, large \
+                 area of {} bytes)",
+                self.geom.blocks, self.geom.block_size, self.geom.large_len
             )));
-        }
-        // SAFETY: idx < blocks and len <= block_size, so the range lies inside the pool, which
-        // is mapped for 'a (the lifetime of the guard or receiver that made this PoolRef). This
-        // is the documented zero-copy array view: the producer may still change the bytes (any
-        // value is a valid u8, and only element types valid for every bit pattern are viewed),
-        // never the range, which was validated on a private copy of the message.
-        Ok(unsafe {
-            std::slice::from_raw_parts(self.base.add(idx as usize * self.block_size), len as usize)
-        })
+        };
+        // SAFETY: `locate` checked (with checked arithmetic) that the range lies inside the
+        // pool's blocks or its large area, both inside the segment, which is mapped for 'a
+        // (the lifetime of the guard or receiver that made this PoolRef). This is the
+        // documented zero-copy array view: the producer may still change the bytes (any value
+        // is a valid u8, and only element types valid for every bit pattern are viewed), never
+        // the range, which was validated on a private copy of the message.
+        Ok(unsafe { std::slice::from_raw_parts(self.base.add(at), len as usize) })
     }
 }
 
@@ -207,18 +214,19 @@ impl<'a> MessageView<'a> {
     }
 
     /// Calls `f` with the index of every pool block the message references (all records),
-    /// validating the whole encoding on the way. A message whose header counts no block
-    /// reference is not scanned: if the sender lied, it only withholds its own blocks, and
-    /// every access to an array is validated anyway.
-    pub(crate) fn for_each_block(&self, f: impl FnMut(u32)) -> Result<(), Error> {
+    /// and the bytes of the array there, validating the whole encoding on the way. A message
+    /// whose header counts no block reference is not scanned: if the sender lied, it only
+    /// withholds its own blocks, and every access to an array is validated anyway.
+    pub(crate) fn for_each_block(&self, f: impl FnMut(u32, usize)) -> Result<(), Error> {
         if self.block_refs == 0 {
             return Ok(());
         }
         self.validate_all(f)
     }
 
-    /// Parses and validates every record and field, calling `f` for every block reference.
-    pub(crate) fn validate_all(&self, mut f: impl FnMut(u32)) -> Result<(), Error> {
+    /// Parses and validates every record and field, calling `f` for every block reference
+    /// (block index, bytes of the array).
+    pub(crate) fn validate_all(&self, mut f: impl FnMut(u32, usize)) -> Result<(), Error> {
         let mut names: SmallVec<[&str; 8]> = SmallVec::new();
         for r in self.records() {
             names.clear();
@@ -232,7 +240,7 @@ impl<'a> MessageView<'a> {
                 if let FieldRef::Array(a) = field
                     && let Some(b) = a.block
                 {
-                    f(b);
+                    f(b, a.bytes.len());
                 }
             }
         }
@@ -519,6 +527,6 @@ impl<'a> Fields<'a> {
 /// [`Error::Corrupt`] on any invalid encoding.
 pub fn decode(body: &[u8]) -> Result<MessageView<'_>, Error> {
     let v = MessageView::parse(body, PoolRef::empty())?;
-    v.validate_all(|_| {})?;
+    v.validate_all(|_, _| {})?;
     Ok(v)
 }

@@ -452,6 +452,12 @@ pub(crate) enum Place {
     None,
     /// Copied into the body.
     Inline,
-    /// In pool block `n`.
+    /// In pool block (or large extent) `n`; before the send allocates it, [`NEW_BLOCK`] or
+    /// [`NEW_EXTENT`] (never real indices: a channel's indices stay below them).
     Block(u32),
 }
+
+/// [`Place::Block`] of an array still to be copied into a new pool block.
+pub(crate) const NEW_BLOCK: u32 = u32::MAX;
+/// [`Place::Block`] of an array still to be copied into a new extent of the large size class.
+pub(crate) const NEW_EXTENT: u32 = u32::MAX - 1;

@@ -68,6 +68,34 @@ pub(crate) fn allocate(file: &File, off: u64, len: u64) -> rustix::io::Result<()
     rustix::fs::fallocate(file, FallocateFlags::empty(), off, len)
 }
 
+/// Gives back the pages of `[off, off + len)` of `file` (a hole: they read as zeros and are
+/// reserved again by [`allocate`]); the size does not change, so a sealed memfd allows it.
+pub(crate) fn punch(file: &File, off: u64, len: u64) -> rustix::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    rustix::fs::fallocate(
+        file,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        off,
+        len,
+    )
+}
+
+/// The machine's memory in bytes (`MemTotal` of `/proc/meminfo`).
+pub(crate) fn mem_total() -> Option<usize> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = text
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Free bytes on the file system holding `file`.
 pub(crate) fn free_bytes(file: &File) -> u64 {
     match rustix::fs::fstatvfs(file) {

@@ -1,5 +1,10 @@
 //! The emitters' sources over a JSON-lines file: raw lines, byte ranges or line numbers for
 //! the workers to read, or entries parsed once.
+//!
+//! Records group consecutive series by bytes, not by count (issue 18): a record holds series
+//! up to `group_bytes` (of JSON text, or of parsed arrays), and a series larger than that
+//! travels alone. So a record of long series never grows past what a channel carries well,
+//! and the work per record (parsing and windowing scale with the bytes) stays even.
 
 use std::ops::Range;
 use std::path::Path;
@@ -38,38 +43,68 @@ fn non_blank_lines(
         .collect())
 }
 
+/// Splits consecutive entries of `sizes` bytes into runs of at most `group_bytes` bytes
+/// each; an entry larger than that is a run of its own. Every entry is in exactly one run,
+/// in order.
+pub(crate) fn runs_by_bytes(sizes: &[usize], group_bytes: usize) -> Vec<Range<usize>> {
+    let mut runs = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, &n) in sizes.iter().enumerate() {
+        if i > start && bytes.saturating_add(n) > group_bytes {
+            runs.push(start..i);
+            (start, bytes) = (i, 0);
+        }
+        bytes = bytes.saturating_add(n);
+    }
+    if start < sizes.len() {
+        runs.push(start..sizes.len());
+    }
+    runs
+}
+
 impl I64Records {
-    /// Byte ranges: each record is `group` `(offset, length, line)` triples of non-blank lines.
+    /// Byte ranges: each record is the `(offset, length, line)` triples of consecutive
+    /// non-blank lines of up to `group_bytes` bytes together (see [`runs_by_bytes`]).
     pub(crate) fn ranges(
         path: &Path,
-        group: usize,
+        group_bytes: usize,
         part: usize,
         parts: usize,
     ) -> Result<I64Records, SourceError> {
-        let triples: Vec<[i64; 3]> = non_blank_lines(path, part, parts)?
+        let lines = non_blank_lines(path, part, parts)?;
+        let sizes: Vec<usize> = lines.iter().map(|(_, r)| r.len()).collect();
+        let records = runs_by_bytes(&sizes, group_bytes)
             .into_iter()
-            .map(|(line, r)| [r.start as i64, r.len() as i64, line])
+            .map(|run| {
+                lines[run]
+                    .iter()
+                    .flat_map(|(line, r)| [r.start as i64, r.len() as i64, *line])
+                    .collect()
+            })
             .collect();
         Ok(I64Records {
             field: RANGES_FIELD,
-            records: triples.chunks(group).map(|c| c.concat()).collect(),
+            records,
         })
     }
 
-    /// Line numbers: each record is `group` line numbers of non-blank lines.
+    /// Line numbers: each record is the numbers of consecutive non-blank lines of up to
+    /// `group_bytes` bytes together (the workers' work follows the bytes of the series).
     pub(crate) fn indices(
         path: &Path,
-        group: usize,
+        group_bytes: usize,
         part: usize,
         parts: usize,
     ) -> Result<I64Records, SourceError> {
-        let numbers: Vec<i64> = non_blank_lines(path, part, parts)?
+        let lines = non_blank_lines(path, part, parts)?;
+        let sizes: Vec<usize> = lines.iter().map(|(_, r)| r.len()).collect();
+        let records = runs_by_bytes(&sizes, group_bytes)
             .into_iter()
-            .map(|(line, _)| line)
+            .map(|run| lines[run].iter().map(|(line, _)| *line).collect())
             .collect();
         Ok(I64Records {
             field: LINES_FIELD,
-            records: numbers.chunks(group).map(<[i64]>::to_vec).collect(),
+            records,
         })
     }
 }
@@ -128,7 +163,8 @@ fn read_part(path: &Path, part: usize, parts: usize) -> Result<Part, SourceError
     })
 }
 
-/// Raw lines: each record is the bytes of `group` consecutive lines, parsed by the workers.
+/// Raw lines: each record is the bytes of consecutive lines, up to `group_bytes` together (a
+/// longer line alone), parsed by the workers.
 pub(super) struct LinesSource {
     data: Vec<u8>,
     /// Per record: byte range (whole lines) and 1-based number of its first line.
@@ -138,7 +174,7 @@ pub(super) struct LinesSource {
 impl LinesSource {
     pub(super) fn open(
         path: &Path,
-        group: usize,
+        group_bytes: usize,
         part: usize,
         parts: usize,
     ) -> Result<LinesSource, SourceError> {
@@ -147,13 +183,13 @@ impl LinesSource {
             lines,
             first_line,
         } = read_part(path, part, parts)?;
-        let records = lines
-            .chunks(group)
-            .enumerate()
-            .map(|(k, c)| {
+        let sizes: Vec<usize> = lines.iter().map(|r| r.len() + 1).collect();
+        let records = runs_by_bytes(&sizes, group_bytes)
+            .into_iter()
+            .map(|run| {
                 (
-                    c[0].start..c[c.len() - 1].end,
-                    first_line + (k * group) as u64,
+                    lines[run.start].start..lines[run.end - 1].end,
+                    first_line + run.start as u64,
                 )
             })
             .collect();
@@ -178,9 +214,9 @@ impl Source for LinesSource {
     }
 }
 
-/// Entries parsed once at start, served from memory in groups. A malformed line is
-/// reported when its group is read, so the pipeline's bad-record policy applies
-/// (skipping drops the whole group).
+/// Entries parsed once at start, served from memory in groups of up to `group_bytes` of
+/// arrays (a larger series alone). A malformed line is reported when its group is read, so
+/// the pipeline's bad-record policy applies (skipping drops the whole group).
 pub(super) struct ParsedSource {
     items: Vec<Result<Item, SourceError>>,
 }
@@ -189,7 +225,7 @@ impl ParsedSource {
     pub(super) fn open(
         path: &Path,
         freq: Result<Freq, String>,
-        group: usize,
+        group_bytes: usize,
         part: usize,
         parts: usize,
     ) -> Result<ParsedSource, SourceError> {
@@ -214,13 +250,20 @@ impl ParsedSource {
                 }
             }));
         }
-        // Group `group` series per record; a group with a bad line is that line's error.
-        let mut grouped = Vec::with_capacity(items.len().div_ceil(group));
-        let mut it = items.into_iter().peekable();
-        while it.peek().is_some() {
-            let chunk: Result<Vec<Item>, SourceError> = it.by_ref().take(group).collect();
-            grouped.push(chunk.map(group_items));
-        }
+        // Group series by their bytes; a group with a bad line is that line's error.
+        let sizes: Vec<usize> = items
+            .iter()
+            .map(|r| r.as_ref().map_or(0, Item::nbytes))
+            .collect();
+        let runs = runs_by_bytes(&sizes, group_bytes);
+        let mut it = items.into_iter();
+        let grouped = runs
+            .into_iter()
+            .map(|run| {
+                let chunk: Result<Vec<Item>, SourceError> = it.by_ref().take(run.len()).collect();
+                chunk.map(group_items)
+            })
+            .collect();
         Ok(ParsedSource { items: grouped })
     }
 }
@@ -235,5 +278,26 @@ impl Source for ParsedSource {
             .get(index)
             .cloned()
             .unwrap_or_else(|| Err(SourceError::Other(format!("index {index} out of range"))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_hold_at_most_group_bytes_and_a_larger_entry_alone() {
+        let sizes = [10, 20, 30, 100, 5, 5, 60, 1];
+        let runs = runs_by_bytes(&sizes, 60);
+        assert_eq!(runs, vec![0..3, 3..4, 4..6, 6..7, 7..8]);
+        for r in &runs {
+            let bytes: usize = sizes[r.clone()].iter().sum();
+            assert!(bytes <= 60 || r.len() == 1, "{r:?}: {bytes}");
+        }
+        let flat: Vec<usize> = runs.into_iter().flatten().collect();
+        assert_eq!(flat, (0..sizes.len()).collect::<Vec<_>>());
+        assert!(runs_by_bytes(&[], 10).is_empty());
+        assert_eq!(runs_by_bytes(&[1, 1, 1], 0), vec![0..1, 1..2, 2..3]);
+        assert_eq!(runs_by_bytes(&[1; 5], usize::MAX), vec![0..5]);
     }
 }

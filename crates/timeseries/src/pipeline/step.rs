@@ -11,7 +11,7 @@ use crate::entry::DataEntry;
 use crate::jsonl::{parse_entry, split_lines};
 use crate::period::Freq;
 use crate::transform::Chain;
-use crate::workload::{ChainConfig, training_chain};
+use crate::workload::{ChainConfig, Split, mean_window, training_chain};
 
 /// The worker step: parse (raw lines), then optionally the chain, then
 /// optionally batching. Entries and windows travel as items between stages.
@@ -38,7 +38,16 @@ impl TrainStep {
         batch: bool,
     ) -> Result<TrainStep, StepError> {
         let a = cx.args;
-        let cfg = ChainConfig::from_args(a).map_err(StepError::new)?;
+        let mut cfg = ChainConfig::from_args(a).map_err(StepError::new)?;
+        // The training sampler's mean window, from the whole file (`"data_path"`) unless the
+        // runner computed it: every worker then draws the same windows for a series.
+        if cfg.split == Split::Train
+            && cfg.mean_window.is_none()
+            && let Some(path) = a["data_path"].as_str()
+        {
+            cfg.mean_window = mean_window(Path::new(path), &cfg)
+                .map_err(|e| StepError::new(format!("{path}: {e}")))?;
+        }
         let batch_size = a["batch_size"].as_u64().unwrap_or(32) as usize;
         let cache = match a["cache_path"].as_str() {
             Some(path) => Some(load_cache(Path::new(path), cfg.freq)?),
@@ -65,7 +74,13 @@ impl TrainStep {
 }
 
 impl Step for TrainStep {
+    /// Draws every window of a record from the record's own seed
+    /// ([`shmpipe::item_seed`]): the same windows for any number of workers (a per-worker
+    /// stream made them depend on which worker got which record).
     fn process(&mut self, mut item: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        if let (Some(chain), Some(seed)) = (&mut self.chain, shmpipe::item_seed()) {
+            chain.reseed(seed);
+        }
         if let Some(ranges) = item
             .remove(RANGES_FIELD)
             .and_then(|a| a.into_typed::<i64>().ok())

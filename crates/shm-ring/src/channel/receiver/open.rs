@@ -211,16 +211,18 @@ impl Receiver {
         let comp_slots = h.comp_slots.load(Ordering::Relaxed);
         let block_size = h.block_size.load(Ordering::Relaxed);
         let schema_len = h.schema_len.load(Ordering::Relaxed);
+        let large_pool = h.large_pool.load(Ordering::Relaxed);
         let geometry = || {
             format!(
                 "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B, \
-                 {comp_slots} completion slots, {schema_len} B of schema) does not match a \
-                 segment of {} bytes",
+                 {comp_slots} completion slots, {schema_len} B of schema, large pool of \
+                 {large_pool} B) does not match a segment of {} bytes",
                 seg.len()
             )
         };
         let block_size = usize::try_from(block_size).map_err(|_| corrupt(geometry()))?;
-        let layout = Layout::new(slots, slot_size, blocks, block_size, schema_len)
+        let large_pool = usize::try_from(large_pool).map_err(|_| corrupt(geometry()))?;
+        let layout = Layout::new(slots, slot_size, blocks, block_size, schema_len, large_pool)
             .map_err(|e| corrupt(format!("{}: {e}", geometry())))?;
         if layout.total != seg.len()
             || layout.comp.capacity != comp_slots

@@ -20,8 +20,16 @@ pub(super) fn n_of(rec: &Rec) -> u32 {
 /// A received record header, validated.
 pub(super) enum Rec {
     Pad(u32),
-    Inline { n_slots: u32, body_len: usize },
-    Block { block: u32, body_len: usize },
+    Inline {
+        n_slots: u32,
+        body_len: usize,
+    },
+    /// A body in block (or large extent) `block`, at `at` in the segment.
+    Block {
+        block: u32,
+        at: usize,
+        body_len: usize,
+    },
 }
 
 impl Receiver {
@@ -51,13 +59,18 @@ impl Receiver {
                     body_len: body_len as usize,
                 }))
             }
+            // A block holds up to block_size bytes; a large extent up to the end of its area
+            // (checked arithmetic on the copies).
             REC_BLOCK
                 if n_slots == 1
-                    && block < self.shared.pool.blocks
-                    && body_len as usize <= self.shared.pool.block_size =>
+                    && let Some(at) = self
+                        .shared
+                        .pool
+                        .locate(u64::from(block), u64::from(body_len)) =>
             {
                 Ok(Some(Rec::Block {
                     block,
+                    at,
                     body_len: body_len as usize,
                 }))
             }
@@ -179,13 +192,10 @@ impl Receiver {
             Rec::Inline { body_len, .. } => {
                 (self.desc.slot(0).wrapping_add(RECORD_HEADER), body_len)
             }
-            // Validated in `peek`: block < blocks and body_len <= block_size.
-            Rec::Block { block, body_len } => (
-                self.shared.seg.as_ptr().wrapping_add(
-                    self.shared.pool.off + block as usize * self.shared.pool.block_size,
-                ),
-                body_len,
-            ),
+            // Validated in `peek`: `at + body_len` lies inside a block or the large area.
+            Rec::Block { at, body_len, .. } => {
+                (self.shared.seg.as_ptr().wrapping_add(at), body_len)
+            }
             Rec::Pad(_) => (std::ptr::null(), 0),
         }
     }

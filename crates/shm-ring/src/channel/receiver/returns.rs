@@ -28,9 +28,8 @@ pub(in crate::channel) struct RxShared {
 impl RxShared {
     pub(in crate::channel) fn pool(&self) -> PoolRef<'_> {
         PoolRef {
-            base: self.seg.as_ptr().wrapping_add(self.pool.off),
-            block_size: self.pool.block_size,
-            blocks: self.pool.blocks,
+            base: self.seg.as_ptr(),
+            geom: self.pool,
             _life: std::marker::PhantomData,
         }
     }

@@ -70,6 +70,7 @@ impl Sender {
             cfg.blocks,
             cfg.block_size,
             schema_len,
+            cfg.large_pool,
         )?;
         // The name first: a taken name fails before anything is built, and connections queue
         // until the channel is ready.
@@ -127,6 +128,7 @@ impl Sender {
             consumer: AtomicU64::new(0),
             schema_len: AtomicU32::new(layout.schema_len as u32),
             _reserved: AtomicU32::new(0),
+            large_pool: AtomicU64::new(layout.pool.large_len as u64),
         };
         // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
         // segment header before `publish`), large enough (layout) and 128-aligned here.

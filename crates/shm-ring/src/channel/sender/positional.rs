@@ -79,6 +79,9 @@ impl Sender {
                 _ => Place::None,
             });
         }
+        if self.cfg.large_pool > 0 {
+            self.fit_places(&mut places);
+        }
         let body_len = message::data_body_len(msg, &schema, &places);
         let inline = self.check_body(&places, body_len)?;
         // 2.-3. Blocks, slots, the record and its body (see `write.rs`).

@@ -10,14 +10,19 @@ use std::time::Instant;
 use smallvec::SmallVec;
 
 use super::Sender;
-use crate::channel::{REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
+use crate::channel::{LARGE_OUT, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::Error;
-use crate::message::{ArraySrc, Place};
+use crate::message::{ArraySrc, NEW_BLOCK, NEW_EXTENT, Place};
+
+/// Whether `p` is an array still to be copied into a new block or extent.
+fn is_new(p: Place) -> bool {
+    matches!(p, Place::Block(b) if b >= NEW_EXTENT)
+}
 
 impl Sender {
     /// Where an array goes: its own loaned block (refused if loaned from another sender),
-    /// a new block (`Place::Block(u32::MAX)`, allocated by [`Sender::write_record`]) when the
-    /// transfer policy says zero-copy, or inline in the body.
+    /// a new block or large extent (`Place::Block(NEW_BLOCK | NEW_EXTENT)`, allocated by
+    /// [`Sender::write_record`]) when the transfer policy says zero-copy, or inline in the body.
     pub(super) fn place_array(
         &self,
         data: &ArraySrc<'_>,
@@ -35,25 +40,67 @@ impl Sender {
         if self.cfg.blocks > 0 && self.cfg.transfer.zero_copy(len) {
             let block_size = self.pool.home().geom.block_size;
             if len > block_size {
-                return Err(Error::TooLarge {
-                    what: "zero-copy array",
-                    needed: len,
-                    limit: block_size,
-                    setting: "ChannelConfig::block_size",
-                });
+                return self
+                    .large_fits("zero-copy array", len)
+                    .map(|()| Place::Block(NEW_EXTENT));
             }
-            Ok(Place::Block(u32::MAX))
+            Ok(Place::Block(NEW_BLOCK))
         } else {
             Ok(Place::Inline)
         }
     }
 
-    /// Whether a body of `body_len` bytes travels inline in the ring (else in a block of its
-    /// own), checked against the ring, the block size and the pool's block count.
+    /// `Ok` if the large size class can hold `len` bytes; else [`Error::TooLarge`] naming the
+    /// setting to raise.
+    pub(super) fn large_fits(&self, what: &'static str, len: usize) -> Result<(), Error> {
+        let cap = self.pool.large_capacity();
+        if len <= cap {
+            return Ok(());
+        }
+        Err(Error::TooLarge {
+            what,
+            needed: len,
+            limit: if cap == 0 {
+                self.pool.home().geom.block_size
+            } else {
+                cap
+            },
+            setting: if cap == 0 {
+                crate::error::BLOCK_OR_LARGE_POOL
+            } else {
+                "ChannelConfig::large_pool"
+            },
+        })
+    }
+
+    /// With a large size class, a message takes at most `max(1, blocks / 2 - 1)` new blocks
+    /// and `LARGE_OUT / 2 - 1` new extents for its arrays (so it always finds them while the
+    /// consumer holds the others); further arrays are copied into the body instead, which
+    /// then travels in an extent of its own if it must.
+    pub(super) fn fit_places(&self, places: &mut [Place]) {
+        let mut blocks = (self.cfg.blocks as usize / 2).saturating_sub(1).max(1);
+        let mut extents = LARGE_OUT as usize / 2 - 1;
+        for p in places.iter_mut() {
+            let left = match *p {
+                Place::Block(NEW_BLOCK) => &mut blocks,
+                Place::Block(NEW_EXTENT) => &mut extents,
+                _ => continue,
+            };
+            if *left == 0 {
+                *p = Place::Inline;
+            } else {
+                *left -= 1;
+            }
+        }
+    }
+
+    /// Whether a body of `body_len` bytes travels inline in the ring (else in a block or
+    /// large extent of its own), checked against the ring, the block size, the large size
+    /// class and the pool's block count.
     pub(super) fn check_body(&self, places: &[Place], body_len: usize) -> Result<bool, Error> {
         let mut new_blocks = places
             .iter()
-            .filter(|p| **p == Place::Block(u32::MAX))
+            .filter(|p| **p == Place::Block(NEW_BLOCK))
             .count();
         let inline = RECORD_HEADER + body_len <= self.max_inline;
         if !inline {
@@ -66,15 +113,20 @@ impl Sender {
                 });
             }
             let block_size = self.pool.home().geom.block_size;
-            if body_len > block_size {
+            // Body lengths travel as u32.
+            if body_len > u32::MAX as usize {
                 return Err(Error::TooLarge {
-                    what: "message body",
+                    what: "message body (arrays copied into it, and metadata)",
                     needed: body_len,
-                    limit: block_size,
-                    setting: "ChannelConfig::block_size",
+                    limit: u32::MAX as usize,
+                    setting: "the message: fewer or smaller arrays copied into its body",
                 });
             }
-            new_blocks += 1;
+            if body_len > block_size {
+                self.large_fits("message body", body_len)?;
+            } else {
+                new_blocks += 1;
+            }
         }
         if new_blocks > self.cfg.blocks as usize {
             return Err(Error::TooLarge {
@@ -103,15 +155,18 @@ impl Sender {
         encode: impl FnOnce(*mut u8, &[Place]),
     ) -> Result<u32, Error> {
         let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
+        self.pool.new_message();
         let result = (|| {
             for (i, place) in places.iter_mut().enumerate() {
-                if *place == Place::Block(u32::MAX)
+                if is_new(*place)
                     && let Some(src) = bytes_of(i)
                 {
+                    // A block for up to a block's bytes, else an extent of the large size
+                    // class (`place_array` checked it can hold them).
                     let b = self.alloc_block(src.len(), deadline)?;
                     taken.push(b);
                     *place = Place::Block(b);
-                    // Block b is ours alone; block_size >= len (checked by `place_array`).
+                    // Block b is ours alone and holds len bytes (checked by `write_block`).
                     self.pool.write_block(b, src);
                 }
             }
@@ -155,8 +210,8 @@ impl Sender {
                 encode(chunk.as_mut_ptr(pad).wrapping_add(RECORD_HEADER), places);
             }
             Some(b) => {
-                // Block b is ours (just allocated), block_size >= body_len (checked),
-                // 64-aligned.
+                // Block (or extent) b is ours, just allocated for body_len bytes (checked by
+                // `check_body`), 64-aligned.
                 encode(self.pool.home().block_ptr(b), places);
                 chunk.write_pod(pad, 0, [1, REC_BLOCK, body_len as u32, b]);
             }

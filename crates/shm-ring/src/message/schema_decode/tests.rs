@@ -20,8 +20,13 @@ fn pool(buf: &[u64], blocks: u32, size: usize) -> PoolRef<'_> {
     assert!(blocks as usize * size <= buf.len() * 8);
     PoolRef {
         base: buf.as_ptr().cast(),
-        block_size: size,
-        blocks,
+        geom: crate::pool::PoolGeom {
+            off: 0,
+            block_size: size,
+            blocks,
+            large_off: 0,
+            large_len: 0,
+        },
         _life: PhantomData,
     }
 }
