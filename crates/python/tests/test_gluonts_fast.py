@@ -23,7 +23,6 @@ from gluonts.transform import (  # noqa: E402
 )
 
 import gluonts_helpers as h  # noqa: E402
-import shmpipe  # noqa: E402
 from shmpipe.gluonts import (  # noqa: E402
     InferenceDataLoader,
     TrainDataLoader,
@@ -204,14 +203,12 @@ def test_training_fast_path_epochs_and_static_features(tmp_path):
     assert seen == set(want)  # 48 windows of 13 series, about one per series and pass
 
 
-@pytest.mark.xfail(strict=True, raises=shmpipe.WorkerDied, reason="pipelines refuse items above their 1 MiB pool block "
-                   "until the bigitems branch (issue 18 item 1) lands; then this passes and "
-                   "strict=True makes it fail: remove the mark")
 @pytest.mark.parametrize("fast", [True, False])
 def test_series_longer_than_a_pool_block_go_through(tmp_path, fast):
     # shmpipe.gluonts adds no size limit of its own: a 1.8 MB JSON line (280,000+ points,
-    # 1.1 MB as float32) reaches the windows on either path. Today the emitter refuses it
-    # (WorkerDied: "zero-copy array needs ... bytes but the limit is 1048576 bytes").
+    # 1.1 MB as float32, above the 1 MiB pool block) reaches the windows on either path
+    # (before main's large items, the emitter refused it: WorkerDied, "zero-copy array
+    # needs ... bytes but the limit is 1048576 bytes").
     recs = h.records(2, 300_000, min_len=280_000, seed=1)
     for r in recs:
         r["feat_static_cat"] = [3]

@@ -325,9 +325,8 @@ def _plan(source, fns, stages, *, mode, batch_size, seed, num_workers,
             _need(isinstance(e.get("item_id", ""), str), "item_id not a str")
         # Parsed once, by the emitter (the Rust reader), and sent from memory on every pass:
         # parsing each line on every pass was the bound (one window per series and pass).
-        # One series per record (a record is one item between processes). No size limit of
-        # our own: what the pipeline carries goes (today it refuses items above its 1 MiB
-        # pool block; test_series_longer_than_a_pool_block_go_through).
+        # One series per record (a record is one item between processes, of any size:
+        # test_series_longer_than_a_pool_block_go_through).
         src: Any = NamedSource("gluonts_parsed",
                                {"path": source.data[0][0], "freq": freq, "group": 1})
     else:
