@@ -20,13 +20,17 @@
 //!
 //! A fork is noticed through `pthread_atfork`, registered when the first handle is made: the
 //! child handler bumps a process-wide counter, so the check on the hot paths is one load and
-//! one compare. Forks done behind the C library's back (a raw `clone` system call) are not
+//! one compare. The crate's one process-wide lock (the registry of this process's receivers)
+//! is taken before every fork and released after it on both sides, so a child forked while
+//! another thread opened or dropped a receiver can still open channels (a lock copied held by
+//! a thread that does not exist in the child would block it for ever). Forks done behind the C library's back (a raw `clone` system call) are not
 //! seen; the handle-level drops also compare the pid itself.
 //!
 //! [`Message`]: crate::Message
 
-use std::sync::Once;
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, Once};
 
 use crate::error::Error;
 use crate::sys;
@@ -36,9 +40,62 @@ use crate::sys;
 static FORKS: AtomicU32 = AtomicU32::new(0);
 static WATCH: Once = Once::new();
 
-/// Runs in the child of every `fork()` (async-signal-safe: one atomic add).
+/// Channels (device, inode of their memfd) that have a live `Receiver` in this process.
+static OWN_RECEIVERS: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// The registry's lock, held.
+type Held = MutexGuard<'static, Vec<(u64, u64)>>;
+
+thread_local! {
+    /// The registry's lock, held by the forking thread from just before a `fork()` to just
+    /// after it, in the parent and in the child.
+    static HELD_ACROSS_FORK: RefCell<Option<Held>> =
+        const { RefCell::new(None) };
+}
+
+/// Whether the channel `ident` has a live receiver in this process, after adding it
+/// (`Some(true)`) or removing one (`Some(false)`).
+pub(crate) fn own_receiver(ident: (u64, u64), add: Option<bool>) -> bool {
+    let Ok(mut v) = OWN_RECEIVERS.lock() else {
+        return false;
+    };
+    match add {
+        Some(true) => v.push(ident),
+        Some(false) => {
+            if let Some(i) = v.iter().position(|&x| x == ident) {
+                v.swap_remove(i);
+            }
+        }
+        None => {}
+    }
+    v.contains(&ident)
+}
+
+/// Runs in the parent just before every `fork()`: takes the registry's lock, so that no other
+/// thread holds it while the process is copied.
+extern "C" fn before_fork() {
+    let guard = OWN_RECEIVERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A thread whose thread-locals are being destroyed forks without the lock.
+    let _ = HELD_ACROSS_FORK.try_with(|h| *h.borrow_mut() = Some(guard));
+}
+
+/// Runs in the parent just after every `fork()`: releases the registry's lock.
+extern "C" fn after_fork_in_parent() {
+    let _ = HELD_ACROSS_FORK.try_with(|h| drop(h.borrow_mut().take()));
+}
+
+/// Runs in the child of every `fork()` (async-signal-safe: an atomic add, and the release of a
+/// futex lock held by this very thread): the inherited receivers are the parent's, so the
+/// child's registry starts empty (clearing pairs of integers frees nothing).
 extern "C" fn forked() {
     FORKS.fetch_add(1, Ordering::Relaxed);
+    let _ = HELD_ACROSS_FORK.try_with(|h| {
+        if let Some(mut guard) = h.borrow_mut().take() {
+            guard.clear();
+        }
+    });
 }
 
 /// A gate no process holds (its fork count would need 2^32 - 1 forks in one line of
@@ -55,7 +112,7 @@ pub(crate) struct Owner {
 impl Owner {
     /// The calling process.
     pub(crate) fn current() -> Owner {
-        WATCH.call_once(|| sys::on_fork_in_child(forked));
+        WATCH.call_once(|| sys::on_fork(before_fork, after_fork_in_parent, forked));
         Owner {
             forks: FORKS.load(Ordering::Relaxed),
             pid: sys::pid(),

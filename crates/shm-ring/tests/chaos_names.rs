@@ -32,16 +32,23 @@ impl Rng {
     }
 }
 
-/// Kills `peer` after `delay` on a thread; joins to the peer, reaped.
-fn kill_after(mut peer: Peer, delay: Duration) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        std::thread::sleep(delay);
-        peer.kill();
+/// Kills `peer` after `delay` on a thread; joins to the peer, reaped. `None`: the peer is left to
+/// finish on its own (at most 60 s), so that runs which end with all the data happen whatever
+/// the machine's load, not only when a random delay outlasts the stream.
+fn kill_after(mut peer: Peer, delay: Option<Duration>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || match delay {
+        Some(delay) => {
+            std::thread::sleep(delay);
+            peer.kill();
+        }
+        None => {
+            peer.finish(Duration::from_secs(60));
+        }
     })
 }
 
 /// We consume; the producer peer is killed. Returns what the run ended with.
-fn consumer_run(name: &str, delay: Duration) -> String {
+fn consumer_run(name: &str, delay: Option<Duration>) -> String {
     let producer = Peer::spawn(&["produce", name, &COUNT.to_string(), "300"]);
     let pid = producer.pid();
     let killer = kill_after(producer, delay);
@@ -92,7 +99,7 @@ fn verdict(e: Error, got: u64, pid: u32) -> String {
 }
 
 /// We produce; the consumer peer is killed.
-fn producer_run(name: &str, delay: Duration) -> String {
+fn producer_run(name: &str, delay: Option<Duration>) -> String {
     let cfg = ChannelConfig {
         linger: Duration::from_millis(300),
         attach_timeout: Duration::from_millis(500),
@@ -145,7 +152,8 @@ fn sigkill_of_either_side_of_a_named_channel_at_a_random_instant_200_times() {
     for run in 0..RUNS {
         let name = unique("chaos");
         let guard = name_guard(&[&name]);
-        let delay = Duration::from_micros(rng.below(80_000));
+        // One run in ten (both sides) is not killed: the clean end is covered by design.
+        let delay = (run % 10 >= 2).then(|| Duration::from_micros(rng.below(80_000)));
         let side = if run % 2 == 0 { "consumer" } else { "producer" };
         let end = if run % 2 == 0 {
             consumer_run(&name, delay)

@@ -50,7 +50,7 @@ fn fake_server(dir: &std::path::Path, name: &str, answer: Answer) -> std::thread
             return;
         };
         let borrowed: Vec<BorrowedFd<'_>> = fds.iter().map(|f| f.as_fd()).collect();
-        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(4))];
+        let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(250))];
         let mut anc = SendAncillaryBuffer::new(&mut space);
         if !borrowed.is_empty() {
             assert!(anc.push(SendAncillaryMessage::ScmRights(&borrowed)));
@@ -120,6 +120,14 @@ fn malformed_answers_are_refused_with_the_channel_and_its_server_named() {
             "two descriptors",
             Some((HELLO.to_vec(), vec![memfd(true), memfd(true)])),
             "with 2 descriptors",
+        ),
+        (
+            "two hundred descriptors",
+            Some((HELLO.to_vec(), {
+                let one = memfd(true);
+                (0..200).map(|_| rustix::io::dup(&one).unwrap()).collect()
+            })),
+            "(truncated)",
         ),
         (
             "too long",

@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use common::{Peer, channel_memfd, name_guard, peer_cmd, private_rendezvous, socket_path, unique};
+use common::{Peer, channel_memfd, name_guard, private_rendezvous, socket_path, unique};
 use shm_ring::{ChannelConfig, Error, Receiver, Sender};
 use shmpipe_test_kit::within;
 
@@ -115,21 +115,25 @@ fn a_live_creator_is_never_taken_for_stale_whatever_its_header_says() {
 }
 
 /// A creator killed after binding its socket and before serving it (the worst instant)
-/// leaves a socket nobody listens on: the next create takes the name over.
+/// leaves a socket nobody listens on: the next create takes the name over. The kill closes the
+/// creator's descriptors; here the listening socket is bound and closed the same way.
 #[test]
 fn a_creator_killed_between_bind_and_serve_leaves_the_name_free() {
+    use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
     let name = unique("orphan");
     let guard = name_guard(&[&name]);
-    let dying = Peer::spawn_cmd(
-        peer_cmd()
-            .env("SHM_RING_TEST_KILL_AFTER_BIND", &name)
-            .args(["produce-hang", &name]),
-    );
-    let (ok, out, _) = dying.finish(Duration::from_secs(10));
-    assert!(
-        !ok && !out.contains("ready"),
-        "the creator was not killed: {out}"
-    );
+    // The socket directory exists once a channel was made there.
+    drop(Sender::create(&name, &no_linger()).unwrap());
+    let listener = rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap();
+    rustix::net::bind(&listener, &SocketAddrUnix::new(socket_path(&name)).unwrap()).unwrap();
+    rustix::net::listen(&listener, 4).unwrap();
+    drop(listener); // what a SIGKILL does to it
     assert!(socket_path(&name).exists(), "the killed creator's socket");
     let tx = Sender::create(&name, &no_linger())
         .expect("the name of a killed creator must not stay taken");

@@ -502,24 +502,12 @@ fn file_ident(seg: &Segment) -> (u64, u64) {
     seg.file().metadata().map_or((0, 0), |m| (m.dev(), m.ino()))
 }
 
-/// Channels (by [`file_ident`]) that have a live [`Receiver`] in this process: a consumer claim
-/// naming our own pid is believed only for these.
-static OWN_RECEIVERS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
-
+/// Whether the channel `ident` (its [`file_ident`]) has a live [`Receiver`] in this process
+/// (first adding it with `Some(true)`, removing it with `Some(false)`): a consumer claim naming
+/// our own pid is believed only for these. The registry lives in `fork.rs` (a fork must not
+/// copy its lock held).
 fn own_receiver(ident: (u64, u64), add: Option<bool>) -> bool {
-    let Ok(mut v) = OWN_RECEIVERS.lock() else {
-        return false;
-    };
-    match add {
-        Some(true) => v.push(ident),
-        Some(false) => {
-            if let Some(i) = v.iter().position(|&x| x == ident) {
-                v.swap_remove(i);
-            }
-        }
-        None => {}
-    }
-    v.contains(&ident)
+    crate::fork::own_receiver(ident, add)
 }
 
 /// A ring inside a channel segment.

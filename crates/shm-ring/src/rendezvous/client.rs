@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{HELLO, Rendezvous, SocketDir, check_name};
 use crate::error::Error;
-use crate::sys::{dir, socket};
+use crate::sys::{PeerProcess, dir, socket};
 
 /// How long an opener whose server hung up without answering waits to see it die (a live
 /// server that refuses us costs the opener this much before its error).
@@ -65,6 +65,35 @@ impl Rendezvous {
 /// best effort: the next open or create of the name cleans up too).
 const CLEANUP_LOCK: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// What a probe of an existing socket found.
+pub(super) enum Probe {
+    /// Nobody serves it: nobody listens there (its creator is gone), or the process that
+    /// listened is dead (a forked child of the creator holds a copy of the socket and never
+    /// answers).
+    Stale,
+    /// A live listener (or one whose backlog is full).
+    Live,
+    /// Not there any more.
+    Gone,
+}
+
+/// Connects to the socket of `name` to see whether anyone serves it.
+pub(super) fn probe(dir: &SocketDir, name: &str) -> Probe {
+    match socket::connect_at(&dir.socket_path(name)) {
+        Err(rustix::io::Errno::CONNREFUSED) => Probe::Stale,
+        Err(rustix::io::Errno::NOENT) => Probe::Gone,
+        Ok(conn) if listener_dead(&conn) => Probe::Stale,
+        _ => Probe::Live,
+    }
+}
+
+/// Whether the process that listens at the other end of `conn` (the kernel records it at
+/// `listen`) is definitely dead. A copy of the socket inherited by a `fork()` keeps accepting
+/// connections after its creator died, and nobody answers them.
+fn listener_dead(conn: &OwnedFd) -> bool {
+    socket::peer(conn).is_ok_and(|(pid, _)| pid != 0 && PeerProcess::watch(pid, 0).is_dead())
+}
+
 fn remove_if_stale(dir: &SocketDir, name: &str, ident: (u64, u64)) -> bool {
     let Ok(_lock) = dir.lock_within(CLEANUP_LOCK) else {
         return false;
@@ -72,10 +101,7 @@ fn remove_if_stale(dir: &SocketDir, name: &str, ident: (u64, u64)) -> bool {
     let same = dir
         .entry(name)
         .is_some_and(|st| dir::is_socket(&st) && (st.st_dev, st.st_ino) == ident);
-    same && matches!(
-        socket::connect_at(&dir.socket_path(name)),
-        Err(rustix::io::Errno::CONNREFUSED)
-    ) && dir.remove_if(name, ident)
+    same && matches!(probe(dir, name), Probe::Stale) && dir.remove_if(name, ident)
 }
 
 /// Gets the descriptor of channel `name` from its server, waiting for the answer until
@@ -130,7 +156,30 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
             crate::sys::euid()
         )));
     }
+    if server_pid == 0 {
+        return Err(Error::Untrusted(format!(
+            "channel '{name}' at {} is served by a process in a pid namespace this one cannot \
+             see: a named channel needs both processes in one pid namespace (its liveness \
+             checks name processes by pid); pass the channel's descriptor instead \
+             (Receiver::from_fd)",
+            path.display()
+        )));
+    }
+    if PeerProcess::watch(server_pid, 0).is_dead() {
+        // Its creator is dead and a forked child holds the socket: nobody will answer.
+        let _ = remove_if_stale(&dir, name, ident);
+        return Err(not_found());
+    }
     let fd = match receive(&conn, name, server_pid, deadline) {
+        // It hung up without a word after its socket left the name: a sender dropped while we
+        // connected (it unlinks its socket before it closes it), so the channel is gone.
+        Err(Error::NotASegment(_))
+            if dir
+                .entry(name)
+                .is_none_or(|st| (st.st_dev, st.st_ino) != ident) =>
+        {
+            return Err(not_found());
+        }
         // It hung up without a word: if it is dying (killed between our connect and its
         // answer: its descriptors close before it is a zombie), the channel is gone, as for a
         // stale socket.

@@ -2,7 +2,7 @@
 //! unless it is a directory of ours that others cannot enter.
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::{DIR_ENV, LOCK_TIMEOUT, Rendezvous};
@@ -61,7 +61,9 @@ fn resolve(rdv: &Rendezvous) -> (PathBuf, Origin) {
     if let Some(d) = env(DIR_ENV) {
         return (d, Origin::Env);
     }
-    if let Some(x) = env("XDG_RUNTIME_DIR").filter(|x| x.is_absolute()) {
+    // Only our own runtime directory: one of another user (`sudo` may leave theirs in the
+    // environment) lets that user move the socket directory we make in it.
+    if let Some(x) = env("XDG_RUNTIME_DIR").filter(|x| x.is_absolute() && ours_only(x)) {
         return (x.join("shmpipe"), Origin::Xdg);
     }
     let uid = sys::euid();
@@ -69,6 +71,23 @@ fn resolve(rdv: &Rendezvous) -> (PathBuf, Origin) {
         return (PathBuf::from("/run/shmpipe"), Origin::Run);
     }
     (PathBuf::from(format!("/tmp/shmpipe-{uid}")), Origin::Tmp)
+}
+
+/// Whether `gid` may have access to a socket directory shared with user `peer`: it is our
+/// primary group or the peer's (a user without an entry in the user database: the group of
+/// the same number). Any other group could admit a third user, who could then replace our
+/// sockets.
+fn pair_group(peer: u32, gid: u32) -> bool {
+    gid == sys::egid() || sys::primary_gid(peer).unwrap_or(peer) == gid
+}
+
+/// Whether `path` is a directory of ours that nobody else may write (not followed).
+fn ours_only(path: &Path) -> bool {
+    dir::lstat(path).is_ok_and(|st| {
+        rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory
+            && st.st_uid == sys::euid()
+            && st.st_mode & 0o022 == 0
+    })
 }
 
 /// Whether `path` is a directory of root that nobody else may write.
@@ -88,7 +107,17 @@ impl SocketDir {
     /// [`Error::Untrusted`] for a symlink, a non-directory, a directory of another user or one
     /// others may enter; [`Error::Os`] if it cannot be made or opened.
     pub(crate) fn open(rdv: &Rendezvous, create: bool) -> Result<Option<SocketDir>, Error> {
-        let (path, origin) = resolve(rdv);
+        let (given, origin) = resolve(rdv);
+        // Without a trailing '/' or '/.' (with them, `O_NOFOLLOW` would follow a symlink in
+        // the last component) and ending in a name (not `..`, not `/`).
+        let path: PathBuf = given.components().collect();
+        if !matches!(path.components().next_back(), Some(Component::Normal(_))) {
+            return Err(Error::InvalidArgument(format!(
+                "the socket directory of named channels {} ({}) must end in a directory name",
+                given.display(),
+                origin.describe()
+            )));
+        }
         let shown = path.display();
         if create {
             dir::make_private_dir(&path).map_err(|e| {
@@ -123,20 +152,26 @@ impl SocketDir {
         let st = dir::fstat(&fd)?;
         let owner_ok = st.st_uid == sys::euid() || rdv.peer_uid == Some(st.st_uid);
         let others = if rdv.peer_uid.is_some() { 0o007 } else { 0o077 };
-        if !owner_ok || st.st_mode & others != 0 {
+        let group_ok =
+            st.st_mode & 0o070 == 0 || rdv.peer_uid.is_some_and(|p| pair_group(p, st.st_gid));
+        if !owner_ok || st.st_mode & others != 0 || !group_ok {
             return Err(Error::Untrusted(format!(
-                "the socket directory of named channels {shown} ({}) is owned by uid {} with \
-                 mode {:04o}; refusing to use it: only a directory owned by uid {} with no \
-                 permissions for {} is trusted (another user may have made it first: remove \
+                "the socket directory of named channels {shown} ({}) is owned by uid {}, group \
+                 {}, with mode {:04o}; refusing to use it: only a directory owned by uid {} with \
+                 no permissions for {} is trusted (another user may have made it first: remove \
                  it, or set ${DIR_ENV} to a directory of yours)",
                 origin.describe(),
                 st.st_uid,
+                st.st_gid,
                 st.st_mode & 0o7777,
                 sys::euid(),
-                if rdv.peer_uid.is_some() {
-                    "others"
-                } else {
-                    "group or others"
+                match rdv.peer_uid {
+                    Some(p) => format!(
+                        "others, nor for a group other than the primary group of uid {} or of \
+                         uid {p}",
+                        sys::euid()
+                    ),
+                    None => "group or others".to_string(),
                 },
             )));
         }
@@ -186,6 +221,19 @@ impl SocketDir {
                 self.path.display()
             )))
         })
+    }
+
+    /// Makes the socket `name` just bound by us connectable by exactly the users the
+    /// directory admits: ours only (0600), or, with [`Rendezvous::peer_uid`], the directory's
+    /// users (0666: connecting needs write permission, and the socket's group is ours, not the
+    /// peer's; the directory and `SO_PEERCRED` keep everyone else out).
+    pub(crate) fn set_socket_mode(&self, name: &str) -> Result<(), Error> {
+        let mode = if self.rdv.peer_uid.is_some() {
+            0o666
+        } else {
+            0o600
+        };
+        dir::chmod_entry(&self.fd, name, mode).map_err(Error::from)
     }
 
     /// Removes the entry `name` if it is still the socket `ident` (device, inode). The caller

@@ -17,18 +17,22 @@
 //! **The socket directory** (`dir.rs`), first of:
 //! 1. [`Rendezvous::dir`] (a [`ChannelConfig`](crate::ChannelConfig) setting);
 //! 2. the environment variable `SHMPIPE_DIR` (containers that share a volume);
-//! 3. `$XDG_RUNTIME_DIR/shmpipe` (the user's private runtime directory);
+//! 3. `$XDG_RUNTIME_DIR/shmpipe` (the user's private runtime directory), if that is a
+//!    directory of ours nobody else may write (`sudo` may leave another user's there);
 //! 4. for root, `/run/shmpipe` (only root may create entries in `/run`);
 //! 5. `/tmp/shmpipe-<uid>`.
 //!
 //! A creator makes it if missing (mode 0700); both ends open it without following a symlink
 //! and refuse it, with an error naming path, owner and mode, unless it is a directory owned by
 //! the user with no permission for others (and none for its group, unless
-//! [`Rendezvous::peer_uid`] allows another user in).
+//! [`Rendezvous::peer_uid`] allows another user in and the group is the primary group of one
+//! of the two users). Sockets are made 0600 (0666 with a peer user: connecting needs write
+//! permission; the directory admits only the two users).
 //!
 //! **Names** change only under an exclusive `flock` of the directory, held for microseconds:
-//! a create probes an existing socket and takes the name only if nobody listens there (a
-//! stale socket of a dead creator); an opener that finds a stale socket removes it and reports
+//! a create probes an existing socket and takes the name only if nobody serves it (a stale
+//! socket: nobody listens, or the process that listened is dead and a forked child of it
+//! holds a copy that never answers); an opener that finds a stale socket removes it and reports
 //! the channel as not created yet; a consumer that sees its producer die removes the
 //! producer's socket if it is stale; a sender removes its own socket when dropped, after its
 //! linger. Nothing that is not a socket is ever removed.
@@ -84,10 +88,14 @@ pub struct Rendezvous {
     /// `$XDG_RUNTIME_DIR/shmpipe`, else `/run/shmpipe` for root, else `/tmp/shmpipe-<uid>`.
     /// Made (0700) by the first creator if missing.
     pub dir: Option<&'static Path>,
-    /// One more user accepted as a peer, besides our own (containers that share a volume but
-    /// run as different users): servers answer it, openers accept its servers, and the
-    /// directory may then grant its group access (`chmod 0770`, group of that user). Default
-    /// `None`: only our own user.
+    /// One more user accepted as a peer, besides our own (containers that share a volume and
+    /// a pid namespace but run as different users; a server whose pid our namespace cannot see
+    /// is refused): servers answer it, openers accept its servers, sockets are
+    /// made connectable by it (0666: the directory is the gate), and the directory may then
+    /// grant its group access (`chmod 0770`) if that group is the primary group of one of the
+    /// two users (any other group could let a third user replace our sockets; every member of
+    /// the group can enter, so use a group of those two users only). Default `None`: only our
+    /// own user.
     pub peer_uid: Option<u32>,
 }
 

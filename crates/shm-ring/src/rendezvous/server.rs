@@ -4,6 +4,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use super::client::{Probe, probe};
 use super::{HELLO, SocketDir, check_name};
 use crate::error::Error;
 use crate::fork::Owner;
@@ -25,26 +26,10 @@ pub(crate) struct NameServer {
     listener: Option<OwnedFd>,
     /// Dropping this write end wakes the thread (end of file on its read end) to stop.
     stop: Option<OwnedFd>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    /// The serving thread; it hands the listening socket back when it stops, so that the
+    /// name is removed before the socket closes.
+    thread: Option<std::thread::JoinHandle<OwnedFd>>,
     owner: Owner,
-}
-
-/// What a probe of an existing socket found.
-enum Probe {
-    /// Nobody listens there: its creator is gone.
-    Stale,
-    /// A live listener (or one whose backlog is full).
-    Live,
-    /// Not there any more.
-    Gone,
-}
-
-fn probe(dir: &SocketDir, name: &str) -> Probe {
-    match socket::connect_at(&dir.socket_path(name)) {
-        Err(rustix::io::Errno::CONNREFUSED) => Probe::Stale,
-        Err(rustix::io::Errno::NOENT) => Probe::Gone,
-        _ => Probe::Live,
-    }
 }
 
 impl NameServer {
@@ -84,9 +69,12 @@ impl NameServer {
                 .entry(name)
                 .map(|st| (st.st_dev, st.st_ino))
                 .unwrap_or_default();
+            if let Err(e) = dir.set_socket_mode(name) {
+                dir.remove_if(name, ident);
+                return Err(e);
+            }
             (listener, ident)
         };
-        test_hook_kill_after_bind(name);
         Ok(NameServer {
             dir,
             name: name.to_string(),
@@ -115,7 +103,10 @@ impl NameServer {
         let rdv = *self.dir.rendezvous();
         let thread = std::thread::Builder::new()
             .name("shm-ring-name".into())
-            .spawn(move || serve_loop(&listener, &wake, &memfd, |uid| rdv.allows(uid)))?;
+            .spawn(move || {
+                serve_loop(&listener, &wake, &memfd, |uid| rdv.allows(uid));
+                listener
+            })?;
         self.stop = Some(stop);
         self.thread = Some(thread);
         Ok(())
@@ -163,21 +154,14 @@ impl Drop for NameServer {
         }
         drop(self.stop.take()); // end of file on the thread's wake-up pipe
         if let Some(t) = self.thread.take() {
-            let _ = t.join();
+            // A panicked thread closed the socket already (nothing in it panics).
+            self.listener = t.join().ok();
         }
-        drop(self.listener.take());
+        // The name first, then the socket: an opener whose connection the close resets finds
+        // the name gone (or another creator's socket) and reports the channel not found.
         if let Ok(_lock) = self.dir.lock() {
             self.dir.remove_if(&self.name, self.ident);
         }
-    }
-}
-
-/// Test hook: a creator killed at the worst instant (its socket bound, nobody answering yet).
-/// `SHM_RING_TEST_KILL_AFTER_BIND=<name>` makes the create of `<name>` SIGKILL its own process
-/// right there; used by `tests/stale_names.rs`.
-fn test_hook_kill_after_bind(name: &str) {
-    if std::env::var_os("SHM_RING_TEST_KILL_AFTER_BIND").is_some_and(|v| v == name) {
-        let _ =
-            rustix::process::kill_process(rustix::process::getpid(), rustix::process::Signal::KILL);
+        drop(self.listener.take());
     }
 }

@@ -64,6 +64,11 @@ pub(crate) fn kind_of(st: &rustix::fs::Stat) -> &'static str {
     }
 }
 
+/// Sets the permission bits of the entry `entry` of `dir`.
+pub(crate) fn chmod_entry(dir: &OwnedFd, entry: &str, mode: u32) -> rustix::io::Result<()> {
+    rustix::fs::chmodat(dir, entry, Mode::from_raw_mode(mode), AtFlags::empty())
+}
+
 /// Removes the entry `entry` of `dir`.
 pub(crate) fn unlink(dir: &OwnedFd, entry: &str) -> rustix::io::Result<()> {
     rustix::fs::unlinkat(dir, entry, AtFlags::empty())

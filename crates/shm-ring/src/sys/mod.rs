@@ -23,6 +23,57 @@ pub(crate) fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// Our effective gid.
+pub(crate) fn egid() -> u32 {
+    rustix::process::getegid().as_raw()
+}
+
+/// `struct passwd` of the C library (the same layout in glibc and musl on Linux).
+#[repr(C)]
+struct Passwd {
+    name: *mut std::ffi::c_char,
+    passwd: *mut std::ffi::c_char,
+    uid: u32,
+    gid: u32,
+    gecos: *mut std::ffi::c_char,
+    dir: *mut std::ffi::c_char,
+    shell: *mut std::ffi::c_char,
+}
+
+unsafe extern "C" {
+    fn getpwuid_r(
+        uid: u32,
+        pwd: *mut Passwd,
+        buf: *mut std::ffi::c_char,
+        len: usize,
+        result: *mut *mut Passwd,
+    ) -> std::ffi::c_int;
+}
+
+/// The primary group of user `uid` in the user database (`getpwuid_r`, through NSS); `None`
+/// when the user has no entry (often so in containers) or the lookup fails.
+pub(crate) fn primary_gid(uid: u32) -> Option<u32> {
+    let mut buf = vec![0 as std::ffi::c_char; 16 << 10];
+    let mut pwd = std::mem::MaybeUninit::<Passwd>::uninit();
+    let mut result: *mut Passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is to memory of ours of the size given; the C library writes the
+    // entry into `pwd` and its strings into `buf`, and sets `result` to `pwd` or null.
+    let rc = unsafe {
+        getpwuid_r(
+            uid,
+            pwd.as_mut_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    // SAFETY: `result` is non-null, so the C library filled `pwd` in.
+    Some(unsafe { pwd.assume_init() }.gid)
+}
+
 /// An anonymous memory file (`memfd_create`) that can be sealed, closed on exec unless passed
 /// on explicitly.
 pub(crate) fn memfd(name: &str) -> rustix::io::Result<File> {
@@ -285,13 +336,14 @@ unsafe extern "C" {
     ) -> std::ffi::c_int;
 }
 
-/// Has `child` run in the child of every later `fork()` done through the C library
-/// (`pthread_atfork`; Python's `os.fork` and `multiprocessing` go through it). `child` must be
-/// async-signal-safe. A failure (out of memory) leaves forks unseen.
-pub(crate) fn on_fork_in_child(child: extern "C" fn()) {
-    // SAFETY: registers a plain function pointer with the C library; `child` lives for the
-    // whole program (a `fn` item) and does nothing but an atomic add.
-    let _ = unsafe { pthread_atfork(None, None, Some(child)) };
+/// Has `prepare` run just before every later `fork()` done through the C library
+/// (`pthread_atfork`; Python's `os.fork` and `multiprocessing` go through it), `parent` just
+/// after it in the parent and `child` in the child. `child` must be async-signal-safe. A
+/// failure (out of memory) leaves forks unseen.
+pub(crate) fn on_fork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registers plain function pointers with the C library; they live for the whole
+    // program (`fn` items) and do nothing a fork handler may not.
+    let _ = unsafe { pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
 /// Sleeps while `*word == expected`, at most `timeout`. The word may live in shared memory

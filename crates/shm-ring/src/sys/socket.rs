@@ -63,11 +63,51 @@ pub(crate) fn connect_at(path: &str) -> rustix::io::Result<OwnedFd> {
     }
 }
 
+/// `struct ucred` (`SO_PEERCRED`).
+#[repr(C)]
+#[derive(Default)]
+struct Ucred {
+    pid: i32,
+    uid: u32,
+    gid: u32,
+}
+
+unsafe extern "C" {
+    fn getsockopt(
+        fd: std::ffi::c_int,
+        level: std::ffi::c_int,
+        name: std::ffi::c_int,
+        value: *mut std::ffi::c_void,
+        len: *mut u32,
+    ) -> std::ffi::c_int;
+}
+
+const SOL_SOCKET: std::ffi::c_int = 1;
+const SO_PEERCRED: std::ffi::c_int = 17;
+
 /// The pid and uid of the process at the other end of a connected socket, as the kernel
-/// recorded them when that end connected or listened.
+/// recorded them when that end connected or listened. The pid is 0 when that process is in a
+/// pid namespace ours cannot see (`rustix::net::sockopt::socket_peercred` would make a
+/// non-zero pid type of it: undefined behaviour).
 pub(crate) fn peer(fd: &OwnedFd) -> rustix::io::Result<(u32, u32)> {
-    let c = rustix::net::sockopt::socket_peercred(fd)?;
-    Ok((c.pid.as_raw_nonzero().get() as u32, c.uid.as_raw()))
+    use std::os::fd::AsRawFd;
+    let mut cred = Ucred::default();
+    let mut len = std::mem::size_of::<Ucred>() as u32;
+    // SAFETY: `cred` is a `struct ucred` of ours and `len` its size; the kernel writes at most
+    // `len` bytes into it and any bit pattern is a valid `Ucred`.
+    let rc = unsafe {
+        getsockopt(
+            fd.as_raw_fd(),
+            SOL_SOCKET,
+            SO_PEERCRED,
+            (&raw mut cred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::IO));
+    }
+    Ok((u32::try_from(cred.pid).unwrap_or(0), cred.uid))
 }
 
 /// Sends `bytes` and the descriptor `fd` as one message, without waiting (a connector that

@@ -80,11 +80,14 @@ impl Sender {
             // garbage start time is a consumer that is gone.
             Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
             Some(_) => Watch::Dead,
-            // Only a definite "no such process" counts as dead; anything else (EMFILE,
-            // hidepid, ...) cannot tell, and is asked again at the next check.
-            None => match std::fs::metadata(format!("/proc/{pid}")) {
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Watch::Dead,
-                _ => Watch::Unknown,
+            // `/proc` does not show it (hidepid hides other users' processes, or out of
+            // descriptors): only the kernel's definite "no such process" counts as dead. One
+            // that exists is watched through its pidfd (its start time cannot be checked: a
+            // recycled pid is then taken for alive, never the reverse).
+            None => match sys::liveness(pid, 0) {
+                sys::Liveness::Dead => Watch::Dead,
+                sys::Liveness::Alive => Watch::Peer(PeerProcess::watch(pid, 0)),
+                sys::Liveness::Unknown => Watch::Unknown,
             },
         })
     }

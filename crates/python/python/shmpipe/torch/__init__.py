@@ -1,0 +1,30 @@
+"""shmpipe for PyTorch: :class:`DataLoader`, a drop-in for ``torch.utils.data.DataLoader``
+whose workers hand batches to the trainer through shared memory, zero-copy.
+
+    from shmpipe.torch import DataLoader          # instead of torch.utils.data.DataLoader
+
+    loader = DataLoader(dataset, batch_size=256, shuffle=True, num_workers=4,
+                        persistent_workers=True)
+    for x, y in loader:                           # tensors over shmpipe pool blocks
+        ...
+
+Importing this module starts, in the background, the fork server the workers are forked
+from (a fresh interpreter that imports torch once), unless ``SHMPIPE_TORCH_EAGER=0`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch.utils.data import get_worker_info
+
+from . import _procs
+from ._loader import DataLoader
+from ._share import SharedArrayList
+
+__all__ = ["DataLoader", "SharedArrayList", "get_worker_info", "warm_up"]
+
+warm_up = _procs.warm_up
+
+if os.environ.get(_procs.EAGER_ENV, "1") != "0":
+    _procs.warm_up()

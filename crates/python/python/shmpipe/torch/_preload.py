@@ -1,0 +1,45 @@
+"""Imported by the fork server alone (its preload list): what every worker would otherwise do
+for itself, done once before the forks.
+
+- torch, numpy and the worker's own modules are imported;
+- the first ``torch.manual_seed`` and ``numpy.random.seed`` calls load lazily imported parts
+  (20-50 ms each, several times that on a loaded machine): they are made here. The server's
+  own generators are never used; every worker seeds its own (``_worker.setup``);
+- the trainer's main script is imported as ``__mp_main__`` (what multiprocessing's fork
+  server is meant to do, but Python 3.11 never passes it the script's path), so that workers
+  do not each run it again. As under ``spawn``, the script's work must be under
+  ``if __name__ == "__main__":``; if importing it fails here, a note goes to stderr and every
+  worker imports it itself (and fails as it would under ``spawn``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+import numpy.random  # noqa: F401
+import torch
+
+from . import _procs, _worker  # noqa: F401
+
+torch.manual_seed(0)
+np.random.seed(0)
+
+
+def _import_main(path: str) -> None:
+    from multiprocessing import process, spawn
+    process.current_process()._inheriting = True
+    try:
+        spawn.import_main_path(path)
+    except Exception as e:  # noqa: BLE001 - the workers will say what is wrong
+        print(f"shmpipe.torch: the fork server could not import the main script {path} "
+              f"({type(e).__name__}: {e}); each worker will import it itself. Keep the "
+              f"script's work under `if __name__ == \"__main__\":`.", file=sys.stderr)
+    finally:
+        del process.current_process()._inheriting
+
+
+_main = os.environ.get(_procs.MAIN_ENV)
+if _main:
+    _import_main(_main)

@@ -1,0 +1,178 @@
+"""Starting worker processes and talking to them: the start method, descriptors handed to a
+child, and the control socket (tasks one way, channel descriptors the other).
+
+Workers are started by a *fork server*: a fresh interpreter (spawned, never a fork of the
+training process) that imports torch once and then forks one child per worker. A worker
+is then ready in ~20 ms instead of the seconds a fresh ``import torch`` takes, and no
+worker is ever a fork of the (multithreaded) training process. The server is started in
+the background when :mod:`shmpipe.torch` is imported, so it is usually ready by the time
+the first loader iterates.
+"""
+
+from __future__ import annotations
+
+import array
+import multiprocessing
+import os
+import pickle
+import socket
+import sys
+from multiprocessing import connection, reduction
+
+# Set in the environment of the fork server (and so of every worker): a process started by
+# us does not start a fork server of its own.
+CHILD_ENV = "SHMPIPE_TORCH_CHILD"
+# `SHMPIPE_TORCH_EAGER=0` in the environment: start the fork server at the first loader
+# with workers instead of at import.
+EAGER_ENV = "SHMPIPE_TORCH_EAGER"
+
+# The path of the trainer's main script, for the fork server to import it (see _preload.py).
+MAIN_ENV = "SHMPIPE_TORCH_MAIN"
+
+PRELOAD = ["shmpipe.torch._preload"]
+
+_warmed = False
+
+
+def in_worker() -> bool:
+    """Whether this process is a worker (or the fork server), of ours or of multiprocessing."""
+    return (os.environ.get(CHILD_ENV) == "1" or multiprocessing.parent_process() is not None
+            or getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def warm_up() -> None:
+    """Starts the fork server now (in the background) so that workers start in ~20 ms.
+
+    Called when :mod:`shmpipe.torch` is imported and again by every loader with workers;
+    cheap after the first call. If the program has already started the standard library's
+    fork server itself (with its own preload list), that server is used as it is.
+    """
+    global _warmed
+    if _warmed or in_worker():
+        return
+    _warmed = True
+    from multiprocessing import forkserver
+
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+        forkserver.set_forkserver_preload(PRELOAD)
+    env = {CHILD_ENV: "1", MAIN_ENV: _main_path()}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        forkserver.ensure_running()
+    finally:
+        for k, v in old.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+def _main_path() -> str:
+    """The main script's path if it was run as a file (``python train.py``), else ""."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(main, "__spec__", None) is not None or not path or not os.path.isfile(path):
+        return ""
+    return os.path.abspath(path)
+
+
+def context(user_ctx):
+    """The multiprocessing context workers start with: the loader's ``multiprocessing_context``
+    if given (a context object, as ``DataLoader`` stores it), else the fork server.
+
+    The global start method is not consulted: torch's own loaders fix it to ``fork`` as a
+    side effect, so it does not tell what the program asked for."""
+    if user_ctx is not None:
+        if user_ctx.get_start_method() == "forkserver":
+            warm_up()       # the server preloads torch, if it is not running yet
+        return user_ctx
+    warm_up()
+    return multiprocessing.get_context("forkserver")
+
+
+class FdArg:
+    """A descriptor handed to a worker in ``Process(args=...)``.
+
+    Under spawn and forkserver the argument is pickled while the process starts and the
+    descriptor travels with it (``reduction.DupFd``, as multiprocessing does for its own
+    pipes); under fork it is not pickled and the child inherits the same number.
+    """
+
+    def __init__(self, fd: int):
+        self._fd = fd
+
+    def take(self) -> int:
+        return self._fd
+
+    def __reduce__(self):
+        return (_rebuild_fd, (reduction.DupFd(self._fd),))
+
+
+def _rebuild_fd(dup) -> FdArg:
+    return FdArg(dup.detach())
+
+
+# Control messages: one datagram each on a SOCK_SEQPACKET socket pair, a pickle behind a
+# one-byte flag (1: more fragments follow). Tasks are tiny; a huge index list (a batch
+# sampler yielding millions of keys) is cut into fragments instead of failing.
+_FRAG = 64 * 1024
+_MORE, _LAST = b"\x01", b"\x00"
+
+
+def socket_pair() -> tuple[socket.socket, socket.socket]:
+    return socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+
+
+def send_obj(sock: socket.socket, obj, fds: tuple[int, ...] = ()) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    views = [data[i:i + _FRAG] for i in range(0, len(data), _FRAG)] or [b""]
+    for i, part in enumerate(views):
+        flag = _MORE if i + 1 < len(views) else _LAST
+        if i == 0 and fds:
+            socket.send_fds(sock, [flag + part], list(fds))
+        else:
+            sock.sendall(flag + part)
+
+
+class Closed(EOFError):
+    """The other end of the control socket is gone."""
+
+
+def recv_obj(sock: socket.socket, wait: bool = True):
+    """The next message and the descriptors that came with it; raises :class:`Closed` at EOF
+    (and ``BlockingIOError`` if ``wait`` is False and there is none)."""
+    parts, fds = [], []
+    flags = 0 if wait else socket.MSG_DONTWAIT
+    while True:
+        data, got = _recv_fds(sock, flags)
+        flags = 0       # the fragments of a message follow it at once
+        fds.extend(got)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            raise Closed("control socket closed")
+        parts.append(data[1:])
+        if data[:1] == _LAST:
+            return pickle.loads(b"".join(parts)), fds
+
+
+_FD_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
+
+
+def _recv_fds(sock: socket.socket, flags: int) -> tuple[bytes, list[int]]:
+    """One datagram and the descriptors passed with it. (``socket.recv_fds`` ignores its
+    ``flags`` argument in Python 3.11, so ``MSG_DONTWAIT`` would block there.)"""
+    data, ancdata, _flags, _addr = sock.recvmsg(_FRAG + 1, _FD_SPACE, flags)
+    fds = array.array("i")
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
+def readable(objs, timeout):
+    """The subset of sockets / sentinels ready within ``timeout`` seconds (None: forever)."""
+    return connection.wait(objs, timeout)
+
+
