@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::credit::Gate;
 use crate::error::Error;
-use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::Outputs;
 use crate::wire::{Frame, Stats, TransportError};
@@ -30,6 +30,8 @@ pub(crate) struct InputState {
     pub(crate) epoch: Instant,
     /// Why the input thread stopped, and when (it is not taken: every caller sees it).
     pub(crate) failure: Mutex<Option<(Instant, String)>>,
+    /// The process that started the pipeline (the input thread runs there only).
+    pub(crate) owner: shm_ring::Owner,
 }
 
 impl InputState {
@@ -83,8 +85,15 @@ impl Input {
     ///
     /// # Errors
     /// What stopped the pipeline's input thread (e.g. an item too large for the channel, or
-    /// the pipeline is gone).
+    /// the pipeline is gone); [`Error::Forked`] in a forked child (the input thread runs in
+    /// the process that started the pipeline only).
     pub fn send(&mut self, item: Item) -> Result<(), Error> {
+        if !self.state.owner.is_current() {
+            return Err(Error::Forked {
+                owner: self.state.owner.pid(),
+                caller: std::process::id(),
+            });
+        }
         self.state.touch();
         self.tx
             .send(Feed::Item(item))
@@ -125,6 +134,7 @@ impl Feeder {
             last_send_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             failure: Mutex::new(None),
+            owner: shm_ring::Owner::current(),
         });
         let input = Input {
             tx,
@@ -139,12 +149,13 @@ impl Feeder {
         (f, rx)
     }
 
-    /// `issued` (ordered mode): raised before each item goes out, as an emitter does.
+    /// `gate` (ordered mode): the consumer's grant, waited for before each item goes out, as
+    /// an emitter does.
     pub(crate) fn start(
         mut out: Outputs,
         workers: usize,
         cancel: Arc<AtomicBool>,
-        issued: Option<Arc<Issued>>,
+        gate: Option<Arc<Gate>>,
     ) -> Feeder {
         let (mut f, rx) = Feeder::inline(cancel);
         let stop = Arc::clone(&f.cancel);
@@ -175,8 +186,16 @@ impl Feeder {
                 }
                 match msg {
                     Feed::Item(item) => {
-                        if let Some(c) = &issued {
-                            c.raise(0, k + 1);
+                        if let Some(g) = &gate {
+                            while !g.allows(k) {
+                                // What was sent must reach the consumer, whose grants follow
+                                // what it delivers.
+                                out.flush_all()?;
+                                if stop.load(Ordering::Relaxed) {
+                                    return Ok(());
+                                }
+                                g.park();
+                            }
                         }
                         out.push(
                             (k % workers as u64) as usize,

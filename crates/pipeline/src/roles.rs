@@ -1,15 +1,15 @@
-//! The child roles: the start-up hand-over seen from a child, its parent watchdog, the emitter
-//! and the worker loops, and what a child says on stderr (only real problems, named by role
-//! and pid).
+//! The child roles: the start-up hand-over seen from a child, and the emitter and the worker
+//! loops. The child's watch over its parent, its log and its exit are in [`crate::child`].
 
 use std::os::fd::AsFd;
 use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::Epochs;
+use crate::child::{log, stopping};
+use crate::credit::Gate;
 use crate::handover::{Ctrl, CtrlError, Kind};
-use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::{
     ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
@@ -20,45 +20,10 @@ use crate::source::{Source, SourceContext, SourceError, derive_seed};
 use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
 
-/// The child's control socket and how it names itself (set once in [`run_child`]).
-static CHILD: OnceLock<(Arc<Ctrl>, String, String)> = OnceLock::new();
-
-/// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
-/// is no news and the child exits quietly. The parent tells its children one after another, so
-/// a child may see a peer that already obeyed `STOP` exit before its own `STOP` is there: it
-/// allows the message a moment to arrive (a real loss is reported at most that much later).
-fn stopping() -> bool {
-    const GRACE: Duration = Duration::from_millis(200);
-    let Some((c, _, _)) = CHILD.get() else {
-        return false;
-    };
-    if c.stop_or_eof_pending() {
-        return true;
-    }
-    // After start-up only `STOP` (or the end of file) ever arrives on the control socket.
-    let _ = c.wait_readable(Some(GRACE));
-    c.stop_or_eof_pending()
-}
-
-/// Logs a real problem of this child on stderr, named by role and pid.
-fn log(msg: &str) {
-    let me = CHILD.get().map_or("child", |(_, m, _)| m.as_str());
-    eprintln!("shmpipe {me}: {msg}");
-}
-
-/// This child's role as error reports name it (`worker 0 (stage 0)`).
-fn role_name() -> String {
-    CHILD
-        .get()
-        .map_or_else(|| "child".into(), |(_, _, r)| r.clone())
-}
-
 /// What a child gets from the start-up hand-over.
 struct Connected {
     outs: Outputs,
     ins: Vec<Box<dyn Rx>>,
-    /// An emitter of an ordered pipeline: the issued counters it raises.
-    issued: Option<Issued>,
 }
 
 /// The start-up hand-over of a child: takes its shared descriptors, creates its outputs and
@@ -78,18 +43,8 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
         e => setup(format!("start-up: {e}")),
     };
     // The shared descriptors come first, checked before anything else is set up.
-    let mut issued = None;
     match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
-        (Kind::Shared, mut fds) => {
-            if matches!(role, Role::Emitter(_)) && plan.ordered {
-                let fd = fds
-                    .pop()
-                    .ok_or_else(|| setup("no issued counters from the parent".into()))?;
-                issued = Some(
-                    Issued::open(fd, plan.emitters)
-                        .map_err(|e| setup(format!("issued counters: {e}")))?,
-                );
-            }
+        (Kind::Shared, fds) => {
             crate::share::install(&spec.shared, fds).map_err(setup)?;
         }
         (Kind::Stop, _) => return Err(EXIT_STOPPED),
@@ -130,32 +85,10 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
         (Kind::Go, _) => Ok(Connected {
             outs: Outputs::new(txs, plan),
             ins: rxs,
-            issued,
         }),
         (Kind::Stop, _) => Err(EXIT_STOPPED),
         (k, _) => Err(setup(format!("expected go, got {k:?}"))),
     }
-}
-
-/// The parent watchdog: exits the child as soon as its control socket says `STOP` (quietly)
-/// or reaches its end (the parent is gone, even SIGKILLed).
-fn start_watchdog(ctrl: Arc<Ctrl>, parent: u32) {
-    std::thread::spawn(move || {
-        loop {
-            if matches!(ctrl.wait_readable(None), Ok(true)) {
-                if ctrl.stop_or_eof_pending() {
-                    // Both are deliberate or final; the parent wants no word from us.
-                    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
-                    let orphan = ppid != Some(parent);
-                    std::process::exit(if orphan { EXIT_ORPHAN } else { EXIT_STOPPED });
-                }
-                // Anything else after `GO` is unexpected: take it off and go on.
-                let _ = ctrl.recv(Some(Duration::ZERO));
-            } else {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    });
 }
 
 /// Runs a child role and returns its exit code.
@@ -163,18 +96,21 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
-    let _ = CHILD.set((
+    crate::child::set(
         Arc::clone(&ctrl),
         spec.role.log_name(),
         spec.role.describe(),
-    ));
-    let Connected { outs, ins, issued } = match hand_over(spec, &ctrl) {
+    );
+    let Connected { outs, ins } = match hand_over(spec, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
     };
-    start_watchdog(ctrl, plan.parent);
+    // An emitter of an ordered pipeline issues only what the consumer grants.
+    let gate = (plan.ordered && matches!(spec.role, Role::Emitter(_)))
+        .then(|| Arc::new(Gate::new(crate::credit::initial(plan.reorder_window))));
+    crate::child::start_watchdog(ctrl, plan.parent, gate.clone());
     match spec.role {
-        Role::Emitter(e) => run_emitter(reg, plan, e, outs, issued.as_ref()),
+        Role::Emitter(e) => run_emitter(reg, plan, e, outs, gate.as_deref()),
         Role::Worker { stage, worker } => {
             run_worker(reg, plan, stage, worker, Inputs::new(ins), outs)
         }
@@ -186,7 +122,7 @@ fn run_emitter(
     plan: &Plan,
     e: usize,
     mut out: Outputs,
-    issued: Option<&Issued>,
+    gate: Option<&Gate>,
 ) -> i32 {
     let parts = plan.world_size * plan.emitters;
     let part = plan.rank * plan.emitters + e;
@@ -212,8 +148,13 @@ fn run_emitter(
     let mut k = 0u64;
     let mut stats = Stats::default();
     let send = |out: &mut Outputs, item: Item, k: &mut u64| {
-        if let Some(c) = issued {
-            c.raise(e, *k + 1);
+        if let Some(g) = gate {
+            while !g.allows(*k) {
+                // What was issued must be able to reach the consumer, whose grants follow
+                // what it delivers.
+                out.flush_all()?;
+                g.park();
+            }
         }
         let r = out.push(
             (*k % workers) as usize,
@@ -279,7 +220,7 @@ fn run_emitter(
 /// this child's own failure (a batch too large for the channel, say), reported downstream
 /// as what it is, so the parent raises it instead of "lost a peer". Returns the exit code.
 fn output_failed(out: &mut Outputs, what: &str, e: TransportError) -> i32 {
-    let role = role_name();
+    let role = crate::child::role_name();
     match e {
         TransportError::Closed | TransportError::PeerDied(_) => lost(what, &e),
         _ if stopping() => EXIT_STOPPED,

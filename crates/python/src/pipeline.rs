@@ -5,7 +5,15 @@
 //!
 //! Items are dicts; any other value `v` travels as the one-entry dict `{VALUE_KEY: v}` and
 //! comes back as `v` (the worker's step runner unwraps and wraps it the same way).
+//!
+//! A run belongs to the process that started it. In a process forked from it (`os.fork`,
+//! `multiprocessing`'s fork start method) the copy does nothing when closed or collected: the
+//! pump thread, the input thread and the worker processes are the parent's, a lock of the run
+//! may have been held by a parent's thread at the fork, and queued outputs lease the parent's
+//! pool blocks. Everything else it is asked (iterate, enqueue, dequeue, `pending`, ...) raises
+//! `PipelineError` naming the fork, before it takes a lock.
 
+use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
 use pyo3::exceptions::PyValueError;
@@ -49,8 +57,11 @@ pub fn item_to_py(py: Python<'_>, it: Item) -> PyResult<Bound<'_, PyAny>> {
 /// A started pipeline: iterate it, or enqueue and dequeue.
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct PipelineRun {
-    run: Run,
+    /// Dropped only in the process that started the run (see the `Drop` impl).
+    run: ManuallyDrop<Run>,
     id: String,
+    /// The process that started the run: the only one in which it acts.
+    owner: shm_ring::Owner,
 }
 
 impl std::fmt::Debug for PipelineRun {
@@ -275,8 +286,9 @@ impl PipelineRun {
         };
         let warn_idle = Duration::from_secs_f64(spec["warn_idle"].as_f64().unwrap_or(5.0).max(0.0));
         Ok(PipelineRun {
-            run: Run::new(backend, input, max_in_flight, records, warn_idle),
+            run: ManuallyDrop::new(Run::new(backend, input, max_in_flight, records, warn_idle)),
             id,
+            owner: shm_ring::Owner::current(),
         })
     }
 
@@ -294,8 +306,9 @@ impl PipelineRun {
 
     /// Inputs enqueued whose outputs have not all been dequeued.
     #[getter]
-    fn pending(&self) -> u64 {
-        self.run.pending()
+    fn pending(&self, py: Python<'_>) -> PyResult<u64> {
+        self.mine(py)?;
+        Ok(self.run.pending())
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -303,6 +316,7 @@ impl PipelineRun {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.mine(py)?;
         self.run.next(py)?.map(|it| item_to_py(py, it)).transpose()
     }
 
@@ -315,14 +329,17 @@ impl PipelineRun {
         item: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
+        self.mine(py)?;
         let d = deadline(timeout)?;
         let it = item_from_py(py, item)?;
         self.run.enqueue(py, it, d, timeout)
     }
 
     /// Ends the input: the stream ends after the outputs of every input enqueued.
-    fn close_input(&self) {
+    fn close_input(&self, py: Python<'_>) -> PyResult<()> {
+        self.mine(py)?;
         self.run.close_input();
+        Ok(())
     }
 
     /// The next output, or `None` after the end of stream; `TimeoutError` after `timeout`
@@ -333,6 +350,7 @@ impl PipelineRun {
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.mine(py)?;
         let d = deadline(timeout)?;
         self.run
             .dequeue(py, d, timeout)?
@@ -343,11 +361,13 @@ impl PipelineRun {
     /// Starts epoch `epoch` of the source read by this process (what is left of the previous
     /// epoch is dropped).
     fn start_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+        self.mine(py)?;
         self.run.start_epoch(py, epoch)
     }
 
     /// The next output of the current epoch, `None` at its end.
     fn next_in_epoch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.mine(py)?;
         self.run
             .next_in_epoch(py)?
             .map(|it| item_to_py(py, it))
@@ -355,8 +375,41 @@ impl PipelineRun {
     }
 
     /// Stops every process and frees the shared memory (also done when garbage collected).
+    /// Does nothing in a process forked from the one that started the run.
     fn close(&self, py: Python<'_>) {
-        self.run.close(py, GRACE);
+        if self.owner.is_current_strict() {
+            self.run.close(py, GRACE);
+        }
+    }
+}
+
+impl PipelineRun {
+    /// `PipelineError` in a process forked from the one that started the run (one load and
+    /// one compare; checked before any lock of the run is taken).
+    fn mine(&self, py: Python<'_>) -> PyResult<()> {
+        if self.owner.is_current() {
+            return Ok(());
+        }
+        let e = shmpipe::Error::Forked {
+            owner: self.owner.pid(),
+            caller: std::process::id(),
+        };
+        Err(pipe_err(py, e))
+    }
+}
+
+impl Drop for PipelineRun {
+    fn drop(&mut self) {
+        if self.owner.is_current_strict() {
+            // SAFETY: `run` is dropped here, once (this is the drop of its only holder), and
+            // nothing reads it afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.run) };
+        }
+        // Otherwise a forked child's copy: it is left undropped. Its drop would stop (and
+        // after a grace SIGKILL) the parent's processes, wait for a pump thread the child does
+        // not have, take locks a parent's thread may have held at the fork, and hand back
+        // pool blocks the parent's outputs lease. What it holds is the child's copy of the
+        // parent's memory and descriptors, which go with the child.
     }
 }
 

@@ -112,6 +112,8 @@ pub use dtype::{DType, Element};
 #[cfg(not(loom))]
 pub use error::{BLOCK_OR_LARGE_POOL, Error};
 #[cfg(not(loom))]
+pub use fork::Owner;
+#[cfg(not(loom))]
 pub use message::{
     ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, PositionalRecord, PositionalView,
     RecordView, SchemaMessage,

@@ -185,7 +185,6 @@ class Pipeline:
         self._persistent = persistent_workers
         self._epochs = epochs
         self._run: PipelineRun | None = None
-        self._fd: int | None = None
         self._epoch = 0  # the next epoch of a source this process reads
         self._closed = False
         # Several threads may enqueue and dequeue: one of them starts the processes.
@@ -223,13 +222,13 @@ class Pipeline:
             main_path = None
         # A sealed memfd handed to the emitters only (through their control sockets, read-only):
         # nothing on disk or in /dev/shm that a killed parent could leave, and close-on-exec,
-        # so no other program this process starts inherits it.
+        # so no other program this process starts inherits it. The caller closes it once the
+        # run has started (the run keeps its own reopening).
         fd = os.memfd_create("shmpipe-source", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         with os.fdopen(os.dup(fd), "wb") as f:
             pickle.dump((os.path.abspath(main_path) if main_path else None, blob), f)
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
                     | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        self._fd = fd
         return {"kind": "sequence", "fd": fd}
 
     def _child_args(self) -> list[str]:
@@ -346,14 +345,20 @@ class Pipeline:
             return
         self.close()
         self._closed = False
-        spec = dict(self._spec, source=self._source_spec())
-        run = self._start_run(spec)
+        source = self._source_spec()
+        try:
+            run = self._start_run(dict(self._spec, source=source))
+        finally:
+            # Closed here, by the one call that made it: never by close(), which other threads
+            # (or a finalizer) may call at the same time, closing it twice, the second time
+            # whatever descriptor took its number meanwhile.
+            if "fd" in source:
+                os.close(source["fd"])
         self._run = run
         try:
             yield from run
         finally:
             run.close()
-            self._close_fd()
 
     def _iter_fed(self) -> Iterator[Any]:
         """Epochs of a source read by this process: persistent workers, or ``workers=0``."""
@@ -389,23 +394,22 @@ class Pipeline:
         ``workers=0``)."""
         return self._run.pids if self._run else []
 
-    def _close_fd(self) -> None:
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            self._fd = None
-            os.close(fd)
-
     def close(self) -> None:
         """Stops every process and frees the shared memory of the current run. A pipeline
         without a source cannot be used after it; one with a source starts anew (persistent
-        workers: new ones) when it is iterated again."""
+        workers: new ones) when it is iterated again. Any thread may call it, several at once.
+
+        In a process forked from the one that started the run (``os.fork``,
+        ``multiprocessing``'s fork start method) it does nothing to the run, nor does the
+        garbage collection of the copy: the processes are the parent's. There, iterating the
+        copy, :meth:`enqueue` and :meth:`dequeue` raise :class:`shmpipe.PipelineError`; a
+        pipeline with a source may be iterated anew (that starts the child's own run)."""
         run = getattr(self, "_run", None)
         if run is not None:
             self._run = None
             run.close()
         if getattr(self, "_source", False) is None:
             self._closed = True
-        self._close_fd()
 
     def __enter__(self) -> "Pipeline":
         return self
