@@ -15,6 +15,7 @@ mod pipeline;
 mod pump;
 mod run;
 mod source;
+mod timefeat;
 mod worker;
 
 #[pymodule]
@@ -30,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<pipeline::PipelineRun>()?;
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
+    m.add_function(wrap_pyfunction!(timefeat::time_features, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::item_seed, m)?)?;
     Ok(())
 }
