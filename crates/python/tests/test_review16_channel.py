@@ -1,0 +1,22 @@
+"""Issue 16 review (review-16): the Python channel's batch receive keeps its bound."""
+
+import numpy as np
+
+import shmpipe
+
+
+def test_review16_recv_many_stops_at_about_max_records_not_max_messages():
+    """`recv_many(max_records=5)` documents "up to about max_records (whole messages: the last
+    one may go over)": a first message of 50 records already goes over, so that is all. It
+    passes `max_records` to shm-ring as a number of *messages*, so it returns 5 messages of
+    50 records: 250."""
+    tx = shmpipe.Sender.anonymous(slots=1024, blocks=4, block_size=1 << 20)
+    rx = shmpipe.Receiver.from_fd(tx.fileno())
+    try:
+        for i in range(10):
+            tx.send_many({"x": np.full((50, 4), i, np.float32)}, timeout=5)
+        r = rx.recv_many(max_records=5, timeout=5)
+        assert len(r) == 50, f"recv_many(max_records=5) returned {len(r)} records"
+    finally:
+        rx.close()
+        tx.close()
