@@ -20,3 +20,19 @@ def test_review16_recv_many_stops_at_about_max_records_not_max_messages():
     finally:
         rx.close()
         tx.close()
+
+
+def test_review16_a_loan_whose_shape_overflows_is_a_value_error():
+    """`Sender.loan` multiplies the shape in Python's binding with `product()` before shm-ring
+    checks it: a debug build (maturin develop) panics ("attempt to multiply with overflow");
+    a release build wraps and relies on shm-ring's own check."""
+    tx = shmpipe.Sender.anonymous(blocks=2, block_size=4096)
+    try:
+        for shape in [(2**63 + 256, 2), (2**32, 2**32 + 128)]:
+            try:
+                tx.loan(shape, np.float32, timeout=0.1)
+            except ValueError:
+                continue
+            raise AssertionError(f"loan{shape} did not raise ValueError")
+    finally:
+        tx.close()
