@@ -41,17 +41,7 @@ fn closed() -> PyErr {
     PyValueError::new_err("the channel end is closed")
 }
 
-fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
-    match timeout {
-        None => Ok(None),
-        Some(t) if t.is_finite() && t >= 0.0 => {
-            Ok(Some(Instant::now() + Duration::from_secs_f64(t)))
-        }
-        Some(t) => Err(PyValueError::new_err(format!(
-            "timeout must be >= 0 seconds, not {t}"
-        ))),
-    }
-}
+use crate::timeout::deadline;
 
 /// The next wait slice before `deadline`; `None` once it has passed.
 fn slice(deadline: Option<Instant>) -> Option<Duration> {
@@ -587,12 +577,12 @@ impl Receiver {
     #[staticmethod]
     #[pyo3(signature = (name, timeout=0.0))]
     fn open(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Receiver> {
-        let end = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        let end = deadline(Some(timeout))?;
         loop {
             match py.detach(|| shm_ring::Receiver::open(name)) {
                 Ok(rx) => return Ok(Receiver::new(rx)),
                 Err(shm_ring::Error::NotFound(_) | shm_ring::Error::NotASegment(_))
-                    if Instant::now() < end =>
+                    if end.is_none_or(|e| Instant::now() < e) =>
                 {
                     py.check_signals()?;
                     std::thread::sleep(Duration::from_millis(5));

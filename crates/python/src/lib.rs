@@ -13,6 +13,7 @@ mod item;
 mod pipeline;
 mod pump;
 mod run;
+mod timeout;
 mod worker;
 
 #[pymodule]
