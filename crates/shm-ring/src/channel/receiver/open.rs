@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Receiver, RxShared};
+use crate::channel::claim::{self, Claimed};
 use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, channel_header};
 use crate::error::{Error, corrupt};
 use crate::rendezvous::{self, Rendezvous, Served};
-use crate::ring;
+use crate::ring::{self, Storage};
 use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
 use crate::segment::{Reached, Segment};
 use crate::sync::Ordering;
@@ -260,26 +261,24 @@ impl Receiver {
         // also finds us.
         let ident = crate::channel::file_ident(&seg);
         crate::channel::own_receiver(ident, Some(true));
-        // SYNC POINT (AcqRel CAS): pid and start time are claimed together in one word; a
-        // rejected opener writes nothing.
-        if let Err(other) = h.consumer.compare_exchange(
-            0,
-            crate::channel::consumer_word(me, start),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            crate::channel::own_receiver(ident, Some(false));
-            return Err(Error::Busy(crate::channel::consumer_claim(other).0));
-        }
+        let claimed = match claim::claim(h, claim::consumer_word(me, start), ident) {
+            Ok(c) => c,
+            Err(e) => {
+                crate::channel::own_receiver(ident, Some(false));
+                return Err(e);
+            }
+        };
         let seg = Arc::new(seg);
-        let desc = ring::Consumer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: DESC_RING_AT,
-                slots: layout.desc_slots,
-            },
-            layout.desc,
-        );
+        let desc_ring = ShmRing {
+            seg: seg.clone(),
+            header: DESC_RING_AT,
+            slots: layout.desc_slots,
+        };
+        // SYNC POINT (Acquire): pairs with the last Release store of the ring's head by the
+        // consumer before us (a dead one we took over from, or the producer's reset after a
+        // reclaim): we read on from there.
+        let _ = desc_ring.header().head.0.load(Ordering::Acquire);
+        let desc = ring::Consumer::attach(desc_ring, layout.desc);
         let comp = ring::Producer::attach(
             ShmRing {
                 seg: seg.clone(),
@@ -288,15 +287,22 @@ impl Receiver {
             },
             layout.comp,
         );
+        let shared = Arc::new(RxShared {
+            owner: crate::fork::Owner::current(),
+            seg,
+            comp: Mutex::new(comp),
+            pool: layout.pool,
+            broken: Mutex::new(None),
+            is_broken: std::sync::atomic::AtomicBool::new(false),
+        });
+        if claimed == Claimed::TakenOver {
+            // Every record before our read position was the dead consumer's: the blocks it
+            // still held come back to the producer (see `claim.rs`).
+            let from = desc.position().wrapping_sub(claim::TAKEOVER_SPAN);
+            shared.dropped(from, claim::TAKEOVER_SPAN);
+        }
         Ok(Receiver {
-            shared: Arc::new(RxShared {
-                owner: crate::fork::Owner::current(),
-                seg,
-                comp: Mutex::new(comp),
-                pool: layout.pool,
-                broken: Mutex::new(None),
-                is_broken: std::sync::atomic::AtomicBool::new(false),
-            }),
+            shared,
             desc,
             producer,
             wait,
