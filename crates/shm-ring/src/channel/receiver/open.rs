@@ -60,13 +60,16 @@ impl Expect<'_> {
 impl Receiver {
     /// Opens the consumer end of the channel `name`, created by a [`Sender`](crate::Sender) in
     /// any process of the same user (and looked for in the default socket directory: see
-    /// [`Rendezvous`]). One consumer at a time.
+    /// [`Rendezvous`]). One consumer at a time; the claim of a consumer that died is taken
+    /// over: this receiver reads on from the first message the dead one did not take, and the
+    /// blocks the dead one held go back to the producer.
     ///
     /// # Errors
     /// [`Error::NotFound`] (no live sender serves the name; a stale socket of a dead one is
     /// removed); [`Error::Untrusted`] (a socket directory, entry or server we do not trust);
     /// [`Error::NotASegment`] (a malformed answer or descriptor), [`Error::VersionMismatch`],
-    /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
+    /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer is attached
+    /// and alive, or closed the channel, or cannot be judged; pid 0: the claim names none),
     /// [`Error::Timeout`] (the server accepted but did not answer within 5 s).
     pub fn open(name: &str) -> Result<Receiver, Error> {
         Self::open_as(&Rendezvous::default(), name, None, Expect::Messages)
