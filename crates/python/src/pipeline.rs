@@ -6,7 +6,7 @@
 //! Items are dicts; any other value `v` travels as the one-entry dict `{VALUE_KEY: v}` and
 //! comes back as `v` (the worker's step runner unwraps and wraps it the same way).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
