@@ -69,8 +69,17 @@ pub(crate) fn connect(
         let kids = shared.children.lock().unwrap_or_else(|e| e.into_inner());
         for (c, fds) in kids.iter().zip(&sends) {
             let borrowed: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
-            // A child that died already shows up in the next gather.
-            let _ = c.ctrl.send(Kind::Inputs, &borrowed);
+            match c.ctrl.send(Kind::Inputs, &borrowed) {
+                // A child that died already shows up in the next gather.
+                Err(e) if !crate::handover::peer_gone(&e) => {
+                    return Err(Error::Transport(format!(
+                        "start-up: cannot hand {} its {} inputs: {e}",
+                        c.role.describe(),
+                        borrowed.len()
+                    )));
+                }
+                _ => {}
+            }
         }
     }
     drop(sends);
@@ -116,7 +125,7 @@ fn gather(
                 got.iter().filter(|g| g.is_none()).count()
             )));
         }
-        let kids = shared.children.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kids = shared.children.lock().unwrap_or_else(|e| e.into_inner());
         let pending: Vec<usize> = (0..n).filter(|&i| got[i].is_none()).collect();
         let mut fds: Vec<PollFd<'_>> = pending
             .iter()
@@ -139,10 +148,21 @@ fn gather(
             .collect();
         drop(fds);
         for i in ready {
-            let c = &kids[i];
-            match c.ctrl.recv(Some(Duration::ZERO)) {
-                Ok((k, fds)) if k == want && fds.len() == count(c.role) => got[i] = Some(fds),
-                Ok((k, fds)) => {
+            let c = &mut kids[i];
+            match c
+                .ctrl
+                .recv_msg(Some(Duration::ZERO))
+                .map(|m| (m.kind, m.fds, m.value))
+            {
+                Ok((k, fds, _)) if k == want && fds.len() == count(c.role) => got[i] = Some(fds),
+                Ok((Kind::Exit, _, code)) => {
+                    // It gave up (its stderr says why) and exits.
+                    c.announced = i32::try_from(code).ok();
+                    let (role, pid) = (c.role.describe(), c.child.id());
+                    drop(kids);
+                    return Err(died(shared, role, pid));
+                }
+                Ok((k, fds, _)) => {
                     return Err(Error::Transport(format!(
                         "start-up: {} sent {k:?} with {} descriptors, expected {want:?} with {}",
                         c.role.describe(),
@@ -184,15 +204,13 @@ fn died(shared: &Shared, role: String, pid: u32) -> Error {
             return e;
         }
         let kids = shared.children.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(st) = kids
-            .iter()
-            .find(|c| c.child.id() == pid)
-            .and_then(|c| c.status)
+        if let Some(c) = kids.iter().find(|c| c.child.id() == pid)
+            && let Some(st) = c.status
         {
             return Error::ProcessDied {
                 role,
                 pid,
-                status: describe_status(&st),
+                status: describe_status(&st, st.code().is_some() && st.code() == c.announced),
             };
         }
         drop(kids);

@@ -6,11 +6,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::Transfer;
+use crate::credit::{Credit, DEFAULT_REORDER_WINDOW, Gate, Grantee};
 use crate::error::Error;
 use crate::handover::{Ctrl, Kind};
 use crate::inline::Inline;
 use crate::input::Feeder;
-use crate::issued::Issued;
 use crate::node::{
     self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
@@ -38,6 +38,7 @@ pub struct PipelineBuilder {
     batch_bytes: usize,
     transfer: Transfer,
     ordered: bool,
+    reorder_window: u64,
     seed: u64,
     shuffle: bool,
     shuffle_buffer: usize,
@@ -53,8 +54,8 @@ pub struct PipelineBuilder {
     lease: bool,
     warn_idle: Duration,
     /// Descriptors shared with the children ([`PipelineBuilder::share_fd`]): read-only
-    /// reopenings, close-on-exec, indexed by [`SharedFd`].
-    shared: Vec<Arc<OwnedFd>>,
+    /// reopenings, close-on-exec, each with the token of its [`SharedFd`].
+    shared: Vec<(u64, Arc<OwnedFd>)>,
 }
 
 impl PipelineBuilder {
@@ -71,6 +72,7 @@ impl PipelineBuilder {
                 threshold: DEFAULT_PIPELINE_THRESHOLD,
             },
             ordered: false,
+            reorder_window: DEFAULT_REORDER_WINDOW,
             seed: 0,
             shuffle: false,
             shuffle_buffer: 256,
@@ -102,9 +104,12 @@ impl PipelineBuilder {
     /// F_SEAL_SEAL`: its bytes and size can never change, so a child validates it once and
     /// maps it without risk of SIGBUS.
     ///
+    /// The handle works with this builder, and with clones of it made afterwards (they hold
+    /// the same descriptor); any other builder refuses it at [`start`](Self::start).
+    ///
     /// # Errors
     /// [`Error::Config`] when `fd` is not such a memfd, cannot be reopened read-only, or more
-    /// than 128 descriptors are shared.
+    /// than 128 descriptors are shared (the most one control message carries).
     ///
     /// [`StepContext::shared_fd`]: crate::StepContext::shared_fd
     /// [`SourceContext::shared_fd`]: crate::SourceContext::shared_fd
@@ -116,12 +121,21 @@ impl PipelineBuilder {
             )));
         }
         let ro = share::read_only_copy(fd).map_err(|e| Error::Config(format!("share_fd: {e}")))?;
-        self.shared.push(Arc::new(ro));
-        Ok(SharedFd::new(self.shared.len() - 1))
+        let h = SharedFd::draw().map_err(|e| Error::Config(format!("share_fd: {e}")))?;
+        self.shared.push((h.token(), Arc::new(ro)));
+        Ok(h)
     }
 
-    /// The shared descriptors that `role` receives: those its arguments name, in index order.
-    fn shared_for(&self, plan: &Plan, role: Role) -> Vec<u32> {
+    /// The descriptor shared under `token`, if this builder holds it.
+    fn shared_fd(&self, token: u64) -> Option<&Arc<OwnedFd>> {
+        self.shared
+            .iter()
+            .find(|(t, _)| *t == token)
+            .map(|(_, fd)| fd)
+    }
+
+    /// The shared descriptors that `role` receives: the tokens its arguments name, in order.
+    fn shared_for(&self, plan: &Plan, role: Role) -> Vec<u64> {
         let mut idx = Vec::new();
         match role {
             Role::Emitter(_) => {
@@ -137,7 +151,7 @@ impl PipelineBuilder {
         }
         idx.sort_unstable();
         idx.dedup();
-        idx.into_iter().map(|i| i as u32).collect()
+        idx
     }
 
     /// Zero-copy arrays reaching the consumer stay in shared memory and are read in place
@@ -222,6 +236,16 @@ impl PipelineBuilder {
     /// Yield outputs in input order (default: unordered).
     pub fn ordered(mut self, on: bool) -> Self {
         self.ordered = on;
+        self
+    }
+    /// Ordered mode: how many records each emitter may run ahead of the first output the
+    /// consumer still waits for, at most (default [`DEFAULT_REORDER_WINDOW`]; at least 1).
+    /// Fewer while the outputs held for reordering take more than 16 MiB
+    /// ([`REORDER_BYTES`](crate::REORDER_BYTES)): then each emitter may issue only the next
+    /// record the consumer needs from it. So a slow emitter holds the others back instead of
+    /// filling the consumer's memory.
+    pub fn reorder_window(mut self, records: u64) -> Self {
+        self.reorder_window = records.max(1);
         self
     }
     /// Seed for shuffling and for the per-worker seeds (default 0).
@@ -357,10 +381,11 @@ impl PipelineBuilder {
         for (_, args) in &self.steps {
             share::handles_in(args, &mut named);
         }
-        if let Some(i) = named.into_iter().find(|&i| i >= self.shared.len()) {
+        if let Some(t) = named.into_iter().find(|&t| self.shared_fd(t).is_none()) {
             return Err(Error::Config(format!(
-                "the arguments name shared descriptor {i}, which this builder did not share \
-                 (PipelineBuilder::share_fd)"
+                "the arguments name shared descriptor {t:016x}, which this builder did not \
+                 share: a handle of another builder, or of a clone of this one made after the \
+                 clone (each builder's PipelineBuilder::share_fd gives its own handles)"
             )));
         }
         let stages = match &self.topology {
@@ -410,6 +435,7 @@ impl PipelineBuilder {
             source: self.source.clone(),
             stages,
             ordered: self.ordered,
+            reorder_window: self.reorder_window,
             batch_bytes: self.batch_bytes,
             transfer: self.transfer,
             transport: self.transport,
@@ -426,14 +452,8 @@ impl PipelineBuilder {
     }
 
     /// Spawns every emitter and worker of `plan` into `shared.children`, each with its shared
-    /// descriptors queued on its control socket (the issued counters last, for an emitter of
-    /// an ordered pipeline).
-    fn spawn_children(
-        &self,
-        plan: &Plan,
-        shared: &Shared,
-        issued: Option<&Issued>,
-    ) -> Result<(), Error> {
+    /// descriptors queued on its control socket.
+    fn spawn_children(&self, plan: &Plan, shared: &Shared) -> Result<(), Error> {
         let args = self
             .child_args
             .clone()
@@ -459,15 +479,14 @@ impl PipelineBuilder {
             let child = process::spawn(&mut spec, self.child_program.as_deref(), &args, theirs)?;
             // Its shared descriptors first of all (queued on its socket before it reads; a
             // child that died already shows up in the broker's first gather).
-            let mut fds: Vec<BorrowedFd<'_>> = spec
+            // Every token was checked against `shared` by `plan`.
+            let fds: Vec<BorrowedFd<'_>> = spec
                 .shared
                 .iter()
-                .map(|&i| self.shared[i as usize].as_fd())
+                .filter_map(|&t| self.shared_fd(t))
+                .map(|fd| fd.as_fd())
                 .collect();
-            if let (Role::Emitter(_), Some(c)) = (role, issued) {
-                fds.push(c.fd());
-            }
-            let _ = ctrl.send(Kind::Shared, &fds);
+            let sent = ctrl.send(Kind::Shared, &fds);
             shared
                 .children
                 .lock()
@@ -477,7 +496,19 @@ impl PipelineBuilder {
                     child,
                     status: None,
                     ctrl,
+                    announced: None,
                 });
+            match sent {
+                // A child that is already gone: the broker's first gather names how it ended.
+                Err(e) if !crate::handover::peer_gone(&e) => {
+                    return Err(Error::Transport(format!(
+                        "start-up: cannot hand {} its {} shared descriptors: {e}",
+                        role.describe(),
+                        fds.len()
+                    )));
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -504,15 +535,22 @@ impl PipelineBuilder {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }
         let shared = Arc::new(Shared::default());
-        // Ordered mode: what each emitter has issued bounds the reorder buffer (`workers(0)`
-        // needs none: its outputs are in order as they are made).
-        let issued = if plan.ordered && plan.stages[0].workers > 0 {
-            Some(Arc::new(Issued::create(plan.emitters).map_err(|e| {
-                Error::Transport(format!("issued counters: {e}"))
-            })?))
-        } else {
-            None
-        };
+        // Ordered mode: the consumer grants each emitter what it may issue; in enqueue mode
+        // the parent's own input thread is emitter 0, with a gate in this process.
+        // `workers(0)` needs neither: its outputs are in order as they are made.
+        let reorders = plan.ordered && plan.stages[0].workers > 0;
+        let gate = (reorders && plan.source.is_none())
+            .then(|| Arc::new(Gate::new(crate::credit::initial(plan.reorder_window))));
+        let reorder = reorders.then(|| {
+            let to = match &gate {
+                Some(g) => Grantee::Local(Arc::clone(g)),
+                None => Grantee::Emitters(Arc::clone(&shared)),
+            };
+            Reorder::new(
+                plan.emitters,
+                Credit::new(plan.emitters, plan.reorder_window, to),
+            )
+        });
         let mut p = Pipeline {
             inputs: None,
             feeder: None,
@@ -520,7 +558,8 @@ impl PipelineBuilder {
             supervisor: None,
             inline: None,
             ready: Ready::default(),
-            reorder: issued.clone().map(Reorder::new),
+            reorder,
+            owner: shm_ring::Owner::current(),
             finished: false,
             failed: false,
             stats: Stats::default(),
@@ -533,7 +572,7 @@ impl PipelineBuilder {
             waiting_since: None,
             warned: false,
             plan,
-            _shared: self.shared.clone(),
+            _shared: self.shared.iter().map(|(_, fd)| Arc::clone(fd)).collect(),
         };
         if p.plan.stages[0].workers == 0 {
             let (feeder, rx) = Feeder::inline(Arc::new(AtomicBool::new(false)));
@@ -557,10 +596,10 @@ impl PipelineBuilder {
                 Outputs::new(txs, plan),
                 plan.stages[0].workers,
                 cancel,
-                issued.clone(),
+                gate,
             ));
         }
-        self.spawn_children(plan, &shared, issued.as_deref())?;
+        self.spawn_children(plan, &shared)?;
         p.supervisor = Some(process::supervise(Arc::clone(&shared)));
         let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
         p.inputs = Some(Inputs::new(rxs));

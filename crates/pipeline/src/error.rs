@@ -72,6 +72,14 @@ pub enum Error {
     Interrupted,
     /// The operation is not possible in this state (e.g. `enqueue` after `close_input`).
     Closed(String),
+    /// The handle was used in a process forked from the one that started the pipeline: only
+    /// that process may use it (see [`Pipeline`](crate::Pipeline), "Fork").
+    Forked {
+        /// The process that started the pipeline.
+        owner: u32,
+        /// The calling process.
+        caller: u32,
+    },
     /// [`Pipeline::dequeue_timeout`](crate::Pipeline::dequeue_timeout) waited its whole
     /// timeout without an output. Unlike the other errors it stops nothing: the pipeline runs
     /// on.
@@ -117,6 +125,12 @@ impl fmt::Display for Error {
             Error::TooLarge { role, message } => write!(f, "pipeline {role}: {message}"),
             Error::Interrupted => f.write_str("pipeline interrupted (Ctrl-C)"),
             Error::Closed(m) => write!(f, "pipeline closed: {m}"),
+            Error::Forked { owner, caller } => write!(
+                f,
+                "pipeline handle used in process {caller}, a fork of process {owner}, which \
+                 started the pipeline: only that process may use it (start a pipeline in the \
+                 child instead)"
+            ),
             Error::Timeout => f.write_str("no pipeline output within the timeout"),
         }
     }

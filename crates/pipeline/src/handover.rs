@@ -13,9 +13,14 @@
 //! 3. each child attaches to its inputs and says so (`ATTACHED`);
 //! 4. once everything is attached, the parent says `GO`; only then does data flow.
 //!
-//! Afterwards the socket is the children's parent watchdog: end of file means the parent is
-//! gone (even SIGKILLed), `STOP` means a deliberate shutdown (a child then exits without a
-//! word). A child that dies closes its end, which the parent sees at once during start-up.
+//! Afterwards the socket carries little: `STOP` (a deliberate shutdown: a child then exits
+//! without a word), `FAILED` (a child that cannot go on says why, as text), `CREDIT` (ordered mode: how many records an emitter may issue, see
+//! [`crate::credit`]) and, from a child about to exit on its own terms, `EXIT` with its code
+//! (so that the parent never takes a code that a step passed to `exit` for one of the
+//! pipeline's own). End of file means the other side is gone; since a fork of the parent
+//! holds the parent's ends too, children watch their parent's process as well (see
+//! [`crate::watchdog`]). A child that dies closes its end, which the parent sees at once during
+//! start-up.
 //!
 //! Nothing is named: no path, no `/dev/shm` entry, no abstract socket address. A descriptor can
 //! only reach a process through this socket, which only the parent and that child hold.
@@ -56,6 +61,10 @@ pub(crate) enum Kind {
     /// Child to parent: it cannot go on, and why (UTF-8 text after the two header bytes, at
     /// most [`MAX_TEXT`] bytes; no descriptors). Received as [`CtrlError::Failed`].
     Failed = 7,
+    /// Parent to emitter (ordered mode): it may issue its records `0..value`.
+    Credit = 8,
+    /// Child to parent, last of all: it exits with code `value` on its own terms.
+    Exit = 9,
 }
 
 /// Longest text of a [`Kind::Failed`] message.
@@ -71,9 +80,25 @@ impl Kind {
             5 => Kind::Stop,
             6 => Kind::Shared,
             7 => Kind::Failed,
+            8 => Kind::Credit,
+            9 => Kind::Exit,
             _ => return None,
         })
     }
+
+    /// Whether a message of this kind carries a value (8 bytes after its header).
+    fn has_value(self) -> bool {
+        matches!(self, Kind::Credit | Kind::Exit)
+    }
+}
+
+/// One control message: its kind, the descriptors it carried, and its value (0 for kinds
+/// without one).
+#[derive(Debug)]
+pub(crate) struct Msg {
+    pub kind: Kind,
+    pub fds: Vec<OwnedFd>,
+    pub value: u64,
 }
 
 /// Why receiving a control message failed.
@@ -98,6 +123,15 @@ impl std::fmt::Display for CtrlError {
             CtrlError::Other(m) => f.write_str(m),
         }
     }
+}
+
+/// Whether a failed send says that the other end is gone (its process exited or died), which
+/// the caller learns of elsewhere, rather than that something is wrong with the message.
+pub(crate) fn peer_gone(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(c) if c == Errno::PIPE.raw_os_error() || c == Errno::CONNRESET.raw_os_error()
+    )
 }
 
 /// One end of a control socket.
@@ -126,18 +160,13 @@ impl Ctrl {
     /// Sends a message of `kind` carrying `fds` (at most [`MAX_FDS`]). Never blocks: the
     /// messages are tiny and a socket buffer holds many.
     pub(crate) fn send(&self, kind: Kind, fds: &[BorrowedFd<'_>]) -> std::io::Result<()> {
-        if fds.len() > MAX_FDS {
-            return Err(std::io::Error::other(format!(
-                "{} descriptors in one control message (at most {MAX_FDS})",
-                fds.len()
-            )));
-        }
-        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
-        let mut anc = SendAncillaryBuffer::new(&mut space);
-        if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
-            return Err(std::io::Error::other("control buffer too small"));
-        }
-        self.send_body(&[kind as u8, fds.len() as u8], &mut anc)
+        self.send_msg(kind, fds, 0)
+    }
+
+    /// Sends a message of `kind` (one that carries a value) with `value`. Never blocks.
+    pub(crate) fn send_value(&self, kind: Kind, value: u64) -> std::io::Result<()> {
+        debug_assert!(kind.has_value());
+        self.send_msg(kind, &[], value)
     }
 
     /// Tells the parent that this child cannot go on, and why ([`Kind::Failed`]; the text is
@@ -150,10 +179,29 @@ impl Ctrl {
         let mut body = vec![Kind::Failed as u8, 0];
         body.extend_from_slice(&why.as_bytes()[..end]);
         let mut space: [MaybeUninit<u8>; 0] = [];
-        self.send_body(&body, &mut SendAncillaryBuffer::new(&mut space))
+        self.send_bytes(&body, &mut SendAncillaryBuffer::new(&mut space))
     }
 
-    fn send_body(
+    fn send_msg(&self, kind: Kind, fds: &[BorrowedFd<'_>], value: u64) -> std::io::Result<()> {
+        if fds.len() > MAX_FDS {
+            return Err(std::io::Error::other(format!(
+                "{} descriptors in one control message (at most {MAX_FDS})",
+                fds.len()
+            )));
+        }
+        let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
+        let mut anc = SendAncillaryBuffer::new(&mut space);
+        if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(std::io::Error::other("control buffer too small"));
+        }
+        let mut body = [0u8; 10];
+        body[..2].copy_from_slice(&[kind as u8, fds.len() as u8]);
+        body[2..].copy_from_slice(&value.to_le_bytes());
+        let len = if kind.has_value() { 10 } else { 2 };
+        self.send_bytes(&body[..len], &mut anc)
+    }
+
+    fn send_bytes(
         &self,
         body: &[u8],
         anc: &mut SendAncillaryBuffer<'_, '_, '_>,
@@ -172,12 +220,33 @@ impl Ctrl {
         }
     }
 
+    /// The messages a peer that has ended left on the socket (its `EXIT`), without waiting.
+    /// A peer that ended with messages of ours unread (a `CREDIT` sent as it exited) reset the
+    /// connection: the reset is reported once, by the first read, before the messages it
+    /// sent, so one failed read is passed over (the peer is gone: what is queued is finite).
+    pub(crate) fn left_by_ended_peer(&self) -> Vec<Msg> {
+        let mut out = Vec::new();
+        let mut failed = 0;
+        while failed < 2 {
+            match self.recv_msg(Some(Duration::ZERO)) {
+                Ok(m) => out.push(m),
+                Err(_) => failed += 1,
+            }
+        }
+        out
+    }
+
     /// Receives one message, waiting up to `timeout` (`None`: forever). Received descriptors
     /// are close-on-exec.
     pub(crate) fn recv(
         &self,
         timeout: Option<Duration>,
     ) -> Result<(Kind, Vec<OwnedFd>), CtrlError> {
+        self.recv_msg(timeout).map(|m| (m.kind, m.fds))
+    }
+
+    /// [`Ctrl::recv`], with the message's value.
+    pub(crate) fn recv_msg(&self, timeout: Option<Duration>) -> Result<Msg, CtrlError> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -187,6 +256,7 @@ impl Ctrl {
             let mut space =
                 vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
             let mut anc = RecvAncillaryBuffer::new(&mut space);
+            // The longest message (a failure's text); a longer one shows as truncated.
             let mut body = [0u8; 2 + MAX_TEXT];
             let r = recvmsg(
                 &self.fd,
@@ -214,20 +284,19 @@ impl Ctrl {
             if msg.flags.contains(ReturnFlags::CTRUNC) || msg.flags.contains(ReturnFlags::TRUNC) {
                 return Err(CtrlError::Other("truncated control message".into()));
             }
-            let kind = Kind::from_u8(body[0])
-                .filter(|&k| msg.bytes == 2 || k == Kind::Failed)
-                .ok_or_else(|| {
-                    CtrlError::Other(format!(
-                        "bad control message {:?}",
-                        &body[..msg.bytes.min(8)]
-                    ))
-                })?;
+            let shown = msg.bytes.min(16);
+            let bad = || CtrlError::Other(format!("bad control message {:?}", &body[..shown]));
+            let kind = Kind::from_u8(body[0]).ok_or_else(bad)?;
             if kind == Kind::Failed {
                 if !fds.is_empty() || body[1] != 0 {
                     return Err(CtrlError::Other("failure report with descriptors".into()));
                 }
                 let text = String::from_utf8_lossy(&body[2..msg.bytes]).into_owned();
                 return Err(CtrlError::Failed(text));
+            }
+            let len = if kind.has_value() { 10 } else { 2 };
+            if msg.bytes != len {
+                return Err(bad());
             }
             if usize::from(body[1]) != fds.len() {
                 return Err(CtrlError::Other(format!(
@@ -236,7 +305,15 @@ impl Ctrl {
                     fds.len()
                 )));
             }
-            return Ok((kind, fds));
+            let mut value = [0u8; 8];
+            if kind.has_value() {
+                value.copy_from_slice(&body[2..10]);
+            }
+            return Ok(Msg {
+                kind,
+                fds,
+                value: u64::from_le_bytes(value),
+            });
         }
     }
 
@@ -259,18 +336,6 @@ impl Ctrl {
                 Err(Errno::INTR) => continue,
                 Err(e) => return Err(CtrlError::Other(format!("control socket: {e}"))),
             }
-        }
-    }
-
-    /// Whether the next waiting message is `STOP` or the other end is gone (without taking
-    /// anything off the socket; never blocks).
-    pub(crate) fn stop_or_eof_pending(&self) -> bool {
-        let mut body = [0u8; 2];
-        match rustix::net::recv(&self.fd, &mut body, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
-            Ok((0, _)) => true,
-            Ok((_, _)) => body[0] == Kind::Stop as u8,
-            Err(Errno::AGAIN | Errno::INTR) => false,
-            Err(_) => true,
         }
     }
 }
@@ -298,12 +363,30 @@ mod tests {
             Err(CtrlError::Timeout)
         ));
         a.send(Kind::Stop, &[]).unwrap();
-        assert!(b.stop_or_eof_pending());
         assert_eq!(b.recv(None).unwrap().0, Kind::Stop);
-        assert!(!b.stop_or_eof_pending());
+        a.send_value(Kind::Credit, 1 << 40).unwrap();
+        let m = b.recv_msg(None).unwrap();
+        assert_eq!((m.kind, m.fds.len(), m.value), (Kind::Credit, 0, 1 << 40));
         drop(a);
-        assert!(b.stop_or_eof_pending());
         assert!(matches!(b.recv(None), Err(CtrlError::Eof)));
+    }
+
+    /// A child that exits with a `CREDIT` of the parent unread resets the connection; the
+    /// parent's next read fails with that reset before the child's `EXIT` (seen as a step's
+    /// `exit(0)`, "exited with code 0 on its own", in about one ordered Python run in five).
+    #[test]
+    fn an_exit_sent_before_a_reset_is_read() {
+        let (parent, child) = Ctrl::pair().unwrap();
+        let child = Ctrl::from_fd(child);
+        parent.send_value(Kind::Credit, 7).unwrap();
+        child.send_value(Kind::Exit, 0).unwrap();
+        drop(child);
+        let left: Vec<_> = parent
+            .left_by_ended_peer()
+            .into_iter()
+            .map(|m| (m.kind, m.value))
+            .collect();
+        assert_eq!(left, [(Kind::Exit, 0)]);
     }
 
     #[test]
@@ -330,9 +413,16 @@ mod tests {
     fn a_malformed_message_is_an_error() {
         let (a, b) = Ctrl::pair().unwrap();
         let b = Ctrl::from_fd(b);
-        rustix::net::send(&a, &[9, 0], SendFlags::empty()).unwrap();
+        rustix::net::send(&a, &[10, 0], SendFlags::empty()).unwrap();
         assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
         rustix::net::send(&a, &[1, 3], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        // A kind with a value, without it; one without, with one; a message too long.
+        rustix::net::send(&a, &[Kind::Credit as u8, 0], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        rustix::net::send(&a, &[5, 0, 1, 2, 3, 4, 5, 6, 7, 8], SendFlags::empty()).unwrap();
+        assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
+        rustix::net::send(&a, &[Kind::Credit as u8; 12], SendFlags::empty()).unwrap();
         assert!(matches!(b.recv(None), Err(CtrlError::Other(_))));
     }
 

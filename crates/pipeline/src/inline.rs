@@ -7,11 +7,12 @@
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use crate::chain::Chain;
 use crate::error::Error;
 use crate::input::Feed;
+use crate::item::Item;
 use crate::node::Plan;
 use crate::ready::Ready;
-use crate::roles::Chain;
 use crate::step::Registry;
 
 /// The steps of an in-process pipeline and its input.
@@ -34,6 +35,16 @@ pub(crate) enum Progress {
 }
 
 impl Inline {
+    fn run(&mut self, item: Item, ready: &mut Ready, out: &mut Vec<Item>) -> Result<(), Error> {
+        let k = self.k;
+        self.k += 1;
+        let input = || format!("emitter 0, record {k}");
+        self.chain.run(item, (0, k), &input, out)?;
+        ready.extend(out.drain(..));
+        ready.end_group();
+        Ok(())
+    }
+
     pub(crate) fn new(reg: &Registry, plan: &Plan, rx: Receiver<Feed>) -> Result<Inline, Error> {
         let steps: Vec<_> = plan.stages.iter().flat_map(|s| s.steps.clone()).collect();
         let chain = Chain::build(reg, plan, &steps, 0, 0, 1)?;
@@ -74,12 +85,15 @@ impl Inline {
         let mut out = Vec::new();
         match feed {
             Feed::Item(item) => {
-                let k = self.k;
-                self.k += 1;
-                let input = || format!("emitter 0, record {k}");
-                self.chain.run(item, (0, k), &input, &mut out)?;
-                ready.extend(out);
-                ready.end_group();
+                self.run(item, ready, &mut out)?;
+                Ok(Progress::Input)
+            }
+            Feed::Items(items) => {
+                // One input at a time, as enqueued: a failure leaves the outputs of the
+                // inputs before it in `ready`.
+                for item in items {
+                    self.run(item, ready, &mut out)?;
+                }
                 Ok(Progress::Input)
             }
             Feed::Close => {

@@ -1,13 +1,13 @@
 //! The input side of enqueue mode: the [`Input`] handle (its drop closes the input) and the
 //! parent's input thread that batches enqueued items to the first stage.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::credit::Gate;
 use crate::error::Error;
-use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::Outputs;
 use crate::wire::{Frame, Stats, TransportError};
@@ -17,6 +17,7 @@ use crate::wire::{Frame, Stats, TransportError};
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Feed {
     Item(Item),
+    Items(Vec<Item>),
     Close,
 }
 
@@ -30,6 +31,12 @@ pub(crate) struct InputState {
     pub(crate) epoch: Instant,
     /// Why the input thread stopped, and when (it is not taken: every caller sees it).
     pub(crate) failure: Mutex<Option<(Instant, String)>>,
+    /// The process that started the pipeline (the input thread runs there only).
+    pub(crate) owner: shm_ring::Owner,
+    /// Items sent with [`Input::send`] that the input thread has not yet handed to a channel,
+    /// and their array bytes (see [`Input::queued_items`]).
+    queued_items: AtomicUsize,
+    queued_bytes: AtomicUsize,
 }
 
 impl InputState {
@@ -42,6 +49,11 @@ impl InputState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+    /// The input thread took an item of `bytes` array bytes off the queue.
+    fn dequeued(&self, bytes: usize) {
+        self.queued_items.fetch_sub(1, Ordering::Relaxed);
+        self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
     pub(crate) fn idle_for(&self) -> Duration {
         let last = Duration::from_millis(self.last_send_ms.load(Ordering::Relaxed));
@@ -83,15 +95,96 @@ impl Input {
     ///
     /// # Errors
     /// What stopped the pipeline's input thread (e.g. an item too large for the channel, or
-    /// the pipeline is gone).
+    /// the pipeline is gone); [`Error::Forked`] in a forked child (the input thread runs in
+    /// the process that started the pipeline only).
     pub fn send(&mut self, item: Item) -> Result<(), Error> {
+        if !self.state.owner.is_current() {
+            return Err(Error::Forked {
+                owner: self.state.owner.pid(),
+                caller: std::process::id(),
+            });
+        }
         self.state.touch();
-        self.tx
-            .send(Feed::Item(item))
-            .map_err(|_| match self.state.failure() {
+        let bytes = item.nbytes();
+        self.state.queued_items.fetch_add(1, Ordering::Relaxed);
+        self.state.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.tx.send(Feed::Item(item)).map_err(|_| {
+            self.state.dequeued(bytes);
+            match self.state.failure() {
                 Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
                 None => Error::Closed("the pipeline's input thread stopped".into()),
-            })
+            }
+        })
+    }
+
+    /// Feeds several items at once. Never blocks. The same as [`send`](Input::send) for each,
+    /// with one hand-over to the input thread (one wake-up of it, not one per item).
+    ///
+    /// # Errors
+    /// As [`send`](Input::send).
+    pub fn send_batch(&mut self, items: Vec<Item>) -> Result<(), Error> {
+        if !self.state.owner.is_current() {
+            return Err(Error::Forked {
+                owner: self.state.owner.pid(),
+                caller: std::process::id(),
+            });
+        }
+        if items.is_empty() {
+            return Ok(());
+        }
+        self.state.touch();
+        let (n, bytes) = (items.len(), items.iter().map(Item::nbytes).sum::<usize>());
+        self.state.queued_items.fetch_add(n, Ordering::Relaxed);
+        self.state.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.tx.send(Feed::Items(items)).map_err(|_| {
+            self.state.queued_items.fetch_sub(n, Ordering::Relaxed);
+            self.state.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
+            match self.state.failure() {
+                Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
+                None => Error::Closed("the pipeline's input thread stopped".into()),
+            }
+        })
+    }
+
+    /// Items sent that the pipeline's input thread has not yet handed to a worker's channel.
+    /// `send` never blocks, so a caller that reads its items from somewhere (a generator, a
+    /// file) keeps this small to stream them with back-pressure: channels that are full stop
+    /// the input thread, and the queue in front of it then grows.
+    ///
+    /// # Examples
+    /// ```no_run
+    /// use shmpipe::{map, Item, Pipeline, Registry};
+    /// let reg = Registry::new().step("id", |_| Ok(map(|it: Item| Ok(it))));
+    /// shmpipe::init(&reg);
+    /// let mut p = Pipeline::builder(&reg).step("id").start()?;
+    /// let mut input = p.input()?;
+    /// let mut source = (0..1_000_000).map(|n| Item::new().with_meta("n", n));
+    /// let mut seen = 0;
+    /// loop {
+    ///     while input.queued_items() < 256 {
+    ///         match source.next() {
+    ///             Some(it) => input.send(it)?,
+    ///             None => break,
+    ///         }
+    ///     }
+    ///     if input.queued_items() < 256 {
+    ///         break; // the source is exhausted
+    ///     }
+    ///     // Consume outputs meanwhile (here: one).
+    ///     seen += p.next().transpose()?.map_or(0, |_| 1);
+    /// }
+    /// drop(input);
+    /// seen += p.count();
+    /// assert_eq!(seen, 1_000_000);
+    /// # Ok::<(), shmpipe::Error>(())
+    /// ```
+    pub fn queued_items(&self) -> usize {
+        self.state.queued_items.load(Ordering::Relaxed)
+    }
+
+    /// Array bytes of the [`queued_items`](Input::queued_items).
+    pub fn queued_bytes(&self) -> usize {
+        self.state.queued_bytes.load(Ordering::Relaxed)
     }
 
     /// Closes the input (the same as dropping it).
@@ -125,6 +218,9 @@ impl Feeder {
             last_send_ms: AtomicU64::new(0),
             epoch: Instant::now(),
             failure: Mutex::new(None),
+            owner: shm_ring::Owner::current(),
+            queued_items: AtomicUsize::new(0),
+            queued_bytes: AtomicUsize::new(0),
         });
         let input = Input {
             tx,
@@ -139,16 +235,17 @@ impl Feeder {
         (f, rx)
     }
 
-    /// `issued` (ordered mode): raised before each item goes out, as an emitter does.
+    /// `gate` (ordered mode): the consumer's grant, waited for before each item goes out, as
+    /// an emitter does.
     pub(crate) fn start(
         mut out: Outputs,
         workers: usize,
         cancel: Arc<AtomicBool>,
-        issued: Option<Arc<Issued>>,
+        gate: Option<Arc<Gate>>,
     ) -> Feeder {
         let (mut f, rx) = Feeder::inline(cancel);
         let stop = Arc::clone(&f.cancel);
-        let errors = Arc::clone(&f.state);
+        let st = Arc::clone(&f.state);
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
@@ -173,21 +270,53 @@ impl Feeder {
                 if stop.load(Ordering::Relaxed) {
                     return Ok(());
                 }
+                // Sends one item; `Ok(false)`: the pipeline is stopping (nothing sent).
+                let mut push = |item: Item| -> Result<bool, TransportError> {
+                    if let Some(g) = &gate {
+                        while !g.allows(k) {
+                            // What was sent must reach the consumer, whose grants follow
+                            // what it delivers.
+                            out.flush_all()?;
+                            if stop.load(Ordering::Relaxed) {
+                                return Ok(false);
+                            }
+                            g.park();
+                        }
+                    }
+                    let bytes = item.nbytes();
+                    let sent = out.push(
+                        (k % workers as u64) as usize,
+                        Frame::Item {
+                            e: 0,
+                            k,
+                            last: true,
+                            item,
+                        },
+                    );
+                    st.dequeued(bytes);
+                    k += 1;
+                    sent.map(|()| true)
+                };
                 match msg {
                     Feed::Item(item) => {
-                        if let Some(c) = &issued {
-                            c.raise(0, k + 1);
+                        if !push(item)? {
+                            return Ok(());
                         }
-                        out.push(
-                            (k % workers as u64) as usize,
-                            Frame::Item {
-                                e: 0,
-                                k,
-                                last: true,
-                                item,
-                            },
-                        )?;
-                        k += 1;
+                    }
+                    Feed::Items(items) => {
+                        let mut items = items.into_iter();
+                        for item in items.by_ref() {
+                            match push(item) {
+                                Ok(true) => {}
+                                r => {
+                                    // What was not sent is no longer queued.
+                                    for it in items {
+                                        st.dequeued(it.nbytes());
+                                    }
+                                    return r.map(|_| ());
+                                }
+                            }
+                        }
                     }
                     Feed::Close => {
                         out.broadcast(&Frame::EmitterDone { e: 0, n: k })?;
@@ -199,7 +328,7 @@ impl Feeder {
             if let Err(e) = r
                 && !stop.load(Ordering::Relaxed)
             {
-                let mut f = errors.failure.lock().unwrap_or_else(|e| e.into_inner());
+                let mut f = st.failure.lock().unwrap_or_else(|e| e.into_inner());
                 f.get_or_insert((Instant::now(), e.to_string()));
             }
         });

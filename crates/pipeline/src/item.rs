@@ -185,7 +185,7 @@ impl Array {
             ));
         }
         fn build<T: bytemuck::Pod>(shape: &[usize], bytes: &[u8]) -> Result<ArrayD<T>, String> {
-            let v: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
+            let v: Vec<T> = copy_pod(bytes);
             if let [_] = shape {
                 // The common small case, without the dynamic-shape checks (the length was
                 // checked above).
@@ -219,6 +219,26 @@ impl Array {
             }
         })
     }
+}
+
+/// The values in `bytes` (a whole number of `T`s, checked by the caller), copied once into a
+/// new vector: no zero-filling first as `bytemuck::pod_collect_to_vec` does (it costs a pass
+/// over the memory, a tenth of a large item's trip through a pipeline).
+fn copy_pod<T: bytemuck::Pod>(bytes: &[u8]) -> Vec<T> {
+    let n = bytes.len() / std::mem::size_of::<T>();
+    let mut v: Vec<T> = Vec::with_capacity(n);
+    // SAFETY: `v` has room for `n` values, i.e. `n * size_of::<T>() <= bytes.len()` bytes;
+    // the regions cannot overlap (`v` is new); every bit pattern is a valid `T` (`Pod`), so
+    // the `n` values are initialised once copied.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            bytes.as_ptr(),
+            v.as_mut_ptr().cast::<u8>(),
+            n * std::mem::size_of::<T>(),
+        );
+        v.set_len(n);
+    }
+    v
 }
 
 /// `a` as a `B` when `A` and `B` are the same type.
@@ -308,6 +328,52 @@ meta_from! {
     String => |v| Meta::Str(v);
 }
 
+/// Memory an item's array may be read from in place besides the heap and shared memory: a
+/// buffer owned by something else, e.g. a numpy array of a Python host. An item holding one
+/// ([`Item::insert_external`]) reads it without a copy until it is sent (the bytes are copied
+/// once, into the message) or written ([`Item::array_mut`] copies it to the heap first).
+///
+/// The buffer's values may change while the item holds it (it is not ours), but its length
+/// must not: an item that finds fewer bytes than its shape needs reads the array as empty.
+///
+/// # Examples
+/// ```
+/// use std::sync::Arc;
+/// use shmpipe::{ArrayOwner, DType, Item};
+/// struct Bytes(Vec<u8>);
+/// impl ArrayOwner for Bytes {
+///     fn bytes(&self) -> &[u8] {
+///         &self.0
+///     }
+/// }
+/// let owner = Arc::new(Bytes(bytemuck::cast_slice(&[1.5f32, 2.0]).to_vec()));
+/// let mut it = Item::new();
+/// it.insert_external("x", DType::F32, &[2], owner).unwrap();
+/// assert_eq!(it.array::<f32>("x").unwrap()[1], 2.0);
+/// ```
+pub trait ArrayOwner: Send + Sync + 'static {
+    /// The array's bytes, row-major.
+    fn bytes(&self) -> &[u8];
+}
+
+/// An array in an [`ArrayOwner`]'s buffer: its dtype, shape and byte count as checked when
+/// it entered the item.
+struct External {
+    dtype: DType,
+    shape: SmallVec<[usize; 4]>,
+    len: usize,
+    owner: Arc<dyn ArrayOwner>,
+}
+
+impl std::fmt::Debug for External {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("External")
+            .field("dtype", &self.dtype)
+            .field("shape", &self.shape)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Where an item's array lives.
 #[derive(Debug, Clone)]
 enum Slot {
@@ -318,6 +384,8 @@ enum Slot {
     Leased(Arc<Leased>),
     /// A small array of a received batch, in the batch's heap buffer (see [`crate::arena`]).
     Batch(crate::arena::Shared, u32),
+    /// In a buffer of an [`ArrayOwner`], read in place.
+    External(Arc<External>),
 }
 
 impl Slot {
@@ -342,6 +410,13 @@ impl Slot {
                     shared: false,
                 }
             }
+            Slot::External(x) => ArrayRef {
+                dtype: x.dtype,
+                shape: &x.shape,
+                // A buffer that shrank reads as empty (never out of bounds).
+                bytes: x.owner.bytes().get(..x.len).unwrap_or(&[]),
+                shared: false,
+            },
         }
     }
 }
@@ -464,6 +539,40 @@ impl Item {
             Some(slot) => slot.1 = a,
             None => self.arrays.push((Name::new(name), a)),
         }
+    }
+
+    /// Adds or replaces array `name`, read in place from `owner`'s buffer (no copy): the
+    /// bytes of `shape` elements of `dtype`, row-major. See [`ArrayOwner`].
+    ///
+    /// # Errors
+    /// A message when the buffer's length does not match the shape, and for bool (not every
+    /// byte is a bool, and the buffer may change: copy bool arrays with
+    /// [`Array::from_bytes`]).
+    pub fn insert_external(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        shape: &[usize],
+        owner: Arc<dyn ArrayOwner>,
+    ) -> Result<(), String> {
+        if dtype == DType::Bool {
+            return Err("a bool array cannot be read in place from a foreign buffer".into());
+        }
+        let n = shape
+            .iter()
+            .try_fold(dtype.size(), |a, &d| a.checked_mul(d));
+        let len = owner.bytes().len();
+        if n != Some(len) {
+            return Err(format!("{len} bytes do not fit shape {shape:?} of {dtype}"));
+        }
+        let x = External {
+            dtype,
+            shape: shape.into(),
+            len,
+            owner,
+        };
+        self.insert_slot(name, Slot::External(Arc::new(x)));
+        Ok(())
     }
 
     /// Adds an array read in place from shared memory.
@@ -667,6 +776,43 @@ mod tests {
         assert_eq!(back, Array::from(strided));
         assert!(Array::from_bytes(DType::F32, &[3], &[0u8; 8]).is_err());
         assert!(Array::from_bytes(DType::Bool, &[2], &[1, 2]).is_err());
+    }
+
+    struct Buf(Vec<u8>);
+    impl ArrayOwner for Buf {
+        fn bytes(&self) -> &[u8] {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn external_arrays_are_read_in_place_and_copied_on_write() {
+        let owner = Arc::new(Buf(bytemuck::cast_slice(&[1i32, 2, 3, 4, 5, 6]).to_vec()));
+        let mut it = Item::new();
+        it.insert_external("x", DType::I32, &[2, 3], owner.clone())
+            .unwrap();
+        let r = it.get("x").unwrap();
+        assert_eq!(r.bytes().as_ptr(), owner.0.as_ptr(), "no copy");
+        assert!(!r.is_shared());
+        assert_eq!(it.array::<i32>("x").unwrap()[[1, 2]], 6);
+        it.array_mut::<i32>("x").unwrap()[[0, 0]] = 9;
+        assert_eq!(it.array::<i32>("x").unwrap()[[0, 0]], 9);
+        assert_eq!(owner.0[0], 1, "the owner's buffer is never written");
+        let mut it = Item::new();
+        assert!(
+            it.insert_external("x", DType::I32, &[4], owner.clone())
+                .is_err()
+        );
+        assert!(
+            it.insert_external("x", DType::Bool, &[24], owner.clone())
+                .is_err()
+        );
+        assert!(it.get("x").is_none());
+        it.insert_external("y", DType::U8, &[24], owner).unwrap();
+        assert_eq!(
+            it.remove("y").unwrap().into_typed::<u8>().unwrap().len(),
+            24
+        );
     }
 
     #[test]

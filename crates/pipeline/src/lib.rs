@@ -60,12 +60,14 @@ mod alloc;
 mod arena;
 mod broker;
 mod builder;
+mod chain;
+mod child;
 mod config;
+mod credit;
 mod error;
 mod handover;
 mod inline;
 mod input;
-mod issued;
 mod item;
 mod jsonl;
 mod name;
@@ -87,10 +89,11 @@ mod transport;
 mod wire;
 
 pub use builder::PipelineBuilder;
+pub use credit::{DEFAULT_REORDER_WINDOW, REORDER_BYTES};
 pub use error::Error;
 pub use half;
 pub use input::Input;
-pub use item::{Array, ArrayRef, DType, Element, Item, Meta};
+pub use item::{Array, ArrayOwner, ArrayRef, DType, Element, Item, Meta};
 pub use ndarray;
 pub use pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
@@ -99,12 +102,12 @@ pub use pipeline::{
 pub use plan::ChannelGeometry;
 pub use process::{ROLE_ENV, init};
 pub use records::{ReadOrder, Records};
-pub use seed::item_seed;
+pub use seed::{item_seed, select_input};
 pub use share::SharedFd;
 pub use shm_ring::Transfer;
 pub use source::{
-    FieldKind, JsonLines, JsonLinesPart, MemorySource, Source, SourceContext, SourceError,
-    derive_seed, part_range, split_seeks,
+    FieldKind, JsonLines, JsonLinesPart, MemorySource, ShuffleBuffer, Source, SourceContext,
+    SourceError, derive_seed, part_range, read_order, split_seeks,
 };
 pub use step::{
     Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,

@@ -36,7 +36,7 @@ pub(crate) fn create_tx(
     cancel: Option<Arc<AtomicBool>>,
 ) -> Result<(Box<dyn Tx>, OwnedFd), String> {
     match plan.transport {
-        TransportKind::Socket => SockTx::pair(socket_limit(plan))
+        TransportKind::Socket => SockTx::pair(socket_limit(plan), cancel)
             .map(|(t, fd)| (Box::new(t) as Box<dyn Tx>, fd))
             .map_err(|e| format!("cannot create a socket pair: {e}")),
         TransportKind::Shm => crate::shm::create_tx(plan, cancel),

@@ -26,6 +26,18 @@ use crate::wire::{Frame, Stats};
 /// A running pipeline: the consumer end. Iterate it (or call [`Pipeline::dequeue`]) to get
 /// the outputs; dropping it shuts every process down.
 ///
+/// # Fork
+/// A pipeline belongs to the process that started it. A child made by `fork()` (a forked
+/// helper, `multiprocessing`'s fork start method) inherits a copy of the handle, and that copy
+/// does nothing: dropping it neither stops nor kills the pipeline's processes, and
+/// [`Pipeline::dequeue`], [`Pipeline::enqueue`] and [`Input::send`] in the child return
+/// [`Error::Forked`] (they would take outputs and pool blocks meant for the parent). The
+/// pipeline's processes watch their parent's process, not its descriptors, so they exit when
+/// the parent dies even while a fork of it lives. A child that needs a pipeline starts its
+/// own. Forks are noticed through `pthread_atfork` ([`shm_ring::Owner`]): forks made behind
+/// the C library's back (a raw `clone` system call) are not seen, except by the drop, which
+/// also compares the pid.
+///
 /// # Examples
 /// ```no_run
 /// use shmpipe::{map, Item, Pipeline, Registry};
@@ -51,6 +63,9 @@ pub struct Pipeline {
     pub(crate) inline: Option<Inline>,
     pub(crate) ready: Ready,
     pub(crate) reorder: Option<Reorder>,
+    /// The process that started the pipeline: the only one in which the handle acts (a
+    /// forked child's copy does nothing, see [`Pipeline`]'s fork section).
+    pub(crate) owner: shm_ring::Owner,
     pub(crate) finished: bool,
     pub(crate) failed: bool,
     pub(crate) stats: Stats,
@@ -110,6 +125,7 @@ impl Pipeline {
     /// [`Error::Closed`] with a source configured, after [`Pipeline::close_input`], after
     /// [`Pipeline::input`], or when the pipeline has failed.
     pub fn enqueue(&mut self, item: Item) -> Result<(), Error> {
+        self.check_owner()?;
         let f = self
             .feeder
             .as_mut()
@@ -224,6 +240,7 @@ impl Pipeline {
     }
 
     fn dequeue_until(&mut self, deadline: Option<Instant>) -> Result<Option<Item>, Error> {
+        self.check_owner()?;
         loop {
             if let Some(it) = self.ready.pop() {
                 self.waiting_since = None;
@@ -312,6 +329,11 @@ impl Pipeline {
                         if let Some(err) = self.shared.take_primary() {
                             break err;
                         }
+                        // Enqueue mode: the input thread failed (e.g. an item too large for
+                        // the channels), and the workers it fed lost their peer.
+                        if let Some((_, m)) = input.as_ref().and_then(|st| st.failure()) {
+                            break Error::Transport(format!("enqueue: {m}"));
+                        }
                         if Instant::now() > deadline {
                             let last = self.plan.stages.len() - 1;
                             break self.shared.take_secondary().unwrap_or_else(|| {
@@ -393,6 +415,18 @@ impl Pipeline {
         Ok(())
     }
 
+    /// `Err(Error::Forked)` in any process but the one that started the pipeline (one load and
+    /// one compare).
+    fn check_owner(&self) -> Result<(), Error> {
+        if self.owner.is_current() {
+            return Ok(());
+        }
+        Err(Error::Forked {
+            owner: self.owner.pid(),
+            caller: std::process::id(),
+        })
+    }
+
     /// Marks the pipeline failed and stops its processes; returns `e`.
     fn fail(&mut self, e: Error) -> Error {
         self.failed = true;
@@ -434,6 +468,13 @@ impl Pipeline {
         }
     }
 
+    /// How many outputs [`dequeue`](Pipeline::dequeue) returns without waiting: what is left
+    /// of the batches received so far. A consumer that hands outputs to another thread can
+    /// take them in chunks of this size.
+    pub fn ready(&self) -> usize {
+        self.ready.len()
+    }
+
     /// Whether the end of stream was reached.
     pub fn is_finished(&self) -> bool {
         self.finished
@@ -461,7 +502,15 @@ impl Pipeline {
             let _ = h.join();
         }
         if let Some(h) = self.feeder.as_mut().and_then(|f| f.handle.take()) {
-            let _ = h.join();
+            // Its sends give up within milliseconds of the cancel flag; a thread that still
+            // has not ended after a bound is left to end on its own, never waited for.
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
         }
     }
 }
@@ -475,6 +524,20 @@ impl Iterator for Pipeline {
 
 impl Drop for Pipeline {
     fn drop(&mut self) {
-        self.teardown();
+        if self.owner.is_current_strict() {
+            self.teardown();
+            return;
+        }
+        // A forked child's copy: it must not stop, kill or join anything of the parent's, nor
+        // touch a lock that a thread of the parent (which the child does not have) may have
+        // held at the fork. What holds shared memory or threads is forgotten; the child's copy
+        // of the memory goes with the child. The rest (descriptors, plain memory) is the
+        // child's own copy and goes with the fields' drops.
+        std::mem::forget(self.inputs.take());
+        std::mem::forget(self.feeder.take());
+        std::mem::forget(self.supervisor.take());
+        std::mem::forget(std::mem::take(&mut self.ready));
+        std::mem::forget(self.reorder.take());
+        std::mem::forget(self.inline.take());
     }
 }

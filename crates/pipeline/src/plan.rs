@@ -126,6 +126,9 @@ pub(crate) struct Plan {
     pub source: Option<SourceSpec>,
     pub stages: Vec<StagePlan>,
     pub ordered: bool,
+    /// Ordered mode: records an emitter may run ahead of the consumer, at most (see
+    /// [`crate::credit`]).
+    pub reorder_window: u64,
     pub batch_bytes: usize,
     #[serde(with = "transfer_serde")]
     pub transfer: Transfer,
@@ -178,9 +181,9 @@ pub(crate) struct ChildSpec {
     pub role: Role,
     /// The inherited descriptor of the child's end of its control socket.
     pub ctrl_fd: i32,
-    /// The shared descriptors ([`crate::SharedFd`] indices) this child receives in its
+    /// The shared descriptors ([`crate::SharedFd`] tokens) this child receives in its
     /// `SHARED` message, in that order: those its own arguments name.
-    pub shared: Vec<u32>,
+    pub shared: Vec<u64>,
 }
 
 impl Plan {

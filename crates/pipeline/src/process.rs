@@ -66,7 +66,7 @@ pub fn init(reg: &Registry) {
         }
     };
     let code = crate::roles::run_child(reg, &spec, ctrl);
-    std::process::exit(code);
+    crate::child::exit(code);
 }
 
 /// Takes the control socket the parent left at descriptor `fd`, after checking that `fd` is
@@ -110,6 +110,14 @@ pub(crate) fn inherited_ctrl(fd: i32) -> Result<Ctrl, String> {
 /// not yet read).
 pub(crate) fn is_child() -> bool {
     CHILD_TAKEN.load(Ordering::SeqCst) || std::env::var_os(ROLE_ENV).is_some()
+}
+
+/// Whether descriptor `fd` of this process is open and stays open across exec.
+fn inheritable(fd: i32) -> bool {
+    // SAFETY: fcntl(F_GETFD) on a plain number reads its flags or fails with EBADF; it
+    // creates no reference to the descriptor and changes nothing.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFD) };
+    flags >= 0 && flags & libc::FD_CLOEXEC == 0
 }
 
 /// Marks every descriptor from `first` up close-on-exec. Runs in a forked child before exec:
@@ -164,6 +172,15 @@ pub(crate) fn spawn(
     spec.ctrl_fd = raw;
     let json = serde_json::to_string(spec).map_err(|e| Error::Config(e.to_string()))?;
     let mut cmd = Command::new(exe);
+    // A parent whose stdout or stderr is closed (`python x.py 1>&-`), or is a descriptor that
+    // closes at exec, would leave the child without it: the child's first open file would
+    // take the number, and a Python child has no `sys.stdout` at all. It gets /dev/null there.
+    if !inheritable(1) {
+        cmd.stdout(Stdio::null());
+    }
+    if !inheritable(2) {
+        cmd.stderr(Stdio::null());
+    }
     cmd.args(args)
         .env(ROLE_ENV, json)
         .stdin(Stdio::null())
@@ -199,6 +216,27 @@ pub(crate) struct ChildProc {
     pub status: Option<ExitStatus>,
     /// The parent's end of the child's control socket.
     pub ctrl: Ctrl,
+    /// The code the child said it exits with (`EXIT` on its control socket), once read.
+    pub announced: Option<i32>,
+}
+
+impl ChildProc {
+    /// Reads what is left on the control socket of a child that has exited, for its `EXIT`
+    /// message (only an exited child's: while it runs, the start-up hand-over and the
+    /// consumer's grants use the socket).
+    fn read_announcement(&mut self) {
+        for m in self.ctrl.left_by_ended_peer() {
+            if m.kind == Kind::Exit {
+                self.announced = i32::try_from(m.value).ok();
+            }
+        }
+    }
+
+    /// Whether the child ended as the pipeline ended it: its exit code is the one it
+    /// announced (a step or a library that calls `exit` announces nothing).
+    fn ended_by_the_pipeline(&self, st: &ExitStatus) -> bool {
+        st.code().is_some() && st.code() == self.announced
+    }
 }
 
 /// State shared by the parent's threads.
@@ -212,9 +250,15 @@ pub(crate) struct Shared {
     pub stop: AtomicBool,
 }
 
-pub(crate) fn describe_status(st: &ExitStatus) -> String {
+/// How a child ended, for an error message; `ours`: it announced its exit code (see
+/// [`ChildProc::ended_by_the_pipeline`]).
+pub(crate) fn describe_status(st: &ExitStatus, ours: bool) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (st.code(), st.signal()) {
+        (Some(c), _) if !ours => format!(
+            "exited with code {c} on its own (not as the pipeline ends a child: a step, a \
+             library or the program called exit)"
+        ),
         (Some(node::EXIT_SETUP), _) => {
             format!(
                 "exited with code {} (could not set up its connections; see its stderr)",
@@ -237,7 +281,9 @@ impl Shared {
         for c in kids.iter_mut().filter(|c| c.status.is_none()) {
             if let Ok(Some(st)) = c.child.try_wait() {
                 c.status = Some(st);
-                let code = st.code();
+                c.read_announcement();
+                let ours = c.ended_by_the_pipeline(&st);
+                let code = st.code().filter(|_| ours);
                 let expected = matches!(
                     code,
                     Some(node::EXIT_OK | node::EXIT_REPORTED | node::EXIT_STOPPED)
@@ -248,7 +294,7 @@ impl Shared {
                 let err = Error::ProcessDied {
                     role: c.role.describe(),
                     pid: c.child.id(),
-                    status: describe_status(&st),
+                    status: describe_status(&st, ours),
                 };
                 let slot = if code == Some(node::EXIT_PEER_LOST) {
                     &self.secondary
@@ -279,6 +325,7 @@ impl Shared {
     pub(crate) fn announce_stop(&self) {
         let kids = self.children.lock().unwrap_or_else(|e| e.into_inner());
         for c in kids.iter().filter(|c| c.status.is_none()) {
+            // A child whose socket is gone has ended already and needs no STOP.
             let _ = c.ctrl.send(Kind::Stop, &[]);
         }
     }

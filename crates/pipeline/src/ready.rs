@@ -50,6 +50,11 @@ impl Ready {
         self.done
     }
 
+    /// Items not yet popped.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
     pub(crate) fn extend(&mut self, items: impl IntoIterator<Item = Item>) {
         items.into_iter().for_each(|it| self.push(it));
     }

@@ -1,15 +1,15 @@
 //! The reorder buffer of the ordered mode (consumer side).
 //!
-//! It holds outputs of records that are ahead of the release cursor, so it is where a
-//! hostile worker could make the consumer hold memory without bound by inventing indices
-//! (issue 16). Every index is therefore checked against what its emitter has actually
-//! issued ([`Issued`]), and groups already released or already complete take no more items:
-//! such a frame is an error naming what is wrong (the caller adds the worker).
+//! It holds outputs of records that are ahead of the release cursor, so it is where a slow
+//! emitter or a hostile worker could make the consumer hold memory without bound (issue 16).
+//! What the emitters may issue is the consumer's own grant ([`Credit`]), which follows the
+//! cursor and the buffer's size; every index is checked against it, and groups already
+//! released or already complete take no more items: such a frame is an error naming what is
+//! wrong (the caller adds the worker).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use crate::issued::Issued;
+use crate::credit::Credit;
 use crate::item::Item;
 use crate::ready::Ready;
 use crate::wire::{FINISH_E, FINISH_K};
@@ -25,44 +25,50 @@ pub(crate) struct Reorder {
     k: u64,
     e: u32,
     groups: HashMap<(u64, u32), (Vec<Item>, bool)>,
-    /// What each emitter has issued (shared with the emitters, or the parent's input thread).
-    issued: Arc<Issued>,
-    /// The last value read of each emitter's counter (it only grows): refreshed only when an
-    /// index reaches it.
-    known: Vec<u64>,
+    /// Approximate bytes held in `groups` (see [`approx_size`]).
+    bytes: usize,
+    /// Mean approximate size of the groups released so far (a moving average; 0: none yet).
+    mean_group: usize,
+    /// What each emitter may issue: granted by this buffer as it releases.
+    credit: Credit,
 }
 
+/// What an item is counted as in the buffer's size: its arrays and a fixed part for the rest.
+fn approx_size(item: &Item) -> usize {
+    256 + item.nbytes()
+}
+
+/// What a group is counted as besides its items (its key and place in the map).
+const GROUP_SIZE: usize = 64;
+
 impl Reorder {
-    pub(crate) fn new(issued: Arc<Issued>) -> Reorder {
-        let emitters = issued.emitters();
+    pub(crate) fn new(emitters: usize, credit: Credit) -> Reorder {
         Reorder {
             emitters: emitters as u32,
             counts: vec![None; emitters],
             k: 0,
             e: 0,
             groups: HashMap::new(),
-            issued,
-            known: vec![0; emitters],
+            bytes: 0,
+            mean_group: 0,
+            credit,
         }
     }
 
-    /// Checks that record `k` of emitter `e` was issued and not released yet.
+    /// Checks that record `k` of emitter `e` was granted and not released yet.
     fn check(&mut self, e: u32, k: u64) -> Result<(), String> {
-        let ei = e as usize;
         if e >= self.emitters {
             return Err(format!(
                 "an output of emitter {e}, which does not exist ({} emitters)",
                 self.emitters
             ));
         }
-        if k >= self.known[ei] {
-            self.known[ei] = self.issued.get(ei);
-            if k >= self.known[ei] {
-                return Err(format!(
-                    "an output of record {k} of emitter {e}, which has issued {} records",
-                    self.known[ei]
-                ));
-            }
+        let granted = self.credit.granted(e as usize);
+        if k >= granted {
+            return Err(format!(
+                "an output of record {k} of emitter {e}, which may have issued only {granted} \
+                 records"
+            ));
         }
         if (k, e) < (self.k, self.e) {
             return Err(format!(
@@ -94,7 +100,10 @@ impl Reorder {
                 "an output of record {k} of emitter {e} after the last of its group"
             ));
         }
-        g.0.extend(item);
+        if let Some(item) = item {
+            self.bytes += approx_size(&item);
+            g.0.push(item);
+        }
         g.1 |= last;
         Ok(())
     }
@@ -102,20 +111,30 @@ impl Reorder {
     /// Emitter `e` says it sent `n` records in all.
     ///
     /// # Errors
-    /// An emitter that does not exist, or more records than it issued.
+    /// An emitter that does not exist, or more records than it may have issued.
     pub(crate) fn emitter_done(&mut self, e: u32, n: u64) -> Result<(), String> {
         let ei = e as usize;
-        if e >= self.emitters || n > self.issued.get(ei) {
+        if e >= self.emitters || n > self.credit.granted(ei) {
             return Err(format!(
-                "end of emitter {e} after {n} records, which it did not issue"
+                "end of emitter {e} after {n} records, which it may not have issued"
             ));
         }
         self.counts[ei] = Some(n);
         Ok(())
     }
 
-    /// Moves every group that may go now, in order, to `ready` (each ending its input there).
+    /// Moves every group that may go now, in order, to `ready` (each ending its input there),
+    /// then grants the emitters what the new cursor and the buffer's size allow.
     pub(crate) fn release(&mut self, ready: &mut Ready) {
+        self.advance(ready);
+        let (k, e) = (self.k, self.e);
+        // Records of emitter `x` delivered: `0..k`, and record `k` too for emitters before `e`.
+        let released = |x: usize| k + u64::from((x as u32) < e);
+        self.credit
+            .update(released, self.groups.len(), self.bytes, self.mean_group);
+    }
+
+    fn advance(&mut self, ready: &mut Ready) {
         loop {
             let all_known = self.counts.iter().all(|c| c.is_some_and(|n| self.k >= n));
             if all_known {
@@ -126,6 +145,14 @@ impl Reorder {
                 match self.groups.get(&(self.k, self.e)) {
                     Some((_, true)) => {
                         let (items, _) = self.groups.remove(&(self.k, self.e)).unwrap_or_default();
+                        let size: usize = items.iter().map(approx_size).sum();
+                        self.bytes = self.bytes.saturating_sub(size);
+                        let size = size + GROUP_SIZE;
+                        self.mean_group = if self.mean_group == 0 {
+                            size
+                        } else {
+                            self.mean_group - self.mean_group / 8 + size / 8
+                        };
                         ready.extend(items);
                         ready.end_group();
                     }
@@ -139,8 +166,10 @@ impl Reorder {
             }
         }
     }
+
     /// End of stream: what is left (the outputs of `finish`, which belong to no input).
     pub(crate) fn flush(&mut self, ready: &mut Ready) {
+        self.bytes = 0;
         let mut rest: Vec<_> = self.groups.drain().collect();
         rest.sort_by_key(|(key, _)| *key);
         ready.extend(rest.into_iter().flat_map(|(_, (items, _))| items));
@@ -150,24 +179,26 @@ impl Reorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::credit::{Gate, Grantee};
     use crate::item::Item;
+    use std::sync::Arc;
 
     fn item(n: i64) -> Item {
         Item::new().with_meta("n", n)
     }
 
-    /// A reorder buffer over `emitters` emitters that issued `issued[e]` records each.
-    fn reorder(issued: &[u64]) -> Reorder {
-        let c = Arc::new(Issued::create(issued.len()).unwrap());
-        for (e, &n) in issued.iter().enumerate() {
-            c.raise(e, n);
-        }
-        Reorder::new(c)
+    /// A reorder buffer over `emitters` emitters that were granted `granted[e]` records each,
+    /// with a window of one record (so releases grant at most the next record of each).
+    fn reorder(granted: &[u64]) -> (Reorder, Arc<Gate>) {
+        let gate = Arc::new(Gate::new(0));
+        let mut c = Credit::new(granted.len(), 1, Grantee::Local(Arc::clone(&gate)));
+        c.set_granted(granted);
+        (Reorder::new(granted.len(), c), gate)
     }
 
     #[test]
     fn reorder_releases_groups_in_k_then_e_order_and_skips_ended_emitters() {
-        let mut r = reorder(&[3, 1]);
+        let (mut r, _) = reorder(&[3, 1]);
         let mut ready = Ready::default();
         // Emitter 1 has one record, emitter 0 has three; groups arrive out of order.
         r.add(0, 1, Some(item(10)), false).unwrap();
@@ -205,11 +236,11 @@ mod tests {
     /// bound with indices far ahead of anything issued; they were kept until the end.
     #[test]
     fn indices_never_issued_are_not_kept() {
-        let mut r = reorder(&[3]);
+        let (mut r, _) = reorder(&[3]);
         let mut ready = Ready::default();
         for i in 0..10_000u64 {
             let e = r.add(0, (1 << 40) + i, Some(item(i as i64)), true);
-            assert!(e.unwrap_err().contains("issued 3 records"));
+            assert!(e.unwrap_err().contains("issued only 3 records"));
         }
         r.release(&mut ready);
         assert!(ready.pop().is_none());

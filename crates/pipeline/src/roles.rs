@@ -1,64 +1,28 @@
-//! The child roles: the start-up hand-over seen from a child, its parent watchdog, the emitter
-//! and the worker loops, and what a child says on stderr (only real problems, named by role
-//! and pid).
+//! The child roles: the start-up hand-over seen from a child, and the emitter and the worker
+//! loops. The child's watch over its parent, its log and its exit are in [`crate::child`].
 
 use std::os::fd::AsFd;
-use std::panic::AssertUnwindSafe;
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 
 use crate::Epochs;
+use crate::chain::Chain;
+use crate::child::{log, stopping};
+use crate::credit::Gate;
 use crate::handover::{Ctrl, CtrlError, Kind};
-use crate::issued::Issued;
 use crate::item::Item;
 use crate::node::{
     ChildSpec, EXIT_OK, EXIT_ORPHAN, EXIT_PEER_LOST, EXIT_REPORTED, EXIT_SETUP, EXIT_STOPPED,
     Inputs, NextError, Outputs, Plan, Role, START_TIMEOUT, SourceSpec, create_tx, open_rx,
 };
 use crate::records::{ReadOrder, Records};
-use crate::source::{Source, SourceContext, SourceError, derive_seed};
-use crate::step::{Registry, Step, StepContext, WorkerInfo};
+use crate::source::{Source, SourceContext, SourceError};
+use crate::step::Registry;
 use crate::wire::{FINISH_E, FINISH_K, Frame, Report, Rx, Stats, TransportError};
-
-/// The child's control socket and how it names itself (set once in [`run_child`]).
-static CHILD: OnceLock<(Arc<Ctrl>, String, String)> = OnceLock::new();
-
-/// Whether the parent is shutting the pipeline down on purpose (or is gone): then a lost peer
-/// is no news and the child exits quietly. The parent tells its children one after another, so
-/// a child may see a peer that already obeyed `STOP` exit before its own `STOP` is there: it
-/// allows the message a moment to arrive (a real loss is reported at most that much later).
-fn stopping() -> bool {
-    const GRACE: Duration = Duration::from_millis(200);
-    let Some((c, _, _)) = CHILD.get() else {
-        return false;
-    };
-    if c.stop_or_eof_pending() {
-        return true;
-    }
-    // After start-up only `STOP` (or the end of file) ever arrives on the control socket.
-    let _ = c.wait_readable(Some(GRACE));
-    c.stop_or_eof_pending()
-}
-
-/// Logs a real problem of this child on stderr, named by role and pid.
-fn log(msg: &str) {
-    let me = CHILD.get().map_or("child", |(_, m, _)| m.as_str());
-    eprintln!("shmpipe {me}: {msg}");
-}
-
-/// This child's role as error reports name it (`worker 0 (stage 0)`).
-fn role_name() -> String {
-    CHILD
-        .get()
-        .map_or_else(|| "child".into(), |(_, _, r)| r.clone())
-}
 
 /// What a child gets from the start-up hand-over.
 struct Connected {
     outs: Outputs,
     ins: Vec<Box<dyn Rx>>,
-    /// An emitter of an ordered pipeline: the issued counters it raises.
-    issued: Option<Issued>,
 }
 
 /// The start-up hand-over of a child: takes its shared descriptors, creates its outputs and
@@ -78,18 +42,8 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
         e => setup(format!("start-up: {e}")),
     };
     // The shared descriptors come first, checked before anything else is set up.
-    let mut issued = None;
     match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
-        (Kind::Shared, mut fds) => {
-            if matches!(role, Role::Emitter(_)) && plan.ordered {
-                let fd = fds
-                    .pop()
-                    .ok_or_else(|| setup("no issued counters from the parent".into()))?;
-                issued = Some(
-                    Issued::open(fd, plan.emitters)
-                        .map_err(|e| setup(format!("issued counters: {e}")))?,
-                );
-            }
+        (Kind::Shared, fds) => {
             crate::share::install(&spec.shared, fds).map_err(setup)?;
         }
         (Kind::Stop, _) => return Err(EXIT_STOPPED),
@@ -130,32 +84,10 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
         (Kind::Go, _) => Ok(Connected {
             outs: Outputs::new(txs, plan),
             ins: rxs,
-            issued,
         }),
         (Kind::Stop, _) => Err(EXIT_STOPPED),
         (k, _) => Err(setup(format!("expected go, got {k:?}"))),
     }
-}
-
-/// The parent watchdog: exits the child as soon as its control socket says `STOP` (quietly)
-/// or reaches its end (the parent is gone, even SIGKILLed).
-fn start_watchdog(ctrl: Arc<Ctrl>, parent: u32) {
-    std::thread::spawn(move || {
-        loop {
-            if matches!(ctrl.wait_readable(None), Ok(true)) {
-                if ctrl.stop_or_eof_pending() {
-                    // Both are deliberate or final; the parent wants no word from us.
-                    let ppid = rustix::process::getppid().map(|p| p.as_raw_nonzero().get() as u32);
-                    let orphan = ppid != Some(parent);
-                    std::process::exit(if orphan { EXIT_ORPHAN } else { EXIT_STOPPED });
-                }
-                // Anything else after `GO` is unexpected: take it off and go on.
-                let _ = ctrl.recv(Some(Duration::ZERO));
-            } else {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-        }
-    });
 }
 
 /// Runs a child role and returns its exit code.
@@ -163,18 +95,21 @@ pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
     crate::alloc::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
-    let _ = CHILD.set((
+    crate::child::set(
         Arc::clone(&ctrl),
         spec.role.log_name(),
         spec.role.describe(),
-    ));
-    let Connected { outs, ins, issued } = match hand_over(spec, &ctrl) {
+    );
+    let Connected { outs, ins } = match hand_over(spec, &ctrl) {
         Ok(v) => v,
         Err(code) => return code,
     };
-    start_watchdog(ctrl, plan.parent);
+    // An emitter of an ordered pipeline issues only what the consumer grants.
+    let gate = (plan.ordered && matches!(spec.role, Role::Emitter(_)))
+        .then(|| Arc::new(Gate::new(crate::credit::initial(plan.reorder_window))));
+    crate::child::start_watchdog(ctrl, plan.parent, gate.clone());
     match spec.role {
-        Role::Emitter(e) => run_emitter(reg, plan, e, outs, issued.as_ref()),
+        Role::Emitter(e) => run_emitter(reg, plan, e, outs, gate.as_deref()),
         Role::Worker { stage, worker } => {
             run_worker(reg, plan, stage, worker, Inputs::new(ins), outs)
         }
@@ -186,7 +121,7 @@ fn run_emitter(
     plan: &Plan,
     e: usize,
     mut out: Outputs,
-    issued: Option<&Issued>,
+    gate: Option<&Gate>,
 ) -> i32 {
     let parts = plan.world_size * plan.emitters;
     let part = plan.rank * plan.emitters + e;
@@ -212,8 +147,13 @@ fn run_emitter(
     let mut k = 0u64;
     let mut stats = Stats::default();
     let send = |out: &mut Outputs, item: Item, k: &mut u64| {
-        if let Some(c) = issued {
-            c.raise(e, *k + 1);
+        if let Some(g) = gate {
+            while !g.allows(*k) {
+                // What was issued must be able to reach the consumer, whose grants follow
+                // what it delivers.
+                out.flush_all()?;
+                g.park();
+            }
         }
         let r = out.push(
             (*k % workers) as usize,
@@ -279,7 +219,7 @@ fn run_emitter(
 /// this child's own failure (a batch too large for the channel, say), reported downstream
 /// as what it is, so the parent raises it instead of "lost a peer". Returns the exit code.
 fn output_failed(out: &mut Outputs, what: &str, e: TransportError) -> i32 {
-    let role = role_name();
+    let role = crate::child::role_name();
     match e {
         TransportError::Closed | TransportError::PeerDied(_) => lost(what, &e),
         _ if stopping() => EXIT_STOPPED,
@@ -308,7 +248,7 @@ fn lost(what: &str, e: &TransportError) -> i32 {
 }
 
 /// Keeps error messages well under the transport's metadata limit (64 KiB).
-fn clip(mut s: String) -> String {
+pub(crate) fn clip(mut s: String) -> String {
     const MAX: usize = 8192;
     if s.len() > MAX {
         let mut cut = MAX;
@@ -321,7 +261,7 @@ fn clip(mut s: String) -> String {
     s
 }
 
-fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
         format!("panicked: {s}")
     } else if let Some(s) = p.downcast_ref::<String>() {
@@ -331,167 +271,80 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// The step instances of one worker, run in sequence on every input (also the whole pipeline
-/// of [`workers(0)`](crate::PipelineBuilder::workers), in the caller's thread).
-pub(crate) struct Chain {
-    pub(crate) steps: Vec<(String, Box<dyn Step>, u64, u64)>,
-    stage: usize,
-    worker: usize,
-    /// The pipeline's seed, and the global index of this chain's first step: what
-    /// [`crate::seed::for_input`] needs besides the input.
-    seed: u64,
-    step_offset: usize,
-    /// Scratch buffers reused for every input (no allocation per item).
-    cur: Vec<Item>,
-    next: Vec<Item>,
-    /// Time every step call. Off for a one-step chain: the worker then times runs of inputs
-    /// as a whole (two clock reads per run of a batch, not per item).
-    per_call: bool,
+/// One run of items of a worker (the item frames of a batch between two control frames),
+/// with scratch buffers reused from run to run.
+#[derive(Default)]
+struct Run {
+    items: Vec<Item>,
+    /// Per item: (emitter, record, last of its group, description for error messages).
+    keys: Vec<(u32, u64, bool, String)>,
+    outputs: Vec<Item>,
+    ends: Vec<usize>,
 }
 
-impl Chain {
-    /// Builds the steps of `stage` for worker `worker` (`workers(0)`: every step, as worker 0
-    /// of stage 0). A step that cannot be built is reported as its failure.
-    pub(crate) fn build(
-        reg: &Registry,
-        plan: &Plan,
-        steps: &[(String, serde_json::Value)],
-        stage: usize,
-        worker: usize,
-        workers: usize,
-    ) -> Result<Chain, Report> {
-        let info = WorkerInfo {
-            stage,
-            worker,
-            workers,
-            rank: plan.rank,
-            world_size: plan.world_size,
-            seed: derive_seed(&[plan.seed, plan.rank as u64, stage as u64, worker as u64]),
-        };
-        let mut chain = Chain {
-            steps: Vec::new(),
-            stage,
-            worker,
-            seed: plan.seed,
-            step_offset: plan.stages[..stage].iter().map(|s| s.steps.len()).sum(),
-            cur: Vec::new(),
-            next: Vec::new(),
-            per_call: steps.len() != 1,
-        };
-        for (name, args) in steps {
-            match reg.build_step(name, &StepContext { args, worker: info }) {
-                Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
-                Err(e) => {
-                    return Err(Report::Step {
-                        step: name.clone(),
-                        stage,
-                        worker,
-                        input: "(none: building the step)".into(),
-                        message: e.to_string(),
-                    });
-                }
+impl Run {
+    fn push(&mut self, e: u32, k: u64, last: bool, item: Item) {
+        self.keys.push((e, k, last, item.describe()));
+        self.items.push(item);
+    }
+
+    /// Runs the items through the chain and sends their outputs in order (the last output of
+    /// each group flagged, an empty group as a group end); on a step
+    /// failure, reports it. `Ok(array bytes of the outputs)`, `Err(exit code)`.
+    fn process(&mut self, chain: &mut Chain, plan: &Plan, out: &mut Outputs) -> Result<usize, i32> {
+        if self.items.is_empty() {
+            return Ok(0);
+        }
+        let stage = chain.stage;
+        let keys = &self.keys;
+        let key = |i: usize| (keys[i].0, keys[i].1);
+        let failed = chain
+            .run_batch(&mut self.items, &key, &mut self.outputs, &mut self.ends)
+            .err();
+        let out_bytes = self.outputs.iter().map(Item::nbytes).sum::<usize>();
+        // The inputs before a failing one are done: their outputs go out first.
+        let mut sent = Ok(());
+        let mut done = 0;
+        let mut outs = self.outputs.drain(..);
+        for ((e, k, last, _), &end) in self.keys.iter().zip(&self.ends) {
+            let (e, k, last) = (*e, *k, *last);
+            let dest = plan.route(stage, e, k);
+            let n = end - done;
+            done = end;
+            // Group ends travel in both modes: the consumer counts finished inputs
+            // (`Pipeline::inputs_done`); the ordered mode also releases by them.
+            for (i, item) in outs.by_ref().take(n).enumerate() {
+                let last = last && i + 1 == n;
+                sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
+            }
+            if last && n == 0 {
+                sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
             }
         }
-        Ok(chain)
-    }
-
-    /// Runs all steps on `item`, input `(e, k)`; outputs go to `out`.
-    pub(crate) fn run(
-        &mut self,
-        item: Item,
-        key: (u32, u64),
-        input: &dyn Fn() -> String,
-        out: &mut Vec<Item>,
-    ) -> Result<(), Report> {
-        let mut cur = std::mem::take(&mut self.cur);
-        cur.push(item);
-        let r = self.run_from(0, &mut cur, key, input, out);
-        cur.clear();
-        self.cur = cur;
-        r
-    }
-
-    /// Runs steps `start..` on the items `cur` of input `key`; outputs go to `out`.
-    fn run_from(
-        &mut self,
-        start: usize,
-        cur: &mut Vec<Item>,
-        key: (u32, u64),
-        input: &dyn Fn() -> String,
-        out: &mut Vec<Item>,
-    ) -> Result<(), Report> {
-        let (stage, worker) = (self.stage, self.worker);
-        let (seed, offset) = (self.seed, self.step_offset);
-        let mut next = std::mem::take(&mut self.next);
-        for (i, (name, step, calls, ns)) in self.steps.iter_mut().enumerate().skip(start) {
-            next.clear();
-            crate::seed::set(Some(crate::seed::for_input(seed, key.0, key.1, offset + i)));
-            for it in cur.drain(..) {
-                let desc = it.describe();
-                let t0 = self.per_call.then(Instant::now);
-                let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process(it, &mut next)));
-                if let Some(t0) = t0 {
-                    *ns += t0.elapsed().as_nanos() as u64;
-                }
-                *calls += 1;
-                let message = match r {
-                    Ok(Ok(())) => continue,
-                    Ok(Err(e)) => clip(e.to_string()),
-                    Err(p) => clip(panic_message(&*p)),
-                };
-                let mut input = input();
-                if !desc.is_empty() {
-                    input = format!("{input} ({desc})");
-                }
-                crate::seed::set(None);
-                return Err(Report::Step {
-                    step: name.clone(),
-                    stage,
-                    worker,
-                    input,
-                    message,
-                });
-            }
-            std::mem::swap(cur, &mut next);
-        }
-        crate::seed::set(None);
-        out.append(cur);
-        self.next = next;
-        Ok(())
-    }
-
-    /// End of stream: finishes the steps in order, passing the outputs of step `i`'s
-    /// `finish` through steps `i + 1..` before finishing step `i + 1`; outputs go to `out`.
-    /// Item seeds: those of the pseudo-input `(FINISH_E, FINISH_K)`.
-    pub(crate) fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), Report> {
-        let input = || "end of stream".to_owned();
-        let key = (FINISH_E, FINISH_K);
-        for i in 0..self.steps.len() {
-            let (name, step, _, ns) = &mut self.steps[i];
-            let mut made = Vec::new();
-            let t0 = Instant::now();
-            let s = crate::seed::for_input(self.seed, key.0, key.1, self.step_offset + i);
-            crate::seed::set(Some(s));
-            let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
-            crate::seed::set(None);
-            *ns += t0.elapsed().as_nanos() as u64;
-            let message = match r {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(clip(e.to_string())),
-                Err(p) => Some(clip(panic_message(&*p))),
+        drop(outs);
+        self.ends.clear();
+        if let Some((i, step, message)) = failed {
+            let (e, k, _, desc) = &self.keys[i];
+            let mut input = if (*e, *k) == (FINISH_E, FINISH_K) {
+                format!(
+                    "end of stream (finish output of stage {})",
+                    stage.saturating_sub(1)
+                )
+            } else {
+                format!("emitter {e}, record {k}")
             };
-            if let Some(message) = message {
-                return Err(Report::Step {
-                    step: name.clone(),
-                    stage: self.stage,
-                    worker: self.worker,
-                    input: input(),
-                    message,
-                });
+            if !desc.is_empty() {
+                input = format!("{input} ({desc})");
             }
-            self.run_from(i + 1, &mut made, key, &input, out)?;
+            if let Err(e) = sent {
+                return Err(output_failed(out, "output", e));
+            }
+            out.report(chain.failure(step, input, message));
+            return Err(EXIT_REPORTED);
         }
-        Ok(())
+        self.keys.clear();
+        sent.map_err(|e| output_failed(out, "output", e))?;
+        Ok(out_bytes)
     }
 }
 
@@ -514,9 +367,9 @@ fn run_worker(
     // Most bytes of outputs a run of inputs holds before they go out (see the loop below).
     let run_bytes = (4 * plan.batch_bytes).max(64 << 10);
     let mut stats = Stats::default();
-    let mut outputs = Vec::new();
-    // Per input of a run: (emitter, record, last, end of its outputs in `outputs`).
-    let mut groups: Vec<(u32, u64, bool, usize)> = Vec::new();
+    let mut run = Run::default();
+    // Output bytes per input of the last run.
+    let mut per_input: Option<usize> = None;
     loop {
         let next = ins.next(&mut || out.idle());
         let frames = match next {
@@ -533,65 +386,30 @@ fn run_worker(
         };
         let mut frames = frames.into_iter().peekable();
         while frames.peek().is_some() {
-            // A run of items: all through the chain first (timed as a whole when the chain
-            // has one step), then their outputs in order. A run ends once its outputs hold
-            // `run_bytes` of arrays: a batch of many small records (row numbers, say) whose
-            // outputs are large is not all held at once (issue 18: it grew every worker's heap
-            // by megabytes, so the memory of a shared dataset grew with the workers).
-            let t0 = (!chain.per_call).then(Instant::now);
-            let mut failed = None;
-            let mut run_out = 0usize;
-            while run_out < run_bytes
+            // A run of items: all through the chain at once, then their outputs in order. A run
+            // holds about `run_bytes` of outputs at most (issue 18: a batch of many small
+            // records whose outputs are large grew every worker's heap by megabytes): its
+            // length follows the output bytes per input of the run before (one input first).
+            let cap = match per_input {
+                None => 1,
+                Some(b) => (run_bytes / b.max(1)).max(1),
+            };
+            let mut in_bytes = 0usize;
+            while run.items.len() < cap
+                && in_bytes < run_bytes
                 && let Some(Frame::Item { .. }) = frames.peek()
             {
                 let Some(Frame::Item { e, k, last, item }) = frames.next() else {
                     break;
                 };
-                let input = || {
-                    if (e, k) == (FINISH_E, FINISH_K) {
-                        format!(
-                            "end of stream (finish output of stage {})",
-                            stage.saturating_sub(1)
-                        )
-                    } else {
-                        format!("emitter {e}, record {k}")
-                    }
-                };
-                let before = outputs.len();
-                if let Err(r) = chain.run(item, (e, k), &input, &mut outputs) {
-                    failed = Some(r);
-                    break;
-                }
-                run_out += outputs[before..].iter().map(Item::nbytes).sum::<usize>();
-                groups.push((e, k, last, outputs.len()));
+                in_bytes += item.nbytes();
+                run.push(e, k, last, item);
             }
-            if let (Some(t0), Some(step)) = (t0, chain.steps.first_mut()) {
-                step.3 += t0.elapsed().as_nanos() as u64;
-            }
-            let mut sent = Ok(());
-            let mut done = 0;
-            let mut outs = outputs.drain(..);
-            for (e, k, last, end) in groups.drain(..) {
-                let dest = plan.route(stage, e, k);
-                let n = end - done;
-                done = end;
-                // Group ends travel in both modes: the consumer counts finished inputs
-                // (`Pipeline::inputs_done`); the ordered mode also releases by them.
-                for (i, item) in outs.by_ref().take(n).enumerate() {
-                    let last = last && i + 1 == n;
-                    sent = sent.and_then(|()| out.push(dest, Frame::Item { e, k, last, item }));
-                }
-                if last && n == 0 {
-                    sent = sent.and_then(|()| out.push(dest, Frame::GroupEnd { e, k }));
-                }
-            }
-            drop(outs);
-            if let Err(e) = sent {
-                return output_failed(&mut out, "output", e);
-            }
-            if let Some(r) = failed {
-                out.report(r);
-                return EXIT_REPORTED;
+            let n = run.items.len();
+            match run.process(&mut chain, plan, &mut out) {
+                Ok(bytes) if n > 0 => per_input = Some(bytes / n),
+                Ok(_) => {}
+                Err(code) => return code,
             }
             if let Some(Frame::Item { .. }) = frames.peek() {
                 continue; // the run ended on its bytes: the next one
@@ -618,6 +436,7 @@ fn run_worker(
             }
         }
     }
+    let mut outputs = Vec::new();
     if let Err(r) = chain.finish(&mut outputs) {
         out.report(r);
         return EXIT_REPORTED;

@@ -6,13 +6,16 @@
 //! current input before every call of [`Step::process`](crate::Step::process); a step reads it
 //! with [`item_seed`].
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use crate::shuffle::derive_seed;
 
 thread_local! {
     /// The seed of the input the current step call processes; `None` outside a step call.
     static CURRENT: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The seeds of the inputs of the current [`Step::process_batch`](crate::Step::process_batch)
+    /// call, in order (see [`select_input`]).
+    static BATCH: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The domain tag of an input's seed among the seeds a pipeline derives (the emitters'
@@ -52,6 +55,63 @@ pub fn item_seed() -> Option<u64> {
 pub(crate) fn for_input(seed: u64, e: u32, k: u64, step: usize) -> u64 {
     let input = derive_seed(&[seed, ITEM_SEED, u64::from(e), k]);
     derive_seed(&[input, step as u64])
+}
+
+/// For a [`Step::process_batch`](crate::Step::process_batch) that runs the inputs of its run
+/// itself: makes [`item_seed`] that of input `i` of the run (the default `process_batch` does
+/// this before each [`Step::process`](crate::Step::process)). `part` > 0 gives a seed of its
+/// own to each part of a step that runs several user functions in turn on one input
+/// (`derive_seed(&[seed, part])`); `part` 0 is the input's seed itself. Outside a run, or for
+/// an `i` past its end, the item seed is `None`.
+///
+/// # Examples
+/// ```
+/// use shmpipe::{item_seed, select_input, Item, Step, StepError};
+/// struct Each;
+/// impl Step for Each {
+///     fn process(&mut self, it: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+///         out.push(it);
+///         Ok(())
+///     }
+///     fn process_batch(
+///         &mut self,
+///         items: &mut Vec<Item>,
+///         out: &mut Vec<Item>,
+///         ends: &mut Vec<usize>,
+///     ) -> Result<(), StepError> {
+///         for (i, it) in items.drain(..).enumerate() {
+///             select_input(i, 0);
+///             let s = item_seed(); // input i's seed during a pipeline run
+///             out.push(it.with_meta("seed", s.map_or(-1, |s| (s % 1000) as i64)));
+///             ends.push(out.len());
+///         }
+///         Ok(())
+///     }
+/// }
+/// # let _ = Each;
+/// ```
+pub fn select_input(i: usize, part: u64) {
+    let s = BATCH.with(|b| b.borrow().get(i).copied());
+    set(match (s, part) {
+        (Some(s), 0) => Some(s),
+        (Some(s), p) => Some(derive_seed(&[s, p])),
+        (None, _) => None,
+    });
+}
+
+/// The seeds of the inputs of the next `process_batch` call.
+pub(crate) fn set_batch(seeds: &[u64]) {
+    BATCH.with(|b| {
+        let mut b = b.borrow_mut();
+        b.clear();
+        b.extend_from_slice(seeds);
+    });
+}
+
+/// No batch any more (outside a step call).
+pub(crate) fn clear_batch() {
+    BATCH.with(|b| b.borrow_mut().clear());
+    set(None);
 }
 
 /// Sets the current item seed of this thread (`None`: outside a step call).

@@ -7,8 +7,12 @@
 //! A descriptor is never named by number: a number means something else in another process,
 //! or in the same process a moment later (issue 16, hole 3: workers opened
 //! `/proc/<parent>/fd/<n>` after the parent had dropped that dataset and made another one with
-//! the same number). The handle is an index into the pipeline's own list, and only the
-//! pipeline's control sockets carry the descriptors.
+//! the same number). Nor by position in a list: a handle was once an index into its builder's
+//! list, and a handle of another builder silently named that builder's descriptor of the same
+//! index (issue 16 review, finding 6). A handle is a random 64-bit token that `share_fd` draws
+//! for that one descriptor: a builder (and the clones made of it after the share, which hold
+//! the same descriptor) finds it in its list; any other builder refuses it at `start()`. Only
+//! the pipeline's control sockets carry the descriptors.
 //!
 //! What may be shared: a memfd sealed `F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW |
 //! F_SEAL_SEAL`, so its bytes and size can never change and a child can validate them once
@@ -35,7 +39,9 @@ pub(crate) const SEALS: SealFlags = SealFlags::WRITE
 
 /// A descriptor shared with a pipeline's children, from
 /// [`PipelineBuilder::share_fd`](crate::PipelineBuilder::share_fd). Put it in the arguments
-/// of a step or of the source (it serializes as `{"shmpipe_shared_fd": <index>}`); the step
+/// of a step or of the source (it serializes as `{"shmpipe_shared_fd": <token>}`, a random
+/// number drawn for that descriptor: a handle works only with the builder that made it, and
+/// with clones of that builder made after it; any other refuses it at `start()`); the step
 /// or source factory gets the descriptor with
 /// [`StepContext::shared_fd`](crate::StepContext::shared_fd) or
 /// [`SourceContext::shared_fd`](crate::SourceContext::shared_fd). A child receives exactly
@@ -59,25 +65,41 @@ pub(crate) const SEALS: SealFlags = SealFlags::WRITE
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SharedFd {
     #[serde(rename = "shmpipe_shared_fd")]
-    index: u32,
+    token: u64,
 }
 
 impl SharedFd {
-    pub(crate) fn new(index: usize) -> SharedFd {
-        SharedFd {
-            index: index as u32,
+    /// A handle with a new random token (from the kernel's random source).
+    pub(crate) fn draw() -> Result<SharedFd, String> {
+        let mut b = [0u8; 8];
+        let mut got = 0;
+        while got < b.len() {
+            // SAFETY: getrandom writes at most `len` bytes to the buffer it is given, which is
+            // the unfilled rest of `b`.
+            let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(format!("getrandom: {e}"));
+                }
+                continue;
+            }
+            got += n as usize;
         }
+        Ok(SharedFd {
+            token: u64::from_le_bytes(b),
+        })
     }
 
-    pub(crate) fn index(self) -> usize {
-        self.index as usize
+    pub(crate) fn token(self) -> u64 {
+        self.token
     }
 
     /// The handle in an argument value (`args["store"]`), if it is one.
     pub fn from_arg(v: &serde_json::Value) -> Option<SharedFd> {
         let o = v.as_object().filter(|o| o.len() == 1)?;
-        let index = u32::try_from(o.get(HANDLE_KEY)?.as_u64()?).ok()?;
-        Some(SharedFd { index })
+        let token = o.get(HANDLE_KEY)?.as_u64()?;
+        Some(SharedFd { token })
     }
 
     /// In a pipeline child: the descriptor this handle names, checked on receipt (a sealed
@@ -87,18 +109,18 @@ impl SharedFd {
     pub(crate) fn fd(self) -> Result<BorrowedFd<'static>, String> {
         let Some(got) = RECEIVED.get() else {
             return Err(format!(
-                "shared descriptor {} is only available in a pipeline's children",
-                self.index
+                "shared descriptor {:016x} is only available in a pipeline's children",
+                self.token
             ));
         };
         got.iter()
-            .find(|(i, _)| *i == self.index)
+            .find(|(t, _)| *t == self.token)
             .map(|(_, fd)| fd.as_fd())
             .ok_or_else(|| {
                 format!(
-                    "shared descriptor {} was not handed to this process (a child receives \
-                     the descriptors named in its own step or source arguments)",
-                    self.index
+                    "shared descriptor {:016x} was not handed to this process (a child \
+                     receives the descriptors named in its own step or source arguments)",
+                    self.token
                 )
             })
     }
@@ -161,10 +183,10 @@ pub(crate) fn read_only_copy(fd: BorrowedFd<'_>) -> Result<OwnedFd, String> {
     Ok(ro)
 }
 
-/// Adds to `out` the index of every handle inside `v`.
-pub(crate) fn handles_in(v: &serde_json::Value, out: &mut Vec<usize>) {
+/// Adds to `out` the token of every handle inside `v`.
+pub(crate) fn handles_in(v: &serde_json::Value, out: &mut Vec<u64>) {
     if let Some(h) = SharedFd::from_arg(v) {
-        out.push(h.index());
+        out.push(h.token());
         return;
     }
     match v {
@@ -174,24 +196,24 @@ pub(crate) fn handles_in(v: &serde_json::Value, out: &mut Vec<usize>) {
     }
 }
 
-/// The descriptors this child received, by handle index (set once, at start; never closed
+/// The descriptors this child received, by handle token (set once, at start; never closed
 /// before the process exits, hence the `'static` borrows of [`SharedFd::fd`]).
-static RECEIVED: OnceLock<Vec<(u32, OwnedFd)>> = OnceLock::new();
+static RECEIVED: OnceLock<Vec<(u64, OwnedFd)>> = OnceLock::new();
 
-/// In a child: checks the descriptors received for `indices` and keeps them.
-pub(crate) fn install(indices: &[u32], fds: Vec<OwnedFd>) -> Result<(), String> {
-    if fds.len() != indices.len() {
+/// In a child: checks the descriptors received for `tokens` and keeps them.
+pub(crate) fn install(tokens: &[u64], fds: Vec<OwnedFd>) -> Result<(), String> {
+    if fds.len() != tokens.len() {
         return Err(format!(
             "expected {} shared descriptors, got {}",
-            indices.len(),
+            tokens.len(),
             fds.len()
         ));
     }
-    for (i, fd) in indices.iter().zip(&fds) {
-        check(fd.as_fd(), true).map_err(|e| format!("shared descriptor {i}: {e}"))?;
+    for (t, fd) in tokens.iter().zip(&fds) {
+        check(fd.as_fd(), true).map_err(|e| format!("shared descriptor {t:016x}: {e}"))?;
     }
     RECEIVED
-        .set(indices.iter().copied().zip(fds).collect())
+        .set(tokens.iter().copied().zip(fds).collect())
         .map_err(|_| "shared descriptors received twice".to_owned())
 }
 
@@ -246,12 +268,15 @@ mod tests {
 
     #[test]
     fn handles_are_found_anywhere_in_arguments() {
-        let (a, b) = (SharedFd::new(0), SharedFd::new(3));
+        let (a, b) = (SharedFd::draw().unwrap(), SharedFd::draw().unwrap());
+        assert_ne!(a, b, "two draws of 64 random bits");
         let args = serde_json::json!({"x": 1, "store": a, "more": [{"deep": b}, "s"]});
         let mut got = Vec::new();
         handles_in(&args, &mut got);
         got.sort_unstable();
-        assert_eq!(got, vec![0, 3]);
+        let mut want = vec![a.token(), b.token()];
+        want.sort_unstable();
+        assert_eq!(got, want);
         assert_eq!(SharedFd::from_arg(&args["store"]), Some(a));
         assert_eq!(
             SharedFd::from_arg(&serde_json::json!({"shmpipe_shared_fd": -1})),
@@ -267,9 +292,9 @@ mod tests {
     #[test]
     fn a_child_refuses_what_is_not_a_read_only_sealed_memfd() {
         let writable = memfd(SEALS);
-        let e = install(&[0], vec![writable]).unwrap_err();
+        let e = install(&[7], vec![writable]).unwrap_err();
         assert!(
-            e.contains("shared descriptor 0") && e.contains("read-only"),
+            e.contains("shared descriptor 0000000000000007") && e.contains("read-only"),
             "{e}"
         );
         let unsealed = memfd(SealFlags::SEAL);

@@ -57,17 +57,75 @@ pub(crate) fn epoch_order(len: usize, shuffle: Option<u64>) -> Vec<usize> {
     v
 }
 
+/// The order in which emitter `emitter` of rank `rank` reads the `len` records of its part in
+/// epoch `epoch` (pipeline `seed`): `0..len`, or with `shuffle = Some(buffer)` the seeded
+/// permutation of the epoch followed by a shuffle buffer of `buffer` records. The emitters
+/// read in exactly this order (when no bad record is skipped); a caller that feeds a pipeline
+/// from memory uses it to shuffle the same way.
+///
+/// # Examples
+/// ```
+/// use shmpipe::read_order;
+/// assert_eq!(read_order(4, 7, 0, 0, 0, None), [0, 1, 2, 3]);
+/// let a = read_order(100, 7, 0, 0, 0, Some(16));
+/// assert_eq!(a, read_order(100, 7, 0, 0, 0, Some(16)));
+/// assert_ne!(a, read_order(100, 7, 1, 0, 0, Some(16)), "each epoch has its own order");
+/// let mut s = a.clone();
+/// s.sort();
+/// assert_eq!(s, (0..100).collect::<Vec<_>>());
+/// ```
+pub fn read_order(
+    len: usize,
+    seed: u64,
+    epoch: u64,
+    rank: usize,
+    emitter: usize,
+    shuffle: Option<usize>,
+) -> Vec<usize> {
+    let Some(buffer) = shuffle else {
+        return (0..len).collect();
+    };
+    let base = derive_seed(&[seed, epoch, rank as u64, emitter as u64]);
+    let order = epoch_order(len, Some(base));
+    if buffer <= 1 {
+        return order;
+    }
+    let mut buf = ShuffleBuffer::new(buffer, buffer_seed(base));
+    let mut out: Vec<usize> = order.into_iter().filter_map(|i| buf.push(i)).collect();
+    out.extend(buf.drain());
+    out
+}
+
+/// The seed of an emitter's shuffle buffer, from the seed of its epoch (`base`).
+pub(crate) fn buffer_seed(base: u64) -> u64 {
+    derive_seed(&[base, 1])
+}
+
 /// A shuffle buffer of fixed capacity: push items, and once full each push releases a
-/// uniformly chosen buffered item.
+/// uniformly chosen buffered item. Emitters put one after their per-epoch permutation; a
+/// caller streaming items into a pipeline (which has no permutation of unknown length) can
+/// shuffle with one alone.
+///
+/// # Examples
+/// ```
+/// use shmpipe::ShuffleBuffer;
+/// let mut buf = ShuffleBuffer::new(4, 7);
+/// let mut out: Vec<u32> = (0..10).filter_map(|i| buf.push(i)).collect();
+/// assert_eq!(out.len(), 6, "four stay in the buffer");
+/// out.extend(buf.drain());
+/// out.sort();
+/// assert_eq!(out, (0..10).collect::<Vec<_>>());
+/// ```
 #[derive(Debug)]
-pub(crate) struct ShuffleBuffer<T> {
+pub struct ShuffleBuffer<T> {
     buf: Vec<T>,
     cap: usize,
     rng: Rng,
 }
 
 impl<T> ShuffleBuffer<T> {
-    pub(crate) fn new(cap: usize, seed: u64) -> ShuffleBuffer<T> {
+    /// A buffer of `cap` items (at least 1) whose releases are drawn with `seed`.
+    pub fn new(cap: usize, seed: u64) -> ShuffleBuffer<T> {
         ShuffleBuffer {
             buf: Vec::with_capacity(cap),
             cap: cap.max(1),
@@ -75,7 +133,7 @@ impl<T> ShuffleBuffer<T> {
         }
     }
     /// Adds `x`; returns a released item once the buffer is full.
-    pub(crate) fn push(&mut self, x: T) -> Option<T> {
+    pub fn push(&mut self, x: T) -> Option<T> {
         self.buf.push(x);
         if self.buf.len() > self.cap {
             let j = self.rng.below(self.buf.len());
@@ -85,7 +143,7 @@ impl<T> ShuffleBuffer<T> {
         }
     }
     /// Releases what is left, in random order.
-    pub(crate) fn drain(&mut self) -> Vec<T> {
+    pub fn drain(&mut self) -> Vec<T> {
         let mut rest = std::mem::take(&mut self.buf);
         self.rng.shuffle(&mut rest);
         rest

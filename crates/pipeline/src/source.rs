@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::item::Item;
 pub use crate::jsonl::{FieldKind, JsonLines, JsonLinesPart, split_seeks};
 pub use crate::shuffle::derive_seed;
+pub use crate::shuffle::{ShuffleBuffer, read_order};
 
 /// A random-access set of records: one part of the data, read by one emitter.
 ///

@@ -84,6 +84,46 @@ pub trait Step: Send + 'static {
         let _ = out;
         Ok(())
     }
+
+    /// Processes a run of inputs in one call: the items of one received batch. Takes every
+    /// item out of `items` (leaving it empty) and, for each input in order, pushes its outputs
+    /// to `out` and then `out.len()` to `ends`: the outputs of input `i` are
+    /// `out[ends[i - 1]..ends[i]]` (from `out`'s length on entry for the first input).
+    ///
+    /// The default calls [`process`](Step::process) once per input. Override it when a call
+    /// has a fixed cost worth sharing across a batch, e.g. entering an interpreter (the Python
+    /// binding's steps take the interpreter lock once per batch, not once per item).
+    ///
+    /// # Errors
+    /// Like [`process`](Step::process). The failing input is `ends.len()` (counted from
+    /// `ends`' length on entry): the inputs before it were processed and their ends pushed.
+    ///
+    /// # Examples
+    /// ```
+    /// use shmpipe::{flat_map, Item, Step};
+    /// let mut twice = flat_map(|it: Item, out: &mut Vec<Item>| {
+    ///     out.push(it.clone());
+    ///     out.push(it);
+    ///     Ok(())
+    /// });
+    /// let (mut items, mut out, mut ends) = (vec![Item::new(), Item::new()], Vec::new(), Vec::new());
+    /// twice.process_batch(&mut items, &mut out, &mut ends).unwrap();
+    /// assert!(items.is_empty());
+    /// assert_eq!((out.len(), ends), (4, vec![2, 4]));
+    /// ```
+    fn process_batch(
+        &mut self,
+        items: &mut Vec<Item>,
+        out: &mut Vec<Item>,
+        ends: &mut Vec<usize>,
+    ) -> Result<(), StepError> {
+        for (i, it) in items.drain(..).enumerate() {
+            crate::seed::select_input(i, 0);
+            self.process(it, out)?;
+            ends.push(out.len());
+        }
+        Ok(())
+    }
 }
 
 impl Step for Box<dyn Step> {
@@ -93,6 +133,15 @@ impl Step for Box<dyn Step> {
 
     fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
         (**self).finish(out)
+    }
+
+    fn process_batch(
+        &mut self,
+        items: &mut Vec<Item>,
+        out: &mut Vec<Item>,
+        ends: &mut Vec<usize>,
+    ) -> Result<(), StepError> {
+        (**self).process_batch(items, out, ends)
     }
 }
 

@@ -6,9 +6,10 @@
 //! [`handover`](crate::handover)). So nobody else can connect, squat or listen, and there is
 //! no `accept()` to wait in.
 
-use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -25,36 +26,93 @@ pub enum TransportKind {
     Socket,
 }
 
-fn io_err(e: std::io::Error) -> TransportError {
-    match e.kind() {
-        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => {
-            TransportError::PeerDied(e.to_string())
-        }
-        _ => TransportError::Other(e.to_string()),
+/// Waits up to `left` until `fd` is ready for `events` (or has an error or hang-up).
+fn wait_for(
+    fd: &UnixStream,
+    events: rustix::event::PollFlags,
+    left: Duration,
+) -> Result<(), TransportError> {
+    use rustix::event::{PollFd, Timespec, poll};
+    let ts = Timespec {
+        tv_sec: left.as_secs() as i64,
+        tv_nsec: i64::from(left.subsec_nanos()),
+    };
+    let fd = fd.as_fd();
+    let mut fds = [PollFd::new(&fd, events)];
+    match poll(&mut fds, Some(&ts)) {
+        Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
+        Err(e) => Err(TransportError::Other(e.to_string())),
     }
 }
 
 /// Producer end over a Unix socket pair.
+///
+/// Writes never block for long: a batch goes out in non-blocking pieces, and while the socket
+/// is full the producer waits at most [`WRITE_SLICE`] at a time, looking at its cancel flag
+/// between waits. A consumer that does not read is no error by itself (it may be busy in a
+/// long step); one that died is reported by the supervisor, whose teardown raises the flag of
+/// the parent's input thread, the one producer that is not a child (children are stopped or
+/// killed). Without that, a worker that died while a process it forked held its socket kept
+/// the input thread, and the teardown that joins it, in a blocked write for as long as the
+/// fork lived (issue 16, review finding 3).
 pub(crate) struct SockTx {
     stream: UnixStream,
     buf: Vec<u8>,
     /// Largest batch in bytes (the consumer refuses larger ones).
     max: usize,
+    /// Set: a send waiting for room gives up (with `Closed`) once the flag is raised.
+    cancel: Option<Arc<AtomicBool>>,
 }
+
+/// How long a producer waits for room before it looks at its cancel flag again.
+const WRITE_SLICE: Duration = Duration::from_millis(10);
 
 impl SockTx {
     /// A connected pair: the producer end, and the consumer's descriptor to hand over.
-    /// `max`: the largest encoded batch either side accepts.
-    pub(crate) fn pair(max: usize) -> std::io::Result<(SockTx, OwnedFd)> {
+    /// `max`: the largest encoded batch either side accepts; `cancel`: see [`SockTx`].
+    pub(crate) fn pair(
+        max: usize,
+        cancel: Option<Arc<AtomicBool>>,
+    ) -> std::io::Result<(SockTx, OwnedFd)> {
         let (a, b) = UnixStream::pair()?;
         Ok((
             SockTx {
                 stream: a,
                 buf: Vec::new(),
                 max,
+                cancel,
             },
             OwnedFd::from(b),
         ))
+    }
+
+    /// Writes `buf` in non-blocking pieces, waiting for room in slices (see [`SockTx`]).
+    fn write_all(&self) -> Result<(), TransportError> {
+        use rustix::io::Errno;
+        use rustix::net::SendFlags;
+        let mut off = 0;
+        while off < self.buf.len() {
+            let flags = SendFlags::DONTWAIT | SendFlags::NOSIGNAL;
+            match rustix::net::send(&self.stream, &self.buf[off..], flags) {
+                Ok(n) => off += n,
+                Err(Errno::INTR) => {}
+                Err(Errno::AGAIN) => {
+                    if self
+                        .cancel
+                        .as_ref()
+                        .is_some_and(|c| c.load(Ordering::Relaxed))
+                    {
+                        return Err(TransportError::Closed);
+                    }
+                    wait_for(&self.stream, rustix::event::PollFlags::OUT, WRITE_SLICE)?;
+                }
+                Err(e @ (Errno::PIPE | Errno::CONNRESET)) => {
+                    return Err(TransportError::PeerDied(e.to_string()));
+                }
+                Err(e) => return Err(TransportError::Other(e.to_string())),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -75,7 +133,7 @@ impl Tx for SockTx {
             self.buf.extend_from_slice(&(len as u64).to_le_bytes());
             self.buf
                 .extend_from_slice(&bytemuck::cast_slice::<u64, u8>(&words)[..len]);
-            self.stream.write_all(&self.buf).map_err(io_err)?;
+            self.write_all()?;
         }
         Ok(())
     }
@@ -199,17 +257,7 @@ impl SockRx {
 
     /// Waits up to `left` for bytes (or the end of the stream).
     fn wait(&self, left: Duration) -> Result<(), TransportError> {
-        use rustix::event::{PollFd, PollFlags, Timespec, poll};
-        let ts = Timespec {
-            tv_sec: left.as_secs() as i64,
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let fd = self.stream.as_fd();
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-        match poll(&mut fds, Some(&ts)) {
-            Ok(_) | Err(rustix::io::Errno::INTR) => Ok(()),
-            Err(e) => Err(TransportError::Other(e.to_string())),
-        }
+        wait_for(&self.stream, rustix::event::PollFlags::IN, left)
     }
 }
 
@@ -248,7 +296,7 @@ impl Rx for SockRx {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
 
     /// Issue 8: a peer's length prefix is bounded before anything is allocated for it.
     #[test]
@@ -264,7 +312,7 @@ mod tests {
 
     /// One encoded batch of one item, as `SockTx` writes it: length prefix, then the body.
     fn encoded_batch(n: i64) -> Vec<u8> {
-        let (mut tx, rx) = SockTx::pair(1 << 20).unwrap();
+        let (mut tx, rx) = SockTx::pair(1 << 20, None).unwrap();
         let frames = [Frame::Item {
             e: 0,
             k: 0,
@@ -341,7 +389,7 @@ mod tests {
 
     #[test]
     fn batches_over_the_limit_are_refused_by_the_sender() {
-        let (mut tx, _rx) = SockTx::pair(64).unwrap();
+        let (mut tx, _rx) = SockTx::pair(64, None).unwrap();
         let item = crate::Item::new().with("x", ndarray::Array1::<f32>::zeros(100));
         let frames = [Frame::Item {
             e: 0,
@@ -354,5 +402,34 @@ mod tests {
             err.to_string().contains("PipelineBuilder::channel"),
             "{err}"
         );
+    }
+
+    /// A producer whose consumer does not read (its socket full, the consumer alive or held open
+    /// by a fork) waits in slices, and gives up as soon as its cancel flag is raised.
+    #[test]
+    fn a_full_socket_does_not_hold_a_cancelled_producer() {
+        let cancel = Arc::new(AtomicBool::new(false));
+        let (mut tx, rx) = SockTx::pair(64 << 20, Some(Arc::clone(&cancel))).unwrap();
+        let item = crate::Item::new().with("x", ndarray::Array1::<f32>::zeros(1 << 20));
+        let frames = [Frame::Item {
+            e: 0,
+            k: 0,
+            last: true,
+            item,
+        }];
+        let flag = Arc::clone(&cancel);
+        let raiser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            flag.store(true, Ordering::Relaxed);
+        });
+        let t0 = Instant::now();
+        let r = shmpipe_test_kit::within(Duration::from_secs(10), "a cancelled send", move || {
+            let r = tx.send(&frames);
+            drop(rx);
+            r
+        });
+        raiser.join().unwrap();
+        assert!(matches!(r, Err(TransportError::Closed)), "{r:?}");
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
     }
 }

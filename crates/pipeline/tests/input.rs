@@ -98,3 +98,87 @@ fn a_forgotten_close_input_is_reported_once() {
     assert_eq!(warnings, 1, "{err}");
     assert!(err.contains("waiting for input"), "{err}");
 }
+
+/// The input's queue is what a caller streaming from a generator watches for back-pressure:
+/// it grows while the workers' channels are full and is empty once everything went out.
+#[test]
+fn queued_items_count_what_the_input_thread_has_not_yet_sent() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    // One slow worker, small batches: its channel fills after a few items.
+    let mut p = Pipeline::builder(&reg)
+        .step_with("sleep_ms", serde_json::json!({"ms": 10}))
+        .workers(1)
+        .batch_bytes(64)
+        .channel(shmpipe::ChannelGeometry {
+            slots: 4,
+            blocks: 2,
+            block_size: 4096,
+            large_pool: 0,
+        })
+        .start()
+        .unwrap();
+    let _g = KillOnDrop(p.pids());
+    let mut input = p.input().unwrap();
+    assert_eq!((input.queued_items(), input.queued_bytes()), (0, 0));
+    let item = |n: i64| {
+        Item::new()
+            .with_meta("n", n)
+            .with("x", ndarray::Array1::<f32>::zeros(4))
+    };
+    input.send_batch((0..50).map(item).collect()).unwrap();
+    for n in 50..150 {
+        input.send(item(n)).unwrap();
+    }
+    // The stalled worker holds a few; the rest wait in front of the input thread.
+    std::thread::sleep(Duration::from_millis(200));
+    let (items, bytes) = (input.queued_items(), input.queued_bytes());
+    assert!(items > 80, "{items} queued");
+    assert_eq!(bytes, items * 16);
+    drop(input);
+    let n = within(Duration::from_secs(30), "the run", move || {
+        let mut n = 0;
+        for r in p.by_ref() {
+            r.unwrap();
+            n += 1;
+        }
+        (n, p)
+    });
+    assert_eq!(n.0, 150);
+}
+
+/// An item the input thread cannot send (too large for an explicitly small channel) is the
+/// error the consumer gets, not the worker that lost its input because of it.
+#[test]
+fn an_item_the_input_cannot_send_is_the_error_not_the_worker_it_starved() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    for _ in 0..5 {
+        let mut p = Pipeline::builder(&reg)
+            .step("inc")
+            .workers(1)
+            .channel(shmpipe::ChannelGeometry {
+                slots: 0,
+                blocks: 4,
+                block_size: 64 << 10,
+                // No large size class: the item cannot travel at all.
+                large_pool: 0,
+            })
+            .start()
+            .unwrap();
+        let _g = KillOnDrop(p.pids());
+        let big = ndarray::Array1::<f32>::zeros(100_000);
+        p.enqueue(Item::new().with_meta("n", 1).with("x", big))
+            .unwrap();
+        p.close_input();
+        let err = within(Duration::from_secs(10), "the failure", move || {
+            p.find_map(Result::err).expect("the run must fail")
+        });
+        let msg = err.to_string();
+        assert!(matches!(err, Error::Transport(_)), "{msg}");
+        assert!(
+            msg.contains("enqueue") && msg.contains("400000 bytes"),
+            "{msg}"
+        );
+    }
+}

@@ -181,3 +181,113 @@ fn unsealed_files_and_unknown_handles_are_refused() {
         "{e}"
     );
 }
+
+/// A `SharedFd` was a bare index into the builder that made it: a handle of pipeline A used
+/// in pipeline B silently named B's descriptor of the same index (B's workers read B's data
+/// where the arguments meant A's). A handle names one descriptor of one builder: any other
+/// builder refuses it, at `start()`, saying so.
+#[test]
+fn a_handle_of_another_builder_is_refused() {
+    let reg = reg();
+    shmpipe::init(&reg);
+    let (a, b_data) = (sealed("dataset A"), sealed("dataset B"));
+    let mut builder_a = Pipeline::builder(&reg);
+    let ha = builder_a.share_fd(a.as_fd()).unwrap();
+    let mut builder_b = Pipeline::builder(&reg);
+    let _hb = builder_b.share_fd(b_data.as_fd()).unwrap();
+    let started = builder_b
+        .step_with("read_shared", serde_json::json!({"data": ha}))
+        .workers(1)
+        .start();
+    let p = match started {
+        Err(Error::Config(m)) => {
+            assert!(m.contains("another builder"), "{m}");
+            return;
+        }
+        Err(e) => panic!("refused, but not as a configuration error: {e}"),
+        Ok(p) => p,
+    };
+    let (id, pids) = (p.id().to_owned(), p.pids());
+    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let out = within(Duration::from_secs(20), "the run", move || {
+        p.run([Item::new().with_meta("n", 0)])
+    });
+    let data = out.map(|o| o[0].str("data").map(str::to_owned));
+    panic!("pipeline B accepted pipeline A's handle; its worker read {data:?}");
+}
+
+/// Clones of a builder share what was shared before the clone (the same descriptors); what
+/// each shares afterwards is its own: a handle the one made is refused by the other, though
+/// both hold a descriptor at the same place in their lists.
+#[test]
+fn handles_made_after_a_clone_belong_to_one_clone() {
+    let reg = reg();
+    shmpipe::init(&reg);
+    let (x, y, z) = (sealed("X"), sealed("Y"), sealed("Z"));
+    let mut a = Pipeline::builder(&reg);
+    let hx = a.share_fd(x.as_fd()).unwrap();
+    let mut b = a.clone();
+    let hy = a.share_fd(y.as_fd()).unwrap();
+    let _hz = b.share_fd(z.as_fd()).unwrap();
+    let e = b
+        .clone()
+        .step_with("read_shared", serde_json::json!({"data": hy}))
+        .start()
+        .unwrap_err();
+    assert!(
+        matches!(&e, Error::Config(m) if m.contains("another builder")),
+        "{e}"
+    );
+    // The handle made before the clone names X in both.
+    let p = b
+        .step_with("read_shared", serde_json::json!({"data": hx}))
+        .workers(1)
+        .start()
+        .unwrap();
+    let (id, pids) = (p.id().to_owned(), p.pids());
+    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let out = within(Duration::from_secs(20), "the run", move || {
+        p.run([Item::new().with_meta("n", 0)])
+    })
+    .unwrap();
+    assert_eq!(out[0].str("data"), Some("X"));
+}
+
+/// `share_fd` accepted up to 128 descriptors, but an emitter of an ordered pipeline also got
+/// the issued counters in the same message: 129 descriptors, which the control socket refused;
+/// the error was discarded, so the emitter waited for a message that never came and `start()`
+/// failed only after the 30 s start-up timeout, saying only that a child did not connect.
+#[test]
+fn an_ordered_emitter_with_128_shared_descriptors_starts() {
+    let reg = reg();
+    shmpipe::init(&reg);
+    let data = sealed("x");
+    let mut b = Pipeline::builder(&reg);
+    let hs: Vec<_> = (0..128)
+        .map(|_| b.share_fd(data.as_fd()).unwrap())
+        .collect();
+    assert!(
+        matches!(b.share_fd(data.as_fd()), Err(Error::Config(m)) if m.contains("128")),
+        "a 129th shared descriptor"
+    );
+    let b = b
+        .source_named("range", serde_json::json!({"n": 4, "len": 1, "fds": hs}))
+        .ordered(true)
+        .step("inc")
+        .workers(1);
+    let t0 = std::time::Instant::now();
+    let r = within(Duration::from_secs(90), "start", move || {
+        b.start().map(|p| {
+            let ids = (p.id().to_owned(), p.pids());
+            (p.run(std::iter::empty()).map(|o| o.len()), ids)
+        })
+    });
+    let took = t0.elapsed();
+    match r {
+        Ok((n, (id, pids))) => {
+            drop((ShmGuard::containing(id), KillOnDrop(pids)));
+            assert_eq!(n.unwrap(), 4);
+        }
+        Err(e) => panic!("start failed after {took:?}: {e}"),
+    }
+}

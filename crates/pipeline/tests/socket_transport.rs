@@ -1,6 +1,9 @@
 //! The socket transport under a worker that misbehaves (issue 16, hole 5): a worker that
 //! writes the start of a batch and stays alive must not block the consumer, and the death of
-//! another worker meanwhile is reported as quickly as with the shared-memory transport.
+//! another worker meanwhile is reported as quickly as with the shared-memory transport. Writes
+//! too are bounded: a worker that dies while a process it forked holds its socket does not
+//! hold the parent's input thread (and with it the error report) in a blocked write (review
+//! of issue 16's pipeline part, finding 3).
 
 mod common;
 
@@ -28,16 +31,34 @@ fn write_a_prefix_everywhere() {
 }
 
 fn reg() -> Registry {
-    registry().step("stall_mid_batch", |cx| {
-        let w = cx.worker.worker;
-        Ok(map(move |it: Item| {
-            if w == 0 {
-                write_a_prefix_everywhere();
-                std::thread::sleep(Duration::from_secs(120));
-            }
-            Ok(it)
-        }))
-    })
+    registry()
+        .step("fork_then_die", |cx| {
+            let pid_file = cx.args["pid_file"].as_str().unwrap_or_default().to_owned();
+            Ok(map(move |_it: Item| {
+                // SAFETY: the child only calls async-signal-safe functions (sleep, _exit).
+                let pid = unsafe { libc::fork() };
+                if pid == 0 {
+                    // SAFETY: as above.
+                    unsafe {
+                        libc::sleep(25);
+                        libc::_exit(0);
+                    }
+                }
+                std::fs::write(&pid_file, pid.to_string()).unwrap();
+                // SAFETY: ends this worker at once, as a crash would.
+                unsafe { libc::_exit(3) }
+            }))
+        })
+        .step("stall_mid_batch", |cx| {
+            let w = cx.worker.worker;
+            Ok(map(move |it: Item| {
+                if w == 0 {
+                    write_a_prefix_everywhere();
+                    std::thread::sleep(Duration::from_secs(120));
+                }
+                Ok(it)
+            }))
+        })
 }
 
 /// Worker 0 writes the start of a batch and stalls (alive); worker 1 is SIGKILLed. Before the
@@ -82,6 +103,83 @@ fn a_stalled_worker_does_not_hide_a_dead_one() {
             assert!(status.contains("signal 9"), "{status}");
         }
         other => panic!("expected worker 1's death, got {other:?}"),
+    }
+    assert!(took < Duration::from_secs(3), "reported after {took:?}");
+}
+
+/// SIGKILLs the process whose pid a step wrote to this file, on drop.
+struct KillPidInFile(std::path::PathBuf);
+
+impl KillPidInFile {
+    fn pid(&self) -> Option<u32> {
+        std::fs::read_to_string(&self.0).ok()?.trim().parse().ok()
+    }
+}
+
+impl Drop for KillPidInFile {
+    fn drop(&mut self) {
+        drop(KillOnDrop(self.pid().into_iter().collect()));
+    }
+}
+
+/// Enqueue mode: the worker forks a helper (what a step using `multiprocessing` with the fork
+/// start method, or any library that forks without exec, does) and dies while the helper
+/// lives. The parent's input thread was blocked in `write_all` on the dead worker's socket
+/// (the fork holds its other end, so no EPIPE came); the consumer saw the death, but its
+/// teardown joined the input thread without a bound, so `dequeue` returned only when the
+/// fork ended.
+#[test]
+fn a_dead_worker_that_left_a_fork_is_reported_in_bounded_time() {
+    let reg = reg();
+    shmpipe::init(&reg);
+    let pid_file = TempFile::new("forked-pid", "txt");
+    let fork = KillPidInFile(pid_file.0.clone());
+    let mut p = Pipeline::builder(&reg)
+        .step_with(
+            "fork_then_die",
+            serde_json::json!({"pid_file": pid_file.0.display().to_string()}),
+        )
+        .workers(1)
+        .socket_transport(true)
+        .start()
+        .unwrap();
+    let (id, pids) = (p.id().to_owned(), p.pids());
+    let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+    for n in 0..2000 {
+        p.enqueue(
+            Item::new()
+                .with_meta("n", n)
+                .with("x", shmpipe::ndarray::Array1::<f32>::zeros(1024)),
+        )
+        .unwrap();
+    }
+    let t0 = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let err = p.dequeue().err();
+        let _ = tx.send(err);
+        drop(p);
+    });
+    let got = rx.recv_timeout(Duration::from_secs(10));
+    let took = t0.elapsed();
+    let forked = fork.pid();
+    // Unblock the pipeline (kill the fork) before asserting, so nothing is left behind.
+    drop(fork);
+    let late = rx.recv_timeout(Duration::from_secs(5));
+    let _ = h.join();
+    let got = got.unwrap_or_else(|_| {
+        panic!(
+            "no error 10 s after the worker died (fork {forked:?} alive); once the fork was \
+             killed: {late:?} after {:?}",
+            t0.elapsed()
+        )
+    });
+    match got {
+        Some(Error::ProcessDied { pid, status, .. }) => {
+            assert_eq!(pid, pids[0]);
+            assert!(status.contains("code 3"), "{status}");
+        }
+        other => panic!("expected the worker's death, got {other:?}"),
     }
     assert!(took < Duration::from_secs(3), "reported after {took:?}");
 }

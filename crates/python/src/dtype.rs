@@ -41,9 +41,11 @@ pub fn from_descr(d: &Bound<'_, PyArrayDescr>) -> PyResult<DType> {
 
 /// The dtype from a Python object (a numpy dtype, a type such as `np.float32`, or a string).
 pub fn from_py(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
-    let np = py.import("numpy")?;
-    let d = np.call_method1("dtype", (obj,))?;
-    from_descr(d.cast::<PyArrayDescr>()?)
+    if let Ok(d) = obj.cast::<PyArrayDescr>() {
+        return from_descr(d);
+    }
+    // numpy's own converter (what `np.dtype(obj)` calls), without a Python-level call.
+    from_descr(&PyArrayDescr::new(py, obj)?)
 }
 
 /// The raw parts of a C-contiguous numpy array: (dtype, shape, bytes).

@@ -53,60 +53,51 @@ create_exception!(
     "A pipeline process (worker or emitter) died."
 );
 
-/// A shm-ring error as a Python exception.
-pub fn ring_err(e: shm_ring::Error) -> PyErr {
-    use shm_ring::Error as E;
-    let msg = e.to_string();
-    match e {
-        E::Timeout => PyTimeoutError::new_err(msg),
-        E::PeerDied { .. } => PeerDied::new_err(msg),
-        E::Corrupt(_) | E::NotASegment(_) | E::VersionMismatch { .. } => {
-            CorruptMessage::new_err(msg)
+/// Rust API names in the messages of the Rust crates, and what a Python user of a pipeline
+/// sets instead (`shmpipe.Pipeline`'s parameters).
+const PIPELINE_TERMS: &[(&str, &str)] = &[
+    (
+        "PipelineBuilder::channel",
+        "channel=(slots, blocks, block_size)",
+    ),
+    (
+        "ChannelConfig::block_size",
+        "block_size (channel=(slots, blocks, block_size))",
+    ),
+    (
+        "ChannelConfig::slots (or slot_size)",
+        "slots (channel=(slots, blocks, block_size))",
+    ),
+    (
+        "ChannelConfig::slots",
+        "slots (channel=(slots, blocks, block_size))",
+    ),
+    (
+        "ChannelConfig::blocks",
+        "blocks (channel=(slots, blocks, block_size))",
+    ),
+    (" (when creating the Sender)", ""),
+    ("PipelineBuilder::batch_bytes", "batch_bytes="),
+    ("PipelineBuilder::workers", "workers="),
+    ("PipelineBuilder::emitters", "emitters="),
+];
+
+/// `msg` with the Rust API names a pipeline's errors may carry replaced by the Python
+/// parameters that set the same thing.
+pub fn python_terms(msg: &str) -> String {
+    let mut out = msg.to_owned();
+    for (rust, python) in PIPELINE_TERMS {
+        if out.contains(rust) {
+            out = out.replace(rust, python);
         }
-        E::Disconnected => Disconnected::new_err(msg),
-        E::TooLarge {
-            what,
-            needed,
-            limit,
-            setting,
-        } => PyValueError::new_err(too_large(what, needed, limit, setting)),
-        E::InvalidArgument(_) => PyValueError::new_err(msg),
-        E::NotFound(_) => pyo3::exceptions::PyFileNotFoundError::new_err(msg),
-        E::AlreadyExists(_) => pyo3::exceptions::PyFileExistsError::new_err(msg),
-        _ => ShmpipeError::new_err(msg),
     }
+    out
 }
 
-/// A channel's size limit in the parameters of `Sender.create` (the Rust message names
-/// `ChannelConfig` fields; a Python channel has no large pool, so its block is the limit).
-fn too_large(what: &str, needed: usize, limit: usize, setting: &str) -> String {
-    if setting == "ChannelConfig::blocks" {
-        format!(
-            "{what} needs {needed} pool blocks but the channel has {limit}: create the Sender \
-             with blocks={needed} or more"
-        )
-    } else if setting.contains("slots") {
-        format!(
-            "{what} needs {needed} bytes but the descriptor ring takes at most {limit}: create \
-             the Sender with more slots= (or with blocks= so that large records travel in the \
-             pool)"
-        )
-    } else if setting.starts_with("ChannelConfig::") {
-        format!(
-            "{what} needs {needed} bytes but the limit is {limit} bytes: create the Sender with \
-             block_size={needed} or more (each array of a message travels in one block of the \
-             channel's pool), or send it through a Pipeline, which carries items of any size"
-        )
-    } else {
-        format!("{what} needs {needed} bytes but the limit is {limit} bytes: change {setting}")
-    }
-}
-
-/// A pipeline error as a Python exception.
+/// A pipeline error as a Python exception (its message in Python terms: [`python_terms`]).
 pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
     use shmpipe::Error as E;
-    let msg = e.to_string();
-    let _ = &msg;
+    let msg = python_terms(&e.to_string());
     match e {
         E::Step {
             step,
@@ -122,6 +113,7 @@ pub fn pipe_err(py: Python<'_>, e: shmpipe::Error) -> PyErr {
                 }
                 _ => (step, message),
             };
+            let message = python_terms(&message);
             let err = StepError::new_err(format!(
                 "step {step:?} failed in worker {worker} (stage {stage}) on input {input}:\n{message}"
             ));
@@ -169,4 +161,25 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StepError", py.get_type::<StepError>())?;
     m.add("WorkerDied", py.get_type::<WorkerDied>())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pipeline_errors_name_python_parameters() {
+        // The message a pipeline whose channel is too small for an item gave until issue 18.
+        let rust = "pipeline transport: enqueue: zero-copy array needs 4000000 bytes but the \
+                    limit is 1048576 bytes: set ChannelConfig::block_size to at least 4000000 \
+                    (when creating the Sender) (raise the pool block size with \
+                    PipelineBuilder::channel, or lower batch_bytes)";
+        let py = python_terms(rust);
+        assert!(!py.contains("::"), "{py}");
+        assert!(py.contains("set block_size (channel=(slots, blocks, block_size)) to at least"));
+        assert!(py.contains("with channel=(slots, blocks, block_size), or lower batch_bytes"));
+        for (rust, _) in PIPELINE_TERMS {
+            assert!(!python_terms(rust).contains("::"), "{rust}");
+        }
+    }
 }

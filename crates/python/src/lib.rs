@@ -6,6 +6,7 @@
 
 use pyo3::prelude::*;
 
+mod arrays;
 mod channel;
 mod dtype;
 mod errors;
@@ -13,6 +14,8 @@ mod item;
 mod pipeline;
 mod pump;
 mod run;
+mod source;
+mod timefeat;
 mod timeout;
 mod worker;
 
@@ -24,11 +27,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<channel::Message>()?;
     m.add_class::<channel::Loan>()?;
     m.add_class::<channel::Lease>()?;
+    m.add_class::<channel::Records>()?;
     m.add_class::<item::ItemLease>()?;
     m.add_class::<pipeline::PipelineRun>()?;
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
+    m.add_function(wrap_pyfunction!(timefeat::time_features, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::item_seed, m)?)?;
-    m.add("VALUE_KEY", pipeline::VALUE_KEY)?;
     Ok(())
 }

@@ -3,14 +3,20 @@
 //! read by this process). The logic of waiting and counting is in [`crate::run`], the thread
 //! that moves outputs out of the worker processes in [`crate::pump`].
 //!
-//! Items are dicts; any other value `v` travels as the one-entry dict `{VALUE_KEY: v}` and
-//! comes back as `v` (the worker's step runner unwraps and wraps it the same way).
+//! Items are dicts, or any other value (see [`crate::item`]).
+//!
+//! A run belongs to the process that started it. In a process forked from it (`os.fork`,
+//! `multiprocessing`'s fork start method) the copy does nothing when closed or collected: the
+//! pump thread, the input thread and the worker processes are the parent's, a lock of the run
+//! may have been held by a parent's thread at the fork, and queued outputs lease the parent's
+//! pool blocks. Everything else it is asked (iterate, enqueue, dequeue, `pending`, ...) raises
+//! `PipelineError` naming the fork, before it takes a lock.
 
+use std::mem::ManuallyDrop;
 use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
 use serde_json::Value;
 use shmpipe::{
     Epochs, Item, JsonLines, OnBadRecord, Pipeline, ReadOrder, Records, Source, SourceContext,
@@ -19,38 +25,28 @@ use shmpipe::{
 
 use crate::errors::pipe_err;
 use crate::pump::{GRACE, Pump};
-use crate::run::{Backend, Run};
+use crate::run::{Backend, Fed, Run};
+use crate::source::{Feed, FeedSpec};
 use crate::{item, worker};
 
-/// The key under which a value that is not a dict travels as an item.
-pub const VALUE_KEY: &str = "__shmpipe_value__";
-
-/// A Python object as an item: a dict as it is, any other value as `{VALUE_KEY: value}`.
+/// A Python object as an item (a dict, or any other value: see [`item::from_py`]).
 pub fn item_from_py(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<Item> {
-    if obj.is_instance_of::<PyDict>() {
-        return item::from_py(py, obj);
-    }
-    let d = PyDict::new(py);
-    d.set_item(VALUE_KEY, obj)?;
-    item::from_py(py, d.as_any())
+    item::from_py(py, obj)
 }
 
-/// An item as a Python object: the value of a `{VALUE_KEY: value}` item, or the dict.
+/// An item as the Python object it stands for.
 pub fn item_to_py(py: Python<'_>, it: Item) -> PyResult<Bound<'_, PyAny>> {
-    let d = item::to_py(py, it)?;
-    if d.len() == 1
-        && let Some(v) = d.get_item(VALUE_KEY)?
-    {
-        return Ok(v);
-    }
-    Ok(d.into_any())
+    item::to_py(py, it)
 }
 
 /// A started pipeline: iterate it, or enqueue and dequeue.
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct PipelineRun {
-    run: Run,
+    /// Dropped only in the process that started the run (see the `Drop` impl).
+    run: ManuallyDrop<Run>,
     id: String,
+    /// The process that started the run: the only one in which it acts.
+    owner: shm_ring::Owner,
 }
 
 impl std::fmt::Debug for PipelineRun {
@@ -65,30 +61,7 @@ fn cfg_err(m: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(m.to_string())
 }
 
-/// Shares the pickled source's sealed memfd, descriptor `fd` of this process (held by the
-/// calling `shmpipe.Pipeline`), with the emitters: through a duplicate of our own (`os.dup`
-/// checks that the number is open), of which `share_fd` makes its read-only reopening.
-fn share_source_fd(
-    py: Python<'_>,
-    b: &mut shmpipe::PipelineBuilder,
-    fd: &Value,
-) -> PyResult<shmpipe::SharedFd> {
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-    let fd = fd
-        .as_i64()
-        .ok_or_else(|| cfg_err("source: no descriptor"))?;
-    let dup: i32 = py.import("os")?.call_method1("dup", (fd,))?.extract()?;
-    // SAFETY: `os.dup` just returned this new descriptor and nothing else holds it.
-    let owned = unsafe { OwnedFd::from_raw_fd(dup) };
-    b.share_fd(owned.as_fd()).map_err(cfg_err)
-}
-
-fn build(
-    py: Python<'_>,
-    spec: &Value,
-    program: String,
-    args: Vec<String>,
-) -> PyResult<shmpipe::PipelineBuilder> {
+fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::PipelineBuilder> {
     let reg = worker::registry();
     let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
     let mut b = Pipeline::builder(&reg)
@@ -142,13 +115,9 @@ fn build(
             src["name"].as_str().unwrap_or_default(),
             src["args"].clone(),
         ),
-        Some("sequence") => {
-            let h = share_source_fd(py, &mut b, &src["fd"])?;
-            b.source_named(worker::PY_SOURCE, serde_json::json!({"fd": h}))
-        }
         // Enqueue mode: this process feeds the pipeline (or the user does).
         None => b,
-        _ => return Err(cfg_err("source: a path, a sequence or a named source")),
+        _ => return Err(cfg_err("source: a path or a named source")),
     };
     for s in spec["steps"].as_array().into_iter().flatten() {
         let name = s["name"]
@@ -159,9 +128,9 @@ fn build(
     Ok(b)
 }
 
-/// The source this process reads itself (`spec["feed"]`; `obj`: a Python sequence), read
-/// as an emitter of this job's part would read it.
-fn feed_records(py: Python<'_>, spec: &Value, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Records> {
+/// The source this process reads itself (`spec["feed"]`; `obj`: the in-memory source of a
+/// feed of kind `"object"`), read as an emitter of this job's part would read it.
+fn feed_records(py: Python<'_>, spec: &Value, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Fed> {
     let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d) as usize;
     let (rank, world) = (u("rank", 0), u("world_size", 1));
     let f = &spec["feed"];
@@ -183,8 +152,12 @@ fn feed_records(py: Python<'_>, spec: &Value, obj: Option<&Bound<'_, PyAny>>) ->
                 .build_source(name, &cx)
                 .map_err(|e| pipe_err(py, source_err(e)))?
         }
-        (Some("object"), Some(seq)) => Box::new(worker::PySource::over(seq, rank, world)?),
-        _ => return Err(cfg_err("feed: a path, a named source or a sequence")),
+        (Some("object"), Some(obj)) => return Ok(Fed::Memory(Feed::new(obj, feed_spec(spec))?)),
+        _ => {
+            return Err(cfg_err(
+                "feed: a path, a named source or an in-memory source",
+            ));
+        }
     };
     let order = ReadOrder {
         seed: spec["seed"].as_u64().unwrap_or(0),
@@ -198,7 +171,20 @@ fn feed_records(py: Python<'_>, spec: &Value, obj: Option<&Bound<'_, PyAny>>) ->
             OnBadRecord::Fail
         },
     };
-    Ok(Records::new(source, order))
+    Ok(Fed::Records(Records::new(source, order)))
+}
+
+/// The settings of `spec` that concern an in-memory source.
+fn feed_spec(spec: &Value) -> FeedSpec {
+    let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
+    FeedSpec {
+        seed: u("seed", 0),
+        shuffle: spec["shuffle"].as_bool().unwrap_or(false),
+        shuffle_buffer: u("shuffle_buffer", 256) as usize,
+        epochs: spec["epochs"].as_u64(),
+        rank: u("rank", 0) as usize,
+        world_size: u("world_size", 1) as usize,
+    }
 }
 
 pub(crate) fn source_err(e: shmpipe::SourceError) -> shmpipe::Error {
@@ -243,7 +229,7 @@ impl PipelineRun {
         } else {
             None
         };
-        let b = build(py, &spec, program, args)?;
+        let b = build(&spec, program, args)?;
         let mut p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
         let id = p.id().to_owned();
         let input = if spec["source"].is_object() {
@@ -265,8 +251,9 @@ impl PipelineRun {
         let warn_idle = spec["warn_idle"].as_f64().unwrap_or(5.0);
         let warn_idle = crate::timeout::seconds(warn_idle, "warn_idle")?.unwrap_or(Duration::MAX);
         Ok(PipelineRun {
-            run: Run::new(backend, input, max_in_flight, records, warn_idle),
+            run: ManuallyDrop::new(Run::new(backend, input, max_in_flight, records, warn_idle)),
             id,
+            owner: shm_ring::Owner::current(),
         })
     }
 
@@ -284,8 +271,9 @@ impl PipelineRun {
 
     /// Inputs enqueued whose outputs have not all been dequeued.
     #[getter]
-    fn pending(&self) -> u64 {
-        self.run.pending()
+    fn pending(&self, py: Python<'_>) -> PyResult<u64> {
+        self.mine(py)?;
+        Ok(self.run.pending())
     }
 
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
@@ -293,6 +281,7 @@ impl PipelineRun {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.mine(py)?;
         self.run.next(py)?.map(|it| item_to_py(py, it)).transpose()
     }
 
@@ -305,14 +294,17 @@ impl PipelineRun {
         item: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<()> {
+        self.mine(py)?;
         let d = deadline(timeout)?;
         let it = item_from_py(py, item)?;
         self.run.enqueue(py, it, d, timeout)
     }
 
     /// Ends the input: the stream ends after the outputs of every input enqueued.
-    fn close_input(&self) {
+    fn close_input(&self, py: Python<'_>) -> PyResult<()> {
+        self.mine(py)?;
         self.run.close_input();
+        Ok(())
     }
 
     /// The next output, or `None` after the end of stream; `TimeoutError` after `timeout`
@@ -323,6 +315,7 @@ impl PipelineRun {
         py: Python<'py>,
         timeout: Option<f64>,
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.mine(py)?;
         let d = deadline(timeout)?;
         self.run
             .dequeue(py, d, timeout)?
@@ -333,11 +326,13 @@ impl PipelineRun {
     /// Starts epoch `epoch` of the source read by this process (what is left of the previous
     /// epoch is dropped).
     fn start_epoch(&self, py: Python<'_>, epoch: u64) -> PyResult<()> {
+        self.mine(py)?;
         self.run.start_epoch(py, epoch)
     }
 
     /// The next output of the current epoch, `None` at its end.
     fn next_in_epoch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.mine(py)?;
         self.run
             .next_in_epoch(py)?
             .map(|it| item_to_py(py, it))
@@ -345,8 +340,41 @@ impl PipelineRun {
     }
 
     /// Stops every process and frees the shared memory (also done when garbage collected).
+    /// Does nothing in a process forked from the one that started the run.
     fn close(&self, py: Python<'_>) {
-        self.run.close(py, GRACE);
+        if self.owner.is_current_strict() {
+            self.run.close(py, GRACE);
+        }
+    }
+}
+
+impl PipelineRun {
+    /// `PipelineError` in a process forked from the one that started the run (one load and
+    /// one compare; checked before any lock of the run is taken).
+    fn mine(&self, py: Python<'_>) -> PyResult<()> {
+        if self.owner.is_current() {
+            return Ok(());
+        }
+        let e = shmpipe::Error::Forked {
+            owner: self.owner.pid(),
+            caller: std::process::id(),
+        };
+        Err(pipe_err(py, e))
+    }
+}
+
+impl Drop for PipelineRun {
+    fn drop(&mut self) {
+        if self.owner.is_current_strict() {
+            // SAFETY: `run` is dropped here, once (this is the drop of its only holder), and
+            // nothing reads it afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.run) };
+        }
+        // Otherwise a forked child's copy: it is left undropped. Its drop would stop (and
+        // after a grace SIGKILL) the parent's processes, wait for a pump thread the child does
+        // not have, take locks a parent's thread may have held at the fork, and hand back
+        // pool blocks the parent's outputs lease. What it holds is the child's copy of the
+        // parent's memory and descriptors, which go with the child.
     }
 }
 

@@ -37,6 +37,19 @@ use shmpipe::{Error, Input, Item, Pipeline, Records};
 use crate::channel::SLICE;
 use crate::errors::{PipelineError, pipe_err};
 use crate::pump::{Msg, Pump};
+use crate::source::Feed;
+
+/// A source this process reads and feeds to the pipeline, epoch by epoch.
+pub(crate) enum Fed {
+    /// A file or a named source, read as one emitter would.
+    Records(Records),
+    /// An in-memory Python source ([`crate::source`]).
+    Memory(Feed),
+}
+
+/// Largest group of in-memory source items handed to the input thread at once.
+const GROUP_ITEMS: usize = 256;
+const GROUP_BYTES: usize = 1 << 20;
 
 /// Who runs the steps.
 pub(crate) enum Backend {
@@ -90,11 +103,17 @@ pub(crate) struct Run {
     /// input at a time with `workers=0` (read as late as possible).
     feed_ahead: u64,
     /// The parent-fed source, if any.
-    feed: Mutex<Option<Records>>,
+    feed: Mutex<Option<Fed>>,
     /// A `dequeue` that waits this long with nothing in the pipeline and the input open says
     /// so on stderr, once (zero: never).
     warn_idle: Duration,
 }
+
+/// Inputs of a source read by this process kept in flight, at least.
+const FEED_AHEAD: u64 = 4096;
+
+/// Array bytes of a source read by this process waiting in front of the channels, at most.
+const FEED_BYTES: usize = 16 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -113,11 +132,13 @@ impl Run {
         backend: Backend,
         input: Option<Input>,
         max_in_flight: u64,
-        feed: Option<Records>,
+        feed: Option<Fed>,
         warn_idle: Duration,
     ) -> Run {
+        // A source this process reads keeps the workers busy with many small inputs: at least
+        // `FEED_AHEAD` in flight (their bytes are bounded by the channels and `feed_bytes`).
         let feed_ahead = match backend {
-            Backend::Pump(_) => max_in_flight.max(1),
+            Backend::Pump(_) => max_in_flight.max(FEED_AHEAD),
             Backend::Inline(_) => 1,
         };
         Run {
@@ -453,8 +474,14 @@ impl Run {
 
     /// Hands `item` to the pipeline's input (counted in `fed` already).
     fn send(&self, py: Python<'_>, item: Item) -> PyResult<()> {
+        self.send_all(py, vec![item])
+    }
+
+    /// Hands `items` to the pipeline's input at once (counted in `fed` already).
+    fn send_all(&self, py: Python<'_>, mut items: Vec<Item>) -> PyResult<()> {
         let r = match lock(&self.input).as_mut() {
-            Some(input) => input.send(item),
+            Some(input) if items.len() == 1 => input.send(items.pop().expect("one item")),
+            Some(input) => input.send_batch(items),
             None => {
                 return Err(PyValueError::new_err(
                     "the input of this pipeline is closed",
@@ -493,13 +520,22 @@ impl Run {
                 Out::Reached | Out::End | Out::Timeout => break,
             }
         }
-        self.with_feed(py, |r| r.start_epoch(epoch))?;
+        let started = self.with_feed(py, |f| match f {
+            Fed::Records(r) => {
+                r.start_epoch(epoch);
+                Ok(())
+            }
+            Fed::Memory(m) => m.start_epoch_at(py, epoch),
+        })?;
+        if let Err(e) = started {
+            return Err(self.fail(py, e));
+        }
         lock(&self.state).exhausted = false;
         Ok(())
     }
 
     /// Runs `f` on the parent-fed source, locked without blocking while holding the GIL.
-    fn with_feed<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Records) -> T) -> PyResult<T> {
+    fn with_feed<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Fed) -> T) -> PyResult<T> {
         let mut g = loop {
             match self.feed.try_lock() {
                 Ok(g) => break g,
@@ -517,21 +553,38 @@ impl Run {
         }
     }
 
-    /// Feeds records of the current epoch while there is room.
+    /// Feeds records of the current epoch while there is room (in-memory sources in groups:
+    /// one wake-up of the input thread per group).
     fn top_up(&self, py: Python<'_>) -> PyResult<()> {
         let room = |st: &State| !st.exhausted && st.fed.saturating_sub(st.left) < self.feed_ahead;
         while room(&lock(&self.state)) {
-            let next = self.with_feed(py, Iterator::next)?;
+            let queued = lock(&self.input).as_ref().map_or(0, Input::queued_bytes);
+            if queued >= FEED_BYTES {
+                return Ok(());
+            }
+            let room_left = {
+                let st = lock(&self.state);
+                self.feed_ahead
+                    .saturating_sub(st.fed.saturating_sub(st.left))
+            };
+            let max = GROUP_ITEMS
+                .min(room_left.try_into().unwrap_or(usize::MAX))
+                .max(1);
+            let next = self.with_feed(py, |f| match f {
+                Fed::Records(r) => match r.next() {
+                    Some(Ok(item)) => Ok(Some(vec![item])),
+                    Some(Err(e)) => Err(pipe_err(py, crate::pipeline::source_err(e))),
+                    None => Ok(None),
+                },
+                Fed::Memory(m) => m.next_group(py, max, GROUP_BYTES),
+            })?;
             match next {
-                Some(Ok(item)) => {
-                    lock(&self.state).fed += 1;
-                    self.send(py, item)?;
+                Ok(Some(items)) if !items.is_empty() => {
+                    lock(&self.state).fed += items.len() as u64;
+                    self.send_all(py, items)?;
                 }
-                Some(Err(e)) => {
-                    let e = pipe_err(py, crate::pipeline::source_err(e));
-                    return Err(self.fail(py, e));
-                }
-                None => lock(&self.state).exhausted = true,
+                Ok(_) => lock(&self.state).exhausted = true,
+                Err(e) => return Err(self.fail(py, e)),
             }
         }
         Ok(())

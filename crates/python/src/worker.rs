@@ -1,24 +1,26 @@
-//! The registry shared by the parent and the worker processes: the Python step adapter, the
-//! Python sequence source and the built-in Rust steps (those of `shmpipe-timeseries`).
+//! The registry shared by the parent and the worker processes: the Python step adapter and
+//! the built-in Rust steps (those of `shmpipe-timeseries`).
 //!
-//! Workers are `python -m shmpipe._worker`, which calls [`worker_main`]: the pipeline child
-//! role runs with the GIL released and takes it for each call into Python.
+//! Workers are `python -c "... worker_main()"`, which runs the pipeline child role with the
+//! GIL released. A Python step takes the GIL once per received batch and runs every item of
+//! it through its callables: consecutive Python steps of a pipeline are one step here
+//! ([`PY_STEP`] with `{"steps": [...]}`), so an item passes from one callable to the next as
+//! the Python object the previous one returned, converted once on the way in and once out.
 
 use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
-use shmpipe::{Item, Registry, Source, SourceContext, SourceError, Step, StepContext, StepError};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyList, PyMemoryView, PyString, PyTuple};
+use serde_json::Value;
+use shmpipe::{Item, Registry, Step, StepContext, StepError};
 
 use crate::item;
 
-/// Step name of a Python callable (args: `{"pickle": base64, "main_path": str|null}`).
+/// Step name of Python callables (args: `{"steps": [spec, ...]}` or one spec, a spec being
+/// `{"pickle": base64, "main_path": str|null, "name": str}`; see `shmpipe._steps`).
 pub const PY_STEP: &str = "python";
-/// Source name of a pickled Python sequence in a sealed memfd shared with the emitters (args:
-/// `{"fd": SharedFd}`, see `shmpipe::PipelineBuilder::share_fd`).
-pub const PY_SOURCE: &str = "python_sequence";
 
 /// A Python exception as text: type, message and the worker's traceback.
-fn describe(py: Python<'_>, e: PyErr) -> String {
+pub fn describe(py: Python<'_>, e: PyErr) -> String {
     let tb = py
         .import("traceback")
         .and_then(|t| {
@@ -32,43 +34,95 @@ fn describe(py: Python<'_>, e: PyErr) -> String {
     tb.unwrap_or_else(|_| e.to_string())
 }
 
-/// A Python callable run as a step (through `shmpipe._steps.Runner`).
+/// Python callables run in sequence as one step (flat-maps: see [`outputs`]).
 struct PyStep {
-    runner: Py<PyAny>,
-    /// The callable's qualified name: the first line of every error message, which
-    /// `errors::pipe_err` turns into the exception's `step` attribute.
-    name: String,
+    /// (callable, its qualified name): the name is the first line of every error message,
+    /// which `errors::pipe_err` turns into the exception's `step` attribute.
+    fns: Vec<(Py<PyAny>, String)>,
+}
+
+/// Calls `f` on each output of a step's return value `r`: none for `None`, `r` itself for a
+/// dict, a string, bytes, a numpy array or scalar or anything not iterable, else each element
+/// (a list, a tuple, a generator or any other iterable: flat-map).
+fn outputs<'py>(
+    r: Bound<'py, PyAny>,
+    f: &mut dyn FnMut(Bound<'py, PyAny>) -> Result<(), (usize, PyErr)>,
+    at: usize,
+) -> Result<(), (usize, PyErr)> {
+    if r.is_none() {
+        return Ok(());
+    }
+    if r.is_instance_of::<PyDict>() {
+        return f(r);
+    }
+    if let Ok(l) = r.cast::<PyList>() {
+        for o in l.iter() {
+            f(o)?;
+        }
+        return Ok(());
+    }
+    if let Ok(t) = r.cast::<PyTuple>() {
+        for o in t.iter() {
+            f(o)?;
+        }
+        return Ok(());
+    }
+    if single(&r).map_err(|e| (at, e))? {
+        return f(r);
+    }
+    for o in r.try_iter().map_err(|e| (at, e))? {
+        f(o.map_err(|e| (at, e))?)?;
+    }
+    Ok(())
+}
+
+/// One output although iterable: a string, bytes, a numpy array or scalar; or not iterable.
+fn single(r: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if r.is_instance_of::<PyString>() || r.is_instance_of::<PyBytes>() {
+        return Ok(true);
+    }
+    if r.is_instance_of::<PyByteArray>() || r.is_instance_of::<PyMemoryView>() {
+        return Ok(true);
+    }
+    if !r.hasattr("__iter__")? {
+        return Ok(true);
+    }
+    let module = r.get_type().getattr("__module__")?;
+    Ok(module.extract::<&str>().is_ok_and(|m| m == "numpy"))
 }
 
 impl PyStep {
-    fn outputs(py: Python<'_>, r: Bound<'_, PyAny>, out: &mut Vec<Item>) -> PyResult<()> {
-        let list = r.cast::<PyList>()?;
-        for d in list.iter() {
-            out.push(item::from_py(py, &d)?);
+    /// Runs callables `from..` on `obj`; the final outputs are converted and pushed to `out`.
+    /// `input`: the index of the input in the run (each callable's item seed is set for it;
+    /// `None` at the end of stream, where the seed is the pseudo-input's).
+    /// `Err((index of the callable to blame, error))`.
+    fn run_from(
+        &self,
+        py: Python<'_>,
+        from: usize,
+        input: Option<usize>,
+        obj: Bound<'_, PyAny>,
+        out: &mut Vec<Item>,
+    ) -> Result<(), (usize, PyErr)> {
+        let Some((f, _)) = self.fns.get(from) else {
+            let last = self.fns.len().saturating_sub(1);
+            let it = item::from_py(py, &obj).map_err(|e| (last, output_error(py, e)))?;
+            out.push(it);
+            return Ok(());
+        };
+        if let Some(i) = input {
+            // Each fused callable its own seed: what it would be as a step of its own.
+            shmpipe::select_input(i, from as u64);
         }
-        Ok(())
-    }
-}
-
-impl Step for PyStep {
-    fn process(&mut self, it: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
-        Python::attach(|py| {
-            let r = item::to_py(py, it)
-                .and_then(|d| self.runner.bind(py).call_method1("process", (d,)))
-                .and_then(|r| Self::outputs(py, r, out));
-            r.map_err(|e| self.failed(py, e))
-        })
+        let r = f.bind(py).call1((obj,)).map_err(|e| (from, e))?;
+        outputs(r, &mut |o| self.run_from(py, from + 1, input, o, out), from)
     }
 
-    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
-        Python::attach(|py| {
-            let r = self
-                .runner
-                .bind(py)
-                .call_method0("finish")
-                .and_then(|r| Self::outputs(py, r, out));
-            r.map_err(|e| self.failed(py, e))
-        })
+    fn error(&self, py: Python<'_>, (i, e): (usize, PyErr)) -> StepError {
+        let name = self.fns.get(i).map_or("python", |f| f.1.as_str());
+        let msg = format!("{name}\n{}", describe(py, e.clone_ref(py)));
+        RAISED.with(|r| *r.borrow_mut() = Some(e));
+        StepError::new(msg)
     }
 }
 
@@ -84,49 +138,54 @@ pub fn take_raised() -> Option<PyErr> {
     RAISED.with(|r| r.borrow_mut().take())
 }
 
-impl PyStep {
-    fn failed(&self, py: Python<'_>, e: PyErr) -> StepError {
-        let msg = format!("{}\n{}", self.name, describe(py, e.clone_ref(py)));
-        RAISED.with(|r| *r.borrow_mut() = Some(e));
-        StepError::new(msg)
+/// A step's output that cannot be converted, as an error saying so.
+fn output_error(py: Python<'_>, e: PyErr) -> PyErr {
+    let msg = e.value(py).to_string();
+    let new = PyErr::from_type(
+        e.get_type(py),
+        format!("the step's output cannot cross processes: {msg}"),
+    );
+    new.set_cause(py, Some(e));
+    new
+}
+
+impl Step for PyStep {
+    fn process(&mut self, it: Item, out: &mut Vec<Item>) -> Result<(), StepError> {
+        let mut items = vec![it];
+        self.process_batch(&mut items, out, &mut Vec::new())
     }
-}
 
-/// A pickled Python sequence (`len` + indexing), one contiguous part per emitter.
-pub struct PySource {
-    seq: Py<PyAny>,
-    start: usize,
-    len: usize,
-}
-
-impl PySource {
-    /// Part `part` of `parts` of a sequence of this process (a parent that feeds the
-    /// pipeline itself).
-    pub fn over(seq: &Bound<'_, PyAny>, part: usize, parts: usize) -> PyResult<PySource> {
-        let r = shmpipe::part_range(seq.len()?, part, parts);
-        Ok(PySource {
-            seq: seq.clone().unbind(),
-            start: r.start,
-            len: r.len(),
+    fn process_batch(
+        &mut self,
+        items: &mut Vec<Item>,
+        out: &mut Vec<Item>,
+        ends: &mut Vec<usize>,
+    ) -> Result<(), StepError> {
+        Python::attach(|py| {
+            for (i, it) in items.drain(..).enumerate() {
+                let obj = item::to_py(py, it).map_err(|e| self.error(py, (0, e)))?;
+                self.run_from(py, 0, Some(i), obj, out)
+                    .map_err(|e| self.error(py, e))?;
+                ends.push(out.len());
+            }
+            Ok(())
         })
     }
-}
 
-impl Source for PySource {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn read(&mut self, index: usize) -> Result<Item, SourceError> {
+    fn finish(&mut self, out: &mut Vec<Item>) -> Result<(), StepError> {
         Python::attach(|py| {
-            let d = self.seq.bind(py).get_item(self.start + index);
-            d.and_then(|d| crate::pipeline::item_from_py(py, &d))
-                .map_err(|e| SourceError::BadRecord {
-                    file: "python sequence".into(),
-                    line: (self.start + index + 1) as u64,
-                    field: None,
-                    message: describe(py, e),
-                })
+            for (i, (f, _)) in self.fns.iter().enumerate() {
+                let fin = f
+                    .bind(py)
+                    .getattr("finish")
+                    .ok()
+                    .filter(|x| x.is_callable());
+                let Some(fin) = fin else { continue };
+                let r = fin.call0().map_err(|e| self.error(py, (i, e)))?;
+                outputs(r, &mut |o| self.run_from(py, i + 1, None, o, out), i)
+                    .map_err(|e| self.error(py, e))?;
+            }
+            Ok(())
         })
     }
 }
@@ -141,49 +200,35 @@ fn forget_role(py: Python<'_>) -> PyResult<()> {
 }
 
 fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
+    let specs: Vec<&Value> = match cx.args.get("steps") {
+        Some(Value::Array(a)) => a.iter().collect(),
+        _ => vec![cx.args],
+    };
     Python::attach(|py| {
         forget_role(py).map_err(|e| StepError::new(describe(py, e)))?;
-        let args = serde_json::to_string(cx.args).unwrap_or_default();
         let w = cx.worker;
-        py.import("shmpipe._steps")
-            .and_then(|m| m.call_method1("load_step", (args, w.worker, w.workers, w.seed)))
-            .map(|r| PyStep {
-                runner: r.unbind(),
-                name: cx.args["name"].as_str().unwrap_or("python").to_owned(),
-            })
-            .map_err(|e| StepError::new(describe(py, e)))
-    })
-}
-
-fn py_source(cx: &SourceContext<'_>) -> Result<PySource, SourceError> {
-    use std::os::fd::AsRawFd;
-    // Received through the control socket, checked (sealed, read-only) and open until exit.
-    let fd = cx.shared_fd("fd")?.as_raw_fd();
-    Python::attach(|py| {
-        forget_role(py).map_err(|e| SourceError::Other(describe(py, e)))?;
-        let seq = py
+        let m = py
             .import("shmpipe._steps")
-            .and_then(|m| m.call_method1("load_source", (fd,)))
-            .map_err(|e| SourceError::Other(describe(py, e)))?;
-        let n = seq.len().map_err(|e| SourceError::Other(describe(py, e)))?;
-        let r = shmpipe::part_range(n, cx.part, cx.parts);
-        Ok(PySource {
-            seq: seq.unbind(),
-            start: r.start,
-            len: r.len(),
-        })
+            .map_err(|e| StepError::new(describe(py, e)))?;
+        let mut fns = Vec::new();
+        for spec in specs {
+            let name = spec["name"].as_str().unwrap_or("python").to_owned();
+            let f = m
+                .call_method1("load_step", (spec.to_string(), w.worker, w.workers, w.seed))
+                .map_err(|e| StepError::new(format!("{name}\n{}", describe(py, e))))?;
+            fns.push((f.unbind(), name));
+        }
+        Ok(PyStep { fns })
     })
 }
 
-/// Every step and source a Python pipeline can name.
+/// Every step a Python pipeline can name.
 pub fn registry() -> Registry {
-    let reg = Registry::new()
-        .step(PY_STEP, py_step)
-        .source(PY_SOURCE, py_source);
+    let reg = Registry::new().step(PY_STEP, py_step);
     shmpipe_timeseries::pipeline::register(reg)
 }
 
-/// The entry point of `python -m shmpipe._worker`: runs the pipeline child role and exits.
+/// The entry point of the pipeline's child processes: runs the child role and exits.
 #[pyfunction]
 pub fn worker_main(py: Python<'_>) -> PyResult<()> {
     let reg = registry();

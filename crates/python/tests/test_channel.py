@@ -79,6 +79,9 @@ def test_loan_is_zero_copy_and_the_block_returns_when_the_last_view_is_gone(chan
     gc.collect()
     assert alive() is None
     assert rx.held_blocks == 0
+    assert tx.free_blocks() == 1, "the producer's sent array still holds the block"
+    del buf
+    gc.collect()
     assert tx.free_blocks() == 2
 
 
@@ -97,19 +100,20 @@ def test_hoarding_every_block_is_a_clear_error_not_a_hang(chan_name):
     rx = shmpipe.Receiver.open(chan_name)
     kept = []
     for _ in range(3):
-        b = tx.loan((100,), np.float64)
+        b = tx.loan((200,), np.float64)  # 1.6 kB: a pool block (above the 1 KiB threshold)
         b[:] = 1
         tx.send({"x": b})
+        del b
         kept.append(rx.recv(timeout=5))
     t0 = time.monotonic()
     with pytest.raises(shmpipe.PoolExhausted, match=r"all 3 blocks.*blocks=N"):
         rx.recv()  # no timeout: would hang forever without the check
     assert time.monotonic() - t0 < 2
     with pytest.raises(TimeoutError):
-        tx.loan((100,), np.float64, timeout=0.1)
+        tx.loan((200,), np.float64, timeout=0.1)
     kept.clear()
     gc.collect()
-    assert tx.loan((100,), np.float64, timeout=1).shape == (100,)
+    assert tx.loan((200,), np.float64, timeout=1).shape == (200,)
 
 
 def test_timeout_and_clean_close(chan_name):
@@ -276,6 +280,7 @@ def test_interop_torch_dlpack_and_asarray(chan_name):
     b = tx.loan((256, 256), np.float32)
     b[:] = 1.5
     tx.send({"x": b})
+    del b  # the producer's array would hold the block too
     m = rx.recv(timeout=5)
     x = m["x"]
     assert np.asarray(x) is x or np.shares_memory(np.asarray(x), x)

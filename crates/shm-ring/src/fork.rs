@@ -102,16 +102,25 @@ extern "C" fn forked() {
 /// descent).
 pub(crate) const CLOSED_GATE: u32 = u32::MAX;
 
-/// The process a handle was made in.
+/// The process a handle was made in. Public so that crates whose handles wrap ours (the
+/// pipeline's `Pipeline`, the Python bindings' handles) notice forks the same way, through the
+/// one `pthread_atfork` registration.
+///
+/// # Examples
+/// ```
+/// let me = shm_ring::Owner::current();
+/// assert!(me.is_current() && me.is_current_strict());
+/// assert_eq!(me.pid(), std::process::id());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Owner {
+pub struct Owner {
     forks: u32,
     pid: u32,
 }
 
 impl Owner {
     /// The calling process.
-    pub(crate) fn current() -> Owner {
+    pub fn current() -> Owner {
         WATCH.call_once(|| sys::on_fork(before_fork, after_fork_in_parent, forked));
         Owner {
             forks: FORKS.load(Ordering::Relaxed),
@@ -121,13 +130,18 @@ impl Owner {
 
     /// Whether the calling process is the owner (one load and one compare: for hot paths).
     #[inline]
-    pub(crate) fn is_current(&self) -> bool {
+    pub fn is_current(&self) -> bool {
         FORKS.load(Ordering::Relaxed) == self.forks
     }
 
     /// [`Owner::is_current`], and the pid too (a system call: for drops of whole handles).
-    pub(crate) fn is_current_strict(&self) -> bool {
+    pub fn is_current_strict(&self) -> bool {
         self.is_current() && sys::pid() == self.pid
+    }
+
+    /// The owner's pid.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// A token that [`Owner::holds`] in the owner's process only: a handle may keep it in a

@@ -112,6 +112,8 @@ pub use dtype::{DType, Element};
 #[cfg(not(loom))]
 pub use error::{BLOCK_OR_LARGE_POOL, Error};
 #[cfg(not(loom))]
+pub use fork::Owner;
+#[cfg(not(loom))]
 pub use message::{
     ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, PositionalRecord, PositionalView,
     RecordView, SchemaMessage,
@@ -119,7 +121,7 @@ pub use message::{
 #[cfg(not(loom))]
 pub use op_error::{RecvError, SendError, TrySendError};
 #[cfg(not(loom))]
-pub use pool::{ArrayLoan, ArrayLoanUninit};
+pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 #[cfg(not(loom))]
 pub use rendezvous::Rendezvous;
 #[cfg(not(loom))]

@@ -7,6 +7,7 @@
 
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn};
@@ -54,16 +55,106 @@ pub(crate) struct PoolHome {
     pub owner: crate::fork::Owner,
     pub seg: Arc<Segment>,
     pub geom: PoolGeom,
-    /// Blocks of loans dropped without being sent, waiting to go back on the free list.
+    /// Blocks of loans dropped without being sent, and pinned blocks whose last pin went,
+    /// waiting to go back on the free list.
     pub orphans: Mutex<Vec<u32>>,
+    /// `pins[b]`: the number of live [`BlockPin`]s of block `b` (low 31 bits), plus
+    /// [`RETURNED`] once the block came back (from the consumer, or its loan was dropped)
+    /// while pinned: the last pin's drop then puts it on `orphans`. Process-local memory.
+    pub pins: Box<[AtomicU32]>,
 }
 
+/// `PoolHome::pins` bit: the block came back while pinned.
+const RETURNED: u32 = 1 << 31;
+
 impl PoolHome {
+    /// A pool home over `seg` with no block pinned, for the sender of process `owner`.
+    pub fn new(owner: crate::fork::Owner, seg: Arc<Segment>, geom: PoolGeom) -> PoolHome {
+        PoolHome {
+            owner,
+            seg,
+            geom,
+            orphans: Mutex::new(Vec::new()),
+            pins: (0..geom.blocks).map(|_| AtomicU32::new(0)).collect(),
+        }
+    }
+
     /// Start of block `idx` (a block, or an extent of the large size class).
     pub fn block_ptr(&self, idx: u32) -> *mut u8 {
         let at = self.geom.locate(u64::from(idx), 0);
         debug_assert!(at.is_some(), "block {idx} outside the pool");
         self.seg.as_ptr().wrapping_add(at.unwrap_or(0))
+    }
+
+    /// Block `b` came back to the producer (returned by the consumer, reclaimed from a dead
+    /// one, or its loan dropped unsent): whether it may be reused now. If a [`BlockPin`]
+    /// holds it, no: the last pin's drop puts it on `orphans` instead.
+    ///
+    /// A pin is made only from a live loan, so no pin can appear on a block that is in flight
+    /// or free: a count seen as 0 here stays 0.
+    #[inline]
+    pub fn release(&self, b: u32) -> bool {
+        let Some(p) = self.pins.get(b as usize) else {
+            return true;
+        };
+        // SYNC POINT: Acquire pairs with the Release of the last pin's `fetch_sub`: the pin
+        // holder's last reads of the block happen before we hand the block out again.
+        if p.load(Ordering::Acquire) == 0 {
+            return true;
+        }
+        // SYNC POINT: AcqRel orders this mark against the pins' `fetch_sub` (one total order
+        // on the word): exactly one side sees the other and frees the block.
+        let old = p.fetch_or(RETURNED, Ordering::AcqRel);
+        if old & !RETURNED == 0 {
+            p.store(0, Ordering::Relaxed); // the last pin went meanwhile: ours to free
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// Keeps a loaned pool block from being reused, and the pool mapped, while it lives: after
+/// the loan was sent and the consumer released the block, and after the [`crate::Sender`] is
+/// gone. Made with [`ArrayLoan::pin`] for code that keeps pointers into the block beyond the
+/// loan (a Python binding's arrays, say): while the pin lives, the block's bytes stay mapped
+/// and hold the message sent in them; the consumer's process may still write them (values
+/// may change, never bounds). The block returns to the pool when both the consumer released
+/// it and the last pin is dropped. `Send` and `Sync`.
+#[derive(Debug)]
+pub struct BlockPin {
+    home: Arc<PoolHome>,
+    block: u32,
+}
+
+impl BlockPin {
+    /// Start of the pinned block (mapped for as long as the pin lives).
+    pub fn as_ptr(&self) -> *const u8 {
+        self.home.block_ptr(self.block)
+    }
+
+    /// Bytes in the block.
+    pub fn block_size(&self) -> usize {
+        self.home.geom.block_size
+    }
+}
+
+impl Drop for BlockPin {
+    fn drop(&mut self) {
+        if !self.home.owner.is_current() {
+            return; // a forked child's copy: the block is the parent's business
+        }
+        let p = &self.home.pins[self.block as usize];
+        // SYNC POINT: Release publishes this holder's last use of the block to whoever reuses
+        // it (`PoolHome::release` loads with Acquire); Acquire sees its `RETURNED` mark.
+        let old = p.fetch_sub(1, Ordering::AcqRel);
+        if old == RETURNED | 1 {
+            // The block came back while we held it, and we were the last pin: free it.
+            p.store(0, Ordering::Relaxed);
+            if let Ok(mut o) = self.home.orphans.lock() {
+                o.push(self.block);
+            }
+        }
     }
 }
 
@@ -96,6 +187,7 @@ impl Drop for LoanToken {
     fn drop(&mut self) {
         if self.live
             && self.home.owner.is_current()
+            && self.home.release(self.block)
             && let Ok(mut o) = self.home.orphans.lock()
         {
             o.push(self.block);
@@ -217,6 +309,22 @@ impl<T: Element> ArrayLoan<T> {
     /// The array's shape.
     pub fn shape(&self) -> &[usize] {
         &self.token.shape
+    }
+
+    /// A pin of the loan's block: the block is not reused (and the pool stays mapped) until
+    /// the pin is dropped, even after the loan was sent and consumed (see [`BlockPin`]).
+    /// `None` for a loan in an extent of the large size class
+    /// ([`ChannelConfig::large_pool`](crate::ChannelConfig::large_pool)), which pins do not
+    /// cover.
+    pub fn pin(&self) -> Option<BlockPin> {
+        let p = self.token.home.pins.get(self.token.block as usize)?;
+        // Relaxed: the count is only read by `release`/`drop`, which synchronise through the
+        // orphans lock or their own AcqRel operations; no data is published by pinning.
+        p.fetch_add(1, Ordering::Relaxed);
+        Some(BlockPin {
+            home: self.token.home.clone(),
+            block: self.token.block,
+        })
     }
 
     /// The elements in row-major order.

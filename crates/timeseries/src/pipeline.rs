@@ -103,6 +103,10 @@ pub const GROUP_META: &str = "group";
 pub const DEFAULT_GROUP_BYTES: usize = 64 << 10;
 /// Array of a batch item: `forecast_start` ordinals, `i64`, one per row.
 pub const FORECAST_START_FIELD: &str = "forecast_start";
+/// Array of a batch item: `start` ordinals, `i64`, one per row.
+pub const START_FIELD: &str = "start";
+/// Metadata of a batch item: the rows' `item_id`s as a JSON list (`null` for none).
+pub const ITEM_IDS_META: &str = "item_ids";
 
 /// Adds [`STEP_TRAIN`], [`STEP_PARSE`], [`STEP_TRANSFORM`], [`STEP_BATCH`],
 /// [`SOURCE_LINES`] and [`SOURCE_PARSED`] to a registry.

@@ -79,10 +79,10 @@ fn pipeline_produces_every_window_from_json_and_memory() {
         assert_eq!(stats.windows + 1, expected, "{source:?} in the pipeline");
         assert_eq!(stats.batches, stats.windows);
         // Each window: past (12) and future (4) target, observed values, is_pad (12),
-        // time features 6 x 5 columns (4 hourly features + age), forecast_start (i64)
-        // and feat_static_cat.
+        // time features 6 x 5 columns (4 hourly features + age), feat_static_cat, and
+        // forecast_start and start (i64).
         let floats = 12 + 4 + 12 + 4 + 12 + 16 * 5 + 1;
-        assert_eq!(stats.batch_bytes, stats.windows * (floats * 4 + 8));
+        assert_eq!(stats.batch_bytes, stats.windows * (floats * 4 + 16));
     }
 }
 

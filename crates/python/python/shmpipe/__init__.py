@@ -9,10 +9,29 @@ Channels (one producer process -> one consumer process)::
 
     rx = shmpipe.Receiver.open("frames", timeout=5) # consumer (another process)
     msg = rx.recv()
-    msg["x"]        # read-only numpy view into shared memory; msg.meta == {"id": 7}
+    msg["x"]        # writable numpy view into shared memory; msg.meta == {"id": 7}
 
-The block goes back to the producer when the last view of it (and anything made from one,
-e.g. ``torch.from_numpy``) is garbage. Blocking calls release the GIL and answer Ctrl-C.
+    tx.send_many({"x": xs}, meta={"id": ids})       # many small records in one call
+    batch = rx.recv_many()                          # batch["x"]: every record's x, stacked
+
+Views (every one: slices, ``np.asarray``, memoryview, DLPack, torch tensors, as they all keep
+the array's base object alive):
+
+- A loaned array holds its pool block: the block is not reused until the consumer released it
+  and the last view of the loan is gone, and it stays mapped, even after ``close()``. So no
+  view ever shows another message or reads unmapped memory; each loaned array you keep costs a
+  block (``del buf`` after ``send``), and ``loan()`` raises ``PoolExhausted`` rather than wait
+  forever when such arrays hold every block. (A loan below ``threshold=`` is an ordinary
+  zeroed array that ``send`` copies, as it copies any small array: no block, stays writable.)
+- ``send`` makes the loaned array, and every view made from it afterwards, read-only. Views
+  made before the ``send`` keep numpy's write access: writing through them changes what the
+  consumer reads.
+- A received array is writable (its blocks are the receiver's alone) and holds its message:
+  the block goes back to the producer when the last view of it is garbage, and not before.
+- The peer process may change the values under a zero-copy view, never its bounds.
+
+Blocking calls release the GIL and answer Ctrl-C; numpy memory is read only with the GIL held.
+Details and the reasons: ``crates/python/README.md``.
 
 Pipelines (steps in worker processes): see :class:`shmpipe.Pipeline`; the GluonTS loader:
 :mod:`shmpipe.timeseries`.
@@ -32,6 +51,7 @@ from ._native import (
     PipelineError,
     PoolExhausted,
     Receiver,
+    Records,
     Sender,
     ShmpipeError,
     StepError,
@@ -49,6 +69,7 @@ __all__ = [
     "PoolExhausted",
     "Receiver",
     "ReceiverHandle",
+    "Records",
     "Sender",
     "ShmpipeError",
     "StepError",
@@ -64,7 +85,7 @@ class ReceiverHandle:
     with ``multiprocessing.reduction.DupFd``, as multiprocessing does for its own pipes):
     pass it as an argument of ``Process(target=..., args=(handle,))`` and call
     :meth:`open` in the child. For ``subprocess``, pass ``handle.fileno()`` in ``pass_fds``
-    and call ``Receiver.from_fd(os.dup(fd))`` there.
+    and call ``Receiver.from_fd(fd)`` there (the receiver takes its own duplicate).
     """
 
     def __init__(self, fd: int):
@@ -75,7 +96,7 @@ class ReceiverHandle:
 
     def open(self) -> Receiver:
         """Opens the channel (the handle stays valid; each open takes its own descriptor)."""
-        return Receiver.from_fd(os.dup(self._fd))
+        return Receiver.from_fd(self._fd)
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -1,4 +1,4 @@
-"""Loading Python steps and sources inside worker processes (and checking them in the parent)."""
+"""Loading Python steps inside worker processes (and checking them in the parent)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pickle
 import sys
 import types
-from typing import Any, Callable
+from typing import Any
 
 
 class NotImportable(ValueError):
@@ -73,54 +73,28 @@ def _fixup_main(main_path: str | None) -> None:
         _fixup_main_from_path(main_path)
 
 
-# An item that is not a dict travels as {VALUE: item} (see `shmpipe.Pipeline`).
-VALUE = "__shmpipe_value__"
-
-# One output even though iterable.
-_SINGLE = (str, bytes, bytearray, memoryview)
-
-
-def _single(o: Any) -> bool:
-    return isinstance(o, _SINGLE) or type(o).__module__ == "numpy" or not hasattr(o, "__iter__")
-
-
-class Runner:
-    """Calls a step and normalises its result to a list of dicts (flat-map semantics)."""
-
-    def __init__(self, fn: Callable[[dict], Any]):
-        self.fn = fn
-
-    @staticmethod
-    def _outputs(r: Any) -> list:
-        if r is None:
-            return []
-        if isinstance(r, dict):
-            return [r]
-        if _single(r):
-            return [{VALUE: r}]
-        return [o if isinstance(o, dict) else {VALUE: o} for o in r]
-
-    def process(self, item: dict) -> list:
-        if len(item) == 1 and VALUE in item:
-            item = item[VALUE]
-        return self._outputs(self.fn(item))
-
-    def finish(self) -> list:
-        fin = getattr(self.fn, "finish", None)
-        return self._outputs(fin()) if callable(fin) else []
+def fuse(specs: list) -> list:
+    """Consecutive Python steps as one ``python`` step: a worker then passes an item from
+    one callable to the next as the Python object it is, converting it once on the way in
+    and once on the way out (errors still name the callable that raised)."""
+    out: list = []
+    for s in specs:
+        if s["name"] == "python" and out and out[-1]["name"] == "python":
+            out[-1]["args"]["steps"].append(s["args"])
+        elif s["name"] == "python":
+            out.append({"name": "python", "args": {"steps": [s["args"]]}})
+        else:
+            out.append(s)
+    return out
 
 
-def load_step(args_json: str, worker: int, workers: int, seed: int) -> Runner:
-    spec = json.loads(args_json)
+def load_step(spec_json: str, worker: int, workers: int, seed: int) -> Any:
+    """The callable a worker runs for one step spec: a class gives one instance per worker
+    (per-worker state). A step returns ``None`` (no output), a list, tuple or iterator
+    (0..n outputs: flat-map) or any other value (one output, usually the dict it was given)."""
+    spec = json.loads(spec_json)
     _fixup_main(spec.get("main_path"))
     obj = pickle.loads(base64.b64decode(spec["pickle"]))
     if isinstance(obj, type):  # a class: one instance per worker (per-worker state)
         obj = obj()
-    return Runner(obj)
-
-
-def load_source(fd: int):
-    with open(f"/proc/self/fd/{fd}", "rb") as f:
-        main_path, blob = pickle.load(f)
-    _fixup_main(main_path)
-    return pickle.loads(blob)
+    return obj

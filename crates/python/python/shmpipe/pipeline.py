@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pickle
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from ._native import PipelineRun, builtin_steps
+from ._steps import fuse, step_spec
 from ._native import item_seed as _item_seed
 from ._steps import step_spec
 
@@ -95,20 +94,30 @@ class Pipeline:
       than ``max_in_flight`` inputs; the outputs it has not dequeued wait in this process's
       memory.
 
-    Items and outputs are dicts (numpy arrays, int/float/str values) or any other value
-    (``p.enqueue(3)``), which a step receives as it is (it travels as a one-entry dict).
+    Items and outputs are dicts of numpy arrays (any shape, 0-d included, every numeric dtype
+    and bool; large arrays cross processes without a copy) and int, float and str values;
+    bool, None, numpy scalars, bytes, nested dicts, lists and tuples of those, and items that
+    are not dicts (``p.enqueue(3)``, a row of a numpy array) travel too, described in a small
+    metadata field, and come back with their types and shapes. Anything else is refused with
+    a ``TypeError`` naming the key.
 
     ``source``: a path to a JSON-lines file (one item per line, read by ``emitters``
-    processes), a sequence (a list, or any object with ``len`` and indexing: a map-style
-    dataset; pickled to the emitter processes, like multiprocessing's spawn), an iterable
-    (materialised with ``list`` first), or a :class:`NamedSource`.
+    processes), a :class:`NamedSource`, or an in-memory source that this process feeds to the
+    workers item by item (nothing is pickled or copied up front, so start-up does not grow
+    with the data): a sequence (a list, a numpy array: one item per row, any object with
+    ``len`` and indexing such as a map-style dataset) or any iterable (a generator is pulled
+    only as fast as the workers take its items, never materialised; an iterator is read once,
+    so ``epochs=1``; with ``shard`` an iterable's item ``i`` goes to rank ``i % world_size``
+    and with ``shuffle`` it is shuffled by the shuffle buffer alone).
 
     ``steps``: each is a Python callable ``f(item)`` returning ``None`` (no output), a dict or
     any other value (one output; a string, a number or a numpy array is one output), or a
     list, tuple, generator or other iterable (0..n outputs: flat-map; to output a list as
     one value, return ``[the_list]``); a class (one instance per worker; an optional
     ``finish()`` method returns the outputs still held at the end of the stream); or the
-    name of a built-in Rust step (``"name"`` or ``("name", args)``). Python steps travel to
+    name of a built-in Rust step (``"name"`` or ``("name", args)``). Consecutive Python steps
+    run as one in each worker: an item passes from one to the next as the Python object it
+    is (each still has its own item seed and is named in errors). Python steps travel to
     the worker processes like multiprocessing's spawn targets: by module and qualified name.
     A lambda, a nested function, or a function defined in a notebook is refused here with
     ``ValueError`` (workers could not import it); functions of the main script are found by
@@ -185,7 +194,6 @@ class Pipeline:
         self._persistent = persistent_workers
         self._epochs = epochs
         self._run: PipelineRun | None = None
-        self._fd: int | None = None
         self._epoch = 0  # the next epoch of a source this process reads
         self._closed = False
         # Several threads may enqueue and dequeue: one of them starts the processes.
@@ -204,31 +212,16 @@ class Pipeline:
         return {"name": "python", "args": spec}
 
     def _source_spec(self) -> dict:
+        """A source read by emitter processes: a path or a named source."""
         src = self._source
         if isinstance(src, (str, os.PathLike)):
             return {"kind": "jsonl", "path": os.fspath(src)}
-        if isinstance(src, NamedSource):
-            return {"kind": "named", "name": src.name, "args": src.args}
-        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")):
-            if not isinstance(src, Iterable):
-                raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
-            src = list(src)
-        main = sys.modules.get("__main__")
-        main_path = getattr(main, "__file__", None)
-        try:
-            blob = pickle.dumps(src)
-        except Exception as e:  # noqa: BLE001
-            raise ValueError(f"the source cannot be sent to the emitter process ({e})") from e
-        # A sealed memfd handed to the emitters only (through their control sockets, read-only):
-        # nothing on disk or in /dev/shm that a killed parent could leave, and close-on-exec,
-        # so no other program this process starts inherits it.
-        fd = os.memfd_create("shmpipe-source", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-        with os.fdopen(os.dup(fd), "wb") as f:
-            pickle.dump((os.path.abspath(main_path) if main_path else None, blob), f)
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK
-                    | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-        self._fd = fd
-        return {"kind": "sequence", "fd": fd}
+        assert isinstance(src, NamedSource)
+        return {"kind": "named", "name": src.name, "args": src.args}
+
+    def _in_memory(self) -> bool:
+        src = self._source
+        return src is not None and not isinstance(src, (str, os.PathLike, NamedSource))
 
     def _child_args(self) -> list[str]:
         paths = [p for p in sys.path if p]
@@ -247,20 +240,27 @@ class Pipeline:
                                  self._prefetch, feed)
 
     def _feed_spec(self) -> tuple[dict, Any]:
-        """The source as this process reads it (persistent workers, ``workers=0``)."""
+        """The source as this process reads it (in-memory sources, persistent workers,
+        ``workers=0``): an in-memory source is read item by item (never pickled, never
+        materialised with ``list``)."""
         src = self._source
         if isinstance(src, (str, os.PathLike)):
             return {"kind": "jsonl", "path": os.fspath(src)}, None
         if isinstance(src, NamedSource):
             return {"kind": "named", "name": src.name, "args": src.args}, None
-        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")):
-            if not isinstance(src, Iterable):
-                raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
-            src = list(src)
+        if isinstance(src, dict):
+            raise TypeError("source: a dict is not a sequence of items; pass a list of "
+                            "items (e.g. list(d.values()))")
+        if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")
+                or isinstance(src, Iterable)):
+            raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
         return {"kind": "object"}, src
 
     def _feeding(self) -> bool:
-        return self._source is not None and (self._persistent or self._spec["workers"] == 0)
+        """This process reads the source: an in-memory one always, any with persistent
+        workers or ``workers=0``."""
+        return self._source is not None and (self._in_memory() or self._persistent
+                                             or self._spec["workers"] == 0)
 
     def start(self) -> "Pipeline":
         """Starts the worker processes now, and returns the pipeline.
@@ -344,14 +344,12 @@ class Pipeline:
             return
         self.close()
         self._closed = False
-        spec = dict(self._spec, source=self._source_spec())
-        run = self._start_run(spec)
+        run = self._start_run(dict(self._spec, source=self._source_spec()))
         self._run = run
         try:
             yield from run
         finally:
             run.close()
-            self._close_fd()
 
     def _iter_fed(self) -> Iterator[Any]:
         """Epochs of a source read by this process: persistent workers, or ``workers=0``."""
@@ -372,6 +370,10 @@ class Pipeline:
                 n += 1
                 while (out := run.next_in_epoch()) is not None:
                     yield out
+            if not persistent:
+                # The end of stream: what the steps' finish() still holds.
+                run.close_input()
+                yield from run
         finally:
             if not persistent:
                 run.close()
@@ -387,23 +389,22 @@ class Pipeline:
         ``workers=0``)."""
         return self._run.pids if self._run else []
 
-    def _close_fd(self) -> None:
-        fd = getattr(self, "_fd", None)
-        if fd is not None:
-            self._fd = None
-            os.close(fd)
-
     def close(self) -> None:
         """Stops every process and frees the shared memory of the current run. A pipeline
         without a source cannot be used after it; one with a source starts anew (persistent
-        workers: new ones) when it is iterated again."""
+        workers: new ones) when it is iterated again. Any thread may call it, several at once.
+
+        In a process forked from the one that started the run (``os.fork``,
+        ``multiprocessing``'s fork start method) it does nothing to the run, nor does the
+        garbage collection of the copy: the processes are the parent's. There, iterating the
+        copy, :meth:`enqueue` and :meth:`dequeue` raise :class:`shmpipe.PipelineError`; a
+        pipeline with a source may be iterated anew (that starts the child's own run)."""
         run = getattr(self, "_run", None)
         if run is not None:
             self._run = None
             run.close()
         if getattr(self, "_source", False) is None:
             self._closed = True
-        self._close_fd()
 
     def __enter__(self) -> "Pipeline":
         return self

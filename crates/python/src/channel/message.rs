@@ -2,19 +2,20 @@
 
 use numpy::{PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use std::sync::OnceLock;
+
 use pyo3::types::{PyDict, PyList};
 
 /// A received message: `msg["x"]` is a numpy view into shared memory (writable: the block is
-/// this message's alone until it is released, and the sender never reads it back).
+/// this message's alone until the last view is gone, and the sender never reads it back).
 #[derive(Debug)]
 #[pyclass(module = "shmpipe._native", frozen, mapping)]
 pub struct Message {
     /// name -> numpy array.
     #[pyo3(get)]
     arrays: Py<PyDict>,
-    /// name -> int / float / str.
-    #[pyo3(get)]
-    meta: Py<PyDict>,
+    /// name -> int / float / str (made on first use when the message has none).
+    meta: OnceLock<Py<PyDict>>,
     /// Every record (a Rust sender may batch several items into one message); `None` inside.
     records: Option<Py<PyList>>,
     /// The message tag.
@@ -25,32 +26,52 @@ pub struct Message {
 impl Message {
     pub(super) fn new(
         arrays: Bound<'_, PyDict>,
-        meta: Bound<'_, PyDict>,
+        meta: Option<Bound<'_, PyDict>>,
         records: Option<Py<PyList>>,
     ) -> Message {
+        let m = OnceLock::new();
+        if let Some(d) = meta {
+            let _ = m.set(d.unbind());
+        }
         Message {
             arrays: arrays.unbind(),
-            meta: meta.unbind(),
+            meta: m,
             records,
             tag: 0,
         }
+    }
+
+    fn meta_dict<'py>(&self, py: Python<'py>) -> &Bound<'py, PyDict> {
+        // The GIL is held throughout the init (nothing in it releases it): no other thread
+        // can be waiting on the lock meanwhile.
+        self.meta.get_or_init(|| PyDict::new(py).unbind()).bind(py)
     }
 }
 
 #[pymethods]
 impl Message {
+    /// name -> int / float / str.
+    #[getter]
+    fn meta<'py>(&self, py: Python<'py>) -> Bound<'py, PyDict> {
+        self.meta_dict(py).clone()
+    }
     fn __getitem__<'py>(&self, py: Python<'py>, key: &str) -> PyResult<Bound<'py, PyAny>> {
-        let a = self.arrays.bind(py);
-        if let Some(v) = a.get_item(key)? {
+        if let Some(v) = self.arrays.bind(py).get_item(key)? {
             return Ok(v);
         }
-        match self.meta.bind(py).get_item(key)? {
-            Some(v) => Ok(v),
-            None => Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned())),
+        if let Some(m) = self.meta.get()
+            && let Some(v) = m.bind(py).get_item(key)?
+        {
+            return Ok(v);
         }
+        Err(pyo3::exceptions::PyKeyError::new_err(key.to_owned()))
     }
     fn __contains__(&self, py: Python<'_>, key: &str) -> PyResult<bool> {
-        Ok(self.arrays.bind(py).contains(key)? || self.meta.bind(py).contains(key)?)
+        Ok(self.arrays.bind(py).contains(key)?
+            || self
+                .meta
+                .get()
+                .map_or(Ok(false), |m| m.bind(py).contains(key))?)
     }
     fn __len__(&self, py: Python<'_>) -> usize {
         self.arrays.bind(py).len()
@@ -70,7 +91,7 @@ impl Message {
     fn items<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
         self.arrays.bind(py).items()
     }
-    /// Every record of the message (one, for messages sent from Python).
+    /// Every record of the message (one, for messages sent with `send`).
     #[getter]
     fn records<'py>(slf: &Bound<'py, Self>) -> Bound<'py, PyAny> {
         let py = slf.py();
@@ -90,7 +111,7 @@ impl Message {
         Ok(format!(
             "Message({}, meta={})",
             parts.join(", "),
-            self.meta.bind(py).repr()?
+            self.meta_dict(py).repr()?
         ))
     }
 }

@@ -251,7 +251,9 @@ impl BlockPool {
                 for (blk, out) in self.in_flight.iter_mut().enumerate() {
                     if *out && self.owner[blk].wrapping_sub(from) < n {
                         *out = false;
-                        self.free.push(blk as u32);
+                        if self.home.release(blk as u32) {
+                            self.free.push(blk as u32);
+                        }
                     }
                 }
                 continue;
@@ -276,7 +278,10 @@ impl BlockPool {
                 )));
             }
             self.in_flight[b as usize] = false;
-            self.free.push(b as u32);
+            // A pinned block (`BlockPin`) comes back through `orphans` when its last pin goes.
+            if self.home.release(b as u32) {
+                self.free.push(b as u32);
+            }
         }
         if n > 0 {
             chunk.release(n);
@@ -305,7 +310,9 @@ impl BlockPool {
         for (b, f) in self.in_flight.iter_mut().enumerate() {
             if *f {
                 *f = false;
-                self.free.push(b as u32);
+                if self.home.release(b as u32) {
+                    self.free.push(b as u32);
+                }
                 reclaimed += 1;
             }
         }

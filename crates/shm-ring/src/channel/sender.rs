@@ -308,9 +308,34 @@ impl Sender {
     #[allow(clippy::result_large_err)]
     pub fn try_send<'m>(
         &mut self,
-        mut msg: MessageBuilder<'m>,
+        msg: MessageBuilder<'m>,
     ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
-        match self.send_inner(&mut msg, Some(Instant::now())) {
+        self.try_send_until(msg, Instant::now())
+    }
+
+    /// [`Sender::try_send`] that waits up to `timeout` for room: the message comes back, loans
+    /// and all, on [`TrySendError::Full`] (still no room when the time is up) and on every
+    /// other failure, so a caller can wait in slices (checking for signals between them)
+    /// without losing it.
+    ///
+    /// # Errors
+    /// As [`Sender::try_send`].
+    #[allow(clippy::result_large_err)]
+    pub fn try_send_timeout<'m>(
+        &mut self,
+        msg: MessageBuilder<'m>,
+        timeout: Duration,
+    ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
+        self.try_send_until(msg, Instant::now() + timeout)
+    }
+
+    #[allow(clippy::result_large_err)]
+    fn try_send_until<'m>(
+        &mut self,
+        mut msg: MessageBuilder<'m>,
+        deadline: Instant,
+    ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
+        match self.send_inner(&mut msg, Some(deadline)) {
             Ok(()) => {
                 self.flush();
                 Ok(())

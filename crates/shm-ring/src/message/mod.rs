@@ -414,6 +414,22 @@ impl<'a> MessageBuilder<'a> {
         )
     }
 
+    /// Adds a loaned byte array that travels as a boolean array ([`DType::Bool`], zero-copy).
+    /// Every byte must be 0 or 1: receivers that read it as bool refuse any other byte.
+    #[inline]
+    pub fn array_loan_bool(self, name: impl Into<Cow<'a, str>>, loan: ArrayLoan<u8>) -> Self {
+        let token = loan.token;
+        let shape = token.shape.iter().map(|&d| d as u64).collect();
+        self.push(
+            name,
+            FieldSrc::Array {
+                dtype: DType::Bool,
+                shape,
+                data: ArraySrc::Loan(Box::new(token)),
+            },
+        )
+    }
+
     /// Fields of record `r` (for the encoder).
     pub(crate) fn record_range(&self, r: usize) -> std::ops::Range<usize> {
         let start = if r == 0 {

@@ -4,7 +4,10 @@
 use shmpipe::ndarray::Array1;
 use shmpipe::{Item, Meta, StepError};
 
-use super::{FORECAST_START_FIELD, FORECAST_START_META, GROUP_META, ITEM_ID_META, START_META};
+use super::{
+    FORECAST_START_FIELD, FORECAST_START_META, GROUP_META, ITEM_ID_META, ITEM_IDS_META,
+    START_FIELD, START_META,
+};
 use crate::batch::Batch;
 use crate::entry::{Array, DataEntry};
 use crate::period::{Freq, Period};
@@ -58,14 +61,20 @@ pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError>
     Ok(e)
 }
 
-/// Converts a batch into one item: every stacked array, plus `forecast_start` ordinals.
+/// Converts a batch into one item: every stacked array, the `forecast_start` and `start`
+/// ordinals (`i64::MIN` for none), and the item ids as a JSON list (`null` for none).
 pub fn batch_to_item(b: Batch) -> Item {
-    let starts: Vec<i64> = b
-        .forecast_starts
-        .iter()
-        .map(|p| p.map_or(i64::MIN, |p| p.ordinal))
-        .collect();
-    let mut item = Item::new().with(FORECAST_START_FIELD, Array1::from(starts));
+    let ordinals = |ps: &[Option<Period>]| -> Array1<i64> {
+        ps.iter()
+            .map(|p| p.map_or(i64::MIN, |p| p.ordinal))
+            .collect()
+    };
+    let ids: Vec<Option<&str>> = b.item_ids.iter().map(|i| i.as_deref()).collect();
+    let ids = serde_json::to_string(&ids).unwrap_or_default();
+    let mut item = Item::new()
+        .with(FORECAST_START_FIELD, ordinals(&b.forecast_starts))
+        .with(START_FIELD, ordinals(&b.starts))
+        .with_meta(ITEM_IDS_META, ids);
     for (name, a) in b.into_fields() {
         item.insert(&name, shmpipe::Array::F32(a.into_ndarray()));
     }

@@ -60,7 +60,10 @@ class WorkerChannel:
                                        f"unexpected control message {kind!r}")
                 if self.rx is not None:
                     self.rx.close()
-                self.rx = _native.Receiver.from_fd(fds[0])
+                try:
+                    self.rx = _native.Receiver.from_fd(fds[0])
+                finally:
+                    os.close(fds[0])  # from_fd works on its own duplicate
                 return
             if self.proc.sentinel in ready:
                 raise died()

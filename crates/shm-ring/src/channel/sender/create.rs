@@ -2,7 +2,7 @@
 //! the segment (always a sealed memfd), the channel header, the schema region (written once,
 //! before the segment is published), the rings and the pool.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Sender, SenderStats};
@@ -158,12 +158,7 @@ impl Sender {
             layout.comp,
         );
         let owner = crate::fork::Owner::current();
-        let home = Arc::new(PoolHome {
-            owner,
-            seg: seg.clone(),
-            geom: layout.pool,
-            orphans: Mutex::new(Vec::new()),
-        });
+        let home = Arc::new(PoolHome::new(owner, seg.clone(), layout.pool));
         let ident = crate::channel::file_ident(&seg);
         Ok(Sender {
             seg,

@@ -1,0 +1,418 @@
+//! `Sender`: the producer end of a channel.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use shm_ring::{ChannelConfig, DType, MessageBuilder, Transfer, TrySendError};
+
+use super::errors::ring_err;
+use super::loan::{AnyLoan, Loan};
+use super::outgoing::{Outgoing, Part};
+use super::{closed, deadline, lock, send_many, slice, view};
+use crate::dtype;
+use crate::errors::PoolExhausted;
+
+/// The producer end of a channel.
+#[derive(Debug)]
+#[pyclass(module = "shmpipe._native", frozen)]
+pub struct Sender {
+    /// The channel; `None` after `close()`.
+    inner: Mutex<Option<shm_ring::Sender>>,
+    cfg: ChannelConfig,
+    anonymous: bool,
+    /// Live `Loan` objects (each holds one pool block, sent or not, until its last view is
+    /// gone): when they hold every block, waiting for one would be forever.
+    live_loans: Arc<AtomicUsize>,
+}
+
+fn config(slots: u32, blocks: u32, block_size: usize, threshold: Option<usize>) -> ChannelConfig {
+    let mut cfg = ChannelConfig {
+        slots,
+        blocks,
+        block_size,
+        ..ChannelConfig::default()
+    };
+    if let Some(t) = threshold {
+        cfg.transfer = Transfer::Adaptive { threshold: t };
+    }
+    cfg
+}
+
+/// What a blocked call waiting in slices got: the value, the end of the channel, or an error.
+enum Waited<T> {
+    Got(T),
+    Closed,
+    Failed(shm_ring::Error),
+}
+
+impl Sender {
+    fn new(tx: shm_ring::Sender, cfg: ChannelConfig, anonymous: bool) -> Sender {
+        Sender {
+            inner: Mutex::new(Some(tx)),
+            cfg,
+            anonymous,
+            live_loans: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    pub(super) fn cfg(&self) -> &ChannelConfig {
+        &self.cfg
+    }
+
+    /// The channel (`None` after `close()`).
+    pub(super) fn inner(&self) -> &Mutex<Option<shm_ring::Sender>> {
+        &self.inner
+    }
+
+    /// Runs `f` on the sender with the GIL released.
+    fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut shm_ring::Sender) -> Result<R, shm_ring::Error> + Send,
+    ) -> PyResult<R> {
+        let r = py.detach(|| match lock(&self.inner).as_mut() {
+            None => Waited::Closed,
+            Some(tx) => f(tx).map_or_else(Waited::Failed, Waited::Got),
+        });
+        match r {
+            Waited::Got(v) => Ok(v),
+            Waited::Closed => Err(closed()),
+            Waited::Failed(e) => Err(ring_err(py, e)),
+        }
+    }
+
+    /// Repeats `f` (given the sender and a wait slice) with the GIL released until it does
+    /// not time out, checking for signals and for a pool held by our own live loan arrays
+    /// between slices; `Timeout` at `end`.
+    pub(super) fn wait<R: Send>(
+        &self,
+        py: Python<'_>,
+        end: Option<Instant>,
+        mut f: impl FnMut(&mut shm_ring::Sender, Duration) -> Result<R, shm_ring::Error> + Send,
+    ) -> PyResult<R> {
+        loop {
+            let Some(s) = slice(end) else {
+                return Err(ring_err(py, shm_ring::Error::Timeout));
+            };
+            let r = py.detach(|| match lock(&self.inner).as_mut() {
+                None => Waited::Closed,
+                Some(tx) => f(tx, s).map_or_else(Waited::Failed, Waited::Got),
+            });
+            match r {
+                Waited::Got(v) => return Ok(v),
+                Waited::Closed => return Err(closed()),
+                Waited::Failed(shm_ring::Error::Timeout) => {
+                    py.check_signals()?;
+                    self.hoarding()?;
+                }
+                Waited::Failed(e) => return Err(ring_err(py, e)),
+            }
+        }
+    }
+
+    /// `PoolExhausted` when arrays from `loan()` alive in this process hold every block.
+    fn hoarding(&self) -> PyResult<()> {
+        let live = self.live_loans.load(Ordering::Relaxed);
+        let blocks = self.cfg.blocks as usize;
+        if blocks > 0 && live >= blocks {
+            return Err(PoolExhausted::new_err(format!(
+                "all {blocks} pool blocks (blocks={blocks}) are held by arrays from loan() that \
+                 are still alive in this process (a loaned block comes back only when the \
+                 consumer released it and the last view of the loaned array is gone), so \
+                 waiting for one would be forever: del (or stop referencing) the arrays you no \
+                 longer need before the next loan, or create the Sender with more blocks="
+            )));
+        }
+        Ok(())
+    }
+
+    /// A loan of `shape` x `dt`: taken at once with the GIL held if a block is free (and no
+    /// other thread holds the sender), else waited for in slices with the GIL released.
+    pub(super) fn take_loan(
+        &self,
+        py: Python<'_>,
+        dt: DType,
+        shape: &[usize],
+        end: Option<Instant>,
+    ) -> PyResult<AnyLoan> {
+        if let Ok(mut g) = self.inner.try_lock() {
+            let tx = g.as_mut().ok_or_else(closed)?;
+            match AnyLoan::new(tx, dt, shape, Duration::ZERO) {
+                Ok(l) => return Ok(l),
+                Err(shm_ring::Error::Timeout) => {}
+                Err(e) => return Err(ring_err(py, e)),
+            }
+        }
+        self.wait(py, end, |tx, s| AnyLoan::new(tx, dt, shape, s))
+    }
+
+    /// Sends `msg`: at once with the GIL held if there is room (the message may borrow numpy
+    /// memory then), else, owned by then, waiting in slices with the GIL released.
+    pub(super) fn send_out(
+        &self,
+        py: Python<'_>,
+        mut out: Outgoing<'_>,
+        end: Option<Instant>,
+    ) -> PyResult<()> {
+        // A message mixing loans and numpy memory cannot give the memory back once built:
+        // own it now (rare; small arrays in practice).
+        if out.has_loans() && out.borrows() {
+            out.own()?;
+        }
+        if out.borrows() {
+            if let Ok(mut g) = self.inner.try_lock() {
+                let tx = g.as_mut().ok_or_else(closed)?;
+                let msg = out.build().map_err(|e| ring_err(py, e))?;
+                match tx.try_send(msg) {
+                    Err(TrySendError::Full(_)) => {}
+                    r => return r.map_err(|e| ring_err(py, e.into())),
+                }
+            }
+            self.own_for_wait(py, &mut out, end)?;
+        }
+        let msg = out.build().map_err(|e| ring_err(py, e))?;
+        self.send_owned(py, msg, end)
+    }
+
+    /// Sends a message that reads no numpy memory: with the GIL held if there is room, else
+    /// in slices with the GIL released (it comes back whole after each slice).
+    pub(super) fn send_owned(
+        &self,
+        py: Python<'_>,
+        msg: MessageBuilder<'_>,
+        end: Option<Instant>,
+    ) -> PyResult<()> {
+        let mut msg = Some(msg);
+        if let Ok(mut g) = self.inner.try_lock() {
+            let tx = g.as_mut().ok_or_else(closed)?;
+            match tx.try_send(msg.take().expect("message")) {
+                Err(TrySendError::Full(m)) => msg = Some(m),
+                r => return r.map_err(|e| ring_err(py, e.into())),
+            }
+        }
+        self.wait(py, end, |tx, s| {
+            let m = msg.take().expect("message");
+            match tx.try_send_timeout(m, s) {
+                Ok(()) => Ok(()),
+                Err(TrySendError::Full(m)) => {
+                    msg = Some(m);
+                    Err(shm_ring::Error::Timeout)
+                }
+                Err(e) => Err(e.into()),
+            }
+        })
+    }
+
+    /// Makes `out` read no numpy memory before it waits with the GIL released: an array that
+    /// would go zero-copy gets a loan (waited for in slices), filled with the GIL held from the
+    /// array as it is then; the others are copied.
+    fn own_for_wait(
+        &self,
+        py: Python<'_>,
+        out: &mut Outgoing<'_>,
+        end: Option<Instant>,
+    ) -> PyResult<()> {
+        let cfg = self.cfg;
+        for i in 0..out.parts.len() {
+            let (dt, shape, len) = match &out.parts[i].1 {
+                Part::Borrowed {
+                    dt, shape, bytes, ..
+                } => (*dt, shape.clone(), bytes.len()),
+                _ => continue,
+            };
+            if cfg.blocks == 0 || !cfg.transfer.zero_copy(len) || len > cfg.block_size {
+                continue;
+            }
+            let mut l = self.take_loan(py, dt, &shape, end)?;
+            // The GIL is held again: read the array as it is now (it may have changed).
+            let arr = out.array_of(i).expect("borrowed");
+            if l.fill_from(arr, dt, &shape)? {
+                out.parts[i].1 = Part::Loan(Some(l));
+            }
+        }
+        out.own()
+    }
+}
+
+/// A shape given as an int or a sequence of ints.
+fn shape_of(obj: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    if let Ok(t) = obj.cast::<pyo3::types::PyTuple>() {
+        return t.iter().map(|d| d.extract::<usize>()).collect();
+    }
+    if let Ok(n) = obj.extract::<usize>() {
+        return Ok(vec![n]);
+    }
+    obj.extract::<Vec<usize>>()
+}
+
+/// The dtype of `obj`: the last few objects asked for are remembered (held, so their
+/// addresses cannot be reused by other objects), as a loop asks for the same one each time.
+fn dtype_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
+    static SEEN: Mutex<Vec<(Py<PyAny>, DType)>> = Mutex::new(Vec::new());
+    if let Some(&(_, dt)) = lock(&SEEN).iter().find(|(o, _)| o.as_ptr() == obj.as_ptr()) {
+        return Ok(dt);
+    }
+    let dt = dtype::from_py(py, obj)?;
+    let mut seen = lock(&SEEN);
+    if seen.len() >= 8 {
+        seen.remove(0);
+    }
+    seen.push((obj.clone().unbind(), dt));
+    Ok(dt)
+}
+
+#[pymethods]
+impl Sender {
+    /// Creates the named channel `name`, served by a socket (see `Sender.create` in `shmpipe`).
+    #[staticmethod]
+    #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None))]
+    fn create(
+        py: Python<'_>,
+        name: &str,
+        slots: u32,
+        blocks: u32,
+        block_size: usize,
+        threshold: Option<usize>,
+    ) -> PyResult<Sender> {
+        let cfg = config(slots, blocks, block_size, threshold);
+        let tx = py
+            .detach(|| shm_ring::Sender::create(name, &cfg))
+            .map_err(|e| ring_err(py, e))?;
+        Ok(Sender::new(tx, cfg, false))
+    }
+
+    /// Creates an anonymous channel (memfd); `fileno()` is the descriptor to give a child.
+    #[staticmethod]
+    #[pyo3(signature = (slots=1024, blocks=16, block_size=1 << 20, threshold=None))]
+    fn anonymous(
+        py: Python<'_>,
+        slots: u32,
+        blocks: u32,
+        block_size: usize,
+        threshold: Option<usize>,
+    ) -> PyResult<Sender> {
+        let cfg = config(slots, blocks, block_size, threshold);
+        let tx = py
+            .detach(|| shm_ring::Sender::anonymous(&cfg))
+            .map_err(|e| ring_err(py, e))?;
+        Ok(Sender::new(tx, cfg, true))
+    }
+
+    /// The memfd of an anonymous channel (the sender's own: `Receiver.from_fd` duplicates it).
+    fn fileno(&self) -> PyResult<i32> {
+        if !self.anonymous {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "a named channel has no descriptor: open it by name",
+            ));
+        }
+        lock(&self.inner)
+            .as_ref()
+            .map(|t| t.segment().file().as_raw_fd())
+            .ok_or_else(closed)
+    }
+
+    /// The channel's name (`None` if anonymous).
+    #[getter]
+    fn name(&self) -> Option<String> {
+        lock(&self.inner)
+            .as_ref()
+            .and_then(|t| t.name().map(str::to_owned))
+    }
+
+    /// Number of pool blocks.
+    #[getter]
+    fn blocks(&self) -> u32 {
+        self.cfg.blocks
+    }
+
+    /// Bytes per pool block (the largest zero-copy array).
+    #[getter]
+    fn block_size(&self) -> usize {
+        self.cfg.block_size
+    }
+
+    /// Pool blocks free right now.
+    fn free_blocks(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(py, |tx| tx.free_blocks())
+    }
+
+    /// (messages, zero_copy_arrays, copied_arrays, array_bytes) sent so far.
+    fn stats(&self) -> PyResult<(u64, u64, u64, u64)> {
+        let g = lock(&self.inner);
+        let s = g.as_ref().ok_or_else(closed)?.stats();
+        Ok((
+            s.messages,
+            s.zero_copy_arrays,
+            s.copied_arrays,
+            s.array_bytes,
+        ))
+    }
+
+    /// Waits up to `timeout` seconds for a consumer to attach; returns its pid.
+    fn wait_for_consumer(&self, py: Python<'_>, timeout: f64) -> PyResult<u32> {
+        let end = deadline(Some(timeout))?;
+        self.wait(py, end, |tx, s| tx.wait_for_consumer(s))
+    }
+
+    /// A writable array of `shape` and `dtype` inside a pool block (see `shmpipe.Sender.loan`).
+    #[pyo3(signature = (shape, dtype, timeout=None))]
+    fn loan<'py>(
+        slf: &Bound<'py, Self>,
+        shape: &Bound<'py, PyAny>,
+        dtype: &Bound<'py, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let shape = shape_of(shape)?;
+        let dt = dtype_of(py, dtype)?;
+        let end = deadline(timeout)?;
+        let this = slf.get();
+        let nbytes = shape.iter().product::<usize>().saturating_mul(dt.size());
+        if this.cfg.blocks == 0 || !this.cfg.transfer.zero_copy(nbytes) {
+            // Below the threshold: an ordinary array, copied by `send` (cheaper than a block).
+            return view::zeros(py, dt, &shape);
+        }
+        let l = this.take_loan(py, dt, &shape, end)?;
+        Loan::into_array(py, l, dt, &shape, &this.live_loans)
+    }
+
+    /// Sends `arrays` (name -> numpy array) and `meta` (name -> int/float/str) as one message.
+    #[pyo3(signature = (arrays, meta=None, timeout=None))]
+    fn send(
+        &self,
+        py: Python<'_>,
+        arrays: &Bound<'_, PyDict>,
+        meta: Option<&Bound<'_, PyDict>>,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        let out = Outgoing::collect(arrays, meta)?;
+        self.send_out(py, out, deadline(timeout)?)
+    }
+
+    /// Sends `len` records as one message (several when they do not fit one): record `i`
+    /// holds `arrays[k][i]` for every `k` and `meta[k][i]` for every `k`. Returns `len`.
+    #[pyo3(signature = (arrays, meta=None, timeout=None))]
+    fn send_many(
+        &self,
+        py: Python<'_>,
+        arrays: &Bound<'_, PyDict>,
+        meta: Option<&Bound<'_, PyDict>>,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
+        send_many::send_many(self, py, arrays, meta, deadline(timeout)?)
+    }
+
+    /// Closes the channel: the receiver drains what was sent, then gets `Disconnected`.
+    ///
+    /// Arrays from `loan` that are still alive (sent or not) stay readable: each holds its
+    /// block (and the pool's mapping) until its last view is gone.
+    fn close(&self, py: Python<'_>) {
+        // Without the GIL: a loan in another thread may hold the sender for a wait slice, and
+        // a named channel nobody opened yet lingers for a consumer.
+        py.detach(|| drop(lock(&self.inner).take()));
+    }
+}
