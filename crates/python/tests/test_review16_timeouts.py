@@ -1,6 +1,10 @@
 """Issue 16 review (review-16): a finite but huge timeout is a valid "wait a long time", never
-a Rust panic (`Duration::from_secs_f64` and `Instant + Duration` panic on overflow). Not the
-`float('inf')` case, which another branch fixes."""
+a Rust panic (`Duration::from_secs_f64` and `Instant + Duration` panic on overflow).
+
+Seen failing at 0e049fd (PanicException "cannot convert float seconds to Duration" and
+"overflow when adding duration to instant"); main's `crate::timeout` (ring-claim) fixed all
+but `warn_idle=float('inf')`: the spec travels as JSON, `json.dumps` writes `Infinity`, and
+serde_json refuses it ("ValueError: expected value at line 1 column 402")."""
 
 import numpy as np
 import pytest
