@@ -36,3 +36,25 @@ def test_review16_a_loan_whose_shape_overflows_is_a_value_error():
             raise AssertionError(f"loan{shape} did not raise ValueError")
     finally:
         tx.close()
+
+
+def test_review16_recv_many_counts_records_across_messages_of_any_size():
+    """One-record messages: exactly max_records; mixed sizes: stops at the first message that
+    reaches the bound; the rest stays for the next call, in order."""
+    tx = shmpipe.Sender.anonymous(slots=1024, blocks=4, block_size=1 << 20)
+    rx = shmpipe.Receiver.from_fd(tx.fileno())
+    try:
+        for i in range(20):
+            tx.send({"x": np.full(4, i, np.float32)}, timeout=5)
+        r = rx.recv_many(max_records=7, timeout=5)
+        assert r["x"][:, 0].tolist() == list(range(7))
+        r = rx.recv_many(max_records=100, timeout=5)
+        assert r["x"][:, 0].tolist() == list(range(7, 20))
+        for i, n in enumerate([3, 1, 30, 2]):
+            tx.send_many({"x": np.full((n, 4), i, np.float32)}, timeout=5)
+        r = rx.recv_many(max_records=5, timeout=5)
+        assert r["x"][:, 0].tolist() == [0] * 3 + [1] + [2] * 30
+        assert rx.recv_many(max_records=5, timeout=5)["x"][:, 0].tolist() == [3, 3]
+    finally:
+        rx.close()
+        tx.close()
