@@ -55,6 +55,18 @@ def _looks_like_steps(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_step(s) for s in x)
 
 
+def _warn_idle(secs: float | None) -> float | None:
+    """``warn_idle=`` as it travels in the JSON spec: ``None`` for never (JSON has no
+    infinity); a ``ValueError`` naming it for NaN or a negative number."""
+    if secs is None or secs == float("inf"):
+        return None
+    secs = float(secs)
+    if not secs >= 0:
+        raise ValueError(f"warn_idle={secs}: seconds, a number >= 0 (0, None or "
+                         f"float('inf'): never warn)")
+    return secs
+
+
 class Pipeline:
     """Runs ``steps`` in ``workers`` worker processes, over the items of ``source`` or over the
     items you :meth:`enqueue`.
@@ -80,7 +92,7 @@ class Pipeline:
       ``for out in iter(p.dequeue, None)`` reads to the end, and so does ``for out in p``.
       ``dequeue(timeout=s)`` raises ``TimeoutError`` after ``s`` seconds without an output;
       the pipeline runs on. A :meth:`dequeue` that has waited ``warn_idle`` seconds (default
-      5; 0: never) while nothing is enqueued and the input is open says once on stderr that
+      5; 0, ``None`` or ``float('inf')``: never) while nothing is enqueued and the input is open says once on stderr that
       :meth:`close_input` may be missing.
 
       **Back-pressure**: at most ``max_in_flight`` inputs are in the pipeline at once
@@ -170,7 +182,7 @@ class Pipeline:
                  shard=None, prefetch: int = 8, batch_bytes: int | None = None,
                  skip_bad_records: bool = False, channel: tuple | None = None,
                  persistent_workers: bool = False, max_in_flight: int | None = None,
-                 warn_idle: float = 5.0):
+                 warn_idle: float | None = 5.0):
         if not steps and _looks_like_steps(source):
             source, steps = None, source
         if workers < 0:
@@ -180,6 +192,7 @@ class Pipeline:
             max_in_flight = 4 * max(prefetch, 1) * max(workers, 1)
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight={max_in_flight}: at least 1 input must fit")
+        warn_idle = _warn_idle(warn_idle)
         self._steps = [self._step(s) for s in steps]
         rank, world = _shard(shard)
         self._spec = {
