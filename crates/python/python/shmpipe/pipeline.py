@@ -144,8 +144,10 @@ class Pipeline:
 
     ``ordered``: outputs in input order (default: as they come). ``shuffle`` with ``seed``: a
     per-epoch permutation plus a shuffle buffer of ``shuffle_buffer`` items. ``epochs``:
-    passes over the data (``None``: endless). ``shard``: ``(rank, world_size)`` or ``"env"``
-    to read ``RANK``/``WORLD_SIZE``: this job reads its part of the data only.
+    passes over the data (``None``: endless, but an epoch that gives no output ends it, as
+    GluonTS's ``Cyclic`` does: an empty source or a used-up generator). ``shard``:
+    ``(rank, world_size)`` or ``"env"`` to read ``RANK``/``WORLD_SIZE``: this job reads its
+    part of the data only.
 
     **Seeds**: randomness in a step should come from :func:`shmpipe.item_rng`, a numpy
     generator seeded from ``seed`` and the input being processed (its position in the
@@ -368,8 +370,14 @@ class Pipeline:
                 run.start_epoch(self._epoch)
                 self._epoch += 1
                 n += 1
+                got = False
                 while (out := run.next_in_epoch()) is not None:
+                    got = True
                     yield out
+                if epochs is None and not got:
+                    # Endless epochs of a source that gives nothing (empty, or a generator
+                    # already used up) would spin for ever: they end, as GluonTS's Cyclic does.
+                    break
             if not persistent:
                 # The end of stream: what the steps' finish() still holds.
                 run.close_input()
