@@ -292,14 +292,16 @@ impl Run {
         self.fail(py, e)
     }
 
-    /// A message left the pump's queue: its inputs are no longer in the processes; it waits
-    /// in `taken` for `dequeue`.
-    fn stash(&self, msg: Msg) {
+    /// A chunk of messages left the pump's queue: their inputs are no longer in the
+    /// processes; they wait in `taken` for `dequeue` (one lock and one wake-up per chunk).
+    fn stash(&self, msgs: Vec<Msg>) {
         let mut st = lock(&self.state);
-        if let Some(d) = msg.done() {
-            st.left = st.left.max(d).min(st.fed);
+        for msg in msgs {
+            if let Some(d) = msg.done() {
+                st.left = st.left.max(d).min(st.fed);
+            }
+            st.taken.push_back(msg);
         }
-        st.taken.push_back(msg);
         drop(st);
         self.room.notify_all();
     }
@@ -339,7 +341,7 @@ impl Run {
             }
             let wait = slice(deadline);
             match &self.backend {
-                // `taken` is empty here: one wake-up takes what is queued, up to 9 messages
+                // `taken` is empty here: one wake-up takes what is queued, up to 9 chunks
                 // (a bound, or a slow consumer would let the pump run ahead without limit).
                 Backend::Pump(p) => match py.detach(|| p.recv_into(wait, 8, |m| self.stash(m))) {
                     Ok(()) => {}
