@@ -43,17 +43,7 @@ fn closed() -> PyErr {
     PyValueError::new_err("the channel end is closed")
 }
 
-fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
-    match timeout {
-        None => Ok(None),
-        Some(t) if t.is_finite() && t >= 0.0 => {
-            Ok(Some(Instant::now() + Duration::from_secs_f64(t)))
-        }
-        Some(t) => Err(PyValueError::new_err(format!(
-            "timeout must be >= 0 seconds, not {t}"
-        ))),
-    }
-}
+use crate::timeout::deadline;
 
 /// The next wait slice before `deadline`; `None` once it has passed.
 fn slice(deadline: Option<Instant>) -> Option<Duration> {

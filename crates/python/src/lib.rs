@@ -16,6 +16,7 @@ mod pump;
 mod run;
 mod source;
 mod timefeat;
+mod timeout;
 mod worker;
 
 #[pymodule]

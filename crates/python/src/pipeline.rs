@@ -13,7 +13,7 @@
 //! `PipelineError` naming the fork, before it takes a lock.
 
 use std::mem::ManuallyDrop;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -204,18 +204,7 @@ pub(crate) fn source_err(e: shmpipe::SourceError) -> shmpipe::Error {
     }
 }
 
-/// `timeout` in seconds as a deadline (`None`: wait for ever).
-fn deadline(timeout: Option<f64>) -> PyResult<Option<Instant>> {
-    match timeout {
-        None => Ok(None),
-        Some(t) if t.is_finite() && t >= 0.0 => {
-            Ok(Some(Instant::now() + Duration::from_secs_f64(t)))
-        }
-        Some(t) => Err(PyValueError::new_err(format!(
-            "timeout={t}: seconds, a finite number >= 0, or None to wait for ever"
-        ))),
-    }
-}
+use crate::timeout::deadline;
 
 #[pymethods]
 impl PipelineRun {
@@ -259,7 +248,8 @@ impl PipelineRun {
         } else {
             Backend::Pump(Pump::start(p, prefetch))
         };
-        let warn_idle = Duration::from_secs_f64(spec["warn_idle"].as_f64().unwrap_or(5.0).max(0.0));
+        let warn_idle = spec["warn_idle"].as_f64().unwrap_or(5.0);
+        let warn_idle = crate::timeout::seconds(warn_idle, "warn_idle")?.unwrap_or(Duration::MAX);
         Ok(PipelineRun {
             run: ManuallyDrop::new(Run::new(backend, input, max_in_flight, records, warn_idle)),
             id,

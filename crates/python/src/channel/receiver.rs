@@ -240,12 +240,12 @@ impl Receiver {
     #[staticmethod]
     #[pyo3(signature = (name, timeout=0.0))]
     fn open(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Receiver> {
-        let end = Instant::now() + Duration::from_secs_f64(timeout.max(0.0));
+        let end = deadline(Some(timeout))?;
         loop {
             match py.detach(|| shm_ring::Receiver::open(name)) {
                 Ok(rx) => return Ok(Receiver::new(rx)),
                 Err(shm_ring::Error::NotFound(_) | shm_ring::Error::NotASegment(_))
-                    if Instant::now() < end =>
+                    if end.is_none_or(|e| Instant::now() < e) =>
                 {
                     py.check_signals()?;
                     py.detach(|| std::thread::sleep(Duration::from_millis(5)));

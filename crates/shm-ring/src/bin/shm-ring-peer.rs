@@ -56,6 +56,10 @@
 //!                                         prints "child send: R" and "child recv: R" (R: "ok" or the
 //!                                         error); the parent then prints "parent got A B" and the
 //!                                         sender's free slots check "parent sent"
+//! shm-ring-peer race-open NAME            print "ready", wait for "go" on stdin, then open NAME
+//!                                         once: print "opened TAG" (TAG: tag of the first message,
+//!                                         received with 2 s to wait; "none" without one) and keep
+//!                                         the receiver until stdin closes, or "busy PID"
 //! ```
 #[cfg(loom)]
 fn main() {}
@@ -421,6 +425,7 @@ mod real {
             "fork-drop" => issue16::fork_drop(&arg),
             "fork-send" => issue16::fork_send(&arg),
             "fork-typed" => issue16::fork_typed(&arg),
+            "race-open" => issue16::race_open(&arg),
             "resize" => issue16::resize(&arg),
             "squat" => issue16::squat(&arg),
             "fill-named" => issue16::fill_named(&arg),

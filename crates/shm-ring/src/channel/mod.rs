@@ -18,6 +18,7 @@
 //! when the message is dropped.
 
 mod alloc;
+mod claim;
 mod config;
 mod large;
 mod owned;
@@ -83,10 +84,11 @@ struct ChannelHeader {
     producer_closed: AtomicU32,
     /// Set (SeqCst) by the consumer when it closes.
     consumer_closed: AtomicU32,
-    /// The attached consumer, claimed with one CAS from 0 by `Receiver::attach`: its pid in
-    /// the high 32 bits, the low 32 bits of its start time (clock ticks since boot) in the low
-    /// 32 bits; 0 if none. One word, so a producer never pairs one process's pid with another's
-    /// start time.
+    /// The attached consumer, claimed with one CAS from 0 (or from a dead consumer's word) by
+    /// `Receiver::attach`: its pid in the high 32 bits, the low 32 bits of its start time
+    /// (clock ticks since boot) in the low 32 bits; 0 if none; `claim::RECLAIMING` while the
+    /// producer takes back a dead consumer's blocks. One word, so a producer never pairs one
+    /// process's pid with another's start time. See `claim.rs`.
     consumer: AtomicU64,
     /// Bytes of the channel's schema region (0: no schema, self-describing messages). Read
     /// once at open; the layout places the region from it (see [`Layout::new`]).
@@ -98,16 +100,6 @@ struct ChannelHeader {
 }
 const _: () = assert!(std::mem::size_of::<ChannelHeader>() == 56);
 const _: () = assert!(CHANNEL_HEADER_AT + std::mem::size_of::<ChannelHeader>() <= DESC_RING_AT);
-
-/// Packs a consumer claim (see [`ChannelHeader::consumer`]).
-fn consumer_word(pid: u32, start: u64) -> u64 {
-    ((pid as u64) << 32) | (start & 0xffff_ffff)
-}
-
-/// Unpacks a consumer claim: (pid, low 32 bits of the start time).
-fn consumer_claim(word: u64) -> (u32, u32) {
-    ((word >> 32) as u32, word as u32)
-}
 
 /// Offsets of every region, computed from the geometry alone (so both sides agree, and the
 /// consumer can check the segment against it).

@@ -84,7 +84,7 @@ mod write;
 
 pub use positional::Outgoing;
 
-use watch::Watch;
+use super::claim::Watch;
 
 /// The descriptor of the channel's segment: for an anonymous channel, the sealed memfd to hand
 /// to the consumer process (`try_clone_to_owned`, then [`Receiver::from_fd`](super::Receiver::from_fd) there).

@@ -254,3 +254,28 @@ pub(super) fn drain_named(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
     say(&format!("verified {total}"));
     Ok(())
 }
+
+/// One of several new consumers racing for a dead consumer's claim: opens on "go".
+pub(super) fn race_open(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+    say("ready");
+    let mut lines = stdin_lines();
+    if lines.next().as_deref() != Some("go") {
+        return Err("expected go".into());
+    }
+    match Receiver::open(&arg(1)) {
+        Ok(mut rx) => {
+            match rx.recv_timeout(Duration::from_secs(2)) {
+                Ok(m) => say(&format!("opened {}", m.tag())),
+                Err(shm_ring::Error::Timeout) => say("opened none"),
+                Err(e) => return Err(e.to_string()),
+            }
+            for _ in lines {}
+            Ok(())
+        }
+        Err(shm_ring::Error::Busy(pid)) => {
+            say(&format!("busy {pid}"));
+            Ok(())
+        }
+        Err(e) => Err(e.to_string()),
+    }
+}

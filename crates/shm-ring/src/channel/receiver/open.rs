@@ -7,10 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Receiver, RxShared};
+use crate::channel::claim::{self, Claimed};
 use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, channel_header};
 use crate::error::{Error, corrupt};
 use crate::rendezvous::{self, Rendezvous, Served};
-use crate::ring;
+use crate::ring::{self, Storage};
 use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
 use crate::segment::{Reached, Segment};
 use crate::sync::Ordering;
@@ -59,13 +60,16 @@ impl Expect<'_> {
 impl Receiver {
     /// Opens the consumer end of the channel `name`, created by a [`Sender`](crate::Sender) in
     /// any process of the same user (and looked for in the default socket directory: see
-    /// [`Rendezvous`]). One consumer at a time.
+    /// [`Rendezvous`]). One consumer at a time; the claim of a consumer that died is taken
+    /// over: this receiver reads on from the first message the dead one did not take, and the
+    /// blocks the dead one held go back to the producer.
     ///
     /// # Errors
     /// [`Error::NotFound`] (no live sender serves the name; a stale socket of a dead one is
     /// removed); [`Error::Untrusted`] (a socket directory, entry or server we do not trust);
     /// [`Error::NotASegment`] (a malformed answer or descriptor), [`Error::VersionMismatch`],
-    /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer attached),
+    /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer is attached
+    /// and alive, or closed the channel, or cannot be judged; pid 0: the claim names none),
     /// [`Error::Timeout`] (the server accepted but did not answer within 5 s).
     pub fn open(name: &str) -> Result<Receiver, Error> {
         Self::open_as(&Rendezvous::default(), name, None, Expect::Messages)
@@ -260,26 +264,24 @@ impl Receiver {
         // also finds us.
         let ident = crate::channel::file_ident(&seg);
         crate::channel::own_receiver(ident, Some(true));
-        // SYNC POINT (AcqRel CAS): pid and start time are claimed together in one word; a
-        // rejected opener writes nothing.
-        if let Err(other) = h.consumer.compare_exchange(
-            0,
-            crate::channel::consumer_word(me, start),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            crate::channel::own_receiver(ident, Some(false));
-            return Err(Error::Busy(crate::channel::consumer_claim(other).0));
-        }
+        let claimed = match claim::claim(h, claim::consumer_word(me, start), ident) {
+            Ok(c) => c,
+            Err(e) => {
+                crate::channel::own_receiver(ident, Some(false));
+                return Err(e);
+            }
+        };
         let seg = Arc::new(seg);
-        let desc = ring::Consumer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: DESC_RING_AT,
-                slots: layout.desc_slots,
-            },
-            layout.desc,
-        );
+        let desc_ring = ShmRing {
+            seg: seg.clone(),
+            header: DESC_RING_AT,
+            slots: layout.desc_slots,
+        };
+        // SYNC POINT (Acquire): pairs with the last Release store of the ring's head by the
+        // consumer before us (a dead one we took over from, or the producer's reset after a
+        // reclaim): we read on from there.
+        let _ = desc_ring.header().head.0.load(Ordering::Acquire);
+        let desc = ring::Consumer::attach(desc_ring, layout.desc);
         let comp = ring::Producer::attach(
             ShmRing {
                 seg: seg.clone(),
@@ -288,15 +290,22 @@ impl Receiver {
             },
             layout.comp,
         );
+        let shared = Arc::new(RxShared {
+            owner: crate::fork::Owner::current(),
+            seg,
+            comp: Mutex::new(comp),
+            pool: layout.pool,
+            broken: Mutex::new(None),
+            is_broken: std::sync::atomic::AtomicBool::new(false),
+        });
+        if claimed == Claimed::TakenOver {
+            // Every record before our read position was the dead consumer's: the blocks it
+            // still held come back to the producer (see `claim.rs`).
+            let from = desc.position().wrapping_sub(claim::TAKEOVER_SPAN);
+            shared.dropped(from, claim::TAKEOVER_SPAN);
+        }
         Ok(Receiver {
-            shared: Arc::new(RxShared {
-                owner: crate::fork::Owner::current(),
-                seg,
-                comp: Mutex::new(comp),
-                pool: layout.pool,
-                broken: Mutex::new(None),
-                is_broken: std::sync::atomic::AtomicBool::new(false),
-            }),
+            shared,
             desc,
             producer,
             wait,

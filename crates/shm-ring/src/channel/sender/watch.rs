@@ -4,23 +4,9 @@
 use std::time::{Duration, Instant};
 
 use super::Sender;
-use crate::channel::{consumer_claim, own_receiver};
-use crate::error::{Error, corrupt};
+use crate::channel::claim::{self, RECLAIMING, Watch, consumer_claim};
+use crate::error::Error;
 use crate::sync::Ordering;
-use crate::sys::{self, PeerProcess};
-
-/// What a consumer claim names.
-#[derive(Debug)]
-pub(super) enum Watch {
-    /// A receiver in this process.
-    Own,
-    /// Another live process.
-    Peer(PeerProcess),
-    /// A process that does not exist (any more), or a claim that names none.
-    Dead,
-    /// Cannot tell right now (e.g. `/proc` unreadable): not dead; asked again next time.
-    Unknown,
-}
 
 impl Sender {
     pub(super) fn consumer_gone(&mut self) -> Result<(), Error> {
@@ -53,63 +39,51 @@ impl Sender {
             }
             _ => false,
         };
-        if dead {
-            return Err(self.reclaim_dead_consumer(word));
+        if dead && let Some(e) = self.reclaim_dead_consumer(word) {
+            return Err(e);
         }
         Ok(())
     }
 
-    /// Validates a consumer claim read from shared memory (see `ChannelHeader::consumer`).
+    /// Validates a consumer claim read from shared memory (see `claim::judge`).
     fn judge_claim(&self, word: u64) -> Result<Watch, Error> {
-        let (pid, start_lo) = consumer_claim(word);
-        if pid == 0 {
-            return Err(corrupt(format!("consumer claim {word:#x} names no pid")));
-        }
-        if pid == sys::pid() {
-            // A consumer in this very process: believe it only if one has this channel open.
-            return if own_receiver(self.ident, None) {
-                Ok(Watch::Own)
-            } else {
-                Err(corrupt(format!(
-                    "consumer claim names this process ({pid}), which has no receiver on the channel"
-                )))
-            };
-        }
-        Ok(match sys::process_start_time(pid) {
-            // The pid and the start time must name one live process: a recycled pid or a
-            // garbage start time is a consumer that is gone.
-            Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
-            Some(_) => Watch::Dead,
-            // `/proc` does not show it (hidepid hides other users' processes, or out of
-            // descriptors): only the kernel's definite "no such process" counts as dead. One
-            // that exists is watched through its pidfd (its start time cannot be checked: a
-            // recycled pid is then taken for alive, never the reverse).
-            None => match sys::liveness(pid, 0) {
-                sys::Liveness::Dead => Watch::Dead,
-                sys::Liveness::Alive => Watch::Peer(PeerProcess::watch(pid, 0)),
-                sys::Liveness::Unknown => Watch::Unknown,
-            },
-        })
+        claim::judge(word, self.ident)
     }
 
     /// The consumer died: everything in flight comes back, the ring is emptied, and a new
-    /// consumer may attach.
-    fn reclaim_dead_consumer(&mut self, word: u64) -> Error {
+    /// consumer may attach. `None` if a new consumer took the dead one's claim over first (it
+    /// reads on from where the dead one stopped and hands its blocks back: `claim.rs`).
+    fn reclaim_dead_consumer(&mut self, word: u64) -> Option<Error> {
         let pid = consumer_claim(word).0;
+        self.consumer = None;
+        // SYNC POINT (SeqCst CAS from the dead consumer's exact word): one winner between this
+        // reclaim and openers taking the claim over (`claim::claim`). While the word is
+        // RECLAIMING no opener attaches.
+        if self
+            .header()
+            .consumer
+            .compare_exchange(word, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
         // SAFETY: the consumer named by `word` is dead (judged from pid and start time, or a
-        // definite "no such process"), and a new one cannot be served before we release the
-        // claim below: nobody reads the blocks or the ring any more.
+        // definite "no such process"), and no new one attaches before we release the claim
+        // below (the word is RECLAIMING, which only we replace): nobody reads the blocks or
+        // the ring any more.
         let reclaimed = unsafe { self.pool.reclaim_all() };
         // SAFETY: as above; `reset_consumer` publishes our staged records first, then drops them.
         unsafe { self.desc.reset_consumer() };
-        self.consumer = None;
         self.unattached_since = Some(Instant::now());
-        // Free the claim for a new consumer, unless one has already replaced it.
-        let _ =
-            self.header()
-                .consumer
-                .compare_exchange(word, 0, Ordering::SeqCst, Ordering::Relaxed);
-        Error::PeerDied { pid, reclaimed }
+        // SYNC POINT (SeqCst): publishes the emptied ring (head = tail) before an opener's
+        // claiming CAS from 0 (Acquire) attaches at that head.
+        let _ = self.header().consumer.compare_exchange(
+            RECLAIMING,
+            0,
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        );
+        Some(Error::PeerDied { pid, reclaimed })
     }
 
     /// Pid of the attached consumer, if one is attached.

@@ -1,0 +1,174 @@
+//! The consumer claim: the one word of the channel header that names the attached consumer,
+//! how either end judges the process it names, and who releases the claim of a consumer that
+//! died.
+//!
+//! The word packs the consumer's pid (high 32 bits) and the low 32 bits of its start time, so
+//! nobody pairs one process's pid with another's start time. It goes from 0 to an opener's
+//! word with one CAS (one winner among racing openers; a refused opener writes nothing). A
+//! dead consumer's claim is released by whichever end notices first, and one CAS on the dead
+//! consumer's word decides which:
+//! - the **producer**, in a call that has to wait (for room or a block): it swaps the word for
+//!   [`RECLAIMING`], takes back every block in flight, empties the ring, and sets the word to
+//!   0 (`Sender::reclaim_dead_consumer`); an opener that sees [`RECLAIMING`] waits for the 0;
+//! - a **new consumer** that opens the channel ([`claim`]): it swaps the word for its own,
+//!   continues at the first record the dead consumer did not take, and reports every record
+//!   before that one as dropped (a note in the completion ring), so the producer takes back
+//!   the blocks the dead consumer still held the next time it collects returns
+//!   (`BlockPool::collect_returns`). The producer sees a new consumer, not `PeerDied`.
+//!
+//! A consumer is judged dead only on definite evidence, by the rules of [`sys::liveness`]:
+//! its pid names another process (another start time), its pidfd says its whole thread
+//! group ended (a leader in `Z` with live threads is alive), or, where `/proc` does not show
+//! it (`hidepid`), the kernel answers `ESRCH`. "Cannot tell" is alive. The word is read once
+//! (the CAS's failure value) and only that copy is judged; it is replaced only if it still
+//! holds that exact value.
+
+use std::time::{Duration, Instant};
+
+use super::ChannelHeader;
+use crate::error::{Error, corrupt};
+use crate::sync::Ordering;
+use crate::sys::{self, PeerProcess};
+
+/// The claim while the producer takes back a dead consumer's blocks (no consumer writes it:
+/// its pid is 0). Openers wait for it to become 0.
+pub(super) const RECLAIMING: u64 = 0xffff_ffff;
+
+/// How long an opener waits while the producer reclaims (it takes microseconds; a producer
+/// that died meanwhile leaves the word so).
+const RECLAIM_WAIT: Duration = Duration::from_secs(2);
+
+/// Records before the takeover point whose blocks a new consumer hands back: every position
+/// of the last 2^31 - 1 (the most a "dropped" note spans). A dead consumer's block that went
+/// out 2^31 or more records before it died stays out (leaked, never reused).
+pub(super) const TAKEOVER_SPAN: u32 = (1 << 31) - 1;
+
+/// Packs a consumer claim (see [`ChannelHeader::consumer`]).
+pub(super) fn consumer_word(pid: u32, start: u64) -> u64 {
+    (u64::from(pid) << 32) | (start & 0xffff_ffff)
+}
+
+/// Unpacks a consumer claim: (pid, low 32 bits of the start time).
+pub(super) fn consumer_claim(word: u64) -> (u32, u32) {
+    ((word >> 32) as u32, word as u32)
+}
+
+/// What a consumer claim names.
+#[derive(Debug)]
+pub(super) enum Watch {
+    /// A receiver in this process.
+    Own,
+    /// Another live process.
+    Peer(PeerProcess),
+    /// A process that does not exist (any more), or a claim that names none.
+    Dead,
+    /// Cannot tell right now (e.g. `/proc` unreadable): not dead; asked again next time.
+    Unknown,
+}
+
+impl Watch {
+    /// Whether the claimant is dead now (definite evidence only).
+    pub(super) fn is_dead(&self) -> bool {
+        match self {
+            Watch::Peer(p) => p.is_dead(),
+            Watch::Dead => true,
+            Watch::Own | Watch::Unknown => false,
+        }
+    }
+}
+
+/// Judges a consumer claim `word` (a private copy) of the channel `ident` (its file's
+/// device and inode).
+///
+/// # Errors
+/// [`Error::Corrupt`] for a claim that names no pid, or names this process while no receiver
+/// of this process has the channel open.
+pub(super) fn judge(word: u64, ident: (u64, u64)) -> Result<Watch, Error> {
+    let (pid, start_lo) = consumer_claim(word);
+    if pid == 0 {
+        return Err(corrupt(format!("consumer claim {word:#x} names no pid")));
+    }
+    if pid == sys::pid() {
+        // A consumer in this very process: believe it only if one has this channel open.
+        return if super::own_receiver(ident, None) {
+            Ok(Watch::Own)
+        } else {
+            Err(corrupt(format!(
+                "consumer claim names this process ({pid}), which has no receiver on the channel"
+            )))
+        };
+    }
+    Ok(match sys::process_start_time(pid) {
+        // The pid and the start time must name one live process: a recycled pid or a garbage
+        // start time is a consumer that is gone.
+        Some(start) if start as u32 == start_lo => Watch::Peer(PeerProcess::watch(pid, start)),
+        Some(_) => Watch::Dead,
+        // `/proc` does not show it (hidepid hides other users' processes, or out of
+        // descriptors): only the kernel's definite "no such process" counts as dead. One that
+        // exists is watched through its pidfd (its start time cannot be checked: a recycled
+        // pid is then taken for alive, never the reverse).
+        None => match sys::liveness(pid, 0) {
+            sys::Liveness::Dead => Watch::Dead,
+            sys::Liveness::Alive => Watch::Peer(PeerProcess::watch(pid, 0)),
+            sys::Liveness::Unknown => Watch::Unknown,
+        },
+    })
+}
+
+/// How an opener got the claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Claimed {
+    /// From 0: nobody had it, or the producer had released a dead consumer's.
+    Free,
+    /// From a dead consumer: the opener must report the records before its read position as
+    /// dropped (see the module doc).
+    TakenOver,
+}
+
+/// Claims the consumer end for `mine` (our [`consumer_word`]) on the channel `ident`: from 0,
+/// or from a consumer that is dead.
+///
+/// # Errors
+/// [`Error::Busy`] naming the claimant while a live consumer (or one that closed, or one that
+/// cannot be judged) holds the claim, or, with pid 0, while the producer's reclaim does not
+/// end within [`RECLAIM_WAIT`].
+pub(super) fn claim(h: &ChannelHeader, mine: u64, ident: (u64, u64)) -> Result<Claimed, Error> {
+    let deadline = Instant::now() + RECLAIM_WAIT;
+    loop {
+        // SYNC POINT (AcqRel CAS): pid and start time are claimed together in one word; the
+        // producer's Acquire load of it learns who the consumer is. A refused CAS writes
+        // nothing; its Acquire pairs with the producer's store of 0 after a reclaim.
+        let other = match h
+            .consumer
+            .compare_exchange(0, mine, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => return Ok(Claimed::Free),
+            Err(other) => other,
+        };
+        let pid = consumer_claim(other).0;
+        if other != RECLAIMING {
+            // A consumer that closed ended the stream (the producer got or gets Disconnected);
+            // a live, unknown or unjudgeable one keeps its claim.
+            if h.consumer_closed.load(Ordering::Acquire) != 0
+                || !judge(other, ident).is_ok_and(|w| w.is_dead())
+            {
+                return Err(Error::Busy(pid));
+            }
+            // SYNC POINT (AcqRel CAS from the dead consumer's exact word): one winner among
+            // racing openers and the producer's reclaim (which swaps the same word for
+            // RECLAIMING first). The dead process made no store after its death, which the
+            // kernel reported; the attach then loads the ring's head with Acquire.
+            if h.consumer
+                .compare_exchange(other, mine, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Ok(Claimed::TakenOver);
+            }
+        }
+        // The producer is reclaiming, or the word changed under us: look again, briefly.
+        if Instant::now() >= deadline {
+            return Err(Error::Busy(pid));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
