@@ -248,8 +248,15 @@ impl PipelineRun {
         } else {
             Backend::Pump(Pump::start(p, prefetch))
         };
-        let warn_idle = spec["warn_idle"].as_f64().unwrap_or(5.0);
-        let warn_idle = crate::timeout::seconds(warn_idle, "warn_idle")?.unwrap_or(Duration::MAX);
+        // `null`: never (Python sends `None` for infinity, which JSON cannot hold).
+        let warn_idle = match spec.get("warn_idle") {
+            None => Some(5.0),
+            Some(v) => v.as_f64(),
+        };
+        let warn_idle = match warn_idle {
+            Some(s) => crate::timeout::seconds(s, "warn_idle")?.unwrap_or(Duration::MAX),
+            None => Duration::MAX,
+        };
         Ok(PipelineRun {
             run: ManuallyDrop::new(Run::new(backend, input, max_in_flight, records, warn_idle)),
             id,

@@ -50,6 +50,11 @@ pub(crate) enum Fed {
 /// Largest group of in-memory source items handed to the input thread at once.
 const GROUP_ITEMS: usize = 256;
 const GROUP_BYTES: usize = 1 << 20;
+/// A group is handed on after this long even if short: a slow source (a generator that waits
+/// for a sensor, a queue, a socket) streams.
+const GROUP_TIME: Duration = Duration::from_millis(5);
+/// A top-up returns to deliver outputs once they wait, or after this long.
+const TOP_UP_TIME: Duration = Duration::from_millis(20);
 
 /// Who runs the steps.
 pub(crate) enum Backend {
@@ -554,10 +559,15 @@ impl Run {
     }
 
     /// Feeds records of the current epoch while there is room (in-memory sources in groups:
-    /// one wake-up of the input thread per group).
+    /// one wake-up of the input thread per group), until outputs wait or [`TOP_UP_TIME`]
+    /// passed: the caller then delivers them, so a slow source streams.
     fn top_up(&self, py: Python<'_>) -> PyResult<()> {
         let room = |st: &State| !st.exhausted && st.fed.saturating_sub(st.left) < self.feed_ahead;
+        let start = Instant::now();
         while room(&lock(&self.state)) {
+            if start.elapsed() >= TOP_UP_TIME || self.outputs_wait(py) {
+                return Ok(());
+            }
             let queued = lock(&self.input).as_ref().map_or(0, Input::queued_bytes);
             if queued >= FEED_BYTES {
                 return Ok(());
@@ -576,7 +586,7 @@ impl Run {
                     Some(Err(e)) => Err(pipe_err(py, crate::pipeline::source_err(e))),
                     None => Ok(None),
                 },
-                Fed::Memory(m) => m.next_group(py, max, GROUP_BYTES),
+                Fed::Memory(m) => m.next_group(py, max, GROUP_BYTES, Instant::now() + GROUP_TIME),
             })?;
             match next {
                 Ok(Some(items)) if !items.is_empty() => {
@@ -588,6 +598,15 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Whether outputs wait to be delivered (what the pump has queued is moved to `taken`).
+    fn outputs_wait(&self, py: Python<'_>) -> bool {
+        if let Backend::Pump(p) = &self.backend {
+            // A failure or the end is left to `next_out`, which reports it.
+            let _ = py.detach(|| p.recv_into(Duration::ZERO, 8, |m| self.stash(m)));
+        }
+        !lock(&self.state).taken.is_empty()
     }
 
     /// The next output of the current epoch of the parent-fed source; `None` at its end.

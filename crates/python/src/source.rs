@@ -14,6 +14,7 @@
 //! iterator (read once). The caller starts each epoch ([`Feed::start_epoch_at`]).
 
 use std::ops::Range;
+use std::time::Instant;
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -219,8 +220,9 @@ impl Feed {
         Ok(None)
     }
 
-    /// The next items of the current epoch, converted: up to `max_items` items or about
-    /// `max_bytes` array bytes; `None` at the end of the epoch.
+    /// The next items of the current epoch, converted: up to `max_items` items, about
+    /// `max_bytes` array bytes, or what came by `until` (at least one item); `None` at the end
+    /// of the epoch.
     ///
     /// # Errors
     /// What reading the source raised (the user's own exception), or a `TypeError` /
@@ -230,10 +232,14 @@ impl Feed {
         py: Python<'_>,
         max_items: usize,
         max_bytes: usize,
+        until: Instant,
     ) -> PyResult<Option<Vec<Item>>> {
         let mut group = Vec::new();
         let mut bytes = 0;
-        while group.len() < max_items && bytes < max_bytes {
+        while group.len() < max_items
+            && bytes < max_bytes
+            && (group.is_empty() || Instant::now() < until)
+        {
             let Some((at, obj)) = self.next_obj(py)? else {
                 break;
             };

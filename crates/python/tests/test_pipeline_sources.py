@@ -170,3 +170,28 @@ def _gone(pid):
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_endless_epochs_of_a_source_that_gives_nothing_end(workers):
+    """``epochs=None`` over an empty source, or an iterable used up after its first pass:
+    the run ends (as GluonTS's ``Cyclic`` does) instead of starting empty epochs for ever (it
+    spun at 100% CPU, seen with an empty dataset in shmpipe.gluonts' TrainDataLoader)."""
+    t0 = time.monotonic()
+    assert list(shmpipe.Pipeline([], [double], workers=workers, epochs=None)) == []
+
+
+    class OnePass:
+        """An iterable whose later passes give nothing (a stream read to its end)."""
+
+        def __init__(self):
+            self.passes = 0
+
+        def __iter__(self):
+            self.passes += 1
+            if self.passes == 1:
+                yield from ({"x": np.full(4, i, np.float32)} for i in range(5))
+
+    out = list(shmpipe.Pipeline(OnePass(), [double], workers=workers, epochs=None))
+    assert sorted(float(o["x"][0]) for o in out) == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert time.monotonic() - t0 < 60

@@ -61,3 +61,24 @@ def test_nan_and_negative_timeouts_of_a_pipeline_name_the_parameter(t):
             p.enqueue(3, timeout=t)
         with pytest.raises(ValueError, match="timeout="):
             p.dequeue(timeout=t)
+
+
+@pytest.mark.parametrize("w", BAD)
+def test_nan_and_negative_warn_idle_name_the_parameter_at_construction(w):
+    with pytest.raises(ValueError, match="warn_idle="):
+        shmpipe.Pipeline([add_1], workers=0, warn_idle=w)
+
+
+@pytest.mark.parametrize("w", [math.inf, None])
+def test_warn_idle_inf_or_none_is_never(w):
+    """JSON has no infinity: `float('inf')` used to fail the spec's parsing at the start."""
+    with shmpipe.Pipeline([add_1], workers=0, warn_idle=w) as p:
+        p.enqueue(3)
+        assert p.dequeue(timeout=5) == 4
+
+
+def test_receiver_open_of_a_missing_name_with_a_bad_timeout_names_it(chan_name):
+    """Before main's timeout helper, `Receiver.open(timeout=nan or -1)` meant "no wait"."""
+    for t in BAD:
+        with pytest.raises(ValueError, match="timeout="):
+            shmpipe.Receiver.open(chan_name, timeout=t)

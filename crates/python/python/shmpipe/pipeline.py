@@ -55,6 +55,18 @@ def _looks_like_steps(x: Any) -> bool:
     return isinstance(x, (list, tuple)) and len(x) > 0 and all(_is_step(s) for s in x)
 
 
+def _warn_idle(secs: float | None) -> float | None:
+    """``warn_idle=`` as it travels in the JSON spec: ``None`` for never (JSON has no
+    infinity); a ``ValueError`` naming it for NaN or a negative number."""
+    if secs is None or secs == float("inf"):
+        return None
+    secs = float(secs)
+    if not secs >= 0:
+        raise ValueError(f"warn_idle={secs}: seconds, a number >= 0 (0, None or "
+                         f"float('inf'): never warn)")
+    return secs
+
+
 class Pipeline:
     """Runs ``steps`` in ``workers`` worker processes, over the items of ``source`` or over the
     items you :meth:`enqueue`.
@@ -80,7 +92,7 @@ class Pipeline:
       ``for out in iter(p.dequeue, None)`` reads to the end, and so does ``for out in p``.
       ``dequeue(timeout=s)`` raises ``TimeoutError`` after ``s`` seconds without an output;
       the pipeline runs on. A :meth:`dequeue` that has waited ``warn_idle`` seconds (default
-      5; 0: never) while nothing is enqueued and the input is open says once on stderr that
+      5; 0, ``None`` or ``float('inf')``: never) while nothing is enqueued and the input is open says once on stderr that
       :meth:`close_input` may be missing.
 
       **Back-pressure**: at most ``max_in_flight`` inputs are in the pipeline at once
@@ -144,8 +156,10 @@ class Pipeline:
 
     ``ordered``: outputs in input order (default: as they come). ``shuffle`` with ``seed``: a
     per-epoch permutation plus a shuffle buffer of ``shuffle_buffer`` items. ``epochs``:
-    passes over the data (``None``: endless). ``shard``: ``(rank, world_size)`` or ``"env"``
-    to read ``RANK``/``WORLD_SIZE``: this job reads its part of the data only.
+    passes over the data (``None``: endless, but an epoch that gives no output ends it, as
+    GluonTS's ``Cyclic`` does: an empty source or a used-up generator). ``shard``:
+    ``(rank, world_size)`` or ``"env"`` to read ``RANK``/``WORLD_SIZE``: this job reads its
+    part of the data only.
 
     **Seeds**: randomness in a step should come from :func:`shmpipe.item_rng`, a numpy
     generator seeded from ``seed`` and the input being processed (its position in the
@@ -170,7 +184,7 @@ class Pipeline:
                  shard=None, prefetch: int = 8, batch_bytes: int | None = None,
                  skip_bad_records: bool = False, channel: tuple | None = None,
                  persistent_workers: bool = False, max_in_flight: int | None = None,
-                 warn_idle: float = 5.0):
+                 warn_idle: float | None = 5.0):
         if not steps and _looks_like_steps(source):
             source, steps = None, source
         if workers < 0:
@@ -180,6 +194,7 @@ class Pipeline:
             max_in_flight = 4 * max(prefetch, 1) * max(workers, 1)
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight={max_in_flight}: at least 1 input must fit")
+        warn_idle = _warn_idle(warn_idle)
         self._steps = [self._step(s) for s in steps]
         rank, world = _shard(shard)
         self._spec = {
@@ -368,8 +383,14 @@ class Pipeline:
                 run.start_epoch(self._epoch)
                 self._epoch += 1
                 n += 1
+                got = False
                 while (out := run.next_in_epoch()) is not None:
+                    got = True
                     yield out
+                if epochs is None and not got:
+                    # Endless epochs of a source that gives nothing (empty, or a generator
+                    # already used up) would spin for ever: they end, as GluonTS's Cyclic does.
+                    break
             if not persistent:
                 # The end of stream: what the steps' finish() still holds.
                 run.close_input()

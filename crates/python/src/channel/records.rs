@@ -319,18 +319,41 @@ fn missing(g: &mut Gathered) {
     }
 }
 
-/// Reads every message that is there (waiting up to `t` for the first), up to `max_records`
-/// messages, in place, into columns.
+/// Reads the messages that are there (waiting up to `t` for the first) until about
+/// `max_records` records, in place, into columns: whole messages, so the last one may go
+/// over. shm-ring bounds a burst in messages: the first burst is one message, each next one
+/// as many messages as the records left allow at the largest message seen so far.
 pub(super) fn gather(
     rx: &mut shm_ring::Receiver,
     max_records: usize,
     t: Duration,
 ) -> Result<Columns, shm_ring::Error> {
     let mut cols = Columns::default();
-    match rx.recv_batch(max_records.max(1), Some(t), |v| cols.add(v)) {
-        Ok(_) => {}
-        Err(e) if cols.records > 0 => cols.error = Some(e),
-        Err(e) => return Err(e),
+    let mut first = true;
+    let mut burst = 1;
+    let mut largest = 1;
+    loop {
+        let wait = if first { t } else { Duration::ZERO };
+        let r = rx.recv_batch(burst, Some(wait), |v| {
+            let before = cols.records;
+            cols.add(v);
+            largest = largest.max(cols.records - before);
+        });
+        match r {
+            Ok(_) => {}
+            // Nothing more there after the first burst.
+            Err(shm_ring::Error::Timeout) if !first => break,
+            Err(e) if cols.records > 0 || !first => {
+                cols.error = Some(e);
+                break;
+            }
+            Err(e) => return Err(e),
+        }
+        if cols.error.is_some() || cols.records >= max_records.max(1) {
+            break;
+        }
+        burst = ((max_records - cols.records) / largest).max(1);
+        first = false;
     }
     if cols.records == 0
         && let Some(e) = cols.error.take()

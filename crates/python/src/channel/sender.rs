@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 use shm_ring::{ChannelConfig, DType, MessageBuilder, Transfer, TrySendError};
@@ -371,7 +372,15 @@ impl Sender {
         let dt = dtype_of(py, dtype)?;
         let end = deadline(timeout)?;
         let this = slf.get();
-        let nbytes = shape.iter().product::<usize>().saturating_mul(dt.size());
+        let nbytes = shape
+            .iter()
+            .try_fold(dt.size(), |n, &d| n.checked_mul(d))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "shape={shape:?}: an array of {} that large does not fit in memory",
+                    dt.name()
+                ))
+            })?;
         if this.cfg.blocks == 0 || !this.cfg.transfer.zero_copy(nbytes) {
             // Below the threshold: an ordinary array, copied by `send` (cheaper than a block).
             return view::zeros(py, dt, &shape);
