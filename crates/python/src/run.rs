@@ -614,6 +614,8 @@ impl Run {
     /// The next output of the current epoch of the parent-fed source; `None` at its end.
     pub(crate) fn next_in_epoch(&self, py: Python<'_>) -> PyResult<Option<Item>> {
         loop {
+            // Ctrl-C between rounds: a round that makes no progress must not spin deaf.
+            py.check_signals()?;
             self.top_up(py)?;
             let (fed, end) = {
                 let st = lock(&self.state);
