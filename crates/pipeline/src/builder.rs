@@ -576,7 +576,12 @@ impl PipelineBuilder {
         };
         if p.plan.stages[0].workers == 0 {
             let (feeder, rx) = Feeder::inline(Arc::new(AtomicBool::new(false)));
-            p.inline = Some(Inline::new(&self.reg, &p.plan, rx)?);
+            p.inline = Some(Inline::new(
+                &self.reg,
+                &p.plan,
+                rx,
+                Arc::clone(&feeder.state),
+            )?);
             p.feeder = Some(feeder);
             return Ok(p);
         }

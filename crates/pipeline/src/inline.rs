@@ -4,12 +4,13 @@
 //! order and the item seeds are those of the ordered mode with any number of workers, and a
 //! failing step is the same [`Error::Step`](crate::Error::Step) (worker 0, stage 0).
 
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use crate::chain::Chain;
 use crate::error::Error;
-use crate::input::Feed;
+use crate::input::{Feed, InputState};
 use crate::item::Item;
 use crate::node::Plan;
 use crate::ready::Ready;
@@ -19,6 +20,9 @@ use crate::step::Registry;
 pub(crate) struct Inline {
     chain: Chain,
     rx: Receiver<Feed>,
+    /// The input's counts of queued items and bytes: taken off here, as the input thread
+    /// does with workers (else they only grow and a caller bounding them stops feeding).
+    state: Arc<InputState>,
     /// Index of the next enqueued item.
     k: u64,
 }
@@ -45,10 +49,20 @@ impl Inline {
         Ok(())
     }
 
-    pub(crate) fn new(reg: &Registry, plan: &Plan, rx: Receiver<Feed>) -> Result<Inline, Error> {
+    pub(crate) fn new(
+        reg: &Registry,
+        plan: &Plan,
+        rx: Receiver<Feed>,
+        state: Arc<InputState>,
+    ) -> Result<Inline, Error> {
         let steps: Vec<_> = plan.stages.iter().flat_map(|s| s.steps.clone()).collect();
         let chain = Chain::build(reg, plan, &steps, 0, 0, 1)?;
-        Ok(Inline { chain, rx, k: 0 })
+        Ok(Inline {
+            chain,
+            rx,
+            state,
+            k: 0,
+        })
     }
 
     /// Waits (until `deadline`) for the next enqueued item and runs it through the steps.
@@ -85,12 +99,16 @@ impl Inline {
         let mut out = Vec::new();
         match feed {
             Feed::Item(item) => {
+                self.state.dequeued(item.nbytes());
                 self.run(item, ready, &mut out)?;
                 Ok(Progress::Input)
             }
             Feed::Items(items) => {
                 // One input at a time, as enqueued: a failure leaves the outputs of the
                 // inputs before it in `ready`.
+                for item in &items {
+                    self.state.dequeued(item.nbytes());
+                }
                 for item in items {
                     self.run(item, ready, &mut out)?;
                 }

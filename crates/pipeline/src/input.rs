@@ -50,8 +50,9 @@ impl InputState {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
-    /// The input thread took an item of `bytes` array bytes off the queue.
-    fn dequeued(&self, bytes: usize) {
+    /// The input thread (or, with `workers(0)`, the consumer) took an item of `bytes` array
+    /// bytes off the queue.
+    pub(crate) fn dequeued(&self, bytes: usize) {
         self.queued_items.fetch_sub(1, Ordering::Relaxed);
         self.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }

@@ -1,8 +1,9 @@
 //! The pump: a Rust thread that owns a pipeline with worker processes and moves its outputs
 //! into a bounded queue, so that reading the rings and decoding batches happen while Python
-//! works on the previous output. Every message says how many inputs are done after it
-//! (`Pipeline::inputs_done`), which is what `pending`, epoch ends and the bound of
-//! `enqueue` are counted with.
+//! works on the previous output. Outputs travel in chunks: one wake-up of the consumer per
+//! chunk of small outputs ([`CHUNK_ITEMS`], [`CHUNK_BYTES`]). Every message says how many
+//! inputs are done after it (`Pipeline::inputs_done`), which is what `pending`, epoch ends
+//! and the bound of `enqueue` are counted with.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender, sync_channel};
@@ -44,7 +45,7 @@ pub(crate) const GRACE: Duration = Duration::from_secs(1);
 /// The consumer side of a pump. The queue's end is disconnected after the end of stream.
 #[derive(Debug)]
 pub(crate) struct Pump {
-    rx: Mutex<Option<Receiver<Msg>>>,
+    rx: Mutex<Option<Receiver<Vec<Msg>>>>,
     handle: Mutex<Option<JoinHandle<()>>>,
     /// Why the pipeline failed (taken by whoever reports it first).
     pub(crate) failure: Arc<Mutex<Option<Error>>>,
@@ -55,42 +56,86 @@ pub(crate) struct Pump {
     pids: Vec<u32>,
 }
 
-fn pump(mut p: Pipeline, tx: SyncSender<Msg>, failure: &Mutex<Option<Error>>, stop: &AtomicBool) {
-    let mut told = 0u64;
-    while !stop.load(Ordering::SeqCst) {
-        let msg = match p.dequeue_timeout(PUMP_SLICE) {
+/// Most outputs handed over in one message of the pump's queue: one wake-up of the consumer
+/// per chunk of small items, not per item.
+const CHUNK_ITEMS: usize = 64;
+
+/// A chunk ends once its outputs hold this many array bytes. This is the pipeline's
+/// zero-copy threshold (the Python binding never lowers it): an output that keeps a pool
+/// block travels alone, as before chunks, so the pump holds no more blocks the workers may
+/// wait for.
+const CHUNK_BYTES: usize = shmpipe::DEFAULT_PIPELINE_THRESHOLD;
+
+/// The next chunk of messages: waits up to a slice for the first output, then takes what
+/// is ready without waiting. `true`: nothing follows the chunk (the end, or a failure).
+fn chunk(
+    p: &mut Pipeline,
+    told: &mut u64,
+    out: &mut Vec<Msg>,
+    failure: &Mutex<Option<Error>>,
+) -> bool {
+    let mut bytes = 0usize;
+    loop {
+        let wait = if out.is_empty() {
+            PUMP_SLICE
+        } else {
+            Duration::ZERO
+        };
+        match p.dequeue_timeout(wait) {
             Ok(Some(it)) => {
-                told = p.inputs_done();
-                Msg::Item(it, told)
+                *told = p.inputs_done();
+                bytes = bytes.saturating_add(it.nbytes());
+                out.push(Msg::Item(it, *told));
+                if out.len() >= CHUNK_ITEMS || bytes >= CHUNK_BYTES {
+                    return false;
+                }
             }
             Ok(None) => {
-                if p.inputs_done() != told {
-                    let _ = tx.send(Msg::Progress(p.inputs_done()));
+                if p.inputs_done() != *told {
+                    out.push(Msg::Progress(p.inputs_done()));
                 }
-                return; // the end: dropping `tx` disconnects the queue
+                return true; // the end: dropping `tx` disconnects the queue
             }
-            Err(Error::Timeout) if p.inputs_done() != told => {
-                told = p.inputs_done();
-                Msg::Progress(told)
+            Err(Error::Timeout) => {
+                if p.inputs_done() != *told {
+                    *told = p.inputs_done();
+                    out.push(Msg::Progress(*told));
+                }
+                return false;
             }
-            Err(Error::Timeout) => continue,
             Err(e) => {
                 *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                let _ = tx.send(Msg::Failed);
-                return;
+                out.push(Msg::Failed);
+                return true;
             }
-        };
-        if tx.send(msg).is_err() {
+        }
+    }
+}
+
+fn pump(
+    mut p: Pipeline,
+    tx: SyncSender<Vec<Msg>>,
+    failure: &Mutex<Option<Error>>,
+    stop: &AtomicBool,
+) {
+    let mut told = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        let mut out = Vec::new();
+        let last = chunk(&mut p, &mut told, &mut out, failure);
+        if !out.is_empty() && tx.send(out).is_err() {
+            return;
+        }
+        if last {
             return;
         }
     }
 }
 
 impl Pump {
-    /// Starts the pump over `p`, with room for `prefetch` messages.
+    /// Starts the pump over `p`, with room for `prefetch` chunks of messages.
     pub(crate) fn start(p: Pipeline, prefetch: usize) -> Pump {
         let pids = p.pids();
-        let (tx, rx) = sync_channel::<Msg>(prefetch.max(1));
+        let (tx, rx) = sync_channel::<Vec<Msg>>(prefetch.max(1));
         let failure = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicBool::new(false));
@@ -114,15 +159,15 @@ impl Pump {
         self.pids.clone()
     }
 
-    /// Waits up to `wait` for the next message and gives it to `sink`, then up to `more`
-    /// messages already queued, before anyone else can take one: messages taken by several
-    /// threads stay in order, and a wake-up takes what came meanwhile.
+    /// Waits up to `wait` for the next chunk of messages and gives it to `sink`, then up to
+    /// `more` chunks already queued, before anyone else can take one: messages taken by
+    /// several threads stay in order, and a wake-up takes what came meanwhile.
     /// `Disconnected`: the end of stream was handed over (or the pump was shut down).
     pub(crate) fn recv_into(
         &self,
         wait: Duration,
         more: usize,
-        mut sink: impl FnMut(Msg),
+        mut sink: impl FnMut(Vec<Msg>),
     ) -> Result<(), RecvTimeoutError> {
         let g = self.rx.lock().unwrap_or_else(|e| e.into_inner());
         let Some(rx) = g.as_ref() else {

@@ -297,14 +297,16 @@ impl Run {
         self.fail(py, e)
     }
 
-    /// A message left the pump's queue: its inputs are no longer in the processes; it waits
-    /// in `taken` for `dequeue`.
-    fn stash(&self, msg: Msg) {
+    /// A chunk of messages left the pump's queue: their inputs are no longer in the
+    /// processes; they wait in `taken` for `dequeue` (one lock and one wake-up per chunk).
+    fn stash(&self, msgs: Vec<Msg>) {
         let mut st = lock(&self.state);
-        if let Some(d) = msg.done() {
-            st.left = st.left.max(d).min(st.fed);
+        for msg in msgs {
+            if let Some(d) = msg.done() {
+                st.left = st.left.max(d).min(st.fed);
+            }
+            st.taken.push_back(msg);
         }
-        st.taken.push_back(msg);
         drop(st);
         self.room.notify_all();
     }
@@ -344,7 +346,7 @@ impl Run {
             }
             let wait = slice(deadline);
             match &self.backend {
-                // `taken` is empty here: one wake-up takes what is queued, up to 9 messages
+                // `taken` is empty here: one wake-up takes what is queued, up to 9 chunks
                 // (a bound, or a slow consumer would let the pump run ahead without limit).
                 Backend::Pump(p) => match py.detach(|| p.recv_into(wait, 8, |m| self.stash(m))) {
                     Ok(()) => {}
@@ -617,6 +619,8 @@ impl Run {
     /// The next output of the current epoch of the parent-fed source; `None` at its end.
     pub(crate) fn next_in_epoch(&self, py: Python<'_>) -> PyResult<Option<Item>> {
         loop {
+            // Ctrl-C between rounds: a round that makes no progress must not spin deaf.
+            py.check_signals()?;
             self.top_up(py)?;
             let (fed, end) = {
                 let st = lock(&self.state);

@@ -78,6 +78,9 @@ pub enum Error {
     Untrusted(String),
     /// Another live consumer is attached to this channel.
     Busy(u32),
+    /// The channel's consumer (this pid) closed: that ended the stream, and a channel takes
+    /// no other consumer after it.
+    ConsumerClosed(u32),
     /// A name or configuration value is invalid.
     InvalidArgument(String),
     /// An array has another element type than the one asked for.
@@ -215,6 +218,12 @@ impl fmt::Display for Error {
                 f,
                 "another consumer (pid {pid}) is attached: a channel has one Receiver at a \
                  time; close that one first or create one channel per consumer"
+            ),
+            Error::ConsumerClosed(pid) => write!(
+                f,
+                "the consumer of this channel (pid {pid}) closed: that ended the stream, and \
+                 a channel takes no other Receiver after it; the producer must create a new \
+                 channel"
             ),
             Error::Untrusted(why) => f.write_str(why),
             Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),

@@ -303,8 +303,8 @@ fn the_producers_reclaim_and_a_takeover_have_one_winner() {
 
 /// Claim words a hostile peer wrote are judged as copies, never trusted: no pid, our own pid
 /// without a receiver, a live process (init), a consumer that closed, and the producer's
-/// "reclaiming" mark left for ever keep an opener out with `Busy` (the last after a bounded
-/// wait); a pid whose start time is not the claim's, or a process that is gone, is a dead
+/// "reclaiming" mark left for ever keep an opener out with `Busy` (the closed one with
+/// `ConsumerClosed`, the last after a bounded wait); a pid whose start time is not the claim's, or a process that is gone, is a dead
 /// consumer, whose claim the opener takes.
 #[test]
 fn hostile_claim_words_are_judged_never_trusted() {
@@ -346,8 +346,12 @@ fn hostile_claim_words_are_judged_never_trusted() {
         let tx = Sender::anonymous(&cfg).unwrap();
         let (r, took) = open(&tx, claim, closed);
         assert!(
-            matches!(r, Err(Error::Busy(p)) if p == pid),
-            "{what}: expected Busy({pid}), got {r:?}"
+            match r {
+                Err(Error::ConsumerClosed(p)) => closed && p == pid,
+                Err(Error::Busy(p)) => !closed && p == pid,
+                _ => false,
+            },
+            "{what}: expected Busy({pid}) (ConsumerClosed if closed), got {r:?}"
         );
         assert!(took < Duration::from_secs(4), "{what}: waited {took:?}");
     }

@@ -7,7 +7,11 @@ Drop-ins for ``gluonts.dataset.loader.TrainDataLoader`` / ``ValidationDataLoader
 numpy arrays with GluonTS's names, dtypes (float32) and layouts: ``past_target`` (batch, T),
 ``past_time_feat`` (batch, T, C), ``past_observed_values``, ``past_is_pad``,
 ``future_target``, ``future_time_feat``, ``future_observed_values``, plus
-``forecast_start`` (int64 period ordinals of ``freq``).
+``forecast_start`` (int64 period ordinals of ``freq``), ``start`` (int64: each row's series
+start ordinal) and ``item_ids`` (a list of str, one per row).
+
+Each loader is a context manager: ``with TrainLoader(...) as dl:`` stops its processes and
+removes its temporary file at the end (``close()`` does the same).
 
 ``data`` is a GluonTS JSON-lines file (``start``, ``target`` with ``null``/``"NaN"``
 missing values, ``item_id``, ``feat_static_cat``, ...) or a list of such dicts.
@@ -35,6 +39,15 @@ def _jsonable(v: Any) -> Any:
     if hasattr(v, "isoformat"):
         return str(v)
     return str(v) if type(v).__name__ == "Period" else v
+
+
+def _batch(b: dict) -> dict:
+    """A batch as the Rust step sent it, with its ``item_ids`` (a JSON list on the wire) as a
+    list of str."""
+    ids = b.get("item_ids")
+    if isinstance(ids, (str, bytes)):
+        b["item_ids"] = json.loads(ids)
+    return b
 
 
 class _Loader:
@@ -71,6 +84,12 @@ class _Loader:
                 pass
             self._tmp = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def __del__(self):
         self.close()
 
@@ -99,7 +118,7 @@ class TrainLoader(_Loader):
 
     def __iter__(self) -> Iterator[dict]:
         if self._it is None:
-            self._it = iter(self._pipe)
+            self._it = map(_batch, iter(self._pipe))
         return itertools.islice(self._it, self.num_batches_per_epoch)
 
     def close(self) -> None:
@@ -122,7 +141,7 @@ class _EvalLoader(_Loader):
         """One pass, series in file order (with one worker, batches as GluonTS forms them;
         with more, each batch holds windows of one worker)."""
         args = dict(self.args, split=self._mode)
-        yield from self._pipeline(args, epochs=1, ordered=True)
+        yield from map(_batch, self._pipeline(args, epochs=1, ordered=True))
 
 
 class ValidationLoader(_EvalLoader):

@@ -85,6 +85,15 @@ pub fn ring_err(py: Python<'_>, e: shm_ring::Error) -> PyErr {
             let _ = err.value(py).setattr("pid", pid);
             err
         }
+        E::ConsumerClosed(pid) => {
+            let err = ShmpipeError::new_err(format!(
+                "the Receiver of this channel (pid {pid}) was closed: that ended the stream, and \
+                 a channel takes no other Receiver after it; have the producer create a new \
+                 channel (Sender.create) for a new consumer"
+            ));
+            let _ = err.value(py).setattr("pid", pid);
+            err
+        }
         E::VersionMismatch { found, expected } => CorruptMessage::new_err(format!(
             "channel layout version {found}, but this shmpipe understands version {expected}: \
              use the same shmpipe version in both processes"

@@ -129,8 +129,9 @@ pub(super) enum Claimed {
 /// or from a consumer that is dead.
 ///
 /// # Errors
-/// [`Error::Busy`] naming the claimant while a live consumer (or one that closed, or one that
-/// cannot be judged) holds the claim, or, with pid 0, while the producer's reclaim does not
+/// [`Error::ConsumerClosed`] naming the claimant when the consumer closed (the stream ended);
+/// [`Error::Busy`] naming the claimant while a live consumer (or one that cannot be judged)
+/// holds the claim, or, with pid 0, while the producer's reclaim does not
 /// end within [`RECLAIM_WAIT`].
 pub(super) fn claim(h: &ChannelHeader, mine: u64, ident: (u64, u64)) -> Result<Claimed, Error> {
     let deadline = Instant::now() + RECLAIM_WAIT;
@@ -149,9 +150,10 @@ pub(super) fn claim(h: &ChannelHeader, mine: u64, ident: (u64, u64)) -> Result<C
         if other != RECLAIMING {
             // A consumer that closed ended the stream (the producer got or gets Disconnected);
             // a live, unknown or unjudgeable one keeps its claim.
-            if h.consumer_closed.load(Ordering::Acquire) != 0
-                || !judge(other, ident).is_ok_and(|w| w.is_dead())
-            {
+            if h.consumer_closed.load(Ordering::Acquire) != 0 {
+                return Err(Error::ConsumerClosed(pid));
+            }
+            if !judge(other, ident).is_ok_and(|w| w.is_dead()) {
                 return Err(Error::Busy(pid));
             }
             // SYNC POINT (AcqRel CAS from the dead consumer's exact word): one winner among

@@ -69,7 +69,8 @@ impl Receiver {
     /// removed); [`Error::Untrusted`] (a socket directory, entry or server we do not trust);
     /// [`Error::NotASegment`] (a malformed answer or descriptor), [`Error::VersionMismatch`],
     /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer is attached
-    /// and alive, or closed the channel, or cannot be judged; pid 0: the claim names none),
+    /// and alive, or cannot be judged; pid 0: the claim names none), [`Error::ConsumerClosed`]
+    /// (the consumer closed: the stream ended),
     /// [`Error::Timeout`] (the server accepted but did not answer within 5 s).
     pub fn open(name: &str) -> Result<Receiver, Error> {
         Self::open_as(&Rendezvous::default(), name, None, Expect::Messages)
