@@ -283,6 +283,14 @@ impl PipelineRun {
         Ok(self.run.pending())
     }
 
+    /// Inputs fed so far (enqueued, or read from the source read by this process): an
+    /// epoch whose source gave nothing leaves it unchanged.
+    #[getter]
+    fn fed(&self, py: Python<'_>) -> PyResult<u64> {
+        self.mine(py)?;
+        Ok(self.run.fed())
+    }
+
     fn __iter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
         slf
     }

@@ -174,6 +174,11 @@ impl Run {
         st.fed.saturating_sub(st.user_done)
     }
 
+    /// Inputs fed to the pipeline so far (enqueued, or read from the parent-fed source).
+    pub(crate) fn fed(&self) -> u64 {
+        lock(&self.state).fed
+    }
+
     /// Stops every process (at once with `grace` zero) and frees the shared memory; later
     /// calls raise `ValueError` (or the failure, if there was one).
     pub(crate) fn close(&self, py: Python<'_>, grace: Duration) {

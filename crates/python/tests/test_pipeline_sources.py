@@ -10,7 +10,7 @@ import pytest
 
 import shmpipe
 from fidelity_steps import pid_of, row_sum, same, slow_tenth
-from pipeline_steps import double
+from pipeline_steps import Pairs, double, items
 
 
 class Unpicklable:
@@ -195,3 +195,15 @@ def test_endless_epochs_of_a_source_that_gives_nothing_end(workers):
     out = list(shmpipe.Pipeline(OnePass(), [double], workers=workers, epochs=None))
     assert sorted(float(o["x"][0]) for o in out) == [0.0, 2.0, 4.0, 6.0, 8.0]
     assert time.monotonic() - t0 < 60
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_endless_epochs_go_on_when_an_epoch_gives_no_output_but_was_fed(workers):
+    """A source that gives items, through a step that holds them (``Pairs``: one output per
+    two inputs): the first epoch of one item gives no output, yet epochs go on (the end of
+    endless epochs is a source that gives nothing, not a step that holds its inputs). It ended
+    after that epoch with the held item alone, seen in shmpipe.gluonts' TrainDataLoader, whose
+    workers batch the windows of several epochs."""
+    with shmpipe.Pipeline(items(1), steps=[Pairs], workers=workers, epochs=None) as p:
+        out = list(itertools.islice(p, 6))
+    assert [o["n"] for o in out] == [0] * 6

@@ -156,8 +156,9 @@ class Pipeline:
 
     ``ordered``: outputs in input order (default: as they come). ``shuffle`` with ``seed``: a
     per-epoch permutation plus a shuffle buffer of ``shuffle_buffer`` items. ``epochs``:
-    passes over the data (``None``: endless, but an epoch that gives no output ends it, as
-    GluonTS's ``Cyclic`` does: an empty source or a used-up generator). ``shard``:
+    passes over the data (``None``: endless, but an epoch whose source gives no item ends
+    it, as GluonTS's ``Cyclic`` does: an empty source or a used-up generator; an epoch whose
+    items a step holds, giving no output yet, does not). ``shard``:
     ``(rank, world_size)`` or ``"env"`` to read ``RANK``/``WORLD_SIZE``: this job reads its
     part of the data only.
 
@@ -383,13 +384,14 @@ class Pipeline:
                 run.start_epoch(self._epoch)
                 self._epoch += 1
                 n += 1
-                got = False
+                fed = run.fed
                 while (out := run.next_in_epoch()) is not None:
-                    got = True
                     yield out
-                if epochs is None and not got:
+                if epochs is None and run.fed == fed:
                     # Endless epochs of a source that gives nothing (empty, or a generator
                     # already used up) would spin for ever: they end, as GluonTS's Cyclic does.
+                    # Not an epoch whose inputs gave no output: a step may hold them (a
+                    # batching step gives its batch in a later epoch).
                     break
             if not persistent:
                 # The end of stream: what the steps' finish() still holds.
