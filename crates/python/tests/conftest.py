@@ -1,7 +1,15 @@
 import os
+import signal
 import uuid
 
 import pytest
+
+# A run started in the background by a non-interactive shell (`cmd &`, nohup) inherits SIGINT
+# ignored, and so does every child it starts: the Ctrl-C tests would then wait for an
+# interruption that never comes (seen: test_ctrl_c_interrupts_a_blocked_recv_within_200ms hung
+# under `nohup bash .ci/run &`). With a handler installed here, the children, which exec,
+# start with SIGINT at its default and Python installs its own.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def socket_dir():
