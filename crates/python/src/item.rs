@@ -63,7 +63,8 @@ fn flat_fields(py: Python<'_>, d: &Bound<'_, PyDict>, item: &mut Item) -> PyResu
         let Ok(k) = k.cast_exact::<PyString>() else {
             return Ok(Flat::NeedsTree);
         };
-        let name = k.to_str()?;
+        let name = k.to_cow()?;
+        let name: &str = &name;
         if name.len() > MAX_NAME || name == PY_META {
             return Ok(Flat::NeedsTree);
         }
@@ -84,7 +85,8 @@ fn flat_fields(py: Python<'_>, d: &Bound<'_, PyDict>, item: &mut Item) -> PyResu
             let f = unsafe { v.cast_unchecked::<PyFloat>() };
             item.insert_meta(name, Meta::F64(f.value()));
         } else if let Ok(s) = v.cast_exact::<PyString>() {
-            let s = s.to_str()?;
+            let s = s.to_cow()?;
+            let s: &str = &s;
             if s.len() > MAX_STR {
                 return Ok(Flat::NeedsTree);
             }

@@ -88,7 +88,7 @@ fn single(r: &Bound<'_, PyAny>) -> PyResult<bool> {
         return Ok(true);
     }
     let module = r.get_type().getattr("__module__")?;
-    Ok(module.extract::<&str>().is_ok_and(|m| m == "numpy"))
+    Ok(module.extract::<String>().is_ok_and(|m| m == "numpy"))
 }
 
 impl PyStep {
