@@ -3,7 +3,7 @@
 //! needs one).
 
 use numpy::npyffi::{self, NPY_ARRAY_C_CONTIGUOUS, PY_ARRAY_API, npy_intp};
-use numpy::{Element, PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use shmpipe::{ArrayOwner, ArrayRef, DType};
 use smallvec::SmallVec;
@@ -87,20 +87,7 @@ pub unsafe fn parts<'a>(a: &Bound<'_, PyUntypedArray>) -> Option<Parts<'a>> {
 /// A new numpy array holding a copy of `a` (one allocation by numpy, one `memcpy`). `bf16`
 /// comes out as its `uint16` bits (numpy has no bf16).
 pub fn copy_out<'py>(py: Python<'py>, a: &ArrayRef<'_>) -> PyResult<Bound<'py, PyAny>> {
-    let descr = match a.dtype() {
-        DType::F32 => f32::get_dtype(py),
-        DType::F64 => f64::get_dtype(py),
-        DType::I8 => i8::get_dtype(py),
-        DType::I16 => i16::get_dtype(py),
-        DType::I32 => i32::get_dtype(py),
-        DType::I64 => i64::get_dtype(py),
-        DType::U8 => u8::get_dtype(py),
-        DType::U16 | DType::BF16 => u16::get_dtype(py),
-        DType::U32 => u32::get_dtype(py),
-        DType::U64 => u64::get_dtype(py),
-        DType::F16 => half::f16::get_dtype(py),
-        DType::Bool => bool::get_dtype(py),
-    };
+    let descr = crate::dtype::descr(py, a.dtype());
     let mut dims: SmallVec<[npy_intp; 4]> = a.shape().iter().map(|&d| d as npy_intp).collect();
     // SAFETY: `PyArray_NewFromDescr` steals the descr reference `into_dtype_ptr` hands over
     // and returns a new C-contiguous array of `dims` (or null with an exception set); with

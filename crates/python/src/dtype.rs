@@ -3,8 +3,8 @@
 use half::f16;
 use ndarray::{ArrayViewD, IxDyn};
 use numpy::{
-    PyArray, PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyUntypedArray, PyUntypedArrayMethods,
-    npyffi,
+    Element, PyArray, PyArrayDescr, PyArrayDescrMethods, PyArrayDyn, PyUntypedArray,
+    PyUntypedArrayMethods, npyffi,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -149,4 +149,22 @@ fn read_only(a: Bound<'_, PyAny>, writable: bool) -> Bound<'_, PyAny> {
         unsafe { (*u.as_array_ptr()).flags &= !npyffi::NPY_ARRAY_WRITEABLE };
     }
     a
+}
+
+/// numpy's descriptor of `dt` (bfloat16 shows as uint16: numpy has no bfloat16).
+pub fn descr(py: Python<'_>, dt: DType) -> Bound<'_, PyArrayDescr> {
+    match dt {
+        DType::F32 => f32::get_dtype(py),
+        DType::F64 => f64::get_dtype(py),
+        DType::I8 => i8::get_dtype(py),
+        DType::I16 => i16::get_dtype(py),
+        DType::I32 => i32::get_dtype(py),
+        DType::I64 => i64::get_dtype(py),
+        DType::U8 => u8::get_dtype(py),
+        DType::U16 | DType::BF16 => u16::get_dtype(py),
+        DType::U32 => u32::get_dtype(py),
+        DType::U64 => u64::get_dtype(py),
+        DType::F16 => f16::get_dtype(py),
+        DType::Bool => bool::get_dtype(py),
+    }
 }

@@ -2,27 +2,9 @@
 //! message's bytes): one call into numpy's C API, the Rust object as the array's base.
 
 use numpy::npyffi::{self, NpyTypes, PY_ARRAY_API, npy_intp};
-use numpy::{Element, PyArrayDescr, PyArrayDescrMethods, PyUntypedArrayMethods};
+use numpy::{PyArrayDescrMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use shm_ring::DType;
-
-/// numpy's descriptor of `dt` (bfloat16 shows as uint16: numpy has no bfloat16).
-fn descr(py: Python<'_>, dt: DType) -> Bound<'_, PyArrayDescr> {
-    match dt {
-        DType::F32 => f32::get_dtype(py),
-        DType::F64 => f64::get_dtype(py),
-        DType::I8 => i8::get_dtype(py),
-        DType::I16 => i16::get_dtype(py),
-        DType::I32 => i32::get_dtype(py),
-        DType::I64 => i64::get_dtype(py),
-        DType::U8 => u8::get_dtype(py),
-        DType::U16 | DType::BF16 => u16::get_dtype(py),
-        DType::U32 => u32::get_dtype(py),
-        DType::U64 => u64::get_dtype(py),
-        DType::F16 => half::f16::get_dtype(py),
-        DType::Bool => bool::get_dtype(py),
-    }
-}
 
 /// A new zeroed numpy array (its own memory, writable) of `dt` and `shape`.
 pub fn zeros<'py>(py: Python<'py>, dt: DType, shape: &[usize]) -> PyResult<Bound<'py, PyAny>> {
@@ -127,7 +109,7 @@ unsafe fn new<'py>(
         PY_ARRAY_API.PyArray_NewFromDescr(
             py,
             PY_ARRAY_API.get_type_object(py, NpyTypes::PyArray_Type),
-            descr(py, dt).into_dtype_ptr(),
+            crate::dtype::descr(py, dt).into_dtype_ptr(),
             shape.len() as std::ffi::c_int,
             dims.as_mut_ptr(),
             std::ptr::null_mut(),
