@@ -112,6 +112,8 @@ def si(v: float) -> str:
 
 def ns(v: str) -> str:
     n = float(v)
+    if n >= 1_000_000:
+        return f"{n / 1e6:.2f} ms"
     return f"{n / 1000:.1f} us" if n >= 10_000 else f"{n:.0f} ns"
 
 
