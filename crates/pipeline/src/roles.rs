@@ -4,9 +4,9 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use crate::Epochs;
 use crate::chain::Chain;
 use crate::child::{log, stopping};
+use crate::config::Epochs;
 use crate::credit::Gate;
 use crate::handover::{Ctrl, CtrlError, Kind};
 use crate::item::Item;
@@ -92,7 +92,7 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
 
 /// Runs a child role and returns its exit code.
 pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
-    crate::alloc::keep_freed_memory();
+    crate::heap::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
     crate::child::set(
@@ -245,30 +245,6 @@ fn lost(what: &str, e: &TransportError) -> i32 {
     }
     log(&format!("{what}: {e}"));
     EXIT_PEER_LOST
-}
-
-/// Keeps error messages well under the transport's metadata limit (64 KiB).
-pub(crate) fn clip(mut s: String) -> String {
-    const MAX: usize = 8192;
-    if s.len() > MAX {
-        let mut cut = MAX;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
-}
-
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        format!("panicked: {s}")
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        format!("panicked: {s}")
-    } else {
-        "panicked".to_owned()
-    }
 }
 
 /// One run of items of a worker (the item frames of a batch between two control frames),
@@ -474,19 +450,5 @@ fn run_worker(
     match end {
         Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_messages_are_clipped_on_a_char_boundary() {
-        let long = "é".repeat(10_000);
-        let c = clip(long.clone());
-        assert!(c.len() <= 8192 + 3 && c.ends_with("..."));
-        assert!(long.starts_with(c.trim_end_matches("...")));
-        assert_eq!(clip("short".into()), "short");
     }
 }

@@ -49,6 +49,8 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+pub(crate) mod memfd;
+
 use crate::entry::{Array, DataEntry, MAX_NDIM};
 use crate::period::{Freq, Period};
 
@@ -533,7 +535,7 @@ impl SharedDataset {
     pub fn create(entries: &[DataEntry], freq: Freq) -> Result<SharedDataset, SharedError> {
         let (head, fields, data_len) = plan(entries, freq)?;
         let total = head.len() + data_len;
-        let file = crate::memfd::create(MEMFD_NAME, total as u64)?;
+        let file = memfd::create(MEMFD_NAME, total as u64)?;
         {
             // SAFETY: the memfd is ours alone (anonymous, not yet shared, not sealed
             // against writes until this mapping is gone); it has `total` bytes.
@@ -555,7 +557,7 @@ impl SharedDataset {
             }
         }
         // No writable mapping is left: F_SEAL_WRITE can be applied.
-        Self::open_fd(crate::memfd::seal(OwnedFd::from(file))?)
+        Self::open_fd(memfd::seal(OwnedFd::from(file))?)
     }
 
     /// Maps a sealed memfd read-only and validates its whole layout once.
@@ -565,7 +567,7 @@ impl SharedDataset {
     /// bytes be trusted after one validation); [`SharedError::Corrupt`] for a bad
     /// layout; [`SharedError::Os`].
     pub fn open_fd(fd: OwnedFd) -> Result<SharedDataset, SharedError> {
-        crate::memfd::check_sealed(&fd)?;
+        memfd::check_sealed(&fd)?;
         let file = File::from(fd);
         // Populated: every page is mapped at once (page-table entries to the one copy;
         // nothing is copied), so each mapper is charged its share of all of it.

@@ -538,35 +538,3 @@ pub fn thread_cpu_time() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
 }
-
-/// Takes every batch of a started workload pipeline, calling `progress` after each; rates
-/// run from the first batch to the last (start-up and the first batch's latency are not
-/// throughput). Step time from the pipeline's metrics (printed with `SHMPIPE_TS_METRICS`).
-pub(crate) fn consume_batches(
-    p: &mut shmpipe::Pipeline,
-    mut progress: impl FnMut(&WorkloadStats),
-) -> Result<WorkloadStats, WorkloadError> {
-    let mut stats = WorkloadStats::default();
-    let mut t0: Option<Instant> = None;
-    while let Some(item) = p
-        .dequeue()
-        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
-    {
-        match t0 {
-            None => t0 = Some(Instant::now()),
-            Some(t) => {
-                stats.batches += 1;
-                stats.windows += crate::pipeline::batch_rows(&item) as u64;
-                stats.batch_bytes += item.nbytes() as u64;
-                stats.elapsed = t.elapsed();
-                progress(&stats);
-            }
-        }
-    }
-    let m = p.metrics();
-    stats.step_time = m.steps.iter().map(|s| s.2).sum();
-    if std::env::var_os("SHMPIPE_TS_METRICS").is_some() {
-        eprintln!("{m:?}");
-    }
-    Ok(stats)
-}
