@@ -264,6 +264,27 @@ impl Run {
         self.items.push(item);
     }
 
+    /// Takes the item frames at the front of `frames` into the run: at most `cap` items and
+    /// about `max_bytes` of their arrays (it stops at the first frame that is not an item).
+    fn fill(
+        &mut self,
+        frames: &mut std::iter::Peekable<impl Iterator<Item = Frame>>,
+        cap: usize,
+        max_bytes: usize,
+    ) {
+        let mut in_bytes = 0usize;
+        while self.items.len() < cap
+            && in_bytes < max_bytes
+            && let Some(Frame::Item { .. }) = frames.peek()
+        {
+            let Some(Frame::Item { e, k, last, item }) = frames.next() else {
+                break;
+            };
+            in_bytes += item.nbytes();
+            self.push(e, k, last, item);
+        }
+    }
+
     /// Runs the items through the chain and sends their outputs in order (the last output of
     /// each group flagged, an empty group as a group end); on a step
     /// failure, reports it. `Ok(array bytes of the outputs)`, `Err(exit code)`.
@@ -370,17 +391,7 @@ fn run_worker(
                 None => 1,
                 Some(b) => (run_bytes / b.max(1)).max(1),
             };
-            let mut in_bytes = 0usize;
-            while run.items.len() < cap
-                && in_bytes < run_bytes
-                && let Some(Frame::Item { .. }) = frames.peek()
-            {
-                let Some(Frame::Item { e, k, last, item }) = frames.next() else {
-                    break;
-                };
-                in_bytes += item.nbytes();
-                run.push(e, k, last, item);
-            }
+            run.fill(&mut frames, cap, run_bytes);
             let n = run.items.len();
             match run.process(&mut chain, plan, &mut out) {
                 Ok(bytes) if n > 0 => per_input = Some(bytes / n),
@@ -391,27 +402,50 @@ fn run_worker(
                 continue; // the run ended on its bytes: the next one
             }
             let Some(f) = frames.next() else { break };
-            let sent = match f {
-                // Not reached: the run above took every item up to here.
-                Frame::Item { .. } => Ok(()),
-                Frame::GroupEnd { e, k } => {
-                    out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k })
-                }
-                f @ Frame::EmitterDone { .. } => out.broadcast(&f),
-                Frame::Eos(s) => {
-                    stats.merge(&s);
-                    Ok(())
-                }
-                Frame::Error(r) => {
-                    out.report(r);
-                    return EXIT_REPORTED;
-                }
-            };
-            if let Err(e) = sent {
-                return output_failed(&mut out, "output", e);
+            if let Err(code) = pass_control(f, plan, stage, &mut out, &mut stats) {
+                return code;
             }
         }
     }
+    end_worker(chain, plan, stage, out, stats)
+}
+
+/// Passes on a control frame that follows a run of items (a group end to its route, an
+/// emitter's end to every output, an end of stream into `stats`); a reported error ends the
+/// worker. `Err(exit code)` when the worker ends.
+fn pass_control(
+    f: Frame,
+    plan: &Plan,
+    stage: usize,
+    out: &mut Outputs,
+    stats: &mut Stats,
+) -> Result<(), i32> {
+    let sent = match f {
+        // Not reached: the run before took every item up to here.
+        Frame::Item { .. } => Ok(()),
+        Frame::GroupEnd { e, k } => out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k }),
+        f @ Frame::EmitterDone { .. } => out.broadcast(&f),
+        Frame::Eos(s) => {
+            stats.merge(&s);
+            Ok(())
+        }
+        Frame::Error(r) => {
+            out.report(r);
+            return Err(EXIT_REPORTED);
+        }
+    };
+    sent.map_err(|e| output_failed(out, "output", e))
+}
+
+/// The worker's end of stream: the steps' `finish` outputs, then the end markers (the
+/// inputs' counters and the worker's own on output 0), then the outputs' end. The exit code.
+fn end_worker(
+    mut chain: Chain,
+    plan: &Plan,
+    stage: usize,
+    mut out: Outputs,
+    mut stats: Stats,
+) -> i32 {
     let mut outputs = Vec::new();
     if let Err(r) = chain.finish(&mut outputs) {
         out.report(r);
