@@ -344,7 +344,8 @@ impl PipelineBuilder {
         self
     }
 
-    fn plan(&self) -> Result<Plan, Error> {
+    /// Refuses a configuration no plan can be made of: the error says what to change.
+    fn check(&self) -> Result<(), Error> {
         let cfg = |m: &str| Err(Error::Config(m.to_owned()));
         if self.workers == 0 && self.source.is_some() {
             return cfg(
@@ -396,7 +397,14 @@ impl PipelineBuilder {
                  clone (each builder's PipelineBuilder::share_fd gives its own handles)"
             )));
         }
-        let stages = match &self.topology {
+        Ok(())
+    }
+
+    /// The stages of the plan: one per step (`Topology::Staged`), or one holding every step
+    /// (in this process with `workers(0)`).
+    fn stages(&self) -> Result<Vec<StagePlan>, Error> {
+        let cfg = |m: &str| Err(Error::Config(m.to_owned()));
+        Ok(match &self.topology {
             // In this process, the steps in one chain.
             _ if self.workers == 0 => vec![StagePlan {
                 steps: self.steps.clone(),
@@ -422,7 +430,12 @@ impl PipelineBuilder {
                 steps: self.steps.clone(),
                 workers: self.workers,
             }],
-        };
+        })
+    }
+
+    fn plan(&self) -> Result<Plan, Error> {
+        self.check()?;
+        let stages = self.stages()?;
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
