@@ -123,20 +123,7 @@ fn run_emitter(
     mut out: Outputs,
     gate: Option<&Gate>,
 ) -> i32 {
-    let parts = plan.world_size * plan.emitters;
-    let part = plan.rank * plan.emitters + e;
-    let source: Result<Box<dyn Source>, SourceError> = match &plan.source {
-        Some(SourceSpec::JsonLines(j)) => {
-            j.open(part, parts).map(|p| Box::new(p) as Box<dyn Source>)
-        }
-        Some(SourceSpec::Named { name, args }) => {
-            reg.build_source(name, &SourceContext { args, part, parts })
-        }
-        None => Err(SourceError::Other(
-            "emitter started without a source".into(),
-        )),
-    };
-    let source = match source {
+    let source = match open_source(reg, plan, e) {
         Ok(s) => s,
         Err(error) => {
             out.report(Report::Source { emitter: e, error });
@@ -203,6 +190,29 @@ fn run_emitter(
     if let Err(code) = result {
         return code;
     }
+    end_emitter(out, e, k, stats)
+}
+
+/// Emitter `e`'s part of the source: part `rank * emitters + e` of `world_size * emitters`.
+fn open_source(reg: &Registry, plan: &Plan, e: usize) -> Result<Box<dyn Source>, SourceError> {
+    let parts = plan.world_size * plan.emitters;
+    let part = plan.rank * plan.emitters + e;
+    match &plan.source {
+        Some(SourceSpec::JsonLines(j)) => {
+            j.open(part, parts).map(|p| Box::new(p) as Box<dyn Source>)
+        }
+        Some(SourceSpec::Named { name, args }) => {
+            reg.build_source(name, &SourceContext { args, part, parts })
+        }
+        None => Err(SourceError::Other(
+            "emitter started without a source".into(),
+        )),
+    }
+}
+
+/// The emitter's end of stream, after its `k` records: its end marker to every worker, the
+/// end markers (its counters on output 0), then the outputs' end. The exit code.
+fn end_emitter(mut out: Outputs, e: usize, k: u64, mut stats: Stats) -> i32 {
     (stats.zero_copy, stats.copied) = out.transfer_counts();
     let end = out
         .broadcast(&Frame::EmitterDone { e: e as u32, n: k })
