@@ -494,34 +494,7 @@ pub fn run_in_process(
         Ok(())
     };
     for _ in 0..cfg.epochs {
-        match &cfg.source {
-            WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
-                let mut reader =
-                    JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
-                for e in reader.by_ref() {
-                    let e = e.map_err(WorkloadError::Read)?;
-                    emit(Cow::Owned(e), &mut stats, &mut chain)?;
-                }
-                stats.input_bytes += reader.bytes_read();
-            }
-            WorkloadSource::Memory(entries) => {
-                for e in entries.iter() {
-                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
-                }
-            }
-            WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
-                let entries = match &parsed {
-                    Some(p) => p,
-                    None => parsed.insert(
-                        crate::jsonl::read_file(path, cfg.chain.freq)
-                            .map_err(WorkloadError::Read)?,
-                    ),
-                };
-                for e in entries.iter() {
-                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
-                }
-            }
-        }
+        one_pass(cfg, &mut parsed, &mut stats, &mut chain, &mut emit)?;
     }
     if let Some(b) = batcher.finish() {
         let b = b.map_err(WorkloadError::Batch)?;
@@ -531,6 +504,49 @@ pub fn run_in_process(
     stats.elapsed = t0.elapsed();
     stats.cpu_time = thread_cpu_time().saturating_sub(c0);
     Ok(stats)
+}
+
+/// One pass over the workload's source: each series to `emit` (series held in memory are
+/// lent, not copied; a file read once is kept in `parsed` for the next passes).
+fn one_pass(
+    cfg: &WorkloadConfig,
+    parsed: &mut Option<Vec<DataEntry>>,
+    stats: &mut WorkloadStats,
+    chain: &mut Chain,
+    emit: &mut impl FnMut(
+        Cow<'_, DataEntry>,
+        &mut WorkloadStats,
+        &mut Chain,
+    ) -> Result<(), WorkloadError>,
+) -> Result<(), WorkloadError> {
+    match &cfg.source {
+        WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
+            let mut reader =
+                JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
+            for e in reader.by_ref() {
+                let e = e.map_err(WorkloadError::Read)?;
+                emit(Cow::Owned(e), stats, chain)?;
+            }
+            stats.input_bytes += reader.bytes_read();
+        }
+        WorkloadSource::Memory(entries) => {
+            for e in entries.iter() {
+                emit(Cow::Borrowed(e), stats, chain)?;
+            }
+        }
+        WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
+            let entries = match &*parsed {
+                Some(p) => p,
+                None => parsed.insert(
+                    crate::jsonl::read_file(path, cfg.chain.freq).map_err(WorkloadError::Read)?,
+                ),
+            };
+            for e in entries.iter() {
+                emit(Cow::Borrowed(e), stats, chain)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// CPU time consumed by the calling thread.
