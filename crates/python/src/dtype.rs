@@ -130,7 +130,7 @@ pub unsafe fn array_over<'py>(
                 .map(|&b| match b {
                     0 => Ok(false),
                     1 => Ok(true),
-                    x => Err(crate::errors::CorruptMessage::new_err(format!(
+                    x => Err(crate::exceptions::CorruptMessage::new_err(format!(
                         "byte {x} is not a bool"
                     ))),
                 })

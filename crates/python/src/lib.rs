@@ -9,11 +9,13 @@ use pyo3::prelude::*;
 mod arrays;
 mod channel;
 mod dtype;
-mod errors;
+mod exceptions;
 mod item;
 mod pipeline;
+mod pipeline_errors;
 mod pump;
 mod run;
+mod run_spec;
 mod source;
 mod timefeat;
 mod timeout;
@@ -21,8 +23,9 @@ mod worker;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    errors::register(m)?;
+    exceptions::register(m)?;
     m.add_class::<channel::Sender>()?;
+    m.add_class::<channel::SenderStats>()?;
     m.add_class::<channel::Receiver>()?;
     m.add_class::<channel::Message>()?;
     m.add_class::<channel::Loan>()?;

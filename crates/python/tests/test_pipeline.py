@@ -76,7 +76,7 @@ def test_a_step_exception_is_reraised_with_step_worker_input_and_traceback():
     e = ei.value
     assert e.step == "fail_on_7"
     assert e.worker in (0, 1)
-    assert "record" in e.input
+    assert e.record == 7 and e.input.startswith("item 7 fed by this process"), e.input
     assert "ZeroDivisionError: seven is right out" in e.message
     assert "pipeline_steps.py" in e.message and "in fail_on_7" in e.message
     assert all(_gone(pid) for pid in p.pids)

@@ -14,7 +14,7 @@ use shm_ring::MetaValue;
 use super::errors::{from_fd_err, ring_err};
 use super::message::Message;
 use super::{closed, deadline, lock, records, slice, view};
-use crate::errors::{Disconnected, PoolExhausted};
+use crate::exceptions::{Disconnected, PoolExhausted};
 
 /// What keeps a received message (and its pool blocks) alive: the base object of its arrays.
 #[derive(Debug)]
@@ -300,6 +300,11 @@ impl Receiver {
         max_records: usize,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, records::Records>> {
+        if max_records == 0 {
+            return Err(PyValueError::new_err(
+                "max_records=0: at least 1 (the most records one call returns)",
+            ));
+        }
         let end = deadline(timeout)?;
         let cols = self.receive(py, end, |rx, t| records::gather(rx, max_records, t))?;
         match cols {
@@ -339,5 +344,16 @@ impl Receiver {
     /// Closes the receiver (arrays already received stay valid).
     fn close(&self) {
         lock(&self.inner).take();
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// `close()`; exceptions pass on.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
     }
 }

@@ -15,7 +15,7 @@ use super::loan::{AnyLoan, Loan};
 use super::outgoing::{Outgoing, Part};
 use super::{closed, deadline, lock, send_many, slice, view};
 use crate::dtype;
-use crate::errors::PoolExhausted;
+use crate::exceptions::PoolExhausted;
 
 /// The producer end of a channel.
 #[derive(Debug)]
@@ -30,7 +30,33 @@ pub struct Sender {
     live_loans: Arc<AtomicUsize>,
 }
 
-fn config(slots: u32, blocks: u32, block_size: usize, threshold: Option<usize>) -> ChannelConfig {
+/// The channel's configuration; a `ValueError` naming the Python parameter for a value the
+/// channel cannot use (checked here, before shm-ring, whose messages speak of its fields).
+fn config(
+    slots: u32,
+    blocks: u32,
+    block_size: usize,
+    threshold: Option<usize>,
+) -> PyResult<ChannelConfig> {
+    const MAX_BLOCK: usize = (1 << 32) - 64;
+    let bad = if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
+        Some(format!(
+            "slots={slots}: a power of two from 2 to 2**20 (ring slots of 64 bytes)"
+        ))
+    } else if !(1..=1 << 20).contains(&blocks) {
+        Some(format!(
+            "blocks={blocks}: from 1 to 2**20 pool blocks (each holds one zero-copy array)"
+        ))
+    } else if !(64..=MAX_BLOCK).contains(&block_size) {
+        Some(format!(
+            "block_size={block_size}: from 64 bytes to 4 GiB - 64 (the largest zero-copy array)"
+        ))
+    } else {
+        None
+    };
+    if let Some(m) = bad {
+        return Err(PyValueError::new_err(m));
+    }
     let mut cfg = ChannelConfig {
         slots,
         blocks,
@@ -40,7 +66,7 @@ fn config(slots: u32, blocks: u32, block_size: usize, threshold: Option<usize>) 
     if let Some(t) = threshold {
         cfg.transfer = Transfer::Adaptive { threshold: t };
     }
-    cfg
+    Ok(cfg)
 }
 
 /// What a blocked call waiting in slices got: the value, the end of the channel, or an error.
@@ -279,7 +305,7 @@ impl Sender {
         block_size: usize,
         threshold: Option<usize>,
     ) -> PyResult<Sender> {
-        let cfg = config(slots, blocks, block_size, threshold);
+        let cfg = config(slots, blocks, block_size, threshold)?;
         let tx = py
             .detach(|| shm_ring::Sender::create(name, &cfg))
             .map_err(|e| ring_err(py, e))?;
@@ -296,7 +322,7 @@ impl Sender {
         block_size: usize,
         threshold: Option<usize>,
     ) -> PyResult<Sender> {
-        let cfg = config(slots, blocks, block_size, threshold);
+        let cfg = config(slots, blocks, block_size, threshold)?;
         let tx = py
             .detach(|| shm_ring::Sender::anonymous(&cfg))
             .map_err(|e| ring_err(py, e))?;
@@ -341,21 +367,24 @@ impl Sender {
         self.with(py, |tx| tx.free_blocks())
     }
 
-    /// (messages, zero_copy_arrays, copied_arrays, array_bytes) sent so far.
-    fn stats(&self) -> PyResult<(u64, u64, u64, u64)> {
+    /// What was sent so far: a `SenderStats` (messages, zero_copy_arrays, copied_arrays,
+    /// array_bytes).
+    fn stats(&self) -> PyResult<SenderStats> {
         let g = lock(&self.inner);
         let s = g.as_ref().ok_or_else(closed)?.stats();
-        Ok((
-            s.messages,
-            s.zero_copy_arrays,
-            s.copied_arrays,
-            s.array_bytes,
-        ))
+        Ok(SenderStats {
+            messages: s.messages,
+            zero_copy_arrays: s.zero_copy_arrays,
+            copied_arrays: s.copied_arrays,
+            array_bytes: s.array_bytes,
+        })
     }
 
-    /// Waits up to `timeout` seconds for a consumer to attach; returns its pid.
-    fn wait_for_consumer(&self, py: Python<'_>, timeout: f64) -> PyResult<u32> {
-        let end = deadline(Some(timeout))?;
+    /// Waits up to `timeout` seconds (None: no limit) for a consumer to attach; returns its
+    /// pid.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_for_consumer(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<u32> {
+        let end = deadline(timeout)?;
         self.wait(py, end, |tx, s| tx.wait_for_consumer(s))
     }
 
@@ -423,5 +452,40 @@ impl Sender {
         // Without the GIL: a loan in another thread may hold the sender for a wait slice, and
         // a named channel nobody opened yet lingers for a consumer.
         py.detach(|| drop(lock(&self.inner).take()));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// `close()`; exceptions pass on.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+/// What a `Sender` has sent so far (`Sender.stats()`).
+#[derive(Debug, Clone, Copy)]
+#[pyclass(module = "shmpipe._native", frozen, get_all)]
+pub struct SenderStats {
+    /// Messages sent.
+    pub messages: u64,
+    /// Arrays that went zero-copy (in a pool block).
+    pub zero_copy_arrays: u64,
+    /// Arrays copied into a message.
+    pub copied_arrays: u64,
+    /// Bytes of every array sent.
+    pub array_bytes: u64,
+}
+
+#[pymethods]
+impl SenderStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "SenderStats(messages={}, zero_copy_arrays={}, copied_arrays={}, array_bytes={})",
+            self.messages, self.zero_copy_arrays, self.copied_arrays, self.array_bytes
+        )
     }
 }
