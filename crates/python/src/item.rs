@@ -112,7 +112,7 @@ fn array_field(
         store(name, a, &p, item)?;
         return Ok(true);
     }
-    if arrays::dtype_of(&numpy::PyUntypedArrayMethods::dtype(a)).is_none() {
+    if dtype::of_descr(&numpy::PyUntypedArrayMethods::dtype(a)).is_none() {
         return Ok(false);
     }
     // Strided (a slice, a transpose): one C-ordered copy, same shape (ndim >= 1 here: a 0-d

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import shmpipe
+from procs import gone as _gone
 from pipeline_steps import Pairs, double, fail_on_7, fan, items, slow, tag_pid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -144,14 +145,6 @@ def test_a_sigkilled_worker_raises_from_a_waiting_enqueue_within_a_second():
         finally:
             killer.join()
         assert time.monotonic() - killed[0] < 1.0
-
-
-def _gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 # How a parent process of the fault tests starts its pipeline (then it prints its pids).

@@ -17,18 +17,11 @@ import numpy as np
 import pytest
 
 import shmpipe
+from procs import gone as _gone
 from pipeline_steps import (Pairs, add_1, double, fail_on_7, fan, items, noisy, noisy_split,
                             slow, slow_tag_pid, tag_pid)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 def _memfds():
