@@ -61,30 +61,23 @@ pub enum Origin {
     Enqueued,
 }
 
-/// The pipeline's description of an input (`emitter e, record k` plus a summary in
-/// parentheses) split into `(e, k, summary)`; `None` for other inputs (the end of stream).
-fn record_of(input: &str) -> Option<(u64, u64, &str)> {
-    let rest = input.strip_prefix("emitter ")?;
-    let (e, rest) = rest.split_once(", record ")?;
-    let end = rest
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(rest.len());
-    Some((e.parse().ok()?, rest[..end].parse().ok()?, &rest[end..]))
-}
-
-/// The failing input as a Python user knows it, and its record number.
-fn input_words(input: &str, origin: Origin) -> (String, Option<u64>) {
-    let Some((e, k, summary)) = record_of(input) else {
-        return (input.to_owned(), None);
+/// The failing input as a Python user knows it: `input` (the pipeline's words, `emitter e,
+/// record k` and a summary in parentheses) retold for `origin`.
+fn input_words(input: &str, emitter: Option<usize>, record: Option<u64>, origin: Origin) -> String {
+    let (Some(e), Some(k)) = (emitter, record) else {
+        return input.to_owned();
     };
     let what = match origin {
-        Origin::Emitters => return (input.to_owned(), Some(k)),
+        Origin::Emitters => return input.to_owned(),
         Origin::Fed => format!("item {k} fed by this process (counted from 0, in feeding order)"),
         Origin::FedFile => format!("record {k} read by this process (counted from 0)"),
         Origin::Enqueued => format!("enqueued input {k} (counted from 0)"),
     };
-    debug_assert_eq!(e, 0, "a source fed by this process is emitter 0");
-    (format!("{what}{summary}"), Some(k))
+    // The summary of the item's fields that follows the pipeline's own words, if any.
+    let summary = input
+        .strip_prefix(&format!("emitter {e}, record {k}"))
+        .unwrap_or_default();
+    format!("{what}{summary}")
 }
 
 /// A step's failure as `StepError`, with its fields as attributes. `inline`: the steps ran
@@ -94,19 +87,17 @@ fn step_err(py: Python<'_>, e: shmpipe::Error, origin: Origin, inline: bool) -> 
         step,
         stage,
         worker,
+        emitter,
+        record,
         input,
         message,
+        ..
     } = e
     else {
         return pipe_err(py, e);
     };
-    // A Python step's message starts with the callable's name (see `worker::PyStep`).
-    let (step, message) = match message.split_once('\n') {
-        Some((name, rest)) if step == crate::worker::PY_STEP => (name.to_owned(), rest.to_owned()),
-        _ => (step, message),
-    };
     let message = python_terms(&message);
-    let (input, record) = input_words(&input, origin);
+    let input = input_words(&input, emitter, record, origin);
     let place = if inline {
         "in this process (workers=0)".to_owned()
     } else {
@@ -205,19 +196,16 @@ mod tests {
     #[test]
     fn inputs_fed_by_this_process_are_not_called_an_emitter_s_records() {
         let input = "emitter 0, record 7 (x: float32[3])";
-        assert_eq!(record_of(input), Some((0, 7, " (x: float32[3])")));
-        assert_eq!(
-            input_words(input, Origin::Emitters),
-            (input.to_owned(), Some(7))
-        );
-        let (fed, k) = input_words(input, Origin::Fed);
+        let words = |origin| input_words(input, Some(0), Some(7), origin);
+        assert_eq!(words(Origin::Emitters), input);
+        let fed = words(Origin::Fed);
         assert!(fed.starts_with("item 7 fed by this process") && !fed.contains("emitter"));
-        assert!(fed.ends_with(" (x: float32[3])") && k == Some(7), "{fed}");
-        let (enq, _) = input_words("emitter 0, record 12", Origin::Enqueued);
-        assert!(enq.starts_with("enqueued input 12"), "{enq}");
+        assert!(fed.ends_with(" (x: float32[3])"), "{fed}");
+        let enq = input_words("emitter 0, record 12", Some(0), Some(12), Origin::Enqueued);
+        assert_eq!(enq, "enqueued input 12 (counted from 0)");
         assert_eq!(
-            input_words("end of stream", Origin::Fed),
-            ("end of stream".into(), None)
+            input_words("end of stream", None, None, Origin::Fed),
+            "end of stream"
         );
     }
 }

@@ -148,3 +148,11 @@ def test_a_step_error_of_enqueue_names_the_enqueued_input():
     e = ei.value
     assert "emitter" not in str(e), str(e)
     assert "enqueued input 7" in str(e), str(e)
+
+
+def test_the_step_name_is_a_field_and_the_message_is_the_traceback_alone():
+    with pytest.raises(shmpipe.StepError) as ei:
+        list(shmpipe.Pipeline(items(10), steps=[double, fail_on_7], workers=1))
+    e = ei.value
+    assert (e.step, e.record) == ("fail_on_7", 7)
+    assert e.message.startswith("Traceback"), e.message
