@@ -6,17 +6,17 @@
 
 use pyo3::prelude::*;
 
-mod arrays;
 mod channel;
 mod dtype;
 mod exceptions;
 mod item;
+mod item_arrays;
+mod memory_source;
 mod pipeline;
 mod pipeline_errors;
 mod pump;
 mod run;
 mod run_spec;
-mod source;
 mod timefeat;
 mod timeout;
 mod worker;

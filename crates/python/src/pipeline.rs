@@ -19,11 +19,11 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use shmpipe::{Item, JsonLines, Records, Source, SourceContext};
 
+use crate::memory_source::Feed;
 use crate::pipeline_errors::{Origin, pipe_err, source_err};
 use crate::pump::{GRACE, Pump};
 use crate::run::{Backend, Fed, Run};
 use crate::run_spec::{RunSpec, SourceKind, SourceSpec};
-use crate::source::Feed;
 use crate::{item, worker};
 
 /// A Python object as an item (a dict, or any other value: see [`item::from_py`]).

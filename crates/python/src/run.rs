@@ -36,15 +36,15 @@ use shmpipe::{Error, Input, Item, Pipeline, Records};
 
 use crate::channel::SLICE;
 use crate::exceptions::PipelineError;
+use crate::memory_source::Feed;
 use crate::pipeline_errors::{Origin, pipe_err, run_err};
 use crate::pump::{Msg, Pump};
-use crate::source::Feed;
 
 /// A source this process reads and feeds to the pipeline, epoch by epoch.
 pub(crate) enum Fed {
     /// A file or a named source, read as one emitter would.
     Records(Records),
-    /// An in-memory Python source ([`crate::source`]).
+    /// An in-memory Python source ([`crate::memory_source`]).
     Memory(Feed),
 }
 

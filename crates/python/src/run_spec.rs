@@ -10,7 +10,7 @@ use shmpipe::{
     ChannelGeometry, Epochs, JsonLines, OnBadRecord, Pipeline, PipelineBuilder, ReadOrder,
 };
 
-use crate::source::FeedSpec;
+use crate::memory_source::FeedSpec;
 use crate::worker;
 
 /// One step: a registry name and its arguments as JSON.
