@@ -103,6 +103,7 @@ class ReceiverHandle:
         self._fd = fd
 
     def fileno(self) -> int:
+        """The descriptor of the channel's memfd (pass it in ``pass_fds`` to a subprocess)."""
         return self._fd
 
     def open(self) -> Receiver:
@@ -110,6 +111,7 @@ class ReceiverHandle:
         return Receiver.from_fd(self._fd)
 
     def close(self) -> None:
+        """Closes this handle's descriptor (receivers already opened from it stay open)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -219,7 +219,9 @@ class Pipeline(Closing):
     ``finish()`` depend on what its worker saw, and so on the worker count.)
 
     A step's exception is re-raised here as :class:`shmpipe.StepError` (attributes ``step``,
-    ``worker``, ``input``, ``message`` with the worker's traceback), by the iteration or by
+    the callable's name; ``worker``, ``None`` with ``workers=0``; ``record``, the failing
+    input's index among the items this process fed or enqueued, or in an emitter's part of a
+    file; ``input``, that in words; ``message``, the worker's traceback), by the iteration or by
     :meth:`dequeue`, and by every later call; a dead worker raises
     :class:`shmpipe.WorkerDied` within about a second (also from a waiting :meth:`enqueue`);
     Ctrl-C raises ``KeyboardInterrupt`` and stops the processes. Every process stops and its

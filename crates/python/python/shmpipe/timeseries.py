@@ -120,6 +120,7 @@ class TrainLoader(_Loader):
         return itertools.islice(self._it, self.num_batches_per_epoch)
 
     def close(self) -> None:
+        """Stops the worker processes and removes the temporary file of a list of dicts."""
         if getattr(self, "_pipe", None) is not None:
             self._pipe.close()
         self._it = None
