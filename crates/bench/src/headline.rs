@@ -26,7 +26,9 @@ fn free(c: &Cell, i: usize) -> bool {
 /// Whether the cell's round `i` measured something while a CPU was taken.
 fn contended(c: &Cell, i: usize) -> bool {
     c.rates.get(i).is_some_and(|r| r.is_finite())
-        && c.contended.get(i).is_some_and(|w| !(*w < CONTENDED))
+        && c.contended
+            .get(i)
+            .is_some_and(|w| w.is_nan() || *w >= CONTENDED)
 }
 
 /// Median rate of `t` at `n` over the rounds `keep` selects, and how many there were.
