@@ -88,8 +88,33 @@ fn zero_copy_line(run: &RunResult, n: usize, keep: fn(&Cell, usize) -> bool) -> 
     ))
 }
 
-/// The headline lines: the free cells' figures (or why there are none), then the contended
-/// cells' figures for comparison, then adaptive against the better of copy and zero-copy.
+/// The best round of each transport (its quietest moment; the figure that moves least from
+/// run to run when few rounds are free), as ratios.
+fn best_line(run: &RunResult, n: usize) -> Option<String> {
+    use Transport::*;
+    let best = |t: Transport| {
+        run.cell(t.name(), n)
+            .and_then(|c| Summary::of(&c.rates))
+            .map(|s| s.max)
+    };
+    let (z, m, c, s) = (
+        best(ShmZeroCopy)?,
+        best(Memcpy)?,
+        best(ShmCopy)?,
+        best(UnixSocket)?,
+    );
+    Some(format!(
+        "best round of each transport: zero-copy {} of memcpy, {} the copying path, {} a Unix \
+         socket ({z:.0} msgs/s)",
+        x(z, m),
+        x(z, c),
+        x(z, s)
+    ))
+}
+
+/// The headline lines: the free cells' figures (or why there are none), the best rounds, the
+/// contended cells' figures for comparison, then adaptive against the better of copy and
+/// zero-copy.
 pub fn lines(run: &RunResult, n: usize) -> Vec<String> {
     use Transport::*;
     let rounds = run.probes_ns.len();
@@ -105,6 +130,9 @@ pub fn lines(run: &RunResult, n: usize) -> Vec<String> {
              a CPU each time: load {:.1}); run the demo on a quieter machine for the headline",
             run.load.0.max(run.load.1)
         )),
+    }
+    if let Some(l) = best_line(run, n) {
+        out.push(l);
     }
     if let Some(l) = zero_copy_line(run, n, contended) {
         out.push(format!("with a CPU taken by another process: {l}"));
@@ -163,10 +191,14 @@ mod tests {
         );
         assert!(l[0].contains("2.00x the copying path"), "{l:?}");
         assert!(
-            l[1].contains("with a CPU taken") && l[1].contains("0.18x of"),
+            l[1].starts_with("best round") && l[1].contains("1.00x of memcpy"),
             "{l:?}"
         );
-        assert!(l[2].contains("1.00x of the better"), "{l:?}");
+        assert!(
+            l[2].contains("with a CPU taken") && l[2].contains("0.18x of"),
+            "{l:?}"
+        );
+        assert!(l[3].contains("1.00x of the better"), "{l:?}");
         assert_eq!(fewest_free(&r, &[Memcpy, ShmCopy], 8), 2);
     }
 
