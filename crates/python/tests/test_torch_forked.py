@@ -144,3 +144,27 @@ def test_killing_a_trainer_ends_its_forked_server(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_a_module_half_imported_at_the_fork_is_imported_whole_by_workers(tmp_path):
+    # halfway.py imports shmpipe.torch at its top (the fork happens inside that import),
+    # and defines its dataset after: workers must see the whole module, not the first line.
+    (tmp_path / "halfway.py").write_text(textwrap.dedent("""
+        import numpy as np
+        import shmpipe.torch
+        import torch
+
+        class Late(torch.utils.data.Dataset):
+            def __len__(self):
+                return 10
+            def __getitem__(self, i):
+                return np.full(4, i, np.float32)
+    """))
+    before = f"sys.path.insert(0, {str(tmp_path)!r})\nimport halfway"
+    after = textwrap.dedent("""
+        out["late"] = [b.tolist() for b in shmpipe.torch.DataLoader(halfway.Late(), batch_size=5,
+                                                                     num_workers=2)]
+    """)
+    out, _ = run(tmp_path, before=before, after=after)
+    assert out["forked"]
+    assert out["late"] == EXPECTED

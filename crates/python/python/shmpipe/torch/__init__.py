@@ -28,5 +28,6 @@ __all__ = ["DataLoader", "SharedArrayList", "get_worker_info", "warm_up"]
 
 warm_up = _procs.warm_up
 
+# Last: the fork server may be a fork made here, which takes this module as it is now.
 if os.environ.get(_procs.EAGER_ENV, "1") != "0":
     _procs.warm_up(fork=True)

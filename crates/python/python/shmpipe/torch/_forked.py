@@ -27,6 +27,8 @@ is used as before. In the child, before it serves:
 - the trainer's ``__main__`` (run up to its ``import shmpipe.torch``) is kept alive but
   replaced, and the main script or module is imported as ``__mp_main__`` as the spawned
   server does (:mod:`._preload`), so that workers find the classes defined after the import;
+  any other module whose import was under way (one that imports ``shmpipe.torch`` at its
+  top) is dropped from ``sys.modules`` so that workers import it whole;
 - every object inherited is frozen out of the garbage collector (``gc.freeze``): neither
   the server nor its workers write to those pages to scan them;
 - the child ends with ``os._exit``: the trainer's ``atexit`` handlers never run there. It
@@ -131,6 +133,8 @@ def _server(listener_fd: int, alive_r: int, alive_w: int, child_env: dict[str, s
         os.environ.update(child_env)
         _detach_fds({listener_fd, alive_r})
         _default_signals()
+        _drop_half_imported()
+        _finish_own_import()
         _import_main()
         from . import _preload  # noqa: F401 - the server's warm-ups (seeds), as when spawned
         gc.freeze()
@@ -169,6 +173,26 @@ def _default_signals() -> None:
             signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.set_wakeup_fd(-1)
+
+
+def _drop_half_imported() -> None:
+    """Forgets the modules whose import was under way when the trainer forked (those whose
+    code led to ``import shmpipe.torch``, but this package): in the server they hold only
+    what was defined before that line, so they are imported afresh where they are needed
+    (the main script at once, others by the workers that unpickle a reference to them)."""
+    for name, mod in list(sys.modules.items()):
+        spec = getattr(mod, "__spec__", None)
+        if name not in ("__main__", __package__) and getattr(spec, "_initializing", False):
+            _kept.append(sys.modules.pop(name))
+
+
+def _finish_own_import() -> None:
+    """What the import system does when ``import shmpipe.torch`` returns, done in the server
+    (where it never returns): the fork is the package's last statement, so it is whole."""
+    mod = sys.modules[__package__]
+    mod.__spec__._initializing = False
+    parent, _, child = __package__.rpartition(".")
+    setattr(sys.modules[parent], child, mod)
 
 
 def _import_main() -> None:
