@@ -168,3 +168,24 @@ def test_a_module_half_imported_at_the_fork_is_imported_whole_by_workers(tmp_pat
     out, _ = run(tmp_path, before=before, after=after)
     assert out["forked"]
     assert out["late"] == EXPECTED
+
+
+def test_a_process_of_the_forked_server_can_start_its_own_fork_server_processes():
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    import shmpipe.torch  # noqa: F401
+    import torch_datasets as tds
+    server = forkserver._forkserver._forkserver_pid
+    with open(f"/proc/{server}/cmdline", "rb") as f:
+        if b"-c" in f.read().split(b"\0"):
+            pytest.skip("this test process's fork server is a spawned one")
+    p = multiprocessing.get_context("forkserver").Process(target=tds.start_a_forkserver_child)
+    p.start()
+    try:
+        p.join(120)
+        assert p.exitcode == 0
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join()

@@ -129,6 +129,10 @@ def start(child_env: dict[str, str]) -> bool:
 def _server(listener_fd: int, alive_r: int, alive_w: int, child_env: dict[str, str]) -> None:
     code = 1
     try:
+        from multiprocessing import forkserver
+        # The fork was made under this lock, which stays taken in the child: a worker that
+        # starts a fork-server process of its own must not wait on it for ever.
+        forkserver._forkserver._lock = threading.Lock()
         os.close(alive_w)
         os.environ.update(child_env)
         _detach_fds({listener_fd, alive_r})
@@ -138,7 +142,6 @@ def _server(listener_fd: int, alive_r: int, alive_w: int, child_env: dict[str, s
         _import_main()
         from . import _preload  # noqa: F401 - the server's warm-ups (seeds), as when spawned
         gc.freeze()
-        from multiprocessing import forkserver
         forkserver.main(listener_fd, alive_r, [])
         code = 0
     except SystemExit as e:     # forkserver.main's way out when the trainer is gone
