@@ -101,3 +101,20 @@ def debug_me(item):
     breakpoint()  # noqa: T100 - the test drives pdb through stdin
     item["seen"] = 1
     return item
+
+
+class Opaque:
+    """Not an item (no dict, array or scalar): a step may hand it to the next Python step,
+    which runs in the same worker on the object as it is, but it could not cross processes."""
+
+    def __init__(self, item):
+        self.item = item
+
+
+def wrap(item):
+    return Opaque(item)
+
+
+def unwrap(obj):
+    assert isinstance(obj, Opaque), f"expected the Opaque object itself, got {type(obj)}"
+    return obj.item

@@ -370,3 +370,15 @@ def test_float16_bool_and_uint64_arrays_cross_unchanged():
             assert got[k].dtype == want[k].dtype, k
             np.testing.assert_array_equal(got[k], want[k])
         assert got["trues"] == int(want["mask"].sum())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_consecutive_python_steps_pass_the_object_itself_without_converting_it(workers):
+    # Consecutive Python steps run as one step in a worker (the docstring's promise): the
+    # second gets the very object the first returned, not a converted copy, so an object
+    # that could never be an item may pass between them.
+    import pipeline_steps as steps
+    out = list(shmpipe.Pipeline(items(50), [steps.wrap, steps.unwrap, double],
+                                workers=workers))
+    assert sorted(int(o["x"][0]) for o in out) == [2 * i for i in range(50)]
+    assert sorted(o["n"] for o in out) == list(range(50))

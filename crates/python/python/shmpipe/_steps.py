@@ -130,16 +130,16 @@ def _fixup_main(main_path: str | None) -> None:
 def fuse(specs: list) -> list:
     """Consecutive Python steps as one ``python`` step: a worker then passes an item from
     one callable to the next as the Python object it is, converting it once on the way in
-    and once on the way out (errors still name the callable that raised)."""
-    out: list = []
+    and once on the way out (errors still name the callable that raised). ``specs``: the
+    pipeline's ``StepSpec``s (name, JSON arguments); built-in steps stay as they are."""
+    groups: list = []  # (spec, the arguments of its Python callables or None)
     for s in specs:
-        if s["name"] == "python" and out and out[-1]["name"] == "python":
-            out[-1]["args"]["steps"].append(s["args"])
-        elif s["name"] == "python":
-            out.append({"name": "python", "args": {"steps": [s["args"]]}})
+        if s.name == "python" and groups and groups[-1][1] is not None:
+            groups[-1][1].append(json.loads(s.args))
         else:
-            out.append(s)
-    return out
+            groups.append((s, [json.loads(s.args)] if s.name == "python" else None))
+    return [s if steps is None else type(s)("python", json.dumps({"steps": steps}))
+            for s, steps in groups]
 
 
 def load_step(spec_json: str, worker: int, workers: int, seed: int) -> Any:

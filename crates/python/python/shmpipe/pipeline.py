@@ -14,7 +14,7 @@ from . import _options
 from ._closing import Closing
 from ._native import PipelineRun, builtin_steps
 from ._native import item_seed as _item_seed
-from ._steps import step_spec
+from ._steps import fuse, step_spec
 
 if TYPE_CHECKING:
     import numpy as np
@@ -254,7 +254,7 @@ class Pipeline(Closing):
             rank=rank, world_size=world,
             batch_bytes=_options.whole("batch_bytes", batch_bytes, least=1, none_ok=True),
             skip_bad_records=bool(skip_bad_records), channel=_options.channel(channel),
-            steps=[self._step(s) for s in steps],
+            steps=fuse([self._step(s) for s in steps]),
             max_in_flight=_options.whole("max_in_flight", max_in_flight, least=1),
             warn_idle=_warn_idle(warn_idle), prefetch=prefetch)
         self._source = source
