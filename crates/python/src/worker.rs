@@ -234,7 +234,7 @@ pub fn worker_main(py: Python<'_>) -> PyResult<()> {
     let reg = registry();
     py.detach(|| shmpipe::init(&reg));
     Err(PyRuntimeError::new_err(
-        "shmpipe._worker is started by shmpipe.Pipeline, not by hand",
+        "worker_main() runs the worker processes shmpipe.Pipeline starts; it is not called by hand",
     ))
 }
 
