@@ -22,7 +22,7 @@
 //! [`TypedReceiver<T>`] channel carries one `bytemuck::Pod` value per message (`[f32; 16]`, a
 //! `#[repr(C)]` struct), written straight into a ring slot — no names, dtypes or shapes per
 //! message. The channel's type ([`ValueType`]) is written into the segment once and checked
-//! once at open. A message channel may likewise carry a [`Schema`] ([`Sender::with_schema`]).
+//! once at open.
 //!
 //! A tour of the whole API, compiled and run as doc tests: `docs/shm-ring-api.md`; two real
 //! processes: the examples `quickstart_send` and `quickstart_recv` (the README's quick start),
@@ -104,9 +104,7 @@ pub use channel::{
 };
 #[cfg(all(not(loom), feature = "layout-internals"))]
 #[doc(hidden)]
-pub use channel::{
-    ChannelLayout, SchemaWire, channel_layout, schema_channel_layout, typed_channel_layout,
-};
+pub use channel::{ChannelLayout, SchemaWire, channel_layout, typed_channel_layout};
 #[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
@@ -114,10 +112,7 @@ pub use error::{BLOCK_OR_LARGE_POOL, Error};
 #[cfg(not(loom))]
 pub use fork::Owner;
 #[cfg(not(loom))]
-pub use message::{
-    ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, PositionalRecord, PositionalView,
-    RecordView, SchemaMessage,
-};
+pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
 #[cfg(not(loom))]
 pub use op_error::{RecvError, SendError, TrySendError};
 #[cfg(not(loom))]
@@ -125,7 +120,7 @@ pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 #[cfg(not(loom))]
 pub use rendezvous::Rendezvous;
 #[cfg(not(loom))]
-pub use schema::{FieldError, FieldId, FieldKind, FieldSpec, Schema, SchemaError, ValueType};
+pub use schema::{FieldError, SchemaError, ValueType};
 #[cfg(not(loom))]
 pub use segment::{Segment, SegmentInfo};
 #[cfg(not(loom))]

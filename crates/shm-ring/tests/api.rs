@@ -5,8 +5,7 @@
 use std::os::fd::AsFd;
 
 use shm_ring::{
-    ChannelConfig, DType, Error, FieldError, MessageBuilder, Receiver, Schema, SendError, Sender,
-    TrySendError,
+    ChannelConfig, Error, FieldError, MessageBuilder, Receiver, SendError, Sender, TrySendError,
 };
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
@@ -97,32 +96,4 @@ fn lookups_fail_with_field_errors() {
         }
         other => panic!("expected NoSuchField, got {other:?}"),
     }
-    let schema = Schema::new().array("x", DType::F32, &[16]).meta("id");
-    assert_eq!(schema.field("id").unwrap().index(), 1);
-    assert!(matches!(
-        schema.field("y"),
-        Err(FieldError::NoSuchField { .. })
-    ));
-}
-
-#[test]
-fn a_schema_channel_hands_its_schema_to_the_receiver() {
-    let name = format!("api-schema-{}", std::process::id());
-    let schema = Schema::new()
-        .array("target", DType::F32, &[16])
-        .array_dyn("feats", DType::BF16, 2)
-        .meta("item_id");
-    let _tx = Sender::with_schema(&name, &ChannelConfig::default(), &schema).unwrap();
-    let rx = Receiver::open(&name).unwrap();
-    let got = rx.schema().expect("the channel's schema");
-    assert_eq!(got, &schema);
-    let feats = got.field("feats").unwrap();
-    assert_eq!(got.fields()[feats.index()].name, "feats");
-    // A schema that breaks the limits is refused at creation.
-    let dup = Schema::new().meta("a").meta("a");
-    let e = Sender::with_schema(&format!("{name}-dup"), &ChannelConfig::default(), &dup);
-    assert!(
-        matches!(e, Err(Error::Schema(shm_ring::SchemaError::DuplicateField(ref n))) if n == "a"),
-        "{e:?}"
-    );
 }

@@ -9,7 +9,6 @@ use super::{ChannelHeader, Message, ShmRing, WaitConfig, channel_header};
 use crate::error::Error;
 use crate::message::{self, DataRef, MessageView, PoolRef};
 use crate::ring::{self, Storage};
-use crate::schema::ChannelSchema;
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
@@ -25,8 +24,6 @@ pub struct Receiver {
     scratch: Vec<u64>,
     /// The segment's (device, inode), registered in `OWN_RECEIVERS` while we live.
     ident: (u64, u64),
-    /// The channel's schema (a private copy, validated at open).
-    schema: Option<Arc<ChannelSchema>>,
     /// Slots read (skipped) in this receive call, not yet handed back; see `release_read`.
     unreleased: u32,
     /// Where the channel was found by name (`None` from a descriptor): once the producer is
@@ -37,7 +34,6 @@ pub struct Receiver {
 }
 
 mod open;
-mod positional;
 mod records;
 mod returns;
 
@@ -50,14 +46,6 @@ impl Receiver {
     /// Sets how blocked calls wait.
     pub fn set_wait(&mut self, wait: WaitConfig) {
         self.wait = wait;
-    }
-
-    /// The channel's field schema, if its sender gave it one ([`Sender::with_schema`](super::Sender::with_schema)).
-    pub fn schema(&self) -> Option<&crate::schema::Schema> {
-        match self.schema.as_deref() {
-            Some(ChannelSchema::Fields(s)) => Some(s),
-            _ => None,
-        }
     }
 
     /// The channel name.
@@ -113,20 +101,7 @@ impl Receiver {
         }
     }
 
-    /// Refuses the self-describing receive calls on a channel with a schema (its bodies are
-    /// data-only: [`Receiver::recv_positional`]).
-    fn self_describing(&self) -> Result<(), Error> {
-        match self.schema.as_deref() {
-            Some(ChannelSchema::Fields(s)) => Err(Error::InvalidArgument(format!(
-                "the channel has a schema {s}: its messages are read by position with \
-                 recv_positional"
-            ))),
-            _ => Ok(()),
-        }
-    }
-
     fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Message, Error> {
-        self.self_describing()?;
         self.shared.check()?;
         let rec = self.next_rec(deadline)?;
         let pos = self.desc.position();
@@ -237,7 +212,6 @@ impl Receiver {
         timeout: Option<Duration>,
         mut f: impl FnMut(MessageView<'_>),
     ) -> Result<usize, Error> {
-        self.self_describing()?;
         self.read_in_place(max, timeout, |body, data, pool, blocks| {
             let v = MessageView::parse_with(body, data, pool)?;
             v.for_each_block(|b, _| blocks.push(b))?;
@@ -246,7 +220,7 @@ impl Receiver {
         })
     }
 
-    /// The in-place batch loop of [`Receiver::recv_batch`] and [`Receiver::recv_positional`]:
+    /// The in-place batch loop of [`Receiver::recv_batch`]:
     /// waits for a record, then for up to `max` messages copies the body's headers into a
     /// private buffer and lets `each(body, data, pool, blocks)` parse, validate and read it
     /// (pushing every pool block the message names onto `blocks`); releases every slot read

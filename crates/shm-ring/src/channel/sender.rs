@@ -65,8 +65,6 @@ pub struct Sender {
     /// Since when the channel has had no consumer (None while one is attached).
     unattached_since: Option<Instant>,
     max_inline: usize,
-    /// The channel's field schema ([`Sender::with_schema`]): its messages are data-only.
-    fields: Option<Arc<crate::schema::Schema>>,
     /// The process that made this sender: any other (a forked child) is refused.
     pub(super) owner: Owner,
     /// `owner.gate()` until this sender shuts down, then `fork::CLOSED_GATE`: the typed fast
@@ -78,11 +76,8 @@ pub struct Sender {
 }
 
 mod create;
-mod positional;
 mod watch;
 mod write;
-
-pub use positional::Outgoing;
 
 use super::claim::Watch;
 
@@ -231,13 +226,8 @@ impl Sender {
     /// blocks are reclaimed); [`Error::TooLarge`]; [`Error::InvalidArgument`] for a loan from
     /// another sender or a field over the encoding limits. On error, loans in the message go
     /// back to the pool.
-    ///
-    /// On a channel with a schema ([`Sender::with_schema`]) send a
-    /// [`SchemaMessage`](crate::SchemaMessage) (checked against the schema, then data-only);
-    /// on any other channel a [`MessageBuilder`]; the other kind is refused
-    /// ([`Error::InvalidArgument`]).
-    pub fn send<M: Outgoing>(&mut self, mut msg: M) -> Result<(), Error> {
-        msg.send_on(self, None)?;
+    pub fn send(&mut self, mut msg: MessageBuilder<'_>) -> Result<(), Error> {
+        self.send_inner(&mut msg, None)?;
         self.flush();
         Ok(())
     }
@@ -268,12 +258,12 @@ impl Sender {
     ///
     /// # Errors
     /// As [`Sender::send`], and [`Error::Timeout`].
-    pub fn send_timeout<M: Outgoing>(
+    pub fn send_timeout(
         &mut self,
-        mut msg: M,
+        mut msg: MessageBuilder<'_>,
         timeout: Duration,
     ) -> Result<(), Error> {
-        msg.send_on(self, Some(Instant::now() + timeout))?;
+        self.send_inner(&mut msg, Some(Instant::now() + timeout))?;
         self.flush();
         Ok(())
     }
@@ -508,12 +498,6 @@ impl Sender {
             || h.producer_closed.load(Ordering::Relaxed) != 0
         {
             return Err(Error::Disconnected);
-        }
-        if let Some(s) = &self.fields {
-            return Err(Error::InvalidArgument(format!(
-                "a self-describing message on a channel with a schema {s}: build it with \
-                 SchemaMessage (fields by FieldId)"
-            )));
         }
         message::check_limits(msg)?;
         // 1. Where does each array go?

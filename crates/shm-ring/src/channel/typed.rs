@@ -17,7 +17,7 @@ use super::{ChannelConfig, Receiver, Sender, WaitConfig};
 use crate::error::Error;
 use crate::op_error::{RecvError, SendError, TrySendError};
 use crate::rendezvous::Rendezvous;
-use crate::schema::{ChannelSchema, ValueType};
+use crate::schema::ValueType;
 use crate::sync::{AtomicU32, Ordering};
 
 /// The producer end of a typed channel: every message is one `T`, written straight into a
@@ -107,7 +107,7 @@ impl<T: Pod> TypedSender<T> {
 
     fn make(name: Option<&str>, cfg: &ChannelConfig) -> Result<TypedSender<T>, Error> {
         let cfg = typed_config::<T>(cfg)?;
-        let schema = ChannelSchema::Value(ValueType::of::<T>());
+        let schema = ValueType::of::<T>();
         Ok(TypedSender {
             inner: Sender::create_with(name, &cfg, Some(&schema))?,
             _t: PhantomData,

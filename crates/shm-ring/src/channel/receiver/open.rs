@@ -12,7 +12,7 @@ use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, ch
 use crate::error::{Error, corrupt};
 use crate::rendezvous::{self, Rendezvous, Served};
 use crate::ring::{self, Storage};
-use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
+use crate::schema::{SchemaError, ValueType, wire};
 use crate::segment::{Reached, Segment};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
@@ -21,17 +21,17 @@ use crate::sys::{self, PeerProcess};
 /// consumer claim (a refused opener leaves the channel untouched).
 #[derive(Debug)]
 pub(in crate::channel) enum Expect<'a> {
-    /// Self-describing messages, with or without a field schema.
+    /// Self-describing messages (no schema region).
     Messages,
     /// A typed channel of exactly this value type.
     Value(&'a ValueType),
 }
 
 impl Expect<'_> {
-    fn check(&self, found: Option<&ChannelSchema>, slot_size: u32) -> Result<(), Error> {
+    fn check(&self, found: Option<&ValueType>, slot_size: u32) -> Result<(), Error> {
         let ok = match (self, found) {
-            (Expect::Messages, None | Some(ChannelSchema::Fields(_))) => true,
-            (Expect::Value(v), Some(ChannelSchema::Value(w))) if v.matches(w) => {
+            (Expect::Messages, None) => true,
+            (Expect::Value(v), Some(w)) if v.matches(w) => {
                 if (slot_size as usize) < v.size() {
                     return Err(corrupt(format!(
                         "typed channel of {v} in slots of {slot_size} bytes"
@@ -47,7 +47,7 @@ impl Expect<'_> {
         Err(Error::Schema(SchemaError::Mismatch {
             channel: found.map_or_else(
                 || "self-describing messages (no schema)".to_string(),
-                |s| s.to_string(),
+                |v| format!("a typed channel of {v}"),
             ),
             expected: match self {
                 Expect::Messages => "self-describing messages (a Receiver)".to_string(),
@@ -250,9 +250,9 @@ impl Receiver {
                     copy.len(),
                 )
             };
-            Some(Arc::new(wire::decode(&copy)?))
+            Some(wire::decode(&copy)?)
         };
-        expect.check(schema.as_deref(), slot_size)?;
+        expect.check(schema.as_ref(), slot_size)?;
         let header = seg.header();
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
         let me = sys::pid();
@@ -313,7 +313,6 @@ impl Receiver {
             name,
             scratch: Vec::new(),
             ident,
-            schema,
             unreleased: 0,
             served,
             stale_removed: std::sync::atomic::AtomicBool::new(false),

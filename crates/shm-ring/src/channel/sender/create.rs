@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::pool::PoolHome;
 use crate::rendezvous::{NameServer, SocketDir};
 use crate::ring;
-use crate::schema::{ChannelSchema, Schema, wire};
+use crate::schema::{ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
@@ -33,34 +33,12 @@ impl Sender {
         Self::create_with(Some(name), cfg, None)
     }
 
-    /// Creates the channel `name` whose segment carries `schema` (written once; a
-    /// [`Receiver`](crate::Receiver) reads it once at open, validated, as
-    /// [`Receiver::schema`](crate::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
-    ///
-    /// # Errors
-    /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
-    /// [`Schema::check`].
-    pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
-        Self::create_with(
-            Some(name),
-            cfg,
-            Some(&ChannelSchema::Fields(schema.clone())),
-        )
-    }
-
     /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
     pub(in crate::channel) fn create_with(
         name: Option<&str>,
         cfg: &ChannelConfig,
-        schema: Option<&ChannelSchema>,
+        schema: Option<&ValueType>,
     ) -> Result<Sender, Error> {
-        if let Some(ChannelSchema::Fields(s)) = schema {
-            s.check()?;
-        }
-        let fields = match schema {
-            Some(ChannelSchema::Fields(s)) => Some(Arc::new(s.clone())),
-            _ => None,
-        };
         let schema = schema.map(wire::encode);
         let schema_len = schema.as_ref().map_or(0, |s| s.len());
         let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
@@ -99,7 +77,6 @@ impl Sender {
             };
         }
         let mut tx = Self::init(seg, layout, cfg)?;
-        tx.fields = fields;
         if let Some(mut server) = server {
             server.serve(tx.seg.file().try_clone()?.into())?;
             tx.server = Some(server);
@@ -169,7 +146,6 @@ impl Sender {
             consumer: None,
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
-            fields: None,
             owner,
             gate: owner.gate(),
             server: None,
