@@ -5,12 +5,13 @@
 use std::os::fd::AsFd;
 
 use shm_ring::{
-    ChannelConfig, Error, FieldError, MessageBuilder, Receiver, SendError, Sender, TrySendError,
+    ChannelConfig, Error, FieldError, Message, MessageBuilder, Receiver, SendError, Sender,
+    TrySendError,
 };
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
-    let tx = Sender::anonymous(cfg).unwrap();
-    let rx = Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    let tx = Sender::<Message>::anonymous(cfg).unwrap();
+    let rx = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     (tx, rx)
 }
 
@@ -40,7 +41,7 @@ fn a_loan_from_another_sender_is_refused_and_goes_home() {
     // to its own pool, not to the other sender's.
     let loan = a.loan::<f32>(&[8]).unwrap().fill(1.0);
     let e = b.send(MessageBuilder::new().array_loan("x", loan));
-    assert!(matches!(e, Err(Error::InvalidArgument(_))), "{e:?}");
+    assert!(matches!(e, Err(SendError::InvalidArgument(_))), "{e:?}");
     assert_eq!(a.free_blocks().unwrap(), all);
     assert_eq!(b.free_blocks().unwrap(), all);
 }
@@ -67,7 +68,11 @@ fn try_send_on_full_gives_the_message_back_with_its_loan() {
         other => panic!("expected Full, got {other:?}"),
     };
     assert_eq!(back.len(), 1);
-    while rx.try_recv().unwrap().is_some() {}
+    while match rx.try_recv() {
+        Ok(_) => true,
+        Err(shm_ring::TryRecvError::Empty) => false,
+        Err(e) => panic!("{e}"),
+    } {}
     tx.try_send(back).unwrap();
     let m = rx.recv().unwrap();
     assert_eq!(m.tag(), 9);

@@ -20,11 +20,13 @@
 mod alloc;
 mod claim;
 mod config;
+pub(crate) mod errors;
 mod large;
 mod owned;
+mod payload;
 mod receiver;
 mod sender;
-mod typed;
+mod values;
 mod wait;
 
 use std::sync::Arc;
@@ -38,10 +40,15 @@ use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
 pub use config::{ChannelConfig, LARGE_KEEP, MAX_LARGE_POOL, WaitConfig, machine_large_pool};
+pub use errors::{
+    CreateError, LoanError, OpenError, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
+    TryRecvError, TrySendError,
+};
 pub use owned::Message;
+pub use payload::Payload;
 pub use receiver::Receiver;
 pub use sender::{Sender, SenderStats};
-pub use typed::{TypedReceiver, TypedSender};
+pub use values::ValueLoan;
 
 /// `kind` of a channel segment.
 pub(crate) const KIND_CHANNEL: u32 = 1;
@@ -389,13 +396,13 @@ pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
 }
 
 #[cfg(feature = "layout-internals")]
-/// The layout of a channel created with [`TypedSender::<T>::create`]`(_, cfg)`.
+/// The layout of a channel created with [`Sender::<T>::create`]`(_, cfg)`.
 ///
 /// # Errors
 /// As [`channel_layout`].
 #[doc(hidden)]
 pub fn typed_channel_layout<T: bytemuck::Pod>(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
-    let cfg = typed::typed_config::<T>(cfg)?;
+    let cfg = payload::value_config::<T>(cfg)?;
     layout_of(&cfg, Some(&ValueType::of::<T>()))
 }
 

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use super::{Sender, SenderStats};
 use crate::channel::alloc::BlockPool;
+use crate::channel::errors::CreateError;
+use crate::channel::payload::Payload;
 use crate::channel::{
     CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing,
 };
@@ -18,27 +20,47 @@ use crate::schema::{ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
-impl Sender {
-    /// Creates the channel `name` and returns its producer end: a sealed memfd like an
-    /// anonymous channel's, served to openers by a socket `name` in the socket directory (see
-    /// [`Rendezvous`](crate::Rendezvous); nothing is created in `/dev/shm`). A stale socket of a
-    /// dead creator of that name is taken over.
+impl<P: Payload> Sender<P> {
+    /// Creates the channel `name` of payload `P` and returns its producer end: a sealed memfd
+    /// like an anonymous channel's, served to openers by a socket `name` in the socket
+    /// directory (see [`Rendezvous`](crate::Rendezvous); nothing is created in `/dev/shm`). A
+    /// stale socket of a dead creator of that name is taken over. A channel of values
+    /// (`P: Pod`) has slots sized for `P` (`size_of::<P>()` rounded up to 64 bytes, at most
+    /// 64 KiB) and no pool (`cfg.blocks` is ignored).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or configuration; [`Error::AlreadyExists`]
-    /// while a live sender serves the name; [`Error::Untrusted`] for a socket directory we do
-    /// not trust, or something other than a socket at the name; [`Error::NoSpace`] when memory
-    /// cannot hold the headers and rings; [`Error::Os`].
-    pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
-        Self::create_with(Some(name), cfg, None)
+    /// [`CreateError::InvalidArgument`] for a bad name or configuration;
+    /// [`CreateError::AlreadyExists`] while a live sender serves the name;
+    /// [`CreateError::Untrusted`] for a socket directory we do not trust, or something other
+    /// than a socket at the name; [`CreateError::NoSpace`] when memory cannot hold the headers
+    /// and rings; [`CreateError::TooLarge`] for a value type over 64 KiB; [`CreateError::Os`].
+    pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender<P>, CreateError> {
+        Self::make(Some(name), cfg)
     }
 
+    /// Creates an anonymous channel of payload `P` (a sealed memfd: hand the descriptor of
+    /// [`AsFd::as_fd`](std::os::fd::AsFd::as_fd) to the consumer process and open it there with
+    /// [`Receiver::from_fd`](crate::Receiver::from_fd)).
+    ///
+    /// # Errors
+    /// As [`Sender::create`].
+    pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender<P>, CreateError> {
+        Self::make(None, cfg)
+    }
+
+    fn make(name: Option<&str>, cfg: &ChannelConfig) -> Result<Sender<P>, CreateError> {
+        let cfg = P::channel_config(cfg).map_err(CreateError::from_internal)?;
+        Self::create_with(name, &cfg, P::value_type().as_ref()).map_err(CreateError::from_internal)
+    }
+}
+
+impl<P> Sender<P> {
     /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
-    pub(in crate::channel) fn create_with(
+    fn create_with(
         name: Option<&str>,
         cfg: &ChannelConfig,
         schema: Option<&ValueType>,
-    ) -> Result<Sender, Error> {
+    ) -> Result<Sender<P>, Error> {
         let schema = schema.map(wire::encode);
         let schema_len = schema.as_ref().map_or(0, |s| s.len());
         let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
@@ -84,16 +106,7 @@ impl Sender {
         Ok(tx)
     }
 
-    /// Creates an anonymous channel (memfd): hand [`Sender::segment`]'s file to a child process
-    /// and open it there with [`Receiver::from_file`](crate::Receiver::from_file).
-    ///
-    /// # Errors
-    /// As [`Sender::create`].
-    pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
-        Self::create_with(None, cfg, None)
-    }
-
-    fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
+    fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender<P>, Error> {
         let header = ChannelHeader {
             slots: AtomicU32::new(layout.desc.capacity),
             slot_size: AtomicU32::new(layout.desc.slot_size),
@@ -150,6 +163,7 @@ impl Sender {
             gate: owner.gate(),
             server: None,
             stats: SenderStats::default(),
+            _payload: std::marker::PhantomData,
         })
     }
 }
