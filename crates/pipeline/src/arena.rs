@@ -6,9 +6,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+use shm_ring::DType;
 use smallvec::SmallVec;
-
-use crate::item::DType;
 
 /// Largest array (payload bytes) kept in a batch buffer; larger ones get their own heap array,
 /// so that one kept item never holds a large batch in memory.
@@ -35,7 +34,7 @@ struct Entry {
 
 impl BatchArrays {
     /// Copies an array in; returns its index. Bool arrays are refused (`None`: their bytes
-    /// must be checked, [`crate::item::Array::from_bytes`] does), as are arrays over
+    /// must be checked, [`crate::array::Array::from_bytes`] does), as are arrays over
     /// [`MAX_ARRAY`] bytes and byte counts that do not match the shape.
     pub(crate) fn push(&mut self, dtype: DType, shape: &[usize], bytes: &[u8]) -> Option<u32> {
         let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));

@@ -14,7 +14,7 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use crate::error::Error;
 use crate::handover::{CtrlError, Kind};
 use crate::node::{self, Plan, Role, START_TIMEOUT};
-use crate::process::{Shared, describe_status};
+use crate::supervisor::{Shared, describe_status};
 use crate::wire::Rx;
 
 /// Connects a pipeline whose children were just spawned. `own`: the parent's own outgoing

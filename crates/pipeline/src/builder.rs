@@ -11,6 +11,7 @@ use crate::error::Error;
 use crate::handover::{Ctrl, Kind};
 use crate::inline::Inline;
 use crate::input::Feeder;
+use crate::jsonl::JsonLines;
 use crate::node::{
     self, ChannelGeometry, ChildSpec, Inputs, Outputs, Plan, Role, SourceSpec, StagePlan,
 };
@@ -18,12 +19,12 @@ use crate::pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, OnBadRecord,
     Pipeline, Reorder, Topology, interrupt_flag,
 };
-use crate::process::{self, ChildProc, Shared};
+use crate::plan::TransportKind;
+use crate::process;
 use crate::ready::Ready;
 use crate::share::{self, SharedFd};
-use crate::source::JsonLines;
 use crate::step::Registry;
-use crate::transport::TransportKind;
+use crate::supervisor::{self, ChildProc, Shared};
 use crate::wire::Stats;
 
 /// Builds a [`Pipeline`]. Created by [`Pipeline::builder`].
@@ -56,6 +57,13 @@ pub struct PipelineBuilder {
     /// Descriptors shared with the children ([`PipelineBuilder::share_fd`]): read-only
     /// reopenings, close-on-exec, each with the token of its [`SharedFd`].
     shared: Vec<(u64, Arc<OwnedFd>)>,
+}
+
+impl Pipeline {
+    /// A builder using the steps and sources of `reg`.
+    pub fn builder(reg: &Registry) -> PipelineBuilder {
+        PipelineBuilder::new(reg)
+    }
 }
 
 impl PipelineBuilder {
@@ -336,7 +344,8 @@ impl PipelineBuilder {
         self
     }
 
-    fn plan(&self) -> Result<Plan, Error> {
+    /// Refuses a configuration no plan can be made of: the error says what to change.
+    fn check(&self) -> Result<(), Error> {
         let cfg = |m: &str| Err(Error::Config(m.to_owned()));
         if self.workers == 0 && self.source.is_some() {
             return cfg(
@@ -388,7 +397,14 @@ impl PipelineBuilder {
                  clone (each builder's PipelineBuilder::share_fd gives its own handles)"
             )));
         }
-        let stages = match &self.topology {
+        Ok(())
+    }
+
+    /// The stages of the plan: one per step (`Topology::Staged`), or one holding every step
+    /// (in this process with `workers(0)`).
+    fn stages(&self) -> Result<Vec<StagePlan>, Error> {
+        let cfg = |m: &str| Err(Error::Config(m.to_owned()));
+        Ok(match &self.topology {
             // In this process, the steps in one chain.
             _ if self.workers == 0 => vec![StagePlan {
                 steps: self.steps.clone(),
@@ -414,7 +430,12 @@ impl PipelineBuilder {
                 steps: self.steps.clone(),
                 workers: self.workers,
             }],
-        };
+        })
+    }
+
+    fn plan(&self) -> Result<Plan, Error> {
+        self.check()?;
+        let stages = self.stages()?;
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -604,7 +625,7 @@ impl PipelineBuilder {
             ));
         }
         self.spawn_children(plan, &shared)?;
-        p.supervisor = Some(process::supervise(Arc::clone(&shared)));
+        p.supervisor = Some(supervisor::supervise(Arc::clone(&shared)));
         let rxs = crate::broker::connect(plan, &shared, own_outputs)?;
         p.inputs = Some(Inputs::new(rxs));
         p.started = Instant::now();

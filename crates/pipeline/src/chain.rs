@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use crate::item::Item;
 use crate::node::Plan;
-use crate::roles::{clip, panic_message};
 use crate::shuffle::derive_seed;
 use crate::step::{Registry, Step, StepContext, WorkerInfo};
 use crate::wire::{FINISH_E, FINISH_K, Report};
@@ -293,6 +292,30 @@ impl Chain {
     }
 }
 
+/// Keeps error messages well under the transport's metadata limit (64 KiB).
+pub(crate) fn clip(mut s: String) -> String {
+    const MAX: usize = 8192;
+    if s.len() > MAX {
+        let mut cut = MAX;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push_str("...");
+    }
+    s
+}
+
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_owned()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,5 +393,14 @@ mod tests {
             .unwrap_err();
         assert_eq!((i, step.as_str()), (1, "s2"));
         assert!(message.contains("panicked: seven"), "{message}");
+    }
+
+    #[test]
+    fn long_messages_are_clipped_on_a_char_boundary() {
+        let long = "é".repeat(10_000);
+        let c = clip(long.clone());
+        assert!(c.len() <= 8192 + 3 && c.ends_with("..."));
+        assert!(long.starts_with(c.trim_end_matches("...")));
+        assert_eq!(clip("short".into()), "short");
     }
 }

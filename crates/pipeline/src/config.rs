@@ -6,9 +6,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-#[cfg(doc)]
-use crate::{Error, Pipeline, PipelineBuilder};
-
 /// How the steps are laid out over worker processes.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum Topology {
@@ -18,7 +15,7 @@ pub enum Topology {
     Fused,
     /// One stage per step with queues between stages.
     Staged {
-        /// Workers per stage; empty: [`PipelineBuilder::workers`] for every stage.
+        /// Workers per stage; empty: [`PipelineBuilder::workers`](crate::PipelineBuilder::workers) for every stage.
         workers: Vec<usize>,
     },
 }
@@ -29,21 +26,21 @@ pub enum Epochs {
     /// This many epochs, then the end of stream.
     Finite(u64),
     /// Endless: epoch after epoch (each with its own permutation when shuffling). Use
-    /// [`Pipeline::take_epoch`] to take a fixed number of outputs per training epoch.
+    /// [`Pipeline::take_epoch`](crate::Pipeline::take_epoch) to take a fixed number of outputs per training epoch.
     Cycle,
 }
 
 /// What an emitter does with a malformed record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum OnBadRecord {
-    /// Stop the pipeline with [`Error::BadRecord`] (the default).
+    /// Stop the pipeline with [`Error::BadRecord`](crate::Error::BadRecord) (the default).
     #[default]
     Fail,
     /// Skip it and count it ([`Metrics::skipped_records`]).
     Skip,
 }
 
-/// Default of [`PipelineBuilder::warn_idle_after`].
+/// Default of [`PipelineBuilder::warn_idle_after`](crate::PipelineBuilder::warn_idle_after).
 pub const DEFAULT_WARN_IDLE: Duration = Duration::from_secs(5);
 
 /// The default batch size in bytes (see `docs/pipeline.md` for the measurement behind it).

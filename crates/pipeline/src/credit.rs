@@ -33,7 +33,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use crate::handover::Kind;
-use crate::process::Shared;
+use crate::supervisor::Shared;
 
 /// Default of `PipelineBuilder::reorder_window`: records each emitter may run ahead of the
 /// consumer's release cursor, at most.

@@ -250,23 +250,8 @@ impl Feeder {
         let handle = std::thread::spawn(move || {
             let mut k = 0u64;
             let r: Result<(), TransportError> = (|| loop {
-                let msg = match rx.try_recv() {
-                    Ok(m) => m,
-                    Err(mpsc::TryRecvError::Empty) => {
-                        out.flush_all()?;
-                        loop {
-                            match rx.recv_timeout(Duration::from_millis(100)) {
-                                Ok(m) => break m,
-                                Err(mpsc::RecvTimeoutError::Timeout) => {
-                                    if stop.load(Ordering::Relaxed) {
-                                        return Ok(());
-                                    }
-                                }
-                                Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(()),
-                            }
-                        }
-                    }
-                    Err(mpsc::TryRecvError::Disconnected) => return Ok(()),
+                let Some(msg) = next_feed(&rx, &mut out, &stop)? else {
+                    return Ok(());
                 };
                 if stop.load(Ordering::Relaxed) {
                     return Ok(());
@@ -335,5 +320,33 @@ impl Feeder {
         });
         f.handle = Some(handle);
         f
+    }
+}
+
+/// The next message for the feeder thread. With none queued, what was sent goes out first
+/// (the consumer may be waiting for it), then the wait is in steps of 100 ms so that a stop
+/// is seen. `None`: the input is gone or the pipeline is stopping.
+fn next_feed(
+    rx: &mpsc::Receiver<Feed>,
+    out: &mut Outputs,
+    stop: &AtomicBool,
+) -> Result<Option<Feed>, TransportError> {
+    match rx.try_recv() {
+        Ok(m) => Ok(Some(m)),
+        Err(mpsc::TryRecvError::Empty) => {
+            out.flush_all()?;
+            loop {
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(m) => return Ok(Some(m)),
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        if stop.load(Ordering::Relaxed) {
+                            return Ok(None);
+                        }
+                    }
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return Ok(None),
+                }
+            }
+        }
+        Err(mpsc::TryRecvError::Disconnected) => Ok(None),
     }
 }

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use ndarray::ArrayD;
 use serde::{Deserialize, Serialize};
 
-use crate::item::{Array, Item};
+use crate::array::Array;
+use crate::item::Item;
 use crate::source::{Source, SourceError};
 
 /// Splits a file into `parts` line-aligned byte ranges (the seed's `split_seeks`).

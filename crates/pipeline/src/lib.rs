@@ -56,8 +56,8 @@
 //! ```
 #![deny(missing_docs)]
 
-mod alloc;
 mod arena;
+mod array;
 mod broker;
 mod builder;
 mod chain;
@@ -66,6 +66,7 @@ mod config;
 mod credit;
 mod error;
 mod handover;
+mod heap;
 mod inline;
 mod input;
 mod item;
@@ -83,17 +84,20 @@ mod seed;
 mod share;
 mod shm;
 mod shuffle;
+mod socket;
 mod source;
 mod step;
-mod transport;
+mod supervisor;
 mod wire;
 
+pub use array::{Array, ArrayRef};
 pub use builder::PipelineBuilder;
 pub use credit::{DEFAULT_REORDER_WINDOW, REORDER_BYTES};
 pub use error::Error;
 pub use half;
 pub use input::Input;
-pub use item::{Array, ArrayOwner, ArrayRef, DType, Element, Item, Meta};
+pub use item::{ArrayOwner, Item, Meta};
+pub use jsonl::{FieldKind, JsonLines, JsonLinesPart, split_seeks};
 pub use ndarray;
 pub use pipeline::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
@@ -104,11 +108,9 @@ pub use process::{ROLE_ENV, init};
 pub use records::{ReadOrder, Records};
 pub use seed::{item_seed, select_input};
 pub use share::SharedFd;
-pub use shm_ring::Transfer;
-pub use source::{
-    FieldKind, JsonLines, JsonLinesPart, MemorySource, ShuffleBuffer, Source, SourceContext,
-    SourceError, derive_seed, part_range, read_order, split_seeks,
-};
+pub use shm_ring::{DType, Element, Transfer};
+pub use shuffle::{ShuffleBuffer, derive_seed, read_order};
+pub use source::{MemorySource, Source, SourceContext, SourceError, part_range};
 pub use step::{
     Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,
 };

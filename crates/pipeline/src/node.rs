@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use shm_ring::Transfer;
 
+use crate::plan::TransportKind;
 pub(crate) use crate::plan::*;
-use crate::transport::{SockRx, SockTx, TransportKind};
+use crate::socket::{SockRx, SockTx};
 use crate::wire::{Frame, Report, Rx, TransportError, Tx};
 
 /// The largest encoded batch a socket connection carries: what one shared-memory message

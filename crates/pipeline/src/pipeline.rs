@@ -6,7 +6,6 @@ use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::builder::PipelineBuilder;
 pub(crate) use crate::config::interrupt_flag;
 pub use crate::config::{
     DEFAULT_BATCH_BYTES, DEFAULT_PIPELINE_THRESHOLD, DEFAULT_WARN_IDLE, Epochs, Metrics,
@@ -17,10 +16,9 @@ use crate::inline::{Inline, Progress};
 use crate::input::{Feeder, Input};
 use crate::item::Item;
 use crate::node::{Inputs, NextError, Plan};
-use crate::process::Shared;
 use crate::ready::Ready;
 pub(crate) use crate::reorder::Reorder;
-use crate::step::Registry;
+use crate::supervisor::Shared;
 use crate::wire::{Frame, Stats};
 
 /// A running pipeline: the consumer end. Iterate it (or call [`Pipeline::dequeue`]) to get
@@ -75,13 +73,13 @@ pub struct Pipeline {
     /// When the consumer last looked for a dead child.
     pub(crate) last_check: Instant,
     pub(crate) ctrl_c: bool,
-    /// See [`PipelineBuilder::warn_idle_after`].
+    /// See [`PipelineBuilder::warn_idle_after`](crate::PipelineBuilder::warn_idle_after).
     pub(crate) warn_idle: Duration,
     /// Since when the consumer has been waiting for an output without getting one.
     pub(crate) waiting_since: Option<Instant>,
     /// The idle warning was given.
     pub(crate) warned: bool,
-    /// The descriptors shared with the children ([`PipelineBuilder::share_fd`]): held for
+    /// The descriptors shared with the children ([`PipelineBuilder::share_fd`](crate::PipelineBuilder::share_fd)): held for
     /// the pipeline's whole life.
     pub(crate) _shared: Vec<Arc<std::os::fd::OwnedFd>>,
 }
@@ -97,11 +95,6 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl Pipeline {
-    /// A builder using the steps and sources of `reg`.
-    pub fn builder(reg: &Registry) -> PipelineBuilder {
-        PipelineBuilder::new(reg)
-    }
-
     /// The pipeline's id (it names the pipeline in messages; nothing on the system carries
     /// it: channels are anonymous).
     pub fn id(&self) -> &str {
@@ -169,7 +162,7 @@ impl Pipeline {
     }
 
     /// Enqueue mode, the common case: feeds every item, closes the input and collects every
-    /// output (unordered unless [`PipelineBuilder::ordered`]).
+    /// output (unordered unless [`PipelineBuilder::ordered`](crate::PipelineBuilder::ordered)).
     ///
     /// # Errors
     /// The first failure of the pipeline.

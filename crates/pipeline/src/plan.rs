@@ -6,10 +6,19 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use shm_ring::Transfer;
 
+use crate::config::{Epochs, OnBadRecord};
+use crate::jsonl::JsonLines;
 use crate::shuffle::derive_seed;
-use crate::source::JsonLines;
-use crate::transport::TransportKind;
-use crate::{Epochs, OnBadRecord};
+
+/// Which transport carries the batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum TransportKind {
+    /// `shm-ring` shared-memory rings (the default).
+    #[default]
+    Shm,
+    /// Unix stream sockets (socket pairs handed over by descriptor). Slower; a reference.
+    Socket,
+}
 
 /// `Transfer` (shm-ring's) in the plan's JSON.
 mod transfer_serde {

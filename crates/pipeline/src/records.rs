@@ -3,7 +3,7 @@
 //! binding's persistent workers) reads with it too and so sends the same records in the same
 //! order as an emitter would.
 
-use crate::OnBadRecord;
+use crate::config::OnBadRecord;
 use crate::item::Item;
 use crate::shuffle::{ShuffleBuffer, derive_seed, epoch_order};
 use crate::source::{Source, SourceError};

@@ -4,9 +4,9 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use crate::Epochs;
 use crate::chain::Chain;
 use crate::child::{log, stopping};
+use crate::config::Epochs;
 use crate::credit::Gate;
 use crate::handover::{Ctrl, CtrlError, Kind};
 use crate::item::Item;
@@ -92,7 +92,7 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
 
 /// Runs a child role and returns its exit code.
 pub(crate) fn run_child(reg: &Registry, spec: &ChildSpec, ctrl: Ctrl) -> i32 {
-    crate::alloc::keep_freed_memory();
+    crate::heap::keep_freed_memory();
     let plan = &spec.plan;
     let ctrl = Arc::new(ctrl);
     crate::child::set(
@@ -123,20 +123,7 @@ fn run_emitter(
     mut out: Outputs,
     gate: Option<&Gate>,
 ) -> i32 {
-    let parts = plan.world_size * plan.emitters;
-    let part = plan.rank * plan.emitters + e;
-    let source: Result<Box<dyn Source>, SourceError> = match &plan.source {
-        Some(SourceSpec::JsonLines(j)) => {
-            j.open(part, parts).map(|p| Box::new(p) as Box<dyn Source>)
-        }
-        Some(SourceSpec::Named { name, args }) => {
-            reg.build_source(name, &SourceContext { args, part, parts })
-        }
-        None => Err(SourceError::Other(
-            "emitter started without a source".into(),
-        )),
-    };
-    let source = match source {
+    let source = match open_source(reg, plan, e) {
         Ok(s) => s,
         Err(error) => {
             out.report(Report::Source { emitter: e, error });
@@ -203,6 +190,29 @@ fn run_emitter(
     if let Err(code) = result {
         return code;
     }
+    end_emitter(out, e, k, stats)
+}
+
+/// Emitter `e`'s part of the source: part `rank * emitters + e` of `world_size * emitters`.
+fn open_source(reg: &Registry, plan: &Plan, e: usize) -> Result<Box<dyn Source>, SourceError> {
+    let parts = plan.world_size * plan.emitters;
+    let part = plan.rank * plan.emitters + e;
+    match &plan.source {
+        Some(SourceSpec::JsonLines(j)) => {
+            j.open(part, parts).map(|p| Box::new(p) as Box<dyn Source>)
+        }
+        Some(SourceSpec::Named { name, args }) => {
+            reg.build_source(name, &SourceContext { args, part, parts })
+        }
+        None => Err(SourceError::Other(
+            "emitter started without a source".into(),
+        )),
+    }
+}
+
+/// The emitter's end of stream, after its `k` records: its end marker to every worker, the
+/// end markers (its counters on output 0), then the outputs' end. The exit code.
+fn end_emitter(mut out: Outputs, e: usize, k: u64, mut stats: Stats) -> i32 {
     (stats.zero_copy, stats.copied) = out.transfer_counts();
     let end = out
         .broadcast(&Frame::EmitterDone { e: e as u32, n: k })
@@ -247,30 +257,6 @@ fn lost(what: &str, e: &TransportError) -> i32 {
     EXIT_PEER_LOST
 }
 
-/// Keeps error messages well under the transport's metadata limit (64 KiB).
-pub(crate) fn clip(mut s: String) -> String {
-    const MAX: usize = 8192;
-    if s.len() > MAX {
-        let mut cut = MAX;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push_str("...");
-    }
-    s
-}
-
-pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        format!("panicked: {s}")
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        format!("panicked: {s}")
-    } else {
-        "panicked".to_owned()
-    }
-}
-
 /// One run of items of a worker (the item frames of a batch between two control frames),
 /// with scratch buffers reused from run to run.
 #[derive(Default)]
@@ -286,6 +272,27 @@ impl Run {
     fn push(&mut self, e: u32, k: u64, last: bool, item: Item) {
         self.keys.push((e, k, last, item.describe()));
         self.items.push(item);
+    }
+
+    /// Takes the item frames at the front of `frames` into the run: at most `cap` items and
+    /// about `max_bytes` of their arrays (it stops at the first frame that is not an item).
+    fn fill(
+        &mut self,
+        frames: &mut std::iter::Peekable<impl Iterator<Item = Frame>>,
+        cap: usize,
+        max_bytes: usize,
+    ) {
+        let mut in_bytes = 0usize;
+        while self.items.len() < cap
+            && in_bytes < max_bytes
+            && let Some(Frame::Item { .. }) = frames.peek()
+        {
+            let Some(Frame::Item { e, k, last, item }) = frames.next() else {
+                break;
+            };
+            in_bytes += item.nbytes();
+            self.push(e, k, last, item);
+        }
     }
 
     /// Runs the items through the chain and sends their outputs in order (the last output of
@@ -394,17 +401,7 @@ fn run_worker(
                 None => 1,
                 Some(b) => (run_bytes / b.max(1)).max(1),
             };
-            let mut in_bytes = 0usize;
-            while run.items.len() < cap
-                && in_bytes < run_bytes
-                && let Some(Frame::Item { .. }) = frames.peek()
-            {
-                let Some(Frame::Item { e, k, last, item }) = frames.next() else {
-                    break;
-                };
-                in_bytes += item.nbytes();
-                run.push(e, k, last, item);
-            }
+            run.fill(&mut frames, cap, run_bytes);
             let n = run.items.len();
             match run.process(&mut chain, plan, &mut out) {
                 Ok(bytes) if n > 0 => per_input = Some(bytes / n),
@@ -415,27 +412,50 @@ fn run_worker(
                 continue; // the run ended on its bytes: the next one
             }
             let Some(f) = frames.next() else { break };
-            let sent = match f {
-                // Not reached: the run above took every item up to here.
-                Frame::Item { .. } => Ok(()),
-                Frame::GroupEnd { e, k } => {
-                    out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k })
-                }
-                f @ Frame::EmitterDone { .. } => out.broadcast(&f),
-                Frame::Eos(s) => {
-                    stats.merge(&s);
-                    Ok(())
-                }
-                Frame::Error(r) => {
-                    out.report(r);
-                    return EXIT_REPORTED;
-                }
-            };
-            if let Err(e) = sent {
-                return output_failed(&mut out, "output", e);
+            if let Err(code) = pass_control(f, plan, stage, &mut out, &mut stats) {
+                return code;
             }
         }
     }
+    end_worker(chain, plan, stage, out, stats)
+}
+
+/// Passes on a control frame that follows a run of items (a group end to its route, an
+/// emitter's end to every output, an end of stream into `stats`); a reported error ends the
+/// worker. `Err(exit code)` when the worker ends.
+fn pass_control(
+    f: Frame,
+    plan: &Plan,
+    stage: usize,
+    out: &mut Outputs,
+    stats: &mut Stats,
+) -> Result<(), i32> {
+    let sent = match f {
+        // Not reached: the run before took every item up to here.
+        Frame::Item { .. } => Ok(()),
+        Frame::GroupEnd { e, k } => out.push(plan.route(stage, e, k), Frame::GroupEnd { e, k }),
+        f @ Frame::EmitterDone { .. } => out.broadcast(&f),
+        Frame::Eos(s) => {
+            stats.merge(&s);
+            Ok(())
+        }
+        Frame::Error(r) => {
+            out.report(r);
+            return Err(EXIT_REPORTED);
+        }
+    };
+    sent.map_err(|e| output_failed(out, "output", e))
+}
+
+/// The worker's end of stream: the steps' `finish` outputs, then the end markers (the
+/// inputs' counters and the worker's own on output 0), then the outputs' end. The exit code.
+fn end_worker(
+    mut chain: Chain,
+    plan: &Plan,
+    stage: usize,
+    mut out: Outputs,
+    mut stats: Stats,
+) -> i32 {
     let mut outputs = Vec::new();
     if let Err(r) = chain.finish(&mut outputs) {
         out.report(r);
@@ -474,19 +494,5 @@ fn run_worker(
     match end {
         Err(e) => output_failed(&mut out, "ending", e),
         Ok(()) => EXIT_OK,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_messages_are_clipped_on_a_char_boundary() {
-        let long = "é".repeat(10_000);
-        let c = clip(long.clone());
-        assert!(c.len() <= 8192 + 3 && c.ends_with("..."));
-        assert!(long.starts_with(c.trim_end_matches("...")));
-        assert_eq!(clip("short".into()), "short");
     }
 }

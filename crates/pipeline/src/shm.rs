@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use shm_ring::{ChannelConfig, Message, Receiver, SendTimeoutError, Sender, WaitConfig};
 
-use crate::node::Plan;
+use crate::plan::Plan;
 use crate::wire::{self, Frame, Rx, TransportError, Tx};
 
 fn map_err(e: shm_ring::Error) -> TransportError {

@@ -8,9 +8,6 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 
 use crate::item::Item;
-pub use crate::jsonl::{FieldKind, JsonLines, JsonLinesPart, split_seeks};
-pub use crate::shuffle::derive_seed;
-pub use crate::shuffle::{ShuffleBuffer, read_order};
 
 /// A random-access set of records: one part of the data, read by one emitter.
 ///

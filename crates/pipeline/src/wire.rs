@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use shm_ring::{FieldRef, MessageBuilder, MessageView, MetaValue};
 
-use crate::item::{Array, Item, Leased, Meta};
+use crate::array::Array;
+use crate::item::{Item, Leased, Meta};
 use crate::source::SourceError;
 
 /// The `(e, k)` of the items made by [`Step::finish`](crate::Step::finish) (and of what later

@@ -242,8 +242,7 @@ fn step_metrics_count_every_input_and_at_least_its_time() {
             b = b.step_with("sleep_ms", serde_json::json!({"ms": 1}));
         }
         let mut p = b.start().unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids));
+        let _g = guarded(&p);
         let got: Vec<Item> = p.by_ref().map(|r| r.unwrap()).collect();
         assert_eq!(got.len() as u64, n);
         let m = p.metrics();

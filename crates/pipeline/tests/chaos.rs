@@ -314,8 +314,7 @@ fn scribbling_on_live_channels_gives_data_or_errors() {
             .batch_bytes(512)
             .start()
             .unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+        let (_, pids, _g) = guarded(&p);
         // Channels mapped by the workers: the emitter's channels to them (their inputs) and
         // their own channels to us.
         let files: Vec<std::fs::File> = pids[1..]

@@ -35,8 +35,7 @@ fn children_do_not_inherit_a_stray_descriptor_of_the_parent() {
         .workers(2)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+    let (_, pids, _g) = guarded(&p);
     // Every child is running (and attached) now: look at what it holds.
     for &pid in &pids {
         let links = proc::fd_links(pid);
@@ -99,8 +98,7 @@ fn a_program_started_by_a_step_is_not_a_pipeline_child() {
         .workers(1)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     let out = within(Duration::from_secs(60), "the run", move || {
         p.run([Item::new().with_meta("n", 1)])
     })

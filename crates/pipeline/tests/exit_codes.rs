@@ -36,8 +36,7 @@ fn a_step_that_exits_is_reported_as_such_whatever_its_code() {
             .workers(2)
             .start()
             .unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+        let (_, pids, _g) = guarded(&p);
         let r = within(Duration::from_secs(20), "the run", move || {
             p.run((0..40).map(|n| Item::new().with_meta("n", n)))
         });

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use rustix::process::{Pid, Signal, kill_process};
-use shmpipe::{Epochs, Error, FieldKind, JsonLines, OnBadRecord, Pipeline};
+use shmpipe::{Error, FieldKind, JsonLines, OnBadRecord, Pipeline};
 
 fn jsonl(name: &str, lines: &[String]) -> TempFile {
     let t = TempFile::new(&format!("fail-{name}"), "jsonl");
@@ -54,12 +54,8 @@ fn bad_record_fails_naming_file_line_and_field() {
         .step("inc")
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
-    let err = p
-        .into_iter()
-        .find_map(Result::err)
-        .expect("the bad record must fail the run");
+    let (id, pids, _g) = guarded(&p);
+    let err = first_error(p, "the bad record must fail the run");
     match &err {
         Error::BadRecord {
             file,
@@ -94,8 +90,7 @@ fn bad_records_skipped_and_counted() {
         .on_bad_record(OnBadRecord::Skip)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
+    let (id, pids, _g) = guarded(&p);
     let mut ns: Vec<i64> = p.by_ref().map(|r| r.unwrap().i64("n").unwrap()).collect();
     ns.sort_unstable();
     let want: Vec<i64> = (0..200)
@@ -118,12 +113,8 @@ fn expect_step_error(step: &str, args: serde_json::Value, needle: &str) {
         .workers(2)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
-    let err = p
-        .into_iter()
-        .find_map(Result::err)
-        .expect("the step must fail the run");
+    let (id, pids, _g) = guarded(&p);
+    let err = first_error(p, "the step must fail the run");
     match &err {
         Error::Step {
             step: s,
@@ -161,16 +152,8 @@ fn step_panic_names_step_worker_and_input() {
 /// the first outputs, and expects a `ProcessDied` error within two seconds.
 fn kill_child_and_expect_error(victim: usize, role: &str) {
     let reg = registry();
-    let mut p = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": 50, "len": 4}))
-        .epochs(Epochs::Cycle)
-        .step_with("sleep_ms", serde_json::json!({"ms": 2}))
-        .workers(2)
-        .batch_bytes(256)
-        .start()
-        .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
+    let mut p = endless_slow(&reg).batch_bytes(256).start().unwrap();
+    let (id, pids, _g) = guarded(&p);
     for _ in 0..20 {
         p.dequeue().unwrap().unwrap();
     }

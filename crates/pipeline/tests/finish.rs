@@ -86,8 +86,7 @@ fn run(
         b = b.step_with("chunk", serde_json::json!({ "k": k }));
     }
     let mut p = b.start().unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
+    let (id, pids, _g) = guarded(&p);
     let out: Vec<Item> = p.by_ref().map(Result::unwrap).collect();
     assert!(p.is_finished());
     drop(p);
@@ -173,12 +172,8 @@ fn expect_finish_error(topo: Topology, steps: &[(&str, serde_json::Value)], want
         b = b.step_with(s, a.clone());
     }
     let p = b.start().unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
-    let err = p
-        .into_iter()
-        .find_map(Result::err)
-        .expect("finish must fail the run");
+    let (id, pids, _g) = guarded(&p);
+    let err = first_error(p, "finish must fail the run");
     let Error::Step {
         step,
         worker,

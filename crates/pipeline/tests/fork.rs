@@ -19,14 +19,7 @@ use shmpipe::{Epochs, Pipeline};
 /// `READY <id> <pids>,<forked pid>` and consumes.
 fn helper_forking_parent(socket: bool) {
     let reg = registry();
-    let mut p = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": 50, "len": 4}))
-        .epochs(Epochs::Cycle)
-        .step_with("sleep_ms", serde_json::json!({"ms": 2}))
-        .workers(2)
-        .socket_transport(socket)
-        .start()
-        .unwrap();
+    let mut p = endless_slow(&reg).socket_transport(socket).start().unwrap();
     // SAFETY: the child only calls async-signal-safe functions (sleep, _exit).
     let pid = unsafe { libc::fork() };
     if pid == 0 {
@@ -147,8 +140,7 @@ fn a_forked_child_dropping_the_pipeline_leaves_it_running() {
         .workers(2)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+    let (_, pids, _g) = guarded(&p);
     assert!(p.dequeue().unwrap().is_some());
     let p = within(Duration::from_secs(30), "the fork", move || {
         let mut p = p;
@@ -189,8 +181,7 @@ fn a_forked_child_cannot_take_the_outputs() {
         .workers(2)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(1));
     let r = within(Duration::from_secs(30), "the fork", move || {
         let mut p = p;

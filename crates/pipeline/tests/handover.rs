@@ -27,8 +27,7 @@ fn staged_close_right_after_start_loses_nothing() {
     shmpipe::init(&reg);
     for round in 0..8 {
         let mut p = staged(&reg).start().unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+        let _g = guarded(&p);
         for n in 0..20 {
             p.enqueue(Item::new().with_meta("n", n)).unwrap();
         }
@@ -51,8 +50,7 @@ fn worker_killed_right_after_start_is_an_error_not_a_hang() {
     shmpipe::init(&reg);
     for round in 0..4 {
         let mut p = staged(&reg).start().unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+        let (_, pids, _g) = guarded(&p);
         signal(pids[0], Signal::KILL);
         for n in 0..3000 {
             let _ = p.enqueue(
@@ -88,9 +86,8 @@ fn worker_killed_right_after_start_is_an_error_not_a_hang() {
 #[test]
 fn sigkill_of_every_process_at_once_leaves_nothing_in_dev_shm() {
     let reg = registry();
-    shmpipe::init(&reg);
-    if let Some(mode) = helper_mode() {
-        return helper_parent(mode == "enqueue");
+    if init_or_run_helper(&reg) {
+        return;
     }
     for mode in ["enqueue", "source"] {
         let mut h = Helper::start_with(

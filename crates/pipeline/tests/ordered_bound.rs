@@ -127,8 +127,7 @@ fn the_reorder_bound_lives_in_nothing_a_worker_can_open() {
             .workers(1)
             .start()
             .unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+        let _g = guarded(&p);
         let out = within(Duration::from_secs(20), "the run", move || {
             p.by_ref().collect::<Result<Vec<Item>, _>>()
         })
@@ -222,8 +221,7 @@ fn a_slow_emitter_does_not_grow_the_consumer_past_the_bound() {
         .workers(2)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     // (k=0, e=0) comes at once; (0, 1) only after emitter 1's delay.
     assert!(p.dequeue().unwrap().is_some());
     let before = rss_kib();
@@ -312,8 +310,7 @@ fn ordered_runs_under_back_pressure_do_not_deadlock() {
             b = b.step("inc");
         }
         let p = b.start().unwrap();
-        let (id, pids) = (p.id().to_owned(), p.pids());
-        let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+        let _g = guarded(&p);
         let out = within(Duration::from_secs(60), &what, move || {
             p.collect::<Result<Vec<Item>, _>>()
         })

@@ -156,8 +156,7 @@ fn endless_mode_yields_fixed_size_epochs() {
         .epochs(Epochs::Cycle)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
+    let (id, pids, _g) = guarded(&p);
     for _ in 0..5 {
         let epoch: Vec<i64> = p
             .take_epoch(32)

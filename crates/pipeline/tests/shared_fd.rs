@@ -87,8 +87,7 @@ fn shared_descriptors_reach_exactly_the_children_that_name_them() {
         })
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+    let (_, pids, _g) = guarded(&p);
     // pids: emitters 0, 1; stage 0 workers 2, 3; stage 1 workers 4, 5.
     let held: Vec<usize> = pids.iter().map(|&pid| memfds_named(pid)).collect();
     assert_eq!(
@@ -125,8 +124,7 @@ fn a_dropped_descriptor_and_a_new_one_with_its_number_are_not_confused() {
         .workers(2)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     let number = a.as_raw_fd();
     drop(a);
     let b_fd = sealed("dataset B");
@@ -170,8 +168,7 @@ fn unsealed_files_and_unknown_handles_are_refused() {
         .workers(1)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     let e = within(Duration::from_secs(20), "the run", move || {
         p.run([Item::new().with_meta("n", 0)])
     })
@@ -207,8 +204,7 @@ fn a_handle_of_another_builder_is_refused() {
         Err(e) => panic!("refused, but not as a configuration error: {e}"),
         Ok(p) => p,
     };
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     let out = within(Duration::from_secs(20), "the run", move || {
         p.run([Item::new().with_meta("n", 0)])
     });
@@ -244,8 +240,7 @@ fn handles_made_after_a_clone_belong_to_one_clone() {
         .workers(1)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids));
+    let _g = guarded(&p);
     let out = within(Duration::from_secs(20), "the run", move || {
         p.run([Item::new().with_meta("n", 0)])
     })

@@ -16,9 +16,8 @@ use shmpipe::{Epochs, Pipeline, Topology};
 #[test]
 fn sigterm_on_the_parent_leaves_no_child_and_nothing_in_dev_shm() {
     let reg = registry();
-    shmpipe::init(&reg);
-    if let Some(mode) = helper_mode() {
-        return helper_parent(mode == "enqueue");
+    if init_or_run_helper(&reg) {
+        return;
     }
     for mode in ["enqueue", "source"] {
         let mut h = Helper::start_with(

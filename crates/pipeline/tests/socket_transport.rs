@@ -73,8 +73,7 @@ fn a_stalled_worker_does_not_hide_a_dead_one() {
         .socket_transport(true)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+    let (_, pids, _g) = guarded(&p);
     // Item k goes to worker k % 2.
     for n in 0..2 {
         p.enqueue(Item::new().with_meta("n", n)).unwrap();
@@ -143,8 +142,7 @@ fn a_dead_worker_that_left_a_fork_is_reported_in_bounded_time() {
         .socket_transport(true)
         .start()
         .unwrap();
-    let (id, pids) = (p.id().to_owned(), p.pids());
-    let _g = (ShmGuard::containing(id), KillOnDrop(pids.clone()));
+    let (_, pids, _g) = guarded(&p);
     for n in 0..2000 {
         p.enqueue(
             Item::new()

@@ -96,7 +96,9 @@ pub fn processes_with_env(key: &str, value: &str) -> Vec<u32> {
     let needle = format!("{key}={value}");
     pids()
         .into_iter()
-        .filter(|&p| !crate::gone(p))
+        // Live: its stat is readable and it is not a zombie (the opposite of `crate::gone`,
+        // which is written in terms of this module).
+        .filter(|&p| stat(p).is_some_and(|s| s.state != 'Z'))
         .filter(|&p| environ(p).is_some_and(|e| e.iter().any(|kv| kv == needle.as_bytes())))
         .collect()
 }

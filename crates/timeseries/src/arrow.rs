@@ -235,7 +235,7 @@ impl ArrowDataset {
         freq: Freq,
     ) -> Result<ArrowDataset, ArrowError> {
         let path = name.as_ref();
-        crate::memfd::check_sealed(&fd).map_err(|e| err(path, e))?;
+        crate::shared::memfd::check_sealed(&fd).map_err(|e| err(path, e))?;
         let file = std::fs::File::from(fd);
         // SAFETY: the memfd is sealed against writes, shrinking and growing (checked above;
         // seals cannot be removed): its bytes never change and no page of the mapping can

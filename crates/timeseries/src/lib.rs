@@ -25,13 +25,11 @@
 
 pub mod arrow;
 pub mod batch;
-mod chain;
 pub mod entry;
 pub mod error;
 pub mod features;
 pub mod fused;
 pub mod jsonl;
-mod memfd;
 pub mod memstat;
 pub mod period;
 pub mod pipeline;

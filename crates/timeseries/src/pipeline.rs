@@ -30,6 +30,7 @@ mod sources;
 mod step;
 
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use serde_json::json;
 use shmpipe::{Epochs, Pipeline, Registry, SourceContext, SourceError, StepContext, Topology};
@@ -43,8 +44,7 @@ use step::TrainStep;
 
 use crate::period::Freq;
 use crate::workload::{
-    Split, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, consume_batches,
-    mean_window,
+    Split, WorkloadConfig, WorkloadError, WorkloadSource, WorkloadStats, mean_window,
 };
 
 /// Step: parse (if the item is a raw line), run the DeepAR-style chain, batch.
@@ -281,4 +281,36 @@ pub fn run_workload_with(
 
 fn file_len(p: &Path) -> u64 {
     std::fs::metadata(p).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Takes every batch of a started workload pipeline, calling `progress` after each; rates
+/// run from the first batch to the last (start-up and the first batch's latency are not
+/// throughput). Step time from the pipeline's metrics (printed with `SHMPIPE_TS_METRICS`).
+pub(crate) fn consume_batches(
+    p: &mut shmpipe::Pipeline,
+    mut progress: impl FnMut(&WorkloadStats),
+) -> Result<WorkloadStats, WorkloadError> {
+    let mut stats = WorkloadStats::default();
+    let mut t0: Option<Instant> = None;
+    while let Some(item) = p
+        .dequeue()
+        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
+    {
+        match t0 {
+            None => t0 = Some(Instant::now()),
+            Some(t) => {
+                stats.batches += 1;
+                stats.windows += batch_rows(&item) as u64;
+                stats.batch_bytes += item.nbytes() as u64;
+                stats.elapsed = t.elapsed();
+                progress(&stats);
+            }
+        }
+    }
+    let m = p.metrics();
+    stats.step_time = m.steps.iter().map(|s| s.2).sum();
+    if std::env::var_os("SHMPIPE_TS_METRICS").is_some() {
+        eprintln!("{m:?}");
+    }
+    Ok(stats)
 }

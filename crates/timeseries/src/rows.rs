@@ -31,12 +31,10 @@ use crate::arrow::ArrowDataset;
 use crate::batch::Batcher;
 use crate::entry::DataEntry;
 use crate::period::Freq;
-use crate::pipeline::{I64Records, batch_to_item, entry_to_item};
+use crate::pipeline::{I64Records, batch_to_item, consume_batches, entry_to_item};
 use crate::shared::SharedDataset;
 use crate::transform::Chain;
-use crate::workload::{
-    ChainConfig, Split, WorkloadError, WorkloadStats, consume_batches, training_chain,
-};
+use crate::workload::{ChainConfig, Split, WorkloadError, WorkloadStats, training_chain};
 
 /// Source: the row numbers `0..rows` (`{"rows", "group"}`), `group` per record.
 pub const SOURCE_ROWS: &str = "gluonts_rows";
@@ -82,7 +80,7 @@ impl RowStore {
     /// If the file cannot be read or copied (out of memory is an error here).
     pub fn arrow_shared(path: impl AsRef<Path>) -> Result<RowStore, WorkloadError> {
         let path = path.as_ref();
-        let memfd = crate::memfd::copy_of_file(path, ARROW_MEMFD_NAME)
+        let memfd = crate::shared::memfd::copy_of_file(path, ARROW_MEMFD_NAME)
             .map_err(|e| WorkloadError::Pipeline(e.to_string()))?;
         Ok(RowStore(StoreSpec::ArrowShared {
             path: path.to_path_buf(),

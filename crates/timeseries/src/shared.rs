@@ -49,6 +49,8 @@ use std::sync::Arc;
 
 use bytemuck::{Pod, Zeroable};
 
+pub(crate) mod memfd;
+
 use crate::entry::{Array, DataEntry, MAX_NDIM};
 use crate::period::{Freq, Period};
 
@@ -412,25 +414,45 @@ impl<'a> Layout<'a> {
     }
 }
 
+/// The strings section while it is built: names and the frequency interned, item ids
+/// appended as they come (they are mostly distinct).
+#[derive(Default)]
+struct Strings {
+    bytes: Vec<u8>,
+    interned: HashMap<String, StrRef>,
+}
+
+fn too_large(m: &str) -> SharedError {
+    SharedError::TooLarge(m.to_owned())
+}
+
+impl Strings {
+    /// Appends `s` (`what` names it in the error).
+    fn push(&mut self, s: &str, what: &str) -> Result<StrRef, SharedError> {
+        let r = StrRef {
+            off: u32::try_from(self.bytes.len()).map_err(|_| too_large("strings over 4 GiB"))?,
+            len: u32::try_from(s.len()).map_err(|_| too_large(&format!("{what} over 4 GiB")))?,
+        };
+        self.bytes.extend_from_slice(s.as_bytes());
+        Ok(r)
+    }
+
+    /// `s`, appended once.
+    fn intern(&mut self, s: &str) -> Result<StrRef, SharedError> {
+        if let Some(r) = self.interned.get(s) {
+            return Ok(*r);
+        }
+        let r = self.push(s, "string")?;
+        self.interned.insert(s.to_owned(), r);
+        Ok(r)
+    }
+}
+
 /// Lays `entries` out: returns the header, tables and strings (everything before the
 /// data section, padded to a page) and the data section's length.
 fn plan(entries: &[DataEntry], freq: Freq) -> Result<(Vec<u8>, Vec<FieldRec>, usize), SharedError> {
-    let too_large = |m: &str| SharedError::TooLarge(m.to_owned());
-    let mut strings: Vec<u8> = Vec::new();
-    let mut interned: HashMap<String, StrRef> = HashMap::new();
-    let mut intern = |s: &str, strings: &mut Vec<u8>| -> Result<StrRef, SharedError> {
-        if let Some(r) = interned.get(s) {
-            return Ok(*r);
-        }
-        let r = StrRef {
-            off: u32::try_from(strings.len()).map_err(|_| too_large("strings over 4 GiB"))?,
-            len: u32::try_from(s.len()).map_err(|_| too_large("string over 4 GiB"))?,
-        };
-        strings.extend_from_slice(s.as_bytes());
-        interned.insert(s.to_owned(), r);
-        Ok(r)
-    };
-    let freq_ref = intern(&freq.to_string(), &mut strings)?;
+    let mut strings = Strings::default();
+    let freq_ref = strings.intern(&freq.to_string())?;
     let mut series = Vec::with_capacity(entries.len());
     let mut fields = Vec::new();
     let mut data_len = 0usize;
@@ -446,13 +468,7 @@ fn plan(entries: &[DataEntry], freq: Freq) -> Result<(Vec<u8>, Vec<FieldRec>, us
             Some(id) => {
                 flags |= HAS_ITEM_ID;
                 // Item ids are mostly distinct: not interned.
-                let r = StrRef {
-                    off: u32::try_from(strings.len())
-                        .map_err(|_| too_large("strings over 4 GiB"))?,
-                    len: u32::try_from(id.len()).map_err(|_| too_large("item_id over 4 GiB"))?,
-                };
-                strings.extend_from_slice(id.as_bytes());
-                r
+                strings.push(id, "item_id")?
             }
             None => StrRef::default(),
         };
@@ -471,7 +487,7 @@ fn plan(entries: &[DataEntry], freq: Freq) -> Result<(Vec<u8>, Vec<FieldRec>, us
             }
             data_len = align_up(data_len, ARRAY_ALIGN);
             fields.push(FieldRec {
-                name: intern(name, &mut strings)?,
+                name: strings.intern(name)?,
                 ndim: a.ndim() as u32,
                 _pad: 0,
                 dims,
@@ -481,6 +497,19 @@ fn plan(entries: &[DataEntry], freq: Freq) -> Result<(Vec<u8>, Vec<FieldRec>, us
             data_len += a.nbytes();
         }
     }
+    let head = head(freq_ref, &series, &fields, &strings.bytes, data_len);
+    Ok((head, fields, data_len))
+}
+
+/// Everything before the data section: the header, the series and field tables and the
+/// strings, padded to a page.
+fn head(
+    freq: StrRef,
+    series: &[SeriesRec],
+    fields: &[FieldRec],
+    strings: &[u8],
+    data_len: usize,
+) -> Vec<u8> {
     let series_off = HEADER_SIZE;
     let fields_off = series_off + series.len() * SERIES_SIZE;
     let strings_off = fields_off + fields.len() * FIELD_SIZE;
@@ -499,17 +528,17 @@ fn plan(entries: &[DataEntry], freq: Freq) -> Result<(Vec<u8>, Vec<FieldRec>, us
         data_off: data_off as u64,
         data_len: data_len as u64,
         total_len: total as u64,
-        freq: freq_ref,
+        freq,
         creator_pid: std::process::id(),
         _pad: [0; 20],
     };
     let mut head = Vec::with_capacity(data_off);
     head.extend_from_slice(bytemuck::bytes_of(&header));
-    head.extend_from_slice(bytemuck::cast_slice(&series));
-    head.extend_from_slice(bytemuck::cast_slice(&fields));
-    head.extend_from_slice(&strings);
+    head.extend_from_slice(bytemuck::cast_slice(series));
+    head.extend_from_slice(bytemuck::cast_slice(fields));
+    head.extend_from_slice(strings);
     head.resize(data_off, 0);
-    Ok((head, fields, data_len))
+    head
 }
 
 /// A dataset held once in a sealed memfd, mapped read-only.
@@ -533,7 +562,7 @@ impl SharedDataset {
     pub fn create(entries: &[DataEntry], freq: Freq) -> Result<SharedDataset, SharedError> {
         let (head, fields, data_len) = plan(entries, freq)?;
         let total = head.len() + data_len;
-        let file = crate::memfd::create(MEMFD_NAME, total as u64)?;
+        let file = memfd::create(MEMFD_NAME, total as u64)?;
         {
             // SAFETY: the memfd is ours alone (anonymous, not yet shared, not sealed
             // against writes until this mapping is gone); it has `total` bytes.
@@ -555,7 +584,7 @@ impl SharedDataset {
             }
         }
         // No writable mapping is left: F_SEAL_WRITE can be applied.
-        Self::open_fd(crate::memfd::seal(OwnedFd::from(file))?)
+        Self::open_fd(memfd::seal(OwnedFd::from(file))?)
     }
 
     /// Maps a sealed memfd read-only and validates its whole layout once.
@@ -565,7 +594,7 @@ impl SharedDataset {
     /// bytes be trusted after one validation); [`SharedError::Corrupt`] for a bad
     /// layout; [`SharedError::Os`].
     pub fn open_fd(fd: OwnedFd) -> Result<SharedDataset, SharedError> {
-        crate::memfd::check_sealed(&fd)?;
+        memfd::check_sealed(&fd)?;
         let file = File::from(fd);
         // Populated: every page is mapped at once (page-table entries to the one copy;
         // nothing is copied), so each mapper is charged its share of all of it.

@@ -12,7 +12,9 @@ use crate::error::TransformError;
 use crate::features::{TimeFeature, fill_time_features};
 use crate::sampler::InstanceSampler;
 
-pub use crate::chain::Chain;
+mod chain;
+
+pub use chain::Chain;
 
 /// A flat-map over entries.
 pub trait Transform: Send + fmt::Debug {

@@ -494,34 +494,7 @@ pub fn run_in_process(
         Ok(())
     };
     for _ in 0..cfg.epochs {
-        match &cfg.source {
-            WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
-                let mut reader =
-                    JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
-                for e in reader.by_ref() {
-                    let e = e.map_err(WorkloadError::Read)?;
-                    emit(Cow::Owned(e), &mut stats, &mut chain)?;
-                }
-                stats.input_bytes += reader.bytes_read();
-            }
-            WorkloadSource::Memory(entries) => {
-                for e in entries.iter() {
-                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
-                }
-            }
-            WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
-                let entries = match &parsed {
-                    Some(p) => p,
-                    None => parsed.insert(
-                        crate::jsonl::read_file(path, cfg.chain.freq)
-                            .map_err(WorkloadError::Read)?,
-                    ),
-                };
-                for e in entries.iter() {
-                    emit(Cow::Borrowed(e), &mut stats, &mut chain)?;
-                }
-            }
-        }
+        one_pass(cfg, &mut parsed, &mut stats, &mut chain, &mut emit)?;
     }
     if let Some(b) = batcher.finish() {
         let b = b.map_err(WorkloadError::Batch)?;
@@ -533,40 +506,51 @@ pub fn run_in_process(
     Ok(stats)
 }
 
+/// One pass over the workload's source: each series to `emit` (series held in memory are
+/// lent, not copied; a file read once is kept in `parsed` for the next passes).
+fn one_pass(
+    cfg: &WorkloadConfig,
+    parsed: &mut Option<Vec<DataEntry>>,
+    stats: &mut WorkloadStats,
+    chain: &mut Chain,
+    emit: &mut impl FnMut(
+        Cow<'_, DataEntry>,
+        &mut WorkloadStats,
+        &mut Chain,
+    ) -> Result<(), WorkloadError>,
+) -> Result<(), WorkloadError> {
+    match &cfg.source {
+        WorkloadSource::JsonLines(path) | WorkloadSource::JsonLinesInWorkers(path) => {
+            let mut reader =
+                JsonLinesReader::open(path, cfg.chain.freq).map_err(WorkloadError::Read)?;
+            for e in reader.by_ref() {
+                let e = e.map_err(WorkloadError::Read)?;
+                emit(Cow::Owned(e), stats, chain)?;
+            }
+            stats.input_bytes += reader.bytes_read();
+        }
+        WorkloadSource::Memory(entries) => {
+            for e in entries.iter() {
+                emit(Cow::Borrowed(e), stats, chain)?;
+            }
+        }
+        WorkloadSource::ParsedOnce(path) | WorkloadSource::InWorkers(path) => {
+            let entries = match &*parsed {
+                Some(p) => p,
+                None => parsed.insert(
+                    crate::jsonl::read_file(path, cfg.chain.freq).map_err(WorkloadError::Read)?,
+                ),
+            };
+            for e in entries.iter() {
+                emit(Cow::Borrowed(e), stats, chain)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// CPU time consumed by the calling thread.
 pub fn thread_cpu_time() -> Duration {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
     Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
-}
-
-/// Takes every batch of a started workload pipeline, calling `progress` after each; rates
-/// run from the first batch to the last (start-up and the first batch's latency are not
-/// throughput). Step time from the pipeline's metrics (printed with `SHMPIPE_TS_METRICS`).
-pub(crate) fn consume_batches(
-    p: &mut shmpipe::Pipeline,
-    mut progress: impl FnMut(&WorkloadStats),
-) -> Result<WorkloadStats, WorkloadError> {
-    let mut stats = WorkloadStats::default();
-    let mut t0: Option<Instant> = None;
-    while let Some(item) = p
-        .dequeue()
-        .map_err(|e| WorkloadError::Pipeline(e.to_string()))?
-    {
-        match t0 {
-            None => t0 = Some(Instant::now()),
-            Some(t) => {
-                stats.batches += 1;
-                stats.windows += crate::pipeline::batch_rows(&item) as u64;
-                stats.batch_bytes += item.nbytes() as u64;
-                stats.elapsed = t.elapsed();
-                progress(&stats);
-            }
-        }
-    }
-    let m = p.metrics();
-    stats.step_time = m.steps.iter().map(|s| s.2).sum();
-    if std::env::var_os("SHMPIPE_TS_METRICS").is_some() {
-        eprintln!("{m:?}");
-    }
-    Ok(stats)
 }

@@ -8,11 +8,11 @@
 
 mod common;
 
-use common::{map_chain, splitter};
+use common::{json_entries, map_chain, splitter, strs};
 use serde_json::Value;
 use shmpipe_timeseries::arrow::{ArrowDataset, FileKind};
 use shmpipe_timeseries::workload::{ChainConfig, deepar_chain};
-use shmpipe_timeseries::{DataEntry, Freq, field, jsonl};
+use shmpipe_timeseries::{DataEntry, Freq, field};
 
 fn fixture_dir() -> String {
     format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"))
@@ -32,12 +32,7 @@ fn datasets() -> Vec<(Value, Vec<Value>)> {
     assert!(sets.len() >= 5, "manifest lists {} datasets", sets.len());
     sets.into_iter()
         .map(|d| {
-            let names: Vec<&str> = d["cases"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n.as_str().unwrap())
-                .collect();
+            let names: Vec<&str> = strs(&d["cases"]);
             let mine = cases
                 .iter()
                 .filter(|c| names.contains(&c["name"].as_str().unwrap()))
@@ -47,16 +42,6 @@ fn datasets() -> Vec<(Value, Vec<Value>)> {
             (d, mine)
         })
         .collect()
-}
-
-fn json_entries(case: &Value, freq: Freq) -> Vec<DataEntry> {
-    let lines: String = case["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| format!("{}\n", l.as_str().unwrap()))
-        .collect();
-    jsonl::parse_lines(lines.as_bytes(), freq).unwrap()
 }
 
 /// NaN-aware equality of entries (the derived `PartialEq` says NaN != NaN).

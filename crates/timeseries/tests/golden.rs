@@ -9,11 +9,11 @@
 
 mod common;
 
-use common::{map_chain, splitter};
+use common::{json_entries, map_chain, splitter, strs};
 use serde_json::Value;
 use shmpipe_timeseries::batch::stack;
 use shmpipe_timeseries::features::{fill_time_features, time_features_for};
-use shmpipe_timeseries::{Array, DataEntry, Freq, Period, jsonl};
+use shmpipe_timeseries::{Array, DataEntry, Freq, Period};
 
 /// Largest difference allowed in the age feature, in `f32` ULPs: numpy 2.4.6
 /// (AVX-512) differs from the correctly rounded `log10` on 63% of `t < 200,000`,
@@ -127,21 +127,10 @@ fn transforms_and_windows_match_gluonts() {
         let freq: Freq = case["freq"].as_str().unwrap().parse().unwrap();
         let is_train = case["is_train"].as_bool().unwrap();
         let names: Vec<&str> = time_features_for(freq).iter().map(|f| f.name()).collect();
-        let want_names: Vec<&str> = case["time_features"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let want_names: Vec<&str> = strs(&case["time_features"]);
         assert_eq!(names, want_names, "{name}: time features");
 
-        let lines: String = case["lines"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| format!("{}\n", l.as_str().unwrap()))
-            .collect();
-        let entries = jsonl::parse_lines(lines.as_bytes(), freq).unwrap();
+        let entries = json_entries(case, freq);
 
         // The map steps.
         let mut chain = map_chain(case, freq);
@@ -199,12 +188,7 @@ fn time_features_match_gluonts_for_every_frequency() {
         );
         let feats = time_features_for(freq);
         let names: Vec<&str> = feats.iter().map(|f| f.name()).collect();
-        let want_names: Vec<&str> = case["names"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_str().unwrap())
-            .collect();
+        let want_names: Vec<&str> = strs(&case["names"]);
         assert_eq!(names, want_names, "{fs}");
         let mut out = vec![0.0; feats.len() * n];
         fill_time_features(start, n, &feats, &mut out);

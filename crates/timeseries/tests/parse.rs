@@ -10,6 +10,20 @@ fn hourly() -> Freq {
     "h".parse().unwrap()
 }
 
+/// Parses a record whose target is `texts` joined by `sep` and checks each value against the
+/// standard library's parse (through `f64`, then to `f32`), bit for bit.
+fn parses_like_the_standard_library(texts: &[String], sep: &str) -> Result<(), TestCaseError> {
+    let line = format!(r#"{{"start":"2020-01-01","target":[{}]}}"#, texts.join(sep));
+    let e = parse_entry(line.as_bytes(), hourly()).unwrap();
+    let got = e.get("target").unwrap().data();
+    prop_assert_eq!(got.len(), texts.len());
+    for (g, t) in got.iter().zip(texts) {
+        let want = t.parse::<f64>().unwrap() as f32;
+        prop_assert_eq!(g.to_bits(), want.to_bits(), "{}", t);
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -24,14 +38,7 @@ proptest! {
             .filter(|(x, _, _)| x.is_finite())
             .map(|(x, prec, sci)| if *sci { format!("{x:.prec$e}") } else { format!("{x:.prec$}") })
             .collect();
-        let line = format!(r#"{{"start":"2020-01-01","target":[{}]}}"#, texts.join(","));
-        let e = parse_entry(line.as_bytes(), hourly()).unwrap();
-        let got = e.get("target").unwrap().data();
-        prop_assert_eq!(got.len(), texts.len());
-        for (g, t) in got.iter().zip(&texts) {
-            let want = t.parse::<f64>().unwrap() as f32;
-            prop_assert_eq!(g.to_bits(), want.to_bits(), "{}", t);
-        }
+        parses_like_the_standard_library(&texts, ",")?;
     }
 
     /// Numbers within a few `f64` ulps of a midpoint between two `f32`s (where
@@ -55,14 +62,7 @@ proptest! {
             texts.push(format!("{x:.cut$e}"));
             texts.push(format!("-{x:.cut$e}"));
         }
-        let line = format!(r#"{{"start":"2020-01-01","target":[{}]}}"#, texts.join(", "));
-        let e = parse_entry(line.as_bytes(), hourly()).unwrap();
-        let got = e.get("target").unwrap().data();
-        prop_assert_eq!(got.len(), texts.len());
-        for (g, t) in got.iter().zip(&texts) {
-            let want = t.parse::<f64>().unwrap() as f32;
-            prop_assert_eq!(g.to_bits(), want.to_bits(), "{}", t);
-        }
+        parses_like_the_standard_library(&texts, ", ")?;
     }
 
     /// Arbitrary bytes never panic: they parse or give an error.

@@ -23,6 +23,14 @@ fn fixture(name: &str) -> String {
     format!("{}/tests/fixtures/arrow/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// A copy of fixture `name` in a temporary file (removed when the test ends) that the test
+/// may change.
+fn fixture_copy(name: &str, tag: &str) -> shmpipe_test_kit::TempFile {
+    let copy = shmpipe_test_kit::TempFile::new(tag, "feather");
+    std::fs::copy(fixture(name), &copy.0).unwrap();
+    copy
+}
+
 fn workload(freq: Freq, transform: bool) -> RowsWorkload {
     RowsWorkload {
         chain: ChainConfig {
@@ -68,6 +76,24 @@ fn check_passthrough(reg: &shmpipe::Registry, store: &RowStore, want: &[DataEntr
     assert!(seen.iter().all(|&n| n == cfg.epochs), "rows seen {seen:?}");
 }
 
+/// [`check_passthrough`], then the training chain over the store's rows: every window the
+/// chain gives in one process arrives, each epoch.
+fn check_passthrough_and_windows(
+    reg: &shmpipe::Registry,
+    store: &RowStore,
+    entries: &[DataEntry],
+    freq: Freq,
+) {
+    check_passthrough(reg, store, entries, freq);
+    let cfg = workload(freq, true);
+    let stats = run_rows(reg, store, &cfg, |_| {}).unwrap();
+    // The first batch (of one window) is not counted by the stats.
+    assert_eq!(
+        stats.windows + 1,
+        windows_in_process(entries, &cfg) * cfg.epochs as u64
+    );
+}
+
 #[test]
 fn gluonts_arrow_file_in_a_sealed_memfd_through_the_pipeline() {
     let reg = register_rows(shmpipe::Registry::new());
@@ -76,14 +102,7 @@ fn gluonts_arrow_file_in_a_sealed_memfd_through_the_pipeline() {
     let path = fixture("daily.feather");
     let entries = ArrowDataset::open(&path, freq).unwrap().entries().unwrap();
     let store = RowStore::arrow_shared(&path).unwrap();
-    check_passthrough(&reg, &store, &entries, freq);
-    let cfg = workload(freq, true);
-    let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
-    // The first batch (of one window) is not counted by the stats.
-    assert_eq!(
-        stats.windows + 1,
-        windows_in_process(&entries, &cfg) * cfg.epochs as u64
-    );
+    check_passthrough_and_windows(&reg, &store, &entries, freq);
 }
 
 #[test]
@@ -99,13 +118,7 @@ fn shared_memfd_dataset_through_the_pipeline() {
     };
     let entries = jsonl::parse_lines(&to_bytes(&g), g.freq).unwrap();
     let store = RowStore::shared(SharedDataset::create(&entries, g.freq).unwrap());
-    check_passthrough(&reg, &store, &entries, g.freq);
-    let cfg = workload(g.freq, true);
-    let stats = run_rows(&reg, &store, &cfg, |_| {}).unwrap();
-    assert_eq!(
-        stats.windows + 1,
-        windows_in_process(&entries, &cfg) * cfg.epochs as u64
-    );
+    check_passthrough_and_windows(&reg, &store, &entries, g.freq);
 }
 
 /// Issue 16, hole 3: the shared dataset travelled as `(pid, fd number)` and workers opened
@@ -174,8 +187,7 @@ fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
     let reg = register_rows(shmpipe::Registry::new());
     shmpipe::init(&reg);
     let freq: Freq = "D".parse().unwrap();
-    let copy = shmpipe_test_kit::TempFile::new("mapped-arrow", "feather");
-    std::fs::copy(fixture("daily.feather"), &copy.0).unwrap();
+    let copy = fixture_copy("daily.feather", "mapped-arrow");
     let rows = ArrowDataset::open(&copy.0, freq).unwrap().len();
     assert!(rows >= 3, "{rows} rows");
     let mut args = ChainConfig {
@@ -236,8 +248,7 @@ fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
     let reg = register_rows(shmpipe::Registry::new());
     shmpipe::init(&reg);
     let freq: Freq = "D".parse().unwrap();
-    let copy = shmpipe_test_kit::TempFile::new("shared-arrow", "feather");
-    std::fs::copy(fixture("daily.feather"), &copy.0).unwrap();
+    let copy = fixture_copy("daily.feather", "shared-arrow");
     let entries = ArrowDataset::open(&copy.0, freq)
         .unwrap()
         .entries()

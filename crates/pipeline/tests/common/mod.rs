@@ -11,7 +11,10 @@ pub use shmpipe_test_kit::{
     small_dev_shm_command, wait_gone, within,
 };
 
-use shmpipe::{Item, MemorySource, Registry, StepError, flat_map, map, ndarray::Array1};
+use shmpipe::{
+    Epochs, Item, MemorySource, Pipeline, PipelineBuilder, Registry, StepError, flat_map, map,
+    ndarray::Array1,
+};
 
 /// Calls of the `count_calls` step in this process.
 pub static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -97,6 +100,43 @@ pub fn registry() -> Registry {
             let len = cx.args["len"].as_u64().unwrap_or(4) as usize;
             Ok(MemorySource::new(range_items(n, len)).part(cx.part, cx.parts))
         })
+}
+
+/// The pipeline's id and pids, with guards that kill its processes and remove its `/dev/shm`
+/// entries when the test ends, whether it passes or fails.
+pub fn guarded(p: &Pipeline) -> (String, Vec<u32>, (ShmGuard, KillOnDrop)) {
+    let (id, pids) = (p.id().to_owned(), p.pids());
+    let g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
+    (id, pids, g)
+}
+
+/// The first error the pipeline's outputs end with; panics with `why` if they end without
+/// one.
+pub fn first_error(p: Pipeline, why: &str) -> shmpipe::Error {
+    p.into_iter().find_map(Result::err).expect(why)
+}
+
+/// An endless slow pipeline: the `range` source (50 records of 4 floats, cycled) through 2
+/// workers of `sleep_ms` (2 ms per item). It runs until it is dropped or killed.
+pub fn endless_slow(reg: &Registry) -> PipelineBuilder {
+    Pipeline::builder(reg)
+        .source_named("range", serde_json::json!({"n": 50, "len": 4}))
+        .epochs(Epochs::Cycle)
+        .step_with("sleep_ms", serde_json::json!({"ms": 2}))
+        .workers(2)
+}
+
+/// `shmpipe::init`, then in a helper process ([`helper_mode`]) the helper's pipeline
+/// ([`helper_parent`]): `true` when this process was a helper and has done its part.
+pub fn init_or_run_helper(reg: &Registry) -> bool {
+    shmpipe::init(reg);
+    match helper_mode() {
+        Some(mode) => {
+            helper_parent(mode == "enqueue");
+            true
+        }
+        None => false,
+    }
 }
 
 /// The environment variable that turns a re-run of a test into a helper process (its value is

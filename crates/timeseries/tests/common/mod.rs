@@ -9,7 +9,27 @@ use shmpipe_timeseries::transform::{
     AddAgeFeature, AddObservedValuesIndicator, AddTimeFeatures, AsNumpyArray, Chain,
     InstanceSplitter, VstackFeatures,
 };
-use shmpipe_timeseries::{DataEntry, Freq, field};
+use shmpipe_timeseries::{DataEntry, Freq, field, jsonl};
+
+/// The entries of a golden case: its `"lines"`, parsed as a JSON-lines file.
+pub fn json_entries(case: &Value, freq: Freq) -> Vec<DataEntry> {
+    let lines: String = case["lines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| format!("{}\n", l.as_str().unwrap()))
+        .collect();
+    jsonl::parse_lines(lines.as_bytes(), freq).unwrap()
+}
+
+/// The strings of a JSON array of strings (panics on anything else: the fixtures are ours).
+pub fn strs(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap())
+        .collect()
+}
 
 /// Returns the given points that fit the series, like the fixture script's sampler.
 #[derive(Debug)]
@@ -25,12 +45,7 @@ impl InstanceSampler for FixedSampler {
 pub fn map_chain(case: &Value, freq: Freq) -> Chain {
     let pred = case["pred_length"].as_u64().unwrap() as usize;
     let ndim = case["target_ndim"].as_u64().unwrap() as usize;
-    let inputs: Vec<&str> = case["vstack_inputs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_str().unwrap())
-        .collect();
+    let inputs: Vec<&str> = strs(&case["vstack_inputs"]);
     Chain::new()
         .then(AsNumpyArray::new(field::TARGET, ndim))
         .then(AddObservedValuesIndicator::new(

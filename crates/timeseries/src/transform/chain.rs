@@ -1,8 +1,8 @@
 //! [`Chain`]: transformations applied one after another.
 
+use super::Transform;
 use crate::entry::DataEntry;
 use crate::error::TransformError;
-use crate::transform::Transform;
 
 /// Steps applied one after another (`Chain`, or `+` in GluonTS).
 ///

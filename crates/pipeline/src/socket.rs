@@ -1,7 +1,8 @@
-//! Transports behind [`Tx`]/[`Rx`]: shared memory (`shm-ring`, the default) and Unix stream
-//! sockets (a reference transport used to cross-check the pipeline logic and in benchmarks).
+//! The Unix stream socket transport behind [`Tx`]/[`Rx`]: a reference transport used to
+//! cross-check the pipeline logic and in benchmarks (the default, shared memory, is in
+//! [`shm`](crate::shm); the traits and the encoding both use are in [`wire`](crate::wire)).
 //!
-//! Neither has a name: a producer creates its channel (a sealed memfd, or a connected socket
+//! Neither transport has a name: a producer creates its channel (a sealed memfd, or a connected socket
 //! pair) and its consumer receives the descriptor through the parent (see
 //! [`handover`](crate::handover)). So nobody else can connect, squat or listen, and there is
 //! no `accept()` to wait in.
@@ -12,19 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use crate::wire::{self, Frame, Rx, TransportError, Tx};
-
-/// Which transport carries the batches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-pub enum TransportKind {
-    /// `shm-ring` shared-memory rings (the default).
-    #[default]
-    Shm,
-    /// Unix stream sockets (socket pairs handed over by descriptor). Slower; a reference.
-    Socket,
-}
 
 /// Waits up to `left` until `fd` is ready for `events` (or has an error or hang-up).
 fn wait_for(

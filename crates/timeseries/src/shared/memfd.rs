@@ -11,7 +11,7 @@ use std::path::Path;
 
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 
-use crate::shared::SharedError;
+use super::SharedError;
 
 /// The seals of an immutable memfd.
 pub(crate) const SEALS: SealFlags = SealFlags::WRITE
