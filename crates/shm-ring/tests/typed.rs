@@ -305,3 +305,40 @@ fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
     drop(rx);
     guard.assert_gone();
 }
+
+#[test]
+fn a_loaned_slot_is_zeroed_written_in_place_and_sent_once() {
+    let cfg = ChannelConfig {
+        slots: 2,
+        ..no_linger()
+    };
+    let (mut tx, mut rx) = anon::<[u32; 4]>(&cfg);
+    tx.send(&[7; 4]).unwrap();
+    tx.send(&[8; 4]).unwrap();
+    assert_eq!(rx.recv().unwrap(), [7; 4]);
+    assert_eq!(rx.recv().unwrap(), [8; 4]);
+    // The next slot is slot 0 again, which held [7; 4]: a loan of it starts from zeros.
+    let mut slot = tx.loan().unwrap();
+    slot.write_at(4, 5u32);
+    slot.send();
+    let mut slot = tx.loan().unwrap();
+    slot.write([1, 2, 3, 4]);
+    drop(slot); // not sent
+    assert_eq!(rx.recv().unwrap(), [0, 5, 0, 0]);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    assert_eq!(tx.stats().messages, 3);
+    // A full ring: the loan waits, and gives up at its timeout.
+    tx.send(&[1; 4]).unwrap();
+    tx.send(&[2; 4]).unwrap();
+    assert!(matches!(
+        tx.loan_timeout(Duration::from_millis(20)),
+        Err(shm_ring::LoanError::Timeout)
+    ));
+}
+
+#[test]
+#[should_panic(expected = "outside a value of 16 bytes")]
+fn a_write_past_the_value_panics() {
+    let (mut tx, _rx) = anon::<[u32; 4]>(&no_linger());
+    tx.loan().unwrap().write_at(14, 0u32);
+}
