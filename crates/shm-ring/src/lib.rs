@@ -77,7 +77,7 @@ mod calibrate;
 #[cfg(not(loom))]
 mod channel;
 #[cfg(not(loom))]
-pub mod dtype;
+mod dtype;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
@@ -90,14 +90,14 @@ mod pool;
 pub mod rendezvous;
 pub mod ring;
 #[cfg(not(loom))]
-pub mod schema;
+mod schema;
 #[cfg(not(loom))]
 mod segment;
 mod sync;
 #[cfg(not(loom))]
 mod sys;
 #[cfg(not(loom))]
-pub mod transfer;
+mod transfer;
 
 #[cfg(not(loom))]
 pub use calibrate::{Calibration, calibrate};

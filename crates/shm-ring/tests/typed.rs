@@ -321,9 +321,10 @@ fn a_loaned_slot_is_zeroed_written_in_place_and_sent_once() {
     let mut slot = tx.loan().unwrap();
     slot.write_at(4, 5u32);
     slot.send();
-    let mut slot = tx.loan().unwrap();
-    slot.write([1, 2, 3, 4]);
-    drop(slot); // not sent
+    {
+        let mut slot = tx.loan().unwrap();
+        slot.write([1, 2, 3, 4]);
+    } // dropped unsent
     assert_eq!(rx.recv().unwrap(), [0, 5, 0, 0]);
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
     assert_eq!(tx.stats().messages, 3);
