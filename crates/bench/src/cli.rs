@@ -241,6 +241,9 @@ pub struct WorkerArgs {
     /// CPU of the consumer thread of a solo two-thread transport.
     #[arg(long)]
     pub peer_core: usize,
+    /// Pid of the producer (given to the consumer: its CPU waits count against the window).
+    #[arg(long)]
+    pub peer_pid: Option<u32>,
 }
 
 /// Parses `16`, `1_000`, `100k`, `1M`, `10m` into a count of elements.

@@ -15,7 +15,9 @@
 
 pub mod app;
 pub mod cli;
+pub mod contention;
 pub mod goals;
+pub mod headline;
 pub mod kernel;
 pub mod latency;
 pub mod memory;

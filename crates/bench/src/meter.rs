@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::contention::Snapshot;
+
 /// Messages between two clock reads for arrays of `elements` floats: 1 for large arrays, up to
 /// 1024 for tiny ones (about one clock read per 256 Ki elements moved).
 pub fn stride_for(elements: usize) -> u32 {
@@ -20,6 +22,14 @@ pub struct Outcome {
     pub seconds: f64,
     /// Sum of everything read in the window and before (keeps the reads observable).
     pub checksum: f64,
+    /// Share of the window the workers lost to waiting for their CPUs or to steal (see
+    /// [`crate::contention`]); NaN when not measured.
+    #[serde(default = "nan")]
+    pub contended: f64,
+}
+
+fn nan() -> f64 {
+    f64::NAN
 }
 
 impl Outcome {
@@ -88,9 +98,9 @@ pub struct Meter {
     /// Messages left before the next clock read, in `1 ..= stride`.
     left: u32,
     count: u64,
-    first: Option<Instant>,
+    first: Option<(Instant, Snapshot)>,
     /// Start of the measured window and the count at that instant.
-    window: Option<(Instant, u64)>,
+    window: Option<(Instant, u64, Snapshot)>,
     checksum: f64,
 }
 
@@ -124,8 +134,10 @@ impl Meter {
         self.left = self.stride;
         let now = Instant::now();
         match self.first {
-            None => self.first = Some(now),
-            Some(first) if now - first >= self.warmup => self.window = Some((now, self.count)),
+            None => self.first = Some((now, Snapshot::take())),
+            Some((first, _)) if now - first >= self.warmup => {
+                self.window = Some((now, self.count, Snapshot::take()));
+            }
             Some(_) => {}
         }
     }
@@ -139,15 +151,16 @@ impl Meter {
     /// window (huge arrays over slow transports), the window starts at the first message.
     pub fn finish(&self) -> Outcome {
         let now = Instant::now();
-        let (start, at) = match (self.window, self.first) {
-            (Some((t, at)), _) if self.count - at >= MIN_WINDOW => (t, at),
-            (_, Some(first)) => (first, 1),
-            (_, None) => (now, 0),
+        let (start, at, snap) = match (self.window, self.first) {
+            (Some((t, at, s)), _) if self.count - at >= MIN_WINDOW => (t, at, Some(s)),
+            (_, Some((first, s))) => (first, 1, Some(s)),
+            (_, None) => (now, 0, None),
         };
         Outcome {
             messages: self.count - at,
             seconds: (now - start).as_secs_f64(),
             checksum: self.checksum,
+            contended: snap.map_or(f64::NAN, |s| s.share_since()),
         }
     }
 }

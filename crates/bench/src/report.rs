@@ -392,6 +392,7 @@ mod tests {
             name: transport.name().to_string(),
             elements,
             rates: rates.to_vec(),
+            contended: vec![0.0; rates.len()],
             error: None,
         }
     }

@@ -176,6 +176,9 @@ fn measure_inner(exe: &Path, spec: &Spec, name: &str) -> Result<Outcome, BoxErro
             }
             let mut producer = Proc::spawn(&mut pcmd, "producer")?;
             drop(pcmd);
+            if let Some(pid) = producer.child.as_ref().map(Child::id) {
+                ccmd.args(["--peer-pid", &pid.to_string()]);
+            }
             if let Some(pipe) = producer.child.as_mut().and_then(|c| c.stdout.take()) {
                 ccmd.stdin(Stdio::from(pipe));
             }
@@ -229,6 +232,9 @@ pub struct Cell {
     pub elements: usize,
     /// Messages per second, indexed by round (NaN where the measurement failed).
     pub rates: Vec<f64>,
+    /// Share of each round's window the workers lost to waiting for a CPU or to steal
+    /// ([`crate::contention`]), indexed by round (NaN where not measured).
+    pub contended: Vec<f64>,
     /// The first error, after which the cell is skipped.
     pub error: Option<String>,
 }
@@ -247,6 +253,17 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// Appends the rounds of `more` (a run of the same plan) to this one.
+    pub fn extend(&mut self, more: RunResult) {
+        for (c, m) in self.cells.iter_mut().zip(more.cells) {
+            c.rates.extend(m.rates);
+            c.contended.extend(m.contended);
+            c.error = c.error.take().or(m.error);
+        }
+        self.probes_ns.extend(more.probes_ns);
+        self.load.1 = more.load.1;
+    }
+
     /// The cell named `name` at `elements`, if it was planned.
     pub fn cell(&self, name: &str, elements: usize) -> Option<&Cell> {
         self.cells
@@ -264,6 +281,34 @@ pub fn rotated<T: Clone>(items: &[T], round: usize) -> Vec<T> {
         v.rotate_left(k);
     }
     v
+}
+
+/// What one measurement returns to [`run_grid`].
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// Messages (items) per second.
+    pub rate: f64,
+    /// Share of the window lost to CPU waits or steal (NaN if not measured).
+    pub contended: f64,
+}
+
+impl Sample {
+    /// A rate without a contention figure.
+    pub fn rate_only(rate: f64) -> Sample {
+        Sample {
+            rate,
+            contended: f64::NAN,
+        }
+    }
+}
+
+impl From<Outcome> for Sample {
+    fn from(o: Outcome) -> Sample {
+        Sample {
+            rate: o.rate(),
+            contended: o.contended,
+        }
+    }
 }
 
 /// Runs `plan` and returns the per-round rates of every cell.
@@ -291,7 +336,7 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
         |&transport, elements| {
             if !transport.supports(elements) {
                 // No row: a NaN rate has no summary.
-                return Ok(f64::NAN);
+                return Ok(Sample::rate_only(f64::NAN));
             }
             let spec = Spec {
                 transport,
@@ -300,7 +345,7 @@ pub fn run_plan(plan: &Plan) -> Result<RunResult, BoxError> {
                 warmup,
                 cores,
             };
-            measure(&exe, &spec).map(|o| o.rate())
+            measure(&exe, &spec).map(Sample::from)
         },
     ))
 }
@@ -314,7 +359,7 @@ pub fn run_grid<J>(
     sizes: &[usize],
     rounds: u32,
     progress: bool,
-    mut measure: impl FnMut(&J, usize) -> Result<f64, BoxError>,
+    mut measure: impl FnMut(&J, usize) -> Result<Sample, BoxError>,
 ) -> RunResult {
     let cores = crate::sys::core_pair();
     let mut cells: Vec<Cell> = sizes
@@ -324,6 +369,7 @@ pub fn run_grid<J>(
                 name: name.clone(),
                 elements,
                 rates: Vec::new(),
+                contended: Vec::new(),
                 error: None,
             })
         })
@@ -354,18 +400,20 @@ pub fn run_grid<J>(
                     probe.median
                 ));
                 let cell = &mut cells[s * jobs.len() + j];
-                if cell.error.is_some() {
-                    cell.rates.push(f64::NAN);
+                let sample = if cell.error.is_some() {
+                    Sample::rate_only(f64::NAN)
                 } else {
                     match measure(job, elements) {
-                        Ok(rate) => cell.rates.push(rate),
+                        Ok(s) => s,
                         Err(e) => {
                             bar.println(format!("{name} x {elements} failed: {e}"));
-                            cell.rates.push(f64::NAN);
                             cell.error = Some(e.to_string());
+                            Sample::rate_only(f64::NAN)
                         }
                     }
-                }
+                };
+                cell.rates.push(sample.rate);
+                cell.contended.push(sample.contended);
                 bar.inc(1);
             }
         }
@@ -417,7 +465,7 @@ mod tests {
             if j == 3 {
                 Err("broken".into())
             } else {
-                Ok((j * n) as f64)
+                Ok(Sample::rate_only((j * n) as f64))
             }
         });
         // Round 0 in job order, round 1 rotated by one; "bad" is tried once only.

@@ -30,6 +30,13 @@ pub fn run(a: &WorkerArgs) -> Result<(), BoxError> {
     let warmup = Duration::from_millis(a.warmup_ms);
     let run = Duration::from_millis(a.warmup_ms + a.duration_ms);
     start_watchdog(run + WATCHDOG_SLACK);
+    // A solo memcpy runs on one CPU: only that one's steal counts.
+    let cores = if a.transport == Transport::Memcpy {
+        (a.core, a.core)
+    } else {
+        (a.core, a.peer_core)
+    };
+    crate::contention::set_context(a.peer_pid, cores);
     let outcome = match (a.role, a.transport.layout()) {
         (Role::Solo, Layout::Solo) => Some(solo(a, warmup, run)?),
         (Role::Producer, Layout::Pair) => {

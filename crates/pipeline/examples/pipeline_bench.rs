@@ -1,4 +1,4 @@
-//! Pipeline measurements that set the defaults (figures in docs/pipeline.md):
+//! Pipeline measurements that set the defaults (figures in docs/figures.md):
 //! worker scaling on CPU-bound steps, fused vs staged, batch size sweep, and copy vs
 //! zero-copy vs adaptive by array size. Prints ratios measured side by side in one run.
 //!

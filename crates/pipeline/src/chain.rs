@@ -36,6 +36,10 @@ pub(crate) struct Chain {
 /// A step failure inside a run: (index of the original input, step name, message).
 pub(crate) type Failure = (usize, String, String);
 
+/// A failed call of a step: (index of its failing input, the name it reports, if not the
+/// step's own ([`StepError::in_step`](crate::StepError::in_step)), message).
+type CallFailure = (usize, Option<String>, String);
+
 impl Chain {
     fn new(stage: usize, worker: usize, seed: u64, step_offset: usize) -> Chain {
         Chain {
@@ -77,9 +81,11 @@ impl Chain {
                 Ok(s) => chain.steps.push((name.clone(), s, 0, 0)),
                 Err(e) => {
                     return Err(Report::Step {
-                        step: name.clone(),
+                        step: e.step().map_or_else(|| name.clone(), str::to_owned),
                         stage,
                         worker,
+                        emitter: None,
+                        record: None,
                         input: "(none: building the step)".into(),
                         message: e.to_string(),
                     });
@@ -106,7 +112,7 @@ impl Chain {
                 if !desc.is_empty() {
                     input = format!("{input} ({desc})");
                 }
-                self.failure(step, input, message)
+                self.failure(step, Some(key), input, message)
             })
     }
 
@@ -132,15 +138,16 @@ impl Chain {
             cur.append(items);
             bounds.extend(1..=n);
         }
-        // (original input, step, message) of a failure: the inputs before it go on.
-        let mut failed: Option<(usize, usize, String)> = None;
+        // (original input, step, its reported name, message) of a failure: the inputs before
+        // it go on.
+        let mut failed: Option<(usize, usize, Option<String>, String)> = None;
         for s in 0..self.steps.len() {
             if s == 0 {
                 self.set_seeds(0, n, None, key);
-                if let Err((j, m)) = self.call(0, items, &mut cur, &mut bounds) {
+                if let Err((j, name, m)) = self.call(0, items, &mut cur, &mut bounds) {
                     // `bounds` ends at input `j`; what `j` pushed before failing is dropped.
                     cur.truncate(bounds.last().copied().unwrap_or(0));
-                    failed = Some((j, 0, m));
+                    failed = Some((j, 0, name, m));
                 }
                 continue;
             }
@@ -152,7 +159,7 @@ impl Chain {
             next.clear();
             step_ends.clear();
             self.set_seeds(s, cur.len(), Some(&bounds), key);
-            if let Err((m_in, m)) = self.call(s, &mut cur, &mut next, &mut step_ends) {
+            if let Err((m_in, name, m)) = self.call(s, &mut cur, &mut next, &mut step_ends) {
                 // Input `m_in` of step `s` descends from the first original input whose
                 // outputs reach past it; the original inputs before it keep their outputs.
                 let j = bounds
@@ -164,7 +171,7 @@ impl Chain {
                     .last()
                     .map_or(0, |&b| if b == 0 { 0 } else { step_ends[b - 1] });
                 next.truncate(kept);
-                failed = Some((j, s, m));
+                failed = Some((j, s, name, m));
             }
             for b in bounds.iter_mut() {
                 *b = if *b == 0 { 0 } else { step_ends[*b - 1] };
@@ -179,7 +186,10 @@ impl Chain {
         ends.extend(bounds.iter().map(|b| base + b));
         let r = match failed {
             None => Ok(()),
-            Some((j, s, m)) => Err((j.min(n.saturating_sub(1)), self.steps[s].0.clone(), m)),
+            Some((j, s, name, m)) => {
+                let name = name.unwrap_or_else(|| self.steps[s].0.clone());
+                Err((j.min(n.saturating_sub(1)), name, m))
+            }
         };
         items.clear();
         self.cur = cur;
@@ -222,27 +232,37 @@ impl Chain {
         input: &mut Vec<Item>,
         out: &mut Vec<Item>,
         ends: &mut Vec<usize>,
-    ) -> Result<(), (usize, String)> {
+    ) -> Result<(), CallFailure> {
         let (_, step, calls, ns) = &mut self.steps[s];
         *calls += input.len() as u64;
         let t0 = Instant::now();
         let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.process_batch(input, out, ends)));
         crate::seed::set(None);
         *ns += t0.elapsed().as_nanos() as u64;
-        let message = match r {
+        let (name, message) = match r {
             Ok(Ok(())) => return Ok(()),
-            Ok(Err(e)) => clip(e.to_string()),
-            Err(p) => clip(panic_message(&*p)),
+            Ok(Err(e)) => (e.step().map(str::to_owned), clip(e.to_string())),
+            Err(p) => (None, clip(panic_message(&*p))),
         };
         input.clear();
-        Err((ends.len(), message))
+        Err((ends.len(), name, message))
     }
 
-    pub(crate) fn failure(&self, step: String, input: String, message: String) -> Report {
+    /// The report of a failure of `step` on input `key` (`(emitter, record)`; `None` at the
+    /// end of stream), described as `input`.
+    pub(crate) fn failure(
+        &self,
+        step: String,
+        key: Option<(u32, u64)>,
+        input: String,
+        message: String,
+    ) -> Report {
         Report::Step {
             step,
             stage: self.stage,
             worker: self.worker,
+            emitter: key.map(|k| k.0 as usize),
+            record: key.map(|k| k.1),
             input,
             message,
         }
@@ -263,14 +283,14 @@ impl Chain {
             let r = std::panic::catch_unwind(AssertUnwindSafe(|| step.finish(&mut made)));
             crate::seed::set(None);
             *ns += t0.elapsed().as_nanos() as u64;
-            let message = match r {
+            let failed = match r {
                 Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(clip(e.to_string())),
-                Err(p) => Some(clip(panic_message(&*p))),
+                Ok(Err(e)) => Some((e.step().map(str::to_owned), clip(e.to_string()))),
+                Err(p) => Some((None, clip(panic_message(&*p)))),
             };
-            if let Some(message) = message {
-                let name = name.clone();
-                return Err(self.failure(name, input(), message));
+            if let Some((reported, message)) = failed {
+                let name = reported.unwrap_or_else(|| name.clone());
+                return Err(self.failure(name, None, input(), message));
             }
             // Through the later steps: one run of inputs.
             let (mut cur, mut next, mut ends) = (made, Vec::new(), Vec::new());
@@ -280,9 +300,9 @@ impl Chain {
                 self.set_seeds(s, cur.len(), None, &|_| key);
                 let r = self.call(s, &mut cur, &mut next, &mut ends);
                 crate::seed::clear_batch();
-                if let Err((_, message)) = r {
-                    let name = self.steps[s].0.clone();
-                    return Err(self.failure(name, input(), message));
+                if let Err((_, reported, message)) = r {
+                    let name = reported.unwrap_or_else(|| self.steps[s].0.clone());
+                    return Err(self.failure(name, None, input(), message));
                 }
                 std::mem::swap(&mut cur, &mut next);
             }
@@ -393,6 +413,32 @@ mod tests {
             .unwrap_err();
         assert_eq!((i, step.as_str()), (1, "s2"));
         assert!(message.contains("panicked: seven"), "{message}");
+    }
+
+    #[test]
+    fn a_failure_reported_in_a_named_step_keeps_that_name_apart_from_the_message() {
+        let inner = Box::new(crate::map(|it: Item| match it.i64("n") {
+            Some(2) => Err(crate::StepError::in_step("normalise", "two")),
+            _ => Ok(it),
+        }));
+        let mut c = chain(vec![fan(), inner]);
+        let mut items: Vec<Item> = (0..4).map(|n| Item::new().with_meta("n", n)).collect();
+        let (mut out, mut ends) = (Vec::new(), Vec::new());
+        let (i, step, message) = c
+            .run_batch(&mut items, &|i| (0, i as u64), &mut out, &mut ends)
+            .unwrap_err();
+        assert_eq!(
+            (i, step.as_str(), message.as_str()),
+            (2, "normalise", "two")
+        );
+        let r = c.failure(step, Some((0, 2)), "emitter 0, record 2".into(), message);
+        let Report::Step {
+            emitter, record, ..
+        } = r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!((emitter, record), (Some(0), Some(2)));
     }
 
     #[test]

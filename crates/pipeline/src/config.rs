@@ -43,7 +43,7 @@ pub enum OnBadRecord {
 /// Default of [`PipelineBuilder::warn_idle_after`](crate::PipelineBuilder::warn_idle_after).
 pub const DEFAULT_WARN_IDLE: Duration = Duration::from_secs(5);
 
-/// The default batch size in bytes (see `docs/pipeline.md` for the measurement behind it).
+/// The default batch size in bytes (see `docs/figures.md` for the measurement behind it).
 pub const DEFAULT_BATCH_BYTES: usize = 16 << 10;
 
 /// Default adaptive threshold of a pipeline: arrays of at least this many bytes go zero-copy.

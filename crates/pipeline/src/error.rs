@@ -50,6 +50,11 @@ pub enum Error {
         stage: usize,
         /// Worker index within the stage.
         worker: usize,
+        /// The failing input's emitter (`None` at the end of stream, or building the step).
+        emitter: Option<usize>,
+        /// The failing input's record: its index in the emitter's stream, counted from 0 over
+        /// all epochs (in enqueue mode, the index of the enqueued input).
+        record: Option<u64>,
         /// The input: `emitter e, record k` (plus its `item_id` when it has one), or
         /// `end of stream` for [`Step::finish`](crate::Step::finish) and what later steps make
         /// of its outputs.
@@ -126,6 +131,7 @@ impl fmt::Display for Error {
                 worker,
                 input,
                 message,
+                ..
             } => write!(
                 f,
                 "step {step:?} failed in worker {worker} (stage {stage}) on input {input}: {message}"
@@ -188,12 +194,16 @@ impl From<Report> for Error {
                 step,
                 stage,
                 worker,
+                emitter,
+                record,
                 input,
                 message,
             } => Error::Step {
                 step,
                 stage,
                 worker,
+                emitter,
+                record,
                 input,
                 message,
             },

@@ -332,7 +332,9 @@ impl Run {
         self.ends.clear();
         if let Some((i, step, message)) = failed {
             let (e, k, _, desc) = &self.keys[i];
-            let mut input = if (*e, *k) == (FINISH_E, FINISH_K) {
+            let finish = (*e, *k) == (FINISH_E, FINISH_K);
+            let key = (!finish).then_some((*e, *k));
+            let mut input = if finish {
                 format!(
                     "end of stream (finish output of stage {})",
                     stage.saturating_sub(1)
@@ -346,7 +348,7 @@ impl Run {
             if let Err(e) = sent {
                 return Err(output_failed(out, "output", e));
             }
-            out.report(chain.failure(step, input, message));
+            out.report(chain.failure(step, key, input, message));
             return Err(EXIT_REPORTED);
         }
         self.keys.clear();

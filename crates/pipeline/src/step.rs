@@ -149,6 +149,9 @@ impl Step for Box<dyn Step> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StepError {
     message: String,
+    /// The name the failure is reported under, when it is not the step's registry name
+    /// (a step that runs several user functions names the one that failed).
+    step: Option<String>,
 }
 
 impl StepError {
@@ -162,12 +165,34 @@ impl StepError {
     pub fn new(message: impl fmt::Display) -> StepError {
         StepError {
             message: message.to_string(),
+            step: None,
+        }
+    }
+
+    /// An error reported as a failure of `step` rather than of the step's registry name:
+    /// [`Error::Step::step`](crate::Error::Step) is then `step` (e.g. one of the user
+    /// functions a step runs).
+    ///
+    /// # Examples
+    /// ```
+    /// let e = shmpipe::StepError::in_step("normalise", "negative length");
+    /// assert_eq!((e.step(), e.message()), (Some("normalise"), "negative length"));
+    /// ```
+    pub fn in_step(step: impl Into<String>, message: impl fmt::Display) -> StepError {
+        StepError {
+            message: message.to_string(),
+            step: Some(step.into()),
         }
     }
 
     /// The message.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// The name the failure is reported under, if not the step's own ([`StepError::in_step`]).
+    pub fn step(&self) -> Option<&str> {
+        self.step.as_deref()
     }
 }
 

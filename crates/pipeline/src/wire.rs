@@ -89,6 +89,9 @@ pub(crate) enum Report {
         step: String,
         stage: usize,
         worker: usize,
+        /// The failing input's emitter and record (`None`: end of stream, building).
+        emitter: Option<usize>,
+        record: Option<u64>,
         input: String,
         message: String,
     },
@@ -352,15 +355,25 @@ fn report<'a>(b: MessageBuilder<'a>, r: &'a Report) -> MessageBuilder<'a> {
             step,
             stage,
             worker,
+            emitter,
+            record,
             input,
             message,
-        } => b
-            .record_tag(REP_STEP)
-            .meta_str("step", clip(step))
-            .meta_i64("stage", *stage as i64)
-            .meta_i64("worker", *worker as i64)
-            .meta_str("input", clip(input))
-            .meta_str("message", clip(message)),
+        } => {
+            let mut b = b
+                .record_tag(REP_STEP)
+                .meta_str("step", clip(step))
+                .meta_i64("stage", *stage as i64)
+                .meta_i64("worker", *worker as i64)
+                .meta_str("input", clip(input))
+                .meta_str("message", clip(message));
+            if let (Some(e), Some(k)) = (emitter, record) {
+                b = b
+                    .meta_i64("emitter", *e as i64)
+                    .meta_i64("record", *k as i64);
+            }
+            b
+        }
         Report::Source { emitter, error } => {
             let b = b.meta_i64("emitter", *emitter as i64);
             match error {
@@ -416,6 +429,8 @@ fn read_report(r: &shm_ring::RecordView<'_>) -> Result<Report, String> {
             step: s("step")?,
             stage: i("stage")? as usize,
             worker: i("worker")? as usize,
+            emitter: r.meta_i64("emitter").map(|v| v as usize),
+            record: r.meta_i64("record").map(|v| v as u64),
             input: s("input")?,
             message: s("message")?,
         },
@@ -631,6 +646,8 @@ mod tests {
                 step: "s".into(),
                 stage: 1,
                 worker: 2,
+                emitter: Some(0),
+                record: Some(3),
                 input: "emitter 0, record 3".into(),
                 message: "boom".into(),
             }),

@@ -152,11 +152,14 @@ fn workers_0_runs_the_steps_here_with_the_outputs_of_any_worker_count() {
         Error::Step {
             step,
             worker,
+            emitter,
+            record,
             input,
             message,
             ..
         } => {
             assert_eq!((step.as_str(), worker), ("fail_on", 0));
+            assert_eq!((emitter, record), (Some(0), Some(7)), "the input as fields");
             assert!(input.contains("record 7"), "{input}");
             assert!(message.contains("refusing n=7"), "{message}");
         }

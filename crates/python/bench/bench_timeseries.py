@@ -11,7 +11,6 @@ series (``--one-long``: items far larger than a pool block, as documented, no se
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import resource
@@ -21,20 +20,10 @@ import time
 
 import numpy as np
 
+from series_files import write_hourly_series
 from shmpipe.timeseries import TestLoader, TrainLoader, ValidationLoader
 
 CONTEXT, PRED, BATCH = 168, 24, 32
-
-
-def generate(path: str, n: int, seed: int = 0, lo: int = 500, hi: int = 5000) -> None:
-    rng = np.random.default_rng(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            length = int(rng.integers(lo, hi + 1))
-            y = rng.gamma(2.0, 5.0, length)
-            t = [None if m else float(v) for v, m in zip(y, rng.random(length) < 0.01)]
-            f.write(json.dumps({"start": "2020-01-01 00:00:00", "item_id": f"s{i}",
-                                "target": t}) + "\n")
 
 
 def eval_loaders(path: str, workers: int) -> str:
@@ -53,7 +42,7 @@ def one_long(workers: int) -> None:
     """The three loaders, as documented, on a file holding one 200,000-point series."""
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "one.jsonl")
-        generate(path, 1, lo=200_000, hi=200_000)
+        write_hourly_series(path, 1, lo=200_000, hi=200_000)
         print(f"# one series of 200,000 points: {os.path.getsize(path) / 1e6:.1f} MB of JSON")
         t0 = time.perf_counter()
         loader = TrainLoader(path, freq="h", context_length=CONTEXT, prediction_length=PRED,
@@ -166,7 +155,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         path = a.data or os.path.join(d, "train.jsonl")
         if not a.data:
-            generate(path, a.series)
+            write_hourly_series(path, a.series)
         print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())} load {os.getloadavg()[0]:.2f}, "
               f"{os.path.getsize(path) / 1e6:.1f} MB, workers {a.workers}")
         py, py_cpu, how = python_loader(path, a.workers, a.batches)

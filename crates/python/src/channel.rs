@@ -30,7 +30,7 @@ pub use loan::Loan;
 pub use message::Message;
 pub use receiver::{Lease, Receiver};
 pub use records::Records;
-pub use sender::Sender;
+pub use sender::{Sender, SenderStats};
 
 /// How long a blocked call waits with the GIL released before it checks for signals.
 pub const SLICE: Duration = Duration::from_millis(50);

@@ -10,14 +10,13 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use shm_ring::DType;
 
-/// The shm-ring dtype of a numpy dtype (native byte order only).
-pub fn from_descr(d: &Bound<'_, PyArrayDescr>) -> PyResult<DType> {
-    if d.is_native_byteorder() == Some(false) {
-        return Err(PyTypeError::new_err(
-            "non-native byte order: convert with arr.astype(arr.dtype.newbyteorder('='))",
-        ));
+/// The dtype of a numpy dtype; `None` for one the channels and pipelines do not carry
+/// (object, strings, complex, datetime, structured, a non-native byte order).
+pub fn of_descr(d: &Bound<'_, PyArrayDescr>) -> Option<DType> {
+    if d.is_native_byteorder() == Some(false) || d.has_fields() || d.has_subarray() {
+        return None;
     }
-    Ok(match (d.kind(), d.itemsize()) {
+    Some(match (d.kind(), d.itemsize()) {
         (b'b', 1) => DType::Bool,
         (b'i', 1) => DType::I8,
         (b'i', 2) => DType::I16,
@@ -30,13 +29,24 @@ pub fn from_descr(d: &Bound<'_, PyArrayDescr>) -> PyResult<DType> {
         (b'f', 2) => DType::F16,
         (b'f', 4) => DType::F32,
         (b'f', 8) => DType::F64,
-        _ => {
-            return Err(PyTypeError::new_err(format!(
-                "dtype {} is not supported (bool, int8..64, uint8..64, float16/32/64)",
-                d.str().map(|s| s.to_string()).unwrap_or_default()
-            )));
-        }
+        _ => return None,
     })
+}
+
+/// The dtype of a numpy dtype ([`of_descr`]); a `TypeError` that says what to do otherwise.
+pub fn from_descr(d: &Bound<'_, PyArrayDescr>) -> PyResult<DType> {
+    if let Some(dt) = of_descr(d) {
+        return Ok(dt);
+    }
+    if d.is_native_byteorder() == Some(false) {
+        return Err(PyTypeError::new_err(
+            "non-native byte order: convert with arr.astype(arr.dtype.newbyteorder('='))",
+        ));
+    }
+    Err(PyTypeError::new_err(format!(
+        "dtype {} is not supported (bool, int8..64, uint8..64, float16/32/64)",
+        d.str().map(|s| s.to_string()).unwrap_or_default()
+    )))
 }
 
 /// The dtype from a Python object (a numpy dtype, a type such as `np.float32`, or a string).
@@ -130,7 +140,7 @@ pub unsafe fn array_over<'py>(
                 .map(|&b| match b {
                     0 => Ok(false),
                     1 => Ok(true),
-                    x => Err(crate::errors::CorruptMessage::new_err(format!(
+                    x => Err(crate::exceptions::CorruptMessage::new_err(format!(
                         "byte {x} is not a bool"
                     ))),
                 })

@@ -19,7 +19,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyString};
 use shmpipe::{Array, Item, Meta};
 
-use crate::{arrays, dtype};
+use crate::{dtype, item_arrays};
 
 /// The metadata field that holds the Python structure of an item that is not a flat dict
 /// (read and written by `shmpipe._tree`).
@@ -31,7 +31,7 @@ const MAX_NAME: usize = 255;
 const MAX_STR: usize = 60_000;
 /// Arrays up to this size are copied into a fresh numpy array on the way out; larger heap
 /// arrays are handed over to numpy without a copy. On the way in, larger arrays are read in
-/// place from their numpy buffer until they are sent ([`arrays::NumpyOwner`]): smaller ones
+/// place from their numpy buffer until they are sent ([`item_arrays::NumpyOwner`]): smaller ones
 /// are copied into the batch's message anyway, and a reference costs more than their copy.
 const COPY_MAX: usize = 64 << 10;
 
@@ -108,11 +108,11 @@ fn array_field(
 ) -> PyResult<bool> {
     // SAFETY: `a` is alive for this whole function and the GIL is held; before returning the
     // bytes are copied into the item, or the item holds a reference to `a` (`store`).
-    if let Some(p) = unsafe { arrays::parts(a) } {
+    if let Some(p) = unsafe { item_arrays::parts(a) } {
         store(name, a, &p, item)?;
         return Ok(true);
     }
-    if arrays::dtype_of(&numpy::PyUntypedArrayMethods::dtype(a)).is_none() {
+    if dtype::of_descr(&numpy::PyUntypedArrayMethods::dtype(a)).is_none() {
         return Ok(false);
     }
     // Strided (a slice, a transpose): one C-ordered copy, same shape (ndim >= 1 here: a 0-d
@@ -121,7 +121,7 @@ fn array_field(
     let c = np.call_method1("ascontiguousarray", (a,))?;
     let c = c.cast::<PyUntypedArray>()?;
     // SAFETY: as above, for `c`.
-    match unsafe { arrays::parts(c) } {
+    match unsafe { item_arrays::parts(c) } {
         Some(p) => {
             store(name, c, &p, item)?;
             Ok(true)
@@ -134,11 +134,11 @@ fn array_field(
 fn store(
     name: &str,
     a: &Bound<'_, PyUntypedArray>,
-    p: &arrays::Parts<'_>,
+    p: &item_arrays::Parts<'_>,
     item: &mut Item,
 ) -> PyResult<()> {
     if p.bytes.len() > COPY_MAX && p.dtype != shmpipe::DType::Bool {
-        let owner = std::sync::Arc::new(arrays::NumpyOwner::new(a, p));
+        let owner = std::sync::Arc::new(item_arrays::NumpyOwner::new(a, p));
         item.insert_external(name, p.dtype, &p.shape, owner)
             .map_err(PyTypeError::new_err)
     } else {
@@ -214,7 +214,7 @@ fn fields<'py>(py: Python<'py>, mut item: Item) -> PyResult<(Bound<'py, PyDict>,
         if a.is_shared() {
             shared = true;
         } else if a.nbytes() <= COPY_MAX {
-            d.set_item(n, arrays::copy_out(py, &a)?)?;
+            d.set_item(n, item_arrays::copy_out(py, &a)?)?;
         } else {
             large.push(n.to_owned());
         }

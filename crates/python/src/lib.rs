@@ -6,23 +6,26 @@
 
 use pyo3::prelude::*;
 
-mod arrays;
 mod channel;
 mod dtype;
-mod errors;
+mod exceptions;
 mod item;
+mod item_arrays;
+mod memory_source;
 mod pipeline;
+mod pipeline_errors;
 mod pump;
 mod run;
-mod source;
+mod run_spec;
 mod timefeat;
 mod timeout;
 mod worker;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    errors::register(m)?;
+    exceptions::register(m)?;
     m.add_class::<channel::Sender>()?;
+    m.add_class::<channel::SenderStats>()?;
     m.add_class::<channel::Receiver>()?;
     m.add_class::<channel::Message>()?;
     m.add_class::<channel::Loan>()?;

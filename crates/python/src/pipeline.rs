@@ -17,16 +17,13 @@ use std::time::Duration;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use serde_json::Value;
-use shmpipe::{
-    Epochs, Item, JsonLines, OnBadRecord, Pipeline, ReadOrder, Records, Source, SourceContext,
-    Topology, Transfer,
-};
+use shmpipe::{Item, JsonLines, Records, Source, SourceContext};
 
-use crate::errors::pipe_err;
+use crate::memory_source::Feed;
+use crate::pipeline_errors::{Origin, pipe_err, source_err};
 use crate::pump::{GRACE, Pump};
 use crate::run::{Backend, Fed, Run};
-use crate::source::{Feed, FeedSpec};
+use crate::run_spec::{RunSpec, SourceKind, SourceSpec};
 use crate::{item, worker};
 
 /// A Python object as an item (a dict, or any other value: see [`item::from_py`]).
@@ -57,208 +54,96 @@ impl std::fmt::Debug for PipelineRun {
     }
 }
 
-fn cfg_err(m: impl std::fmt::Display) -> PyErr {
-    PyValueError::new_err(m.to_string())
-}
-
-fn build(spec: &Value, program: String, args: Vec<String>) -> PyResult<shmpipe::PipelineBuilder> {
-    let reg = worker::registry();
-    let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
-    let mut b = Pipeline::builder(&reg)
-        .handle_ctrl_c(false)
-        // The pump always waits for output: `Run` says when a user's dequeue waits in vain.
-        .warn_idle_after(Duration::ZERO)
-        .child_program(program, args)
-        .workers(u("workers", 2) as usize)
-        .emitters(u("emitters", 1) as usize)
-        .ordered(spec["ordered"].as_bool().unwrap_or(false))
-        .shuffle(spec["shuffle"].as_bool().unwrap_or(false))
-        .shuffle_buffer(u("shuffle_buffer", 256) as usize)
-        .seed(u("seed", 0))
-        .shard(u("rank", 0) as usize, u("world_size", 1) as usize)
-        .epochs(match spec["epochs"].as_u64() {
-            Some(n) => Epochs::Finite(n),
-            None => Epochs::Cycle,
-        });
-    if let Some(n) = spec["batch_bytes"].as_u64() {
-        b = b.batch_bytes(n as usize);
-    }
-    if spec["skip_bad_records"].as_bool() == Some(true) {
-        b = b.on_bad_record(OnBadRecord::Skip);
-    }
-    if let Some(t) = spec["threshold"].as_u64() {
-        b = b.transfer(Transfer::Adaptive {
-            threshold: t as usize,
-        });
-    }
-    if let Some(c) = spec["channel"].as_array() {
-        let g = |i: usize| c.get(i).and_then(Value::as_u64).unwrap_or(0);
-        let d = shmpipe::ChannelGeometry::default();
-        b = b.channel(shmpipe::ChannelGeometry {
-            slots: g(0) as u32,
-            blocks: g(1) as u32,
-            block_size: g(2) as usize,
-            // A 4th value: the large pool (items over a block); default: any size.
-            large_pool: c
-                .get(3)
-                .and_then(Value::as_u64)
-                .map_or(d.large_pool, |v| v as usize),
-        });
-    }
-    if spec["staged"].as_bool() == Some(true) {
-        b = b.topology(Topology::Staged { workers: vec![] });
-    }
-    let src = &spec["source"];
-    b = match src["kind"].as_str() {
-        Some("jsonl") => b.source(JsonLines::new(src["path"].as_str().unwrap_or_default())),
-        Some("named") => b.source_named(
-            src["name"].as_str().unwrap_or_default(),
-            src["args"].clone(),
-        ),
-        // Enqueue mode: this process feeds the pipeline (or the user does).
-        None => b,
-        _ => return Err(cfg_err("source: a path or a named source")),
-    };
-    for s in spec["steps"].as_array().into_iter().flatten() {
-        let name = s["name"]
-            .as_str()
-            .ok_or_else(|| cfg_err("step without a name"))?;
-        b = b.step_with(name, s["args"].clone());
-    }
-    Ok(b)
-}
-
-/// The source this process reads itself (`spec["feed"]`; `obj`: the in-memory source of a
-/// feed of kind `"object"`), read as an emitter of this job's part would read it.
-fn feed_records(py: Python<'_>, spec: &Value, obj: Option<&Bound<'_, PyAny>>) -> PyResult<Fed> {
-    let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d) as usize;
-    let (rank, world) = (u("rank", 0), u("world_size", 1));
-    let f = &spec["feed"];
-    let source: Box<dyn Source> = match (f["kind"].as_str(), obj) {
-        (Some("jsonl"), _) => {
-            let path = f["path"].as_str().unwrap_or_default();
+/// The source this process reads itself (`spec.feed`; `obj`: the in-memory source of a feed
+/// of kind `"object"`), read as an emitter of this job's part would read it.
+fn feed_records(
+    py: Python<'_>,
+    spec: &RunSpec,
+    feed: &SourceSpec,
+    obj: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Fed> {
+    let (rank, world) = (spec.rank, spec.world_size);
+    let source: Box<dyn Source> = match (feed.kind()?, obj) {
+        (SourceKind::Jsonl(path), _) => {
             let part = JsonLines::new(path).open(rank, world);
             Box::new(part.map_err(|e| pipe_err(py, source_err(e)))?)
         }
-        (Some("named"), _) => {
-            let args = f["args"].clone();
+        (SourceKind::Named(name, args), _) => {
             let cx = SourceContext {
                 args: &args,
                 part: rank,
                 parts: world,
             };
-            let name = f["name"].as_str().unwrap_or_default();
             worker::registry()
-                .build_source(name, &cx)
+                .build_source(&name, &cx)
                 .map_err(|e| pipe_err(py, source_err(e)))?
         }
-        (Some("object"), Some(obj)) => return Ok(Fed::Memory(Feed::new(obj, feed_spec(spec))?)),
-        _ => {
-            return Err(cfg_err(
-                "feed: a path, a named source or an in-memory source",
+        (SourceKind::Object, Some(obj)) => {
+            return Ok(Fed::Memory(Feed::new(obj, spec.feed_spec())?));
+        }
+        (SourceKind::Object, None) => {
+            return Err(PyValueError::new_err(
+                "an in-memory feed without its source object",
             ));
         }
     };
-    let order = ReadOrder {
-        seed: spec["seed"].as_u64().unwrap_or(0),
-        shuffle: spec["shuffle"].as_bool().unwrap_or(false),
-        shuffle_buffer: u("shuffle_buffer", 256),
-        rank,
-        emitter: 0,
-        on_bad_record: if spec["skip_bad_records"].as_bool() == Some(true) {
-            OnBadRecord::Skip
-        } else {
-            OnBadRecord::Fail
-        },
-    };
-    Ok(Fed::Records(Records::new(source, order)))
-}
-
-/// The settings of `spec` that concern an in-memory source.
-fn feed_spec(spec: &Value) -> FeedSpec {
-    let u = |k: &str, d: u64| spec[k].as_u64().unwrap_or(d);
-    FeedSpec {
-        seed: u("seed", 0),
-        shuffle: spec["shuffle"].as_bool().unwrap_or(false),
-        shuffle_buffer: u("shuffle_buffer", 256) as usize,
-        epochs: spec["epochs"].as_u64(),
-        rank: u("rank", 0) as usize,
-        world_size: u("world_size", 1) as usize,
-    }
-}
-
-pub(crate) fn source_err(e: shmpipe::SourceError) -> shmpipe::Error {
-    match e {
-        shmpipe::SourceError::BadRecord {
-            file,
-            line,
-            field,
-            message,
-        } => shmpipe::Error::BadRecord {
-            file,
-            line,
-            field,
-            message,
-        },
-        error => shmpipe::Error::Source { emitter: 0, error },
-    }
+    Ok(Fed::Records(Records::new(source, spec.read_order())))
 }
 
 use crate::timeout::deadline;
 
 #[pymethods]
 impl PipelineRun {
-    /// Starts a pipeline described by `spec` (JSON, built by `shmpipe.Pipeline`), its
-    /// children being `program args..` (the Python interpreter running `shmpipe._worker`).
-    /// Without `spec["source"]` the pipeline takes its input from `enqueue`, or, with
-    /// `spec["feed"]`, from that source read here (`feed`: the Python sequence of a feed of
-    /// kind `"object"`), epoch by epoch.
+    /// Starts a pipeline described by `spec` (a `shmpipe.pipeline.RunSpec`), its children
+    /// being `program args..` (the Python interpreter running the worker entry point).
+    /// Without `spec.source` the pipeline takes its input from `enqueue`, or, with
+    /// `spec.feed`, from that source read here (`feed`: the Python object of a feed of kind
+    /// `"object"`), epoch by epoch.
     #[staticmethod]
-    #[pyo3(signature = (spec, program, args, prefetch=8, feed=None))]
+    #[pyo3(signature = (spec, program, args, feed=None))]
     fn start(
         py: Python<'_>,
-        spec: &str,
+        spec: RunSpec,
         program: String,
         args: Vec<String>,
-        prefetch: usize,
         feed: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PipelineRun> {
-        let spec: Value = serde_json::from_str(spec).map_err(cfg_err)?;
-        let records = if spec["feed"].is_object() {
-            Some(feed_records(py, &spec, feed)?)
-        } else {
-            None
+        let records = match &spec.feed {
+            Some(f) => Some(feed_records(py, &spec, f, feed)?),
+            None => None,
         };
-        let b = build(&spec, program, args)?;
+        let b = spec.builder(program, args)?;
         let mut p = py.detach(|| b.start()).map_err(|e| pipe_err(py, e))?;
         let id = p.id().to_owned();
-        let input = if spec["source"].is_object() {
+        let input = if spec.source.is_some() {
             None
         } else {
             Some(p.input().map_err(|e| pipe_err(py, e))?)
         };
-        let inline = spec["workers"].as_u64() == Some(0);
-        let max_in_flight = match spec["max_in_flight"].as_u64() {
-            _ if inline => u64::MAX,
-            Some(n) if n > 0 => n,
-            _ => return Err(cfg_err("max_in_flight must be at least 1")),
+        let inline = spec.workers == 0;
+        let max_in_flight = if inline {
+            u64::MAX
+        } else {
+            spec.max_in_flight.max(1)
         };
         let backend = if inline {
             Backend::Inline(Box::new(std::sync::Mutex::new(Some(p))))
         } else {
-            Backend::Pump(Pump::start(p, prefetch))
+            Backend::Pump(Pump::start(p, spec.prefetch))
         };
-        // `null`: never (Python sends `None` for infinity, which JSON cannot hold).
-        let warn_idle = match spec.get("warn_idle") {
-            None => Some(5.0),
-            Some(v) => v.as_f64(),
-        };
-        let warn_idle = match warn_idle {
+        let warn_idle = match spec.warn_idle {
             Some(s) => crate::timeout::seconds(s, "warn_idle")?.unwrap_or(Duration::MAX),
             None => Duration::MAX,
         };
+        let origin = match (&spec.feed, &records) {
+            (_, Some(Fed::Memory(_))) => Origin::Fed,
+            (Some(_), _) => Origin::FedFile,
+            (None, _) if input.is_some() => Origin::Enqueued,
+            _ => Origin::Emitters,
+        };
+        let run = Run::new(backend, input, max_in_flight, records, warn_idle, origin);
         Ok(PipelineRun {
-            run: ManuallyDrop::new(Run::new(backend, input, max_in_flight, records, warn_idle)),
+            run: ManuallyDrop::new(run),
             id,
             owner: shm_ring::Owner::current(),
         })

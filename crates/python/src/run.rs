@@ -35,15 +35,16 @@ use pyo3::prelude::*;
 use shmpipe::{Error, Input, Item, Pipeline, Records};
 
 use crate::channel::SLICE;
-use crate::errors::{PipelineError, pipe_err};
+use crate::exceptions::PipelineError;
+use crate::memory_source::Feed;
+use crate::pipeline_errors::{Origin, pipe_err, run_err};
 use crate::pump::{Msg, Pump};
-use crate::source::Feed;
 
 /// A source this process reads and feeds to the pipeline, epoch by epoch.
 pub(crate) enum Fed {
     /// A file or a named source, read as one emitter would.
     Records(Records),
-    /// An in-memory Python source ([`crate::source`]).
+    /// An in-memory Python source ([`crate::memory_source`]).
     Memory(Feed),
 }
 
@@ -112,6 +113,8 @@ pub(crate) struct Run {
     /// A `dequeue` that waits this long with nothing in the pipeline and the input open says
     /// so on stderr, once (zero: never).
     warn_idle: Duration,
+    /// Where the inputs come from (what a step error says of the failing one).
+    origin: Origin,
 }
 
 /// Inputs of a source read by this process kept in flight, at least.
@@ -139,6 +142,7 @@ impl Run {
         max_in_flight: u64,
         feed: Option<Fed>,
         warn_idle: Duration,
+        origin: Origin,
     ) -> Run {
         // A source this process reads keeps the workers busy with many small inputs: at least
         // `FEED_AHEAD` in flight (their bytes are bounded by the channels and `feed_bytes`).
@@ -147,6 +151,7 @@ impl Run {
             Backend::Inline(_) => 1,
         };
         Run {
+            origin,
             backend,
             feed_ahead,
             input: Mutex::new(input),
@@ -220,11 +225,12 @@ impl Run {
             if !r.is_instance_of::<PyException>(py) {
                 return r;
             }
-            let err = pipe_err(py, e);
+            let err = run_err(py, e, self.origin, true);
             err.set_cause(py, Some(r));
             return err;
         }
-        pipe_err(py, e)
+        let inline = matches!(self.backend, Backend::Inline(_));
+        run_err(py, e, self.origin, inline)
     }
 
     /// After a wait without news: Ctrl-C stops the pipeline; past the deadline, `Ok(true)`.
@@ -590,7 +596,7 @@ impl Run {
             let next = self.with_feed(py, |f| match f {
                 Fed::Records(r) => match r.next() {
                     Some(Ok(item)) => Ok(Some(vec![item])),
-                    Some(Err(e)) => Err(pipe_err(py, crate::pipeline::source_err(e))),
+                    Some(Err(e)) => Err(pipe_err(py, crate::pipeline_errors::source_err(e))),
                     None => Ok(None),
                 },
                 Fed::Memory(m) => m.next_group(py, max, GROUP_BYTES, Instant::now() + GROUP_TIME),

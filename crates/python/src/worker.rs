@@ -36,8 +36,8 @@ pub fn describe(py: Python<'_>, e: PyErr) -> String {
 
 /// Python callables run in sequence as one step (flat-maps: see [`outputs`]).
 struct PyStep {
-    /// (callable, its qualified name): the name is the first line of every error message,
-    /// which `errors::pipe_err` turns into the exception's `step` attribute.
+    /// (callable, its qualified name): a failure is reported under the callable's name
+    /// (`StepError::in_step`), the `step` attribute of the Python `StepError`.
     fns: Vec<(Py<PyAny>, String)>,
 }
 
@@ -119,10 +119,10 @@ impl PyStep {
     }
 
     fn error(&self, py: Python<'_>, (i, e): (usize, PyErr)) -> StepError {
-        let name = self.fns.get(i).map_or("python", |f| f.1.as_str());
-        let msg = format!("{name}\n{}", describe(py, e.clone_ref(py)));
+        let name = self.fns.get(i).map_or(PY_STEP, |f| f.1.as_str());
+        let msg = describe(py, e.clone_ref(py));
         RAISED.with(|r| *r.borrow_mut() = Some(e));
-        StepError::new(msg)
+        StepError::in_step(name, msg)
     }
 }
 
@@ -215,7 +215,7 @@ fn py_step(cx: &StepContext<'_>) -> Result<PyStep, StepError> {
             let name = spec["name"].as_str().unwrap_or("python").to_owned();
             let f = m
                 .call_method1("load_step", (spec.to_string(), w.worker, w.workers, w.seed))
-                .map_err(|e| StepError::new(format!("{name}\n{}", describe(py, e))))?;
+                .map_err(|e| StepError::in_step(&name, describe(py, e)))?;
             fns.push((f.unbind(), name));
         }
         Ok(PyStep { fns })

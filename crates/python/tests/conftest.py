@@ -1,5 +1,6 @@
 import os
 import signal
+import sys
 import uuid
 
 import pytest
@@ -10,6 +11,10 @@ import pytest
 # under `nohup bash .ci/run &`). With a handler installed here, the children, which exec,
 # start with SIGINT at its default and Python installs its own.
 signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The benchmarks' data generators (bench/series_files.py) serve the tests too.
+sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "bench"))
 
 
 def socket_dir():

@@ -1,13 +1,12 @@
 """Items of any size through Python pipelines and the time-series loaders (issue 18): arrays
 far larger than a pool block, long real-length series, a single 200,000-point series."""
 
-import json
-
 import numpy as np
 import pytest
 
 import shmpipe
 from big_steps import grow, scale
+from series_files import write_hourly_series
 from shmpipe.timeseries import TestLoader, TrainLoader, ValidationLoader
 
 
@@ -30,18 +29,6 @@ def test_an_explicitly_limited_channel_says_so_in_python_terms():
     assert "lost a peer" not in msg and "ChannelGeometry" not in msg, msg
 
 
-def _write_series(path, n, lo, hi, seed=0):
-    """GluonTS JSON lines: hourly series of lo..hi points, 1% nulls, float64 as Python writes."""
-    rng = np.random.default_rng(seed)
-    with open(path, "w") as f:
-        for i in range(n):
-            length = int(rng.integers(lo, hi + 1))
-            y = rng.gamma(2.0, 5.0, length)
-            t = [None if m else float(v) for v, m in zip(y, rng.random(length) < 0.01)]
-            f.write(json.dumps({"start": "2020-01-01 00:00:00", "item_id": f"s{i}",
-                                "target": t}) + "\n")
-
-
 KW = dict(freq="H", context_length=168, prediction_length=24)
 
 
@@ -50,10 +37,10 @@ def test_loaders_on_long_series_and_one_very_long_series(tmp_path, shape):
     path = str(tmp_path / "data.jsonl")
     if shape == "many":
         n = 40
-        _write_series(path, n, 500, 5000)
+        write_hourly_series(path, n, 500, 5000)
     else:
         n = 1
-        _write_series(path, n, 200_000, 200_000)  # ~3.8 MB: one line far over a pool block
+        write_hourly_series(path, n, 200_000, 200_000)  # ~3.8 MB: one line far over a pool block
     train = TrainLoader(path, batch_size=8, workers=2, num_batches_per_epoch=3, **KW)
     try:
         batches = list(train)
@@ -83,7 +70,7 @@ def _windows(path, workers, seed):
 
 def test_one_seed_gives_the_same_training_windows_for_1_and_2_workers(tmp_path):
     path = str(tmp_path / "data.jsonl")
-    _write_series(path, 30, 500, 5000)
+    write_hourly_series(path, 30, 500, 5000)
     one = _windows(path, 1, seed=3)
     assert len(one) > 30, len(one)
     assert _windows(path, 2, seed=3) == one

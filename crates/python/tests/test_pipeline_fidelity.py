@@ -143,7 +143,7 @@ def test_non_str_keys_are_refused():
 
 def test_items_larger_than_an_explicit_small_channel_block_travel():
     # Before the bigitems branch this raised a PipelineError naming channel=(...) in Python
-    # terms (crates/python/src/errors.rs, python_terms); items of any size now travel in the
+    # terms (crates/python/src/pipeline_errors.rs, python_terms); items of any size now travel in the
     # pipeline's large size class, whatever the channel.
     src = [{"x": np.full(100_000, i, np.float32)} for i in range(3)]
     out = list(shmpipe.Pipeline(src, steps=[same], workers=1, channel=(0, 4, 64 << 10),

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import shmpipe
+from procs import gone as _gone
 from fidelity_steps import pid_of, row_sum, same, slow_tenth
 from pipeline_steps import Pairs, double, items
 
@@ -162,14 +163,6 @@ def test_the_source_is_fed_by_this_process_and_steps_run_in_the_workers():
 def test_a_dict_source_is_refused_with_the_fix():
     with pytest.raises(TypeError, match="list\\(d.values\\(\\)\\)"):
         list(shmpipe.Pipeline({"a": {"n": 1}}, steps=[same]))
-
-
-def _gone(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -448,3 +448,13 @@ class WhereAmI(Dataset):
 def must_not_run(worker_id: int) -> None:
     """worker_init_fn that torch never calls with num_workers=0."""
     raise AssertionError("worker_init_fn ran without workers")
+
+
+def start_a_forkserver_child() -> None:
+    """Run in a process forked by shmpipe's fork server: starts a fork-server process of its
+    own (which must not wait for ever on a lock the fork left taken) and waits for it."""
+    import multiprocessing
+    p = multiprocessing.get_context("forkserver").Process(target=os.getpid)
+    p.start()
+    p.join(120)
+    raise SystemExit(0 if p.exitcode == 0 else 3)

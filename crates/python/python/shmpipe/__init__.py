@@ -31,6 +31,17 @@ the array's base object alive):
 - The peer process may change the values under a zero-copy view, never its bounds.
 
 Blocking calls release the GIL and answer Ctrl-C; numpy memory is read only with the GIL held.
+
+Timeouts, everywhere in the package (channels, ``Pipeline.enqueue`` / ``dequeue``): ``timeout=``
+is in seconds; ``None`` (and ``float("inf")``) waits as long as it takes; ``0`` does not wait;
+past the time the call raises ``TimeoutError`` (a negative or NaN value: ``ValueError``). The
+default is ``None`` wherever a call waits for the other side (``recv``, ``recv_many``,
+``send``, ``send_many``, ``loan``, ``wait_for_consumer``, ``enqueue``, ``dequeue``), and ``0``
+for ``Receiver.open``, which waits for a name to appear only when asked (a wrong name fails
+at once).
+
+Context managers: ``Sender``, ``Receiver``, ``Pipeline`` and the loaders close at the end of a
+``with`` block (and when garbage collected).
 Details and the reasons: ``crates/python/README.md``.
 
 Pipelines (steps in worker processes): see :class:`shmpipe.Pipeline`; the GluonTS loader:
@@ -92,6 +103,7 @@ class ReceiverHandle:
         self._fd = fd
 
     def fileno(self) -> int:
+        """The descriptor of the channel's memfd (pass it in ``pass_fds`` to a subprocess)."""
         return self._fd
 
     def open(self) -> Receiver:
@@ -99,6 +111,7 @@ class ReceiverHandle:
         return Receiver.from_fd(self._fd)
 
     def close(self) -> None:
+        """Closes this handle's descriptor (receivers already opened from it stay open)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import base64
 import json
 import os
@@ -47,11 +48,64 @@ def step_spec(f: Any) -> dict:
             raise NotImportable(f"step {qual!r} is defined in a notebook or an interactive "
                                 f"session: worker processes cannot import it; {fix}")
         main_path = os.path.abspath(main_path)
+        top = qual.split(".")[0] if isinstance(f, (types.FunctionType, type)) \
+            else type(f).__qualname__.split(".")[0]
+        if _under_main_guard(main_path, top):
+            raise NotImportable(
+                f"step {qual!r} is defined under `if __name__ == \"__main__\":` of "
+                f"{os.path.basename(main_path)}: worker processes import the script without "
+                f"running that block, so they cannot find it; define it at the top level of "
+                f"the script (above the `if`), or in a module you import")
     try:
         blob = pickle.dumps(f)
     except Exception as e:  # noqa: BLE001 - pickling raises many types
         raise NotImportable(f"step {qual!r} cannot be sent to worker processes ({e}); {fix}") from e
     return {"pickle": base64.b64encode(blob).decode(), "main_path": main_path, "name": describe(f)}
+
+
+def _is_main_guard(node: ast.stmt) -> bool:
+    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
+        return False
+    t = node.test
+    sides = [t.left, *t.comparators]
+    return (len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
+            and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+
+
+def _defined(body: list, guarded: bool, out: dict) -> None:
+    """Names bound by ``def``/``class``/assignments in ``body`` (into nested ``if``/``try``/
+    ``with`` blocks), each marked whether only the main guard binds it."""
+    for node in body:
+        g = guarded or _is_main_guard(node)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = out.get(node.name, True) and g
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    out[t.id] = out.get(t.id, True) and g
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            sub = getattr(node, field, None)
+            if isinstance(sub, list) and not isinstance(node, (ast.FunctionDef,
+                                                               ast.AsyncFunctionDef,
+                                                               ast.ClassDef)):
+                _defined(sub, g, out)
+
+
+def _under_main_guard(main_path: str, name: str) -> bool:
+    """Whether the script binds ``name`` only inside ``if __name__ == "__main__":`` (where
+    the workers, importing it as ``__mp_main__``, never see it). ``False`` when the script
+    cannot be read or parsed: the workers then report what they find."""
+    try:
+        with open(main_path, encoding="utf-8") as fh:
+            tree = ast.parse(fh.read(), main_path)
+    except (OSError, SyntaxError, ValueError):
+        return False
+    names: dict = {}
+    _defined(tree.body, False, names)
+    return names.get(name, False)
 
 
 def _runs_script(main_path: str) -> bool:

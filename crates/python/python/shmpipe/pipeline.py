@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -9,8 +10,9 @@ import threading
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable, Union
 
+from . import _options
+from ._closing import Closing
 from ._native import PipelineRun, builtin_steps
-from ._steps import fuse, step_spec
 from ._native import item_seed as _item_seed
 from ._steps import step_spec
 
@@ -27,6 +29,50 @@ class NamedSource:
         self.name, self.args = name, args or {}
 
 
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """A step as the Rust side builds it: a registry name and its arguments (JSON)."""
+
+    name: str
+    args: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceSpec:
+    """Where a run's items come from: ``"jsonl"`` (``path``), ``"named"`` (``name``, ``args``
+    as JSON) or ``"object"`` (an in-memory source this process reads)."""
+
+    kind: str
+    path: str | None = None
+    name: str | None = None
+    args: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+    """What ``PipelineRun.start`` reads (``src/run_spec.rs``, by attribute): the checked
+    arguments of :class:`Pipeline`, whose signature holds every default."""
+
+    workers: int
+    emitters: int
+    ordered: bool
+    shuffle: bool
+    seed: int
+    shuffle_buffer: int
+    epochs: int | None
+    rank: int
+    world_size: int
+    batch_bytes: int | None
+    skip_bad_records: bool
+    channel: list[int] | None
+    steps: list[StepSpec]
+    max_in_flight: int
+    warn_idle: float | None
+    prefetch: int
+    source: SourceSpec | None = None
+    feed: SourceSpec | None = None
+
+
 def _shard(shard) -> tuple[int, int]:
     if shard is None:
         return 0, 1
@@ -36,7 +82,10 @@ def _shard(shard) -> tuple[int, int]:
         except KeyError as e:
             raise ValueError(f"shard='env' needs the environment variables RANK and WORLD_SIZE "
                              f"(as set by torchrun); {e.args[0]} is not set") from None
-    rank, world = shard
+    if isinstance(shard, str) or not hasattr(shard, "__len__") or len(shard) != 2:
+        raise TypeError(f"shard={shard!r}: (rank, world_size) or 'env'")
+    rank = _options.whole("shard", shard[0])
+    world = _options.whole("shard", shard[1], least=1)
     if not 0 <= rank < world:
         raise ValueError(f"shard: rank {rank} is not in 0..{world}")
     return int(rank), int(world)
@@ -56,9 +105,9 @@ def _looks_like_steps(x: Any) -> bool:
 
 
 def _warn_idle(secs: float | None) -> float | None:
-    """``warn_idle=`` as it travels in the JSON spec: ``None`` for never (JSON has no
-    infinity); a ``ValueError`` naming it for NaN or a negative number."""
-    if secs is None or secs == float("inf"):
+    """``warn_idle=`` in seconds, ``None`` for never (0 and infinity too); a ``ValueError``
+    naming it for NaN or a negative number."""
+    if secs is None or secs == float("inf") or secs == 0:
         return None
     secs = float(secs)
     if not secs >= 0:
@@ -67,7 +116,7 @@ def _warn_idle(secs: float | None) -> float | None:
     return secs
 
 
-class Pipeline:
+class Pipeline(Closing):
     """Runs ``steps`` in ``workers`` worker processes, over the items of ``source`` or over the
     items you :meth:`enqueue`.
 
@@ -170,7 +219,9 @@ class Pipeline:
     ``finish()`` depend on what its worker saw, and so on the worker count.)
 
     A step's exception is re-raised here as :class:`shmpipe.StepError` (attributes ``step``,
-    ``worker``, ``input``, ``message`` with the worker's traceback), by the iteration or by
+    the callable's name; ``worker``, ``None`` with ``workers=0``; ``record``, the failing
+    input's index among the items this process fed or enqueued, or in an emitter's part of a
+    file; ``input``, that in words; ``message``, the worker's traceback), by the iteration or by
     :meth:`dequeue`, and by every later call; a dead worker raises
     :class:`shmpipe.WorkerDied` within about a second (also from a waiting :meth:`enqueue`);
     Ctrl-C raises ``KeyboardInterrupt`` and stops the processes. Every process stops and its
@@ -182,33 +233,32 @@ class Pipeline:
     def __init__(self, source: Any = None, steps: Sequence[Step] = (), workers: int = 2, *,
                  emitters: int = 1, ordered: bool = False, shuffle: bool = False,
                  seed: int = 0, shuffle_buffer: int = 256, epochs: int | None = 1,
-                 shard=None, prefetch: int = 8, batch_bytes: int | None = None,
-                 skip_bad_records: bool = False, channel: tuple | None = None,
-                 persistent_workers: bool = False, max_in_flight: int | None = None,
-                 warn_idle: float | None = 5.0):
+                 shard: tuple[int, int] | str | None = None, prefetch: int = 8,
+                 batch_bytes: int | None = None, skip_bad_records: bool = False,
+                 channel: tuple[int, ...] | None = None, persistent_workers: bool = False,
+                 max_in_flight: int | None = None, warn_idle: float | None = 5.0):
         if not steps and _looks_like_steps(source):
             source, steps = None, source
-        if workers < 0:
-            raise ValueError(f"workers={workers}: a number of processes, or 0 to run the "
-                             f"steps in this process")
+        workers = _options.whole("workers", workers)
+        prefetch = _options.whole("prefetch", prefetch, least=1)
         if max_in_flight is None:
-            max_in_flight = 4 * max(prefetch, 1) * max(workers, 1)
-        if max_in_flight < 1:
-            raise ValueError(f"max_in_flight={max_in_flight}: at least 1 input must fit")
-        warn_idle = _warn_idle(warn_idle)
-        self._steps = [self._step(s) for s in steps]
+            max_in_flight = 4 * prefetch * max(workers, 1)
         rank, world = _shard(shard)
-        self._spec = {
-            "workers": workers, "emitters": emitters, "ordered": ordered, "shuffle": shuffle,
-            "seed": seed, "shuffle_buffer": shuffle_buffer, "epochs": epochs,
-            "rank": rank, "world_size": world, "batch_bytes": batch_bytes,
-            "skip_bad_records": skip_bad_records, "channel": list(channel) if channel else None,
-            "steps": self._steps, "max_in_flight": max_in_flight, "warn_idle": warn_idle,
-        }
+        if isinstance(source, (str, os.PathLike)):
+            source = _options.existing_file("source", source)
+        self._spec = RunSpec(
+            workers=workers, emitters=_options.whole("emitters", emitters, least=1),
+            ordered=bool(ordered), shuffle=bool(shuffle), seed=_options.whole("seed", seed),
+            shuffle_buffer=_options.whole("shuffle_buffer", shuffle_buffer, least=1),
+            epochs=_options.whole("epochs", epochs, least=1, none_ok=True),
+            rank=rank, world_size=world,
+            batch_bytes=_options.whole("batch_bytes", batch_bytes, least=1, none_ok=True),
+            skip_bad_records=bool(skip_bad_records), channel=_options.channel(channel),
+            steps=[self._step(s) for s in steps],
+            max_in_flight=_options.whole("max_in_flight", max_in_flight, least=1),
+            warn_idle=_warn_idle(warn_idle), prefetch=prefetch)
         self._source = source
-        self._prefetch = prefetch
         self._persistent = persistent_workers
-        self._epochs = epochs
         self._run: PipelineRun | None = None
         self._epoch = 0  # the next epoch of a source this process reads
         self._closed = False
@@ -216,24 +266,23 @@ class Pipeline:
         self._start_lock = threading.Lock()
 
     @staticmethod
-    def _step(s: Step) -> dict:
+    def _step(s: Step) -> StepSpec:
         if isinstance(s, str):
             s = (s, None)
         if isinstance(s, tuple):
             name, args = s
             if name not in builtin_steps():
                 raise ValueError(f"no built-in step {name!r}; built-in steps: {builtin_steps()}")
-            return {"name": name, "args": args}
-        spec = step_spec(s)
-        return {"name": "python", "args": spec}
+            return StepSpec(name, json.dumps(args))
+        return StepSpec("python", json.dumps(step_spec(s)))
 
-    def _source_spec(self) -> dict:
+    def _source_spec(self) -> SourceSpec:
         """A source read by emitter processes: a path or a named source."""
         src = self._source
         if isinstance(src, (str, os.PathLike)):
-            return {"kind": "jsonl", "path": os.fspath(src)}
+            return SourceSpec("jsonl", path=os.fspath(src))
         assert isinstance(src, NamedSource)
-        return {"kind": "named", "name": src.name, "args": src.args}
+        return SourceSpec("named", name=src.name, args=json.dumps(src.args))
 
     def _in_memory(self) -> bool:
         src = self._source
@@ -251,32 +300,29 @@ class Pipeline:
                 "from shmpipe._native import worker_main; worker_main()")
         return ["-c", code]
 
-    def _start_run(self, spec: dict, feed: Any = None) -> PipelineRun:
-        return PipelineRun.start(json.dumps(spec), sys.executable, self._child_args(),
-                                 self._prefetch, feed)
+    def _start_run(self, spec: RunSpec, feed: Any = None) -> PipelineRun:
+        return PipelineRun.start(spec, sys.executable, self._child_args(), feed)
 
-    def _feed_spec(self) -> tuple[dict, Any]:
+    def _feed_spec(self) -> tuple[SourceSpec, Any]:
         """The source as this process reads it (in-memory sources, persistent workers,
         ``workers=0``): an in-memory source is read item by item (never pickled, never
         materialised with ``list``)."""
         src = self._source
-        if isinstance(src, (str, os.PathLike)):
-            return {"kind": "jsonl", "path": os.fspath(src)}, None
-        if isinstance(src, NamedSource):
-            return {"kind": "named", "name": src.name, "args": src.args}, None
+        if isinstance(src, (str, os.PathLike, NamedSource)):
+            return self._source_spec(), None
         if isinstance(src, dict):
             raise TypeError("source: a dict is not a sequence of items; pass a list of "
                             "items (e.g. list(d.values()))")
         if not (hasattr(src, "__len__") and hasattr(src, "__getitem__")
                 or isinstance(src, Iterable)):
             raise TypeError(f"source: a path, a sequence or an iterable, not {src!r}")
-        return {"kind": "object"}, src
+        return SourceSpec("object"), src
 
     def _feeding(self) -> bool:
         """This process reads the source: an in-memory one always, any with persistent
         workers or ``workers=0``."""
         return self._source is not None and (self._in_memory() or self._persistent
-                                             or self._spec["workers"] == 0)
+                                             or self._spec.workers == 0)
 
     def start(self) -> "Pipeline":
         """Starts the worker processes now, and returns the pipeline.
@@ -360,7 +406,7 @@ class Pipeline:
             return
         self.close()
         self._closed = False
-        run = self._start_run(dict(self._spec, source=self._source_spec()))
+        run = self._start_run(dataclasses.replace(self._spec, source=self._source_spec()))
         self._run = run
         try:
             yield from run
@@ -377,7 +423,7 @@ class Pipeline:
             self._start_fed_once()
         run = self._run
         assert run is not None
-        epochs = self._epochs
+        epochs = self._spec.epochs
         try:
             n = 0
             while epochs is None or n < epochs:
@@ -404,7 +450,7 @@ class Pipeline:
 
     def _start_fed_once(self) -> None:
         feed, obj = self._feed_spec()
-        self._run = self._start_run(dict(self._spec, feed=feed), obj)
+        self._run = self._start_run(dataclasses.replace(self._spec, feed=feed), obj)
 
     @property
     def pids(self) -> list[int]:
@@ -429,17 +475,6 @@ class Pipeline:
         if getattr(self, "_source", False) is None:
             self._closed = True
 
-    def __enter__(self) -> "Pipeline":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 _rng = threading.local()

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from . import _options
+from ._closing import Closing
 from .pipeline import NamedSource, Pipeline
 
 __all__ = ["TrainLoader", "ValidationLoader", "TestLoader"]
@@ -50,15 +52,19 @@ def _batch(b: dict) -> dict:
     return b
 
 
-class _Loader:
+class _Loader(Closing):
     _step = ""
 
     def __init__(self, data, *, freq: str, context_length: int, prediction_length: int,
                  batch_size: int = 32, workers: int = 2, emitters: int = 1, seed: int = 0,
                  **kw):
         self._tmp = None
+        context_length = _options.whole("context_length", context_length, least=1)
+        prediction_length = _options.whole("prediction_length", prediction_length, least=1)
+        batch_size = _options.whole("batch_size", batch_size, least=1)
+        workers = _options.whole("workers", workers)
         if isinstance(data, (str, os.PathLike)):
-            path = os.fspath(data)
+            path = _options.existing_file("data", data)
         else:
             self._tmp = tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False)
             for d in data:
@@ -84,14 +90,6 @@ class _Loader:
                 pass
             self._tmp = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        self.close()
 
 
 class TrainLoader(_Loader):
@@ -122,6 +120,7 @@ class TrainLoader(_Loader):
         return itertools.islice(self._it, self.num_batches_per_epoch)
 
     def close(self) -> None:
+        """Stops the worker processes and removes the temporary file of a list of dicts."""
         if getattr(self, "_pipe", None) is not None:
             self._pipe.close()
         self._it = None

@@ -6,7 +6,7 @@
 use pyo3::exceptions::{PyFileExistsError, PyFileNotFoundError, PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 
-use crate::errors::{CorruptMessage, Disconnected, PeerDied, ShmpipeError};
+use crate::exceptions::{CorruptMessage, Disconnected, PeerDied, ShmpipeError};
 
 /// The Python parameter of a shm-ring setting named in an error (`ChannelConfig::blocks`).
 fn parameter(setting: &str) -> &'static str {

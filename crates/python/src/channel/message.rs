@@ -18,7 +18,7 @@ pub struct Message {
     meta: OnceLock<Py<PyDict>>,
     /// Every record (a Rust sender may batch several items into one message); `None` inside.
     records: Option<Py<PyList>>,
-    /// The message tag.
+    /// The message's tag: a number a Rust sender may set (0 from Python senders).
     #[pyo3(get)]
     pub(super) tag: u32,
 }
@@ -83,7 +83,7 @@ impl Message {
             .try_iter()
             .map(Bound::into_any)
     }
-    /// Array names.
+    /// The names of the message's arrays (`msg[name]` is the array).
     fn keys<'py>(&self, py: Python<'py>) -> Bound<'py, PyList> {
         self.arrays.bind(py).keys()
     }

@@ -14,7 +14,7 @@ use shm_ring::MetaValue;
 use super::errors::{from_fd_err, ring_err};
 use super::message::Message;
 use super::{closed, deadline, lock, records, slice, view};
-use crate::errors::{Disconnected, PoolExhausted};
+use crate::exceptions::{Disconnected, PoolExhausted};
 
 /// What keeps a received message (and its pool blocks) alive: the base object of its arrays.
 #[derive(Debug)]
@@ -40,7 +40,15 @@ impl Lease {
     }
 }
 
-/// The consumer end of a channel.
+/// The consumer end of a channel: receives the messages of one `Sender`, whose arrays are
+/// numpy views of shared memory (no copy).
+///
+/// Open it with `Receiver.open(name, timeout=...)` or `Receiver.from_fd(fd)`; read with
+/// `recv()`, `try_recv()`, `recv_many()` (many small records as columns) or by iterating
+/// (until the sender closes). A received array holds its pool block until its last view is
+/// gone: keep only what you need, or copy it. `with Receiver.open(...) as rx:` closes it at
+/// the end. Every `timeout=` is in seconds, `None` waiting as long as it takes (see
+/// `help(shmpipe)`, "Timeouts").
 #[derive(Debug)]
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct Receiver {
@@ -236,11 +244,13 @@ fn record<'py>(
 
 #[pymethods]
 impl Receiver {
-    /// Opens channel `name`, retrying up to `timeout` seconds while it does not exist yet.
+    /// Opens channel `name` (made by `Sender.create(name)`). `timeout`: seconds to wait for
+    /// the name to appear (`None`: as long as it takes); the default 0 does not wait, so a
+    /// missing name raises `FileNotFoundError` at once.
     #[staticmethod]
     #[pyo3(signature = (name, timeout=0.0))]
-    fn open(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Receiver> {
-        let end = deadline(Some(timeout))?;
+    fn open(py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Receiver> {
+        let end = deadline(timeout)?;
         loop {
             match py.detach(|| shm_ring::Receiver::<shm_ring::Message>::open(name)) {
                 Ok(rx) => return Ok(Receiver::new(rx)),
@@ -274,7 +284,10 @@ impl Receiver {
             .map_err(|e| from_fd_err(py, fd, e))
     }
 
-    /// The next message; `timeout` in seconds (None: wait as long as it takes).
+    /// The next message (a `Message`), waiting up to `timeout` seconds (`None`: as long as it
+    /// takes), then `TimeoutError`. Raises `Disconnected` once the sender closed and
+    /// everything was received, `PeerDied` if it died, `PoolExhausted` when messages alive in
+    /// this process hold every pool block.
     #[pyo3(signature = (timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, Message>> {
         match self.next_msg(py, deadline(timeout)?)? {
@@ -291,8 +304,10 @@ impl Receiver {
         }
     }
 
-    /// Every record that is there (waiting up to `timeout` for the first message), up to
-    /// about `max_records` (whole messages: the last one may go over), as columns.
+    /// Every record that is there, as columns (a `Records`): waits up to `timeout` seconds
+    /// for the first message, then takes the messages already there, up to about
+    /// `max_records` records (at least 1; whole messages, so the last may go over). The
+    /// columns are private copies: a batch holds no pool block.
     #[pyo3(signature = (max_records=65536, timeout=None))]
     fn recv_many<'py>(
         &self,
@@ -300,6 +315,11 @@ impl Receiver {
         max_records: usize,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, records::Records>> {
+        if max_records == 0 {
+            return Err(PyValueError::new_err(
+                "max_records=0: at least 1 (the most records one call returns)",
+            ));
+        }
         let end = deadline(timeout)?;
         let cols = self.receive(py, end, |rx, t| records::gather(rx, max_records, t))?;
         match cols {
@@ -339,5 +359,16 @@ impl Receiver {
     /// Closes the receiver (arrays already received stay valid).
     fn close(&self) {
         lock(&self.inner).take();
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// `close()`; exceptions pass on.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close();
+        false
     }
 }

@@ -15,9 +15,18 @@ use super::loan::{AnyLoan, Loan};
 use super::outgoing::{Outgoing, Part};
 use super::{closed, deadline, lock, send_many, slice, view};
 use crate::dtype;
-use crate::errors::PoolExhausted;
+use crate::exceptions::PoolExhausted;
 
-/// The producer end of a channel.
+/// The producer end of a channel: sends dicts of numpy arrays (plus small metadata) to one
+/// `Receiver` in another process, arrays of `threshold` bytes and more zero-copy through a
+/// pool of `blocks` blocks of `block_size` bytes.
+///
+/// Make one with `Sender.create(name, ...)` (a named channel, opened with
+/// `Receiver.open(name)`) or `Sender.anonymous(...)` / `shmpipe.pipe()` (for a child
+/// process). Write into shared memory directly with `loan()`, then `send()`; `send_many()`
+/// sends many small records per call. `with Sender.create(...) as tx:` closes it at the end.
+/// Every `timeout=` is in seconds, `None` waiting as long as it takes (see `help(shmpipe)`,
+/// "Timeouts").
 #[derive(Debug)]
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct Sender {
@@ -30,7 +39,33 @@ pub struct Sender {
     live_loans: Arc<AtomicUsize>,
 }
 
-fn config(slots: u32, blocks: u32, block_size: usize, threshold: Option<usize>) -> ChannelConfig {
+/// The channel's configuration; a `ValueError` naming the Python parameter for a value the
+/// channel cannot use (checked here, before shm-ring, whose messages speak of its fields).
+fn config(
+    slots: u32,
+    blocks: u32,
+    block_size: usize,
+    threshold: Option<usize>,
+) -> PyResult<ChannelConfig> {
+    const MAX_BLOCK: usize = (1 << 32) - 64;
+    let bad = if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
+        Some(format!(
+            "slots={slots}: a power of two from 2 to 2**20 (ring slots of 64 bytes)"
+        ))
+    } else if !(1..=1 << 20).contains(&blocks) {
+        Some(format!(
+            "blocks={blocks}: from 1 to 2**20 pool blocks (each holds one zero-copy array)"
+        ))
+    } else if !(64..=MAX_BLOCK).contains(&block_size) {
+        Some(format!(
+            "block_size={block_size}: from 64 bytes to 4 GiB - 64 (the largest zero-copy array)"
+        ))
+    } else {
+        None
+    };
+    if let Some(m) = bad {
+        return Err(PyValueError::new_err(m));
+    }
     let mut cfg = ChannelConfig {
         slots,
         blocks,
@@ -40,7 +75,7 @@ fn config(slots: u32, blocks: u32, block_size: usize, threshold: Option<usize>) 
     if let Some(t) = threshold {
         cfg.transfer = Transfer::Adaptive { threshold: t };
     }
-    cfg
+    Ok(cfg)
 }
 
 /// What a blocked call waiting in slices got: the value, the end of the channel, or an error.
@@ -268,9 +303,18 @@ fn dtype_of(py: Python<'_>, obj: &Bound<'_, PyAny>) -> PyResult<DType> {
 
 #[pymethods]
 impl Sender {
-    /// Creates the named channel `name`, served by a socket (see `Sender.create` in `shmpipe`).
+    /// Creates the channel `name` (served by a Unix socket in `$SHMPIPE_DIR`; nothing goes to
+    /// `/dev/shm`) for one `Receiver.open(name)`.
+    ///
+    /// `slots`: ring slots of 64 bytes (a power of two, 2 to 2**20): messages in flight and
+    /// small arrays inline. `blocks` (1 to 2**20) pool blocks of `block_size` bytes (64 bytes
+    /// to 4 GiB - 64): one per zero-copy array in flight, so `block_size` is the largest
+    /// array that can travel. `threshold`: arrays from this many bytes on go zero-copy
+    /// (default 1024), smaller ones are copied. A bad value raises `ValueError` naming it;
+    /// a taken name `FileExistsError`.
     #[staticmethod]
-    #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None))]
+    #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None),
+           text_signature = "(name, slots=1024, blocks=16, block_size=1048576, threshold=None)")]
     fn create(
         py: Python<'_>,
         name: &str,
@@ -279,16 +323,19 @@ impl Sender {
         block_size: usize,
         threshold: Option<usize>,
     ) -> PyResult<Sender> {
-        let cfg = config(slots, blocks, block_size, threshold);
+        let cfg = config(slots, blocks, block_size, threshold)?;
         let tx = py
             .detach(|| shm_ring::Sender::<shm_ring::Message>::create(name, &cfg))
             .map_err(|e| ring_err(py, e))?;
         Ok(Sender::new(tx, cfg, false))
     }
 
-    /// Creates an anonymous channel (memfd); `fileno()` is the descriptor to give a child.
+    /// Creates an anonymous channel (a memfd, no name): `fileno()` is the descriptor to give
+    /// a child process, which opens it with `Receiver.from_fd(fd)` (or use `shmpipe.pipe()`,
+    /// whose handle pickles for `multiprocessing`). Parameters as for `Sender.create`.
     #[staticmethod]
-    #[pyo3(signature = (slots=1024, blocks=16, block_size=1 << 20, threshold=None))]
+    #[pyo3(signature = (slots=1024, blocks=16, block_size=1 << 20, threshold=None),
+           text_signature = "(slots=1024, blocks=16, block_size=1048576, threshold=None)")]
     fn anonymous(
         py: Python<'_>,
         slots: u32,
@@ -296,7 +343,7 @@ impl Sender {
         block_size: usize,
         threshold: Option<usize>,
     ) -> PyResult<Sender> {
-        let cfg = config(slots, blocks, block_size, threshold);
+        let cfg = config(slots, blocks, block_size, threshold)?;
         let tx = py
             .detach(|| shm_ring::Sender::<shm_ring::Message>::anonymous(&cfg))
             .map_err(|e| ring_err(py, e))?;
@@ -341,27 +388,38 @@ impl Sender {
         self.with(py, |tx| tx.free_blocks().map_err(shm_ring::Error::from))
     }
 
-    /// (messages, zero_copy_arrays, copied_arrays, array_bytes) sent so far.
-    fn stats(&self) -> PyResult<(u64, u64, u64, u64)> {
+    /// What was sent so far: a `SenderStats` (messages, zero_copy_arrays, copied_arrays,
+    /// array_bytes).
+    fn stats(&self) -> PyResult<SenderStats> {
         let g = lock(&self.inner);
         let s = g.as_ref().ok_or_else(closed)?.stats();
-        Ok((
-            s.messages,
-            s.zero_copy_arrays,
-            s.copied_arrays,
-            s.array_bytes,
-        ))
+        Ok(SenderStats {
+            messages: s.messages,
+            zero_copy_arrays: s.zero_copy_arrays,
+            copied_arrays: s.copied_arrays,
+            array_bytes: s.array_bytes,
+        })
     }
 
-    /// Waits up to `timeout` seconds for a consumer to attach; returns its pid.
-    fn wait_for_consumer(&self, py: Python<'_>, timeout: f64) -> PyResult<u32> {
-        let end = deadline(Some(timeout))?;
+    /// Waits up to `timeout` seconds (None: no limit) for a consumer to attach; returns its
+    /// pid.
+    #[pyo3(signature = (timeout=None))]
+    fn wait_for_consumer(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<u32> {
+        let end = deadline(timeout)?;
         self.wait(py, end, |tx, s| {
             tx.wait_for_consumer(s).ok_or(shm_ring::Error::Timeout)
         })
     }
 
-    /// A writable array of `shape` and `dtype` inside a pool block (see `shmpipe.Sender.loan`).
+    /// A writable, zeroed numpy array of `shape` and `dtype` inside a pool block: write your
+    /// data there, then `send({"x": arr})` sends it without a copy (and makes it read-only).
+    ///
+    /// The array holds its block until the receiver released it and the last view of the
+    /// array is gone (`del arr` after `send` in a loop). Below `threshold` bytes the array is
+    /// an ordinary one that `send` copies (cheaper than a block). Waits up to `timeout`
+    /// seconds for a free block; raises `PoolExhausted` when live loaned arrays of this
+    /// process hold every block, `ValueError` naming `block_size=` for an array larger than a
+    /// block.
     #[pyo3(signature = (shape, dtype, timeout=None))]
     fn loan<'py>(
         slf: &Bound<'py, Self>,
@@ -391,7 +449,12 @@ impl Sender {
         Loan::into_array(py, l, dt, &shape, &this.live_loans)
     }
 
-    /// Sends `arrays` (name -> numpy array) and `meta` (name -> int/float/str) as one message.
+    /// Sends `arrays` (name -> numpy array of a numeric dtype or bool, any shape) and `meta`
+    /// (name -> int, float or str) as one message. Arrays from `loan()` and arrays of
+    /// `threshold` bytes and more go zero-copy (the latter copied once into a block); smaller
+    /// ones are copied into the message. Waits up to `timeout` seconds for room; raises
+    /// `PeerDied` if the receiver died, `ValueError` naming the parameter to raise when an
+    /// array cannot fit (`block_size=`, `blocks=`, `slots=`).
     #[pyo3(signature = (arrays, meta=None, timeout=None))]
     fn send(
         &self,
@@ -404,8 +467,10 @@ impl Sender {
         self.send_out(py, out, deadline(timeout)?)
     }
 
-    /// Sends `len` records as one message (several when they do not fit one): record `i`
-    /// holds `arrays[k][i]` for every `k` and `meta[k][i]` for every `k`. Returns `len`.
+    /// Sends `n` records in as few messages as fit (one when they fit a block): record `i`
+    /// holds `arrays[k][i]` for every `k` and `meta[k][i]` for every `k` (every array and
+    /// list has `n` rows). Returns `n`. The receiver reads them with `recv_many()` (or as
+    /// a `Message` whose `.records` lists them). `timeout` as for `send`.
     #[pyo3(signature = (arrays, meta=None, timeout=None))]
     fn send_many(
         &self,
@@ -425,5 +490,40 @@ impl Sender {
         // Without the GIL: a loan in another thread may hold the sender for a wait slice, and
         // a named channel nobody opened yet lingers for a consumer.
         py.detach(|| drop(lock(&self.inner).take()));
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    /// `close()`; exceptions pass on.
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.close(py);
+        false
+    }
+}
+
+/// What a `Sender` has sent so far (`Sender.stats()`).
+#[derive(Debug, Clone, Copy)]
+#[pyclass(module = "shmpipe._native", frozen, get_all)]
+pub struct SenderStats {
+    /// Messages sent.
+    pub messages: u64,
+    /// Arrays that went zero-copy (in a pool block).
+    pub zero_copy_arrays: u64,
+    /// Arrays copied into a message.
+    pub copied_arrays: u64,
+    /// Bytes of every array sent.
+    pub array_bytes: u64,
+}
+
+#[pymethods]
+impl SenderStats {
+    fn __repr__(&self) -> String {
+        format!(
+            "SenderStats(messages={}, zero_copy_arrays={}, copied_arrays={}, array_bytes={})",
+            self.messages, self.zero_copy_arrays, self.copied_arrays, self.array_bytes
+        )
     }
 }

@@ -26,7 +26,7 @@ pub fn copy<'py>(
     bytes: &[u8],
 ) -> PyResult<Bound<'py, PyAny>> {
     if dt == DType::Bool && bytes.iter().any(|&b| b > 1) {
-        return Err(crate::errors::CorruptMessage::new_err(
+        return Err(crate::exceptions::CorruptMessage::new_err(
             "a byte other than 0/1 in a bool array",
         ));
     }

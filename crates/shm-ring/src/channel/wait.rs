@@ -50,6 +50,11 @@ pub(super) fn block_on<T>(
     mut end_sleep: impl FnMut(),
     mut alive: impl FnMut() -> Result<(), Error>,
 ) -> Result<T, Error> {
+    // The peer's word is read *before* the attempt: a store that lands after this load is
+    // seen by the spinner below as movement. (Read after the attempt, a store landing between
+    // the two was missed, and the answer waited for the next unconditional attempt,
+    // SPINS_PER_CHECK spins later: ~3 us, the tail of a near-placement ping-pong.)
+    let (word, mut seen) = watch();
     if let Some(v) = attempt()? {
         return Ok(v);
     }
@@ -62,7 +67,6 @@ pub(super) fn block_on<T>(
         if let Some(d) = deadline {
             spin_until = spin_until.min(d);
         }
-        let (word, mut seen) = watch();
         // SAFETY: `word` points at an index word inside a ring header of a segment the caller
         // keeps mapped for the whole call (see above); it is an atomic, so a peer storing to
         // it at any time is no data race, and we only compare what we load.
@@ -121,5 +125,59 @@ pub(super) fn block_on<T>(
                 None => Err(dead),
             };
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The peer stores to its word just after our first attempt looked (simulated by the
+    /// attempt itself): the spinner must see that store as movement and look again while it
+    /// spins. It used to read the word only after the attempt, took the new value as "seen",
+    /// missed the store, and (with a spin budget this short) went to sleep for it.
+    #[test]
+    fn a_store_racing_the_first_attempt_is_seen_while_spinning() {
+        let word = AtomicU32::new(7);
+        let calls = Cell::new(0u32);
+        let sleeps = Cell::new(0u32);
+        let wait = WaitConfig {
+            spin: Duration::from_nanos(1),
+            liveness_check: Duration::from_millis(20),
+        };
+        let got = block_on(
+            true,
+            &wait,
+            None,
+            || {
+                calls.set(calls.get() + 1);
+                match calls.get() {
+                    1 => {
+                        word.store(8, Ordering::Relaxed); // the peer's publish
+                        Ok(None)
+                    }
+                    // The look the movement triggers finds nothing new yet (e.g. the value
+                    // is still being checked); the next unconditional one finds it.
+                    2 => Ok(None),
+                    _ => Ok(Some(calls.get())),
+                }
+            },
+            || (&word as *const AtomicU32, word.load(Ordering::Relaxed)),
+            || {
+                sleeps.set(sleeps.get() + 1);
+                (&word as *const AtomicU32, word.load(Ordering::Relaxed))
+            },
+            || {},
+            || Ok(()),
+        );
+        assert_eq!(got.unwrap(), 3);
+        assert_eq!(
+            sleeps.get(),
+            0,
+            "the store was missed: the waiter went to sleep"
+        );
     }
 }

@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .._closing import Closing
 from ..pipeline import Pipeline
 from . import _batch, _fast, _source
 from ._step import TransformStep, raise_error
@@ -26,7 +27,7 @@ def _default_seed(seed: Optional[int]) -> int:
     return int(np.random.randint(0, 2**31 - 1)) if seed is None else int(seed)
 
 
-class _Loader:
+class _Loader(Closing):
     """What the three loaders share: the plan (fast path or Python workers) and decoding."""
 
     _train = True
@@ -143,17 +144,6 @@ class TrainDataLoader(_Loader):
             self._pipe.close()
             self._pipe = None
 
-    def __enter__(self) -> "TrainDataLoader":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
 
 
 class _OnePass(_Loader):

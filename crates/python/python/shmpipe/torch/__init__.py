@@ -8,8 +8,10 @@ whose workers hand batches to the trainer through shared memory, zero-copy.
     for x, y in loader:                           # tensors over shmpipe pool blocks
         ...
 
-Importing this module starts, in the background, the fork server the workers are forked
-from (a fresh interpreter that imports torch once), unless ``SHMPIPE_TORCH_EAGER=0`` is set.
+Importing this module starts the fork server the workers are forked from, unless
+``SHMPIPE_TORCH_EAGER=0`` is set: a fork of this process made here if it has only one
+thread and no shared memory mapped (ready at once; ``SHMPIPE_TORCH_FORK=0`` turns this
+off), else a fresh interpreter that imports torch in the background.
 """
 
 from __future__ import annotations
@@ -26,5 +28,6 @@ __all__ = ["DataLoader", "SharedArrayList", "get_worker_info", "warm_up"]
 
 warm_up = _procs.warm_up
 
+# Last: the fork server may be a fork made here, which takes this module as it is now.
 if os.environ.get(_procs.EAGER_ENV, "1") != "0":
-    _procs.warm_up()
+    _procs.warm_up(fork=True)

@@ -1,12 +1,12 @@
 """Starting worker processes and talking to them: the start method, descriptors handed to a
 child, and the control socket (tasks one way, channel descriptors the other).
 
-Workers are started by a *fork server*: a fresh interpreter (spawned, never a fork of the
-training process) that imports torch once and then forks one child per worker. A worker
-is then ready in ~20 ms instead of the seconds a fresh ``import torch`` takes, and no
-worker is ever a fork of the (multithreaded) training process. The server is started in
-the background when :mod:`shmpipe.torch` is imported, so it is usually ready by the time
-the first loader iterates.
+Workers are started by a *fork server* that has torch imported and forks one child per
+worker: a worker is then ready in ~20 ms instead of the seconds a fresh ``import torch``
+takes, and no worker is ever a fork of the (multithreaded) training process. The server
+is made when :mod:`shmpipe.torch` is imported: a fork of the trainer at that moment if it
+is single-threaded then (:mod:`._forked`, ready at once), else a fresh interpreter that
+imports torch in the background (usually ready by the time the first loader iterates).
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ CHILD_ENV = "SHMPIPE_TORCH_CHILD"
 # with workers instead of at import.
 EAGER_ENV = "SHMPIPE_TORCH_EAGER"
 
+# `SHMPIPE_TORCH_FORK=0` in the environment: never make the fork server by forking this
+# process at import (see _forked.py); spawn it as a fresh interpreter.
+FORK_ENV = "SHMPIPE_TORCH_FORK"
+
 # The path of the trainer's main script, for the fork server to import it (see _preload.py).
 MAIN_ENV = "SHMPIPE_TORCH_MAIN"
 
@@ -40,18 +44,24 @@ def in_worker() -> bool:
             or getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
-def warm_up() -> None:
+def warm_up(fork: bool = False) -> None:
     """Starts the fork server now (in the background) so that workers start in ~20 ms.
 
-    Called when :mod:`shmpipe.torch` is imported and again by every loader with workers;
-    cheap after the first call. If the program has already started the standard library's
-    fork server itself (with its own preload list), that server is used as it is.
+    Called when :mod:`shmpipe.torch` is imported (``fork=True``: the server is then a fork
+    of this process if that is safe, see :mod:`._forked`) and again by every loader with
+    workers; cheap after the first call. If the program has already started the standard
+    library's fork server itself (with its own preload list), that server is used as it is.
     """
     global _warmed
     if _warmed or in_worker():
         return
     _warmed = True
     from multiprocessing import forkserver
+
+    if fork and os.environ.get(FORK_ENV, "1") != "0":
+        from . import _forked
+        if _forked.start({CHILD_ENV: "1"}):
+            return
 
     if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
         forkserver.set_forkserver_preload(PRELOAD)

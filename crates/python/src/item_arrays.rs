@@ -3,33 +3,10 @@
 //! needs one).
 
 use numpy::npyffi::{self, NPY_ARRAY_C_CONTIGUOUS, PY_ARRAY_API, npy_intp};
-use numpy::{PyArrayDescr, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 use shmpipe::{ArrayOwner, ArrayRef, DType};
 use smallvec::SmallVec;
-
-/// The pipeline dtype of a numpy dtype; `None` for one a pipeline does not carry (object,
-/// strings, complex, datetime, structured, a non-native byte order).
-pub fn dtype_of(d: &Bound<'_, PyArrayDescr>) -> Option<DType> {
-    if d.is_native_byteorder() == Some(false) || d.has_fields() || d.has_subarray() {
-        return None;
-    }
-    Some(match (d.kind(), d.itemsize()) {
-        (b'b', 1) => DType::Bool,
-        (b'i', 1) => DType::I8,
-        (b'i', 2) => DType::I16,
-        (b'i', 4) => DType::I32,
-        (b'i', 8) => DType::I64,
-        (b'u', 1) => DType::U8,
-        (b'u', 2) => DType::U16,
-        (b'u', 4) => DType::U32,
-        (b'u', 8) => DType::U64,
-        (b'f', 2) => DType::F16,
-        (b'f', 4) => DType::F32,
-        (b'f', 8) => DType::F64,
-        _ => return None,
-    })
-}
 
 /// Largest rank an item's array may have (the wire format's limit).
 pub const MAX_NDIM: usize = 16;
@@ -58,7 +35,7 @@ pub unsafe fn parts<'a>(a: &Bound<'_, PyUntypedArray>) -> Option<Parts<'a>> {
     if nd > MAX_NDIM || flags & NPY_ARRAY_C_CONTIGUOUS == 0 {
         return None;
     }
-    let dt = dtype_of(&a.dtype())?;
+    let dt = crate::dtype::of_descr(&a.dtype())?;
     // SAFETY: `dimensions` holds `nd` entries for a live array (none to read for nd == 0).
     let dims: &[npy_intp] = if nd == 0 {
         &[]
