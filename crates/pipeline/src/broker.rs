@@ -49,7 +49,7 @@ pub(crate) fn connect(
             .and_then(|v| v.get_mut(consumer))
             .and_then(Option::take)
             .ok_or_else(|| {
-                Error::Transport(format!(
+                Error::transport(format!(
                     "start-up: no channel from producer {producer} of layer {layer} to {consumer}"
                 ))
             })
@@ -72,7 +72,7 @@ pub(crate) fn connect(
             match c.ctrl.send(Kind::Inputs, &borrowed) {
                 // A child that died already shows up in the next gather.
                 Err(e) if !crate::handover::peer_gone(&e) => {
-                    return Err(Error::Transport(format!(
+                    return Err(Error::transport(format!(
                         "start-up: cannot hand {} its {} inputs: {e}",
                         c.role.describe(),
                         borrowed.len()
@@ -88,7 +88,7 @@ pub(crate) fn connect(
     let mut rxs = Vec::new();
     for w in 0..plan.stages[last - 1].workers {
         let fd = take(last, w, 0)?;
-        rxs.push(node::open_rx(plan, fd, plan.lease).map_err(Error::Transport)?);
+        rxs.push(node::open_rx(plan, fd, plan.lease)?);
     }
     // 4. Everyone attached: go.
     gather(shared, Kind::Attached, deadline, |_| 0)?;
@@ -96,7 +96,7 @@ pub(crate) fn connect(
     for c in kids.iter() {
         c.ctrl
             .send(Kind::Go, &[])
-            .map_err(|e| Error::Transport(format!("start-up: {} : {e}", c.role.describe())))?;
+            .map_err(|e| Error::transport(format!("start-up: {} : {e}", c.role.describe())))?;
     }
     Ok(rxs)
 }
@@ -120,7 +120,7 @@ fn gather(
             return Err(e);
         }
         if Instant::now() > deadline {
-            return Err(Error::Transport(format!(
+            return Err(Error::transport(format!(
                 "start-up: {} of {n} children did not connect within {START_TIMEOUT:?}",
                 got.iter().filter(|g| g.is_none()).count()
             )));
@@ -138,7 +138,7 @@ fn gather(
         match poll(&mut fds, Some(&ts)) {
             Ok(0) | Err(rustix::io::Errno::INTR) => continue,
             Ok(_) => {}
-            Err(e) => return Err(Error::Transport(format!("start-up: poll: {e}"))),
+            Err(e) => return Err(Error::transport(format!("start-up: poll: {e}"))),
         }
         let ready: Vec<usize> = pending
             .iter()
@@ -163,7 +163,7 @@ fn gather(
                     return Err(died(shared, role, pid));
                 }
                 Ok((k, fds, _)) => {
-                    return Err(Error::Transport(format!(
+                    return Err(Error::transport(format!(
                         "start-up: {} sent {k:?} with {} descriptors, expected {want:?} with {}",
                         c.role.describe(),
                         fds.len(),
@@ -172,7 +172,7 @@ fn gather(
                 }
                 Err(CtrlError::Timeout) => {}
                 Err(CtrlError::Failed(why)) => {
-                    return Err(Error::Transport(format!(
+                    return Err(Error::transport(format!(
                         "start-up: {} (pid {}) could not start: {why}",
                         c.role.describe(),
                         c.child.id()
@@ -184,7 +184,7 @@ fn gather(
                     return Err(died(shared, role, pid));
                 }
                 Err(e) => {
-                    return Err(Error::Transport(format!(
+                    return Err(Error::transport(format!(
                         "start-up: {}: {e}",
                         c.role.describe()
                     )));

@@ -522,7 +522,7 @@ impl PipelineBuilder {
             match sent {
                 // A child that is already gone: the broker's first gather names how it ended.
                 Err(e) if !crate::handover::peer_gone(&e) => {
-                    return Err(Error::Transport(format!(
+                    return Err(Error::transport(format!(
                         "start-up: cannot hand {} its {} shared descriptors: {e}",
                         role.describe(),
                         fds.len()
@@ -613,8 +613,7 @@ impl PipelineBuilder {
         if plan.source.is_none() {
             let mut txs = Vec::new();
             for _ in 0..plan.stages[0].workers {
-                let (tx, fd) =
-                    node::create_tx(plan, Some(Arc::clone(&cancel))).map_err(Error::Transport)?;
+                let (tx, fd) = node::create_tx(plan, Some(Arc::clone(&cancel)))?;
                 txs.push(tx);
                 own_outputs.push(Some(fd));
             }

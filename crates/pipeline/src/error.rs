@@ -16,7 +16,14 @@ pub enum Error {
     /// A child process could not be started.
     Spawn(std::io::Error),
     /// A connection between processes failed.
-    Transport(String),
+    Transport {
+        /// What failed, in the pipeline's terms.
+        message: String,
+        /// The typed error behind it (a shared-memory channel's `shm_ring::Error`, an OS
+        /// error) when this process saw it; `None` when another process reported the failure
+        /// (it crosses as text, in `message`).
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// A malformed record in a source (policy [`OnBadRecord::Fail`](crate::OnBadRecord::Fail)).
     BadRecord {
         /// File (or source name).
@@ -96,7 +103,11 @@ impl fmt::Display for Error {
         match self {
             Error::Config(m) => write!(f, "pipeline configuration: {m}"),
             Error::Spawn(e) => write!(f, "cannot start a pipeline process: {e}"),
-            Error::Transport(m) => write!(f, "pipeline transport: {m}"),
+            Error::Transport {
+                message,
+                source: Some(e),
+            } => write!(f, "pipeline transport: {message}: {e}"),
+            Error::Transport { message, .. } => write!(f, "pipeline transport: {message}"),
             Error::BadRecord {
                 file,
                 line,
@@ -147,7 +158,31 @@ impl std::error::Error for Error {
         match self {
             Error::Spawn(e) => Some(e),
             Error::Source { error, .. } => Some(error),
+            Error::Transport {
+                source: Some(e), ..
+            } => Some(&**e),
             _ => None,
+        }
+    }
+}
+
+impl Error {
+    /// A transport failure known only as text (reported by another process, or described here).
+    pub(crate) fn transport(message: impl Into<String>) -> Error {
+        Error::Transport {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A transport failure with the typed error behind it.
+    pub(crate) fn transport_from(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Transport {
+            message: message.into(),
+            source: Some(Box::new(source)),
         }
     }
 }
@@ -188,7 +223,7 @@ impl From<Report> for Error {
                 message,
             },
             Report::Source { emitter, error } => Error::Source { emitter, error },
-            Report::Other { role, message } => Error::Transport(format!("{role}: {message}")),
+            Report::Other { role, message } => Error::transport(format!("{role}: {message}")),
             Report::TooLarge { role, message } => Error::TooLarge { role, message },
         }
     }

@@ -112,7 +112,7 @@ impl Input {
         self.tx.send(Feed::Item(item)).map_err(|_| {
             self.state.dequeued(bytes);
             match self.state.failure() {
-                Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
+                Some((_, m)) => Error::transport(format!("enqueue: {m}")),
                 None => Error::Closed("the pipeline's input thread stopped".into()),
             }
         })
@@ -141,7 +141,7 @@ impl Input {
             self.state.queued_items.fetch_sub(n, Ordering::Relaxed);
             self.state.queued_bytes.fetch_sub(bytes, Ordering::Relaxed);
             match self.state.failure() {
-                Some((_, m)) => Error::Transport(format!("enqueue: {m}")),
+                Some((_, m)) => Error::transport(format!("enqueue: {m}")),
                 None => Error::Closed("the pipeline's input thread stopped".into()),
             }
         })

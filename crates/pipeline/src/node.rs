@@ -35,11 +35,11 @@ fn socket_limit(plan: &Plan) -> usize {
 pub(crate) fn create_tx(
     plan: &Plan,
     cancel: Option<Arc<AtomicBool>>,
-) -> Result<(Box<dyn Tx>, OwnedFd), String> {
+) -> Result<(Box<dyn Tx>, OwnedFd), crate::Error> {
     match plan.transport {
         TransportKind::Socket => SockTx::pair(socket_limit(plan), cancel)
             .map(|(t, fd)| (Box::new(t) as Box<dyn Tx>, fd))
-            .map_err(|e| format!("cannot create a socket pair: {e}")),
+            .map_err(|e| crate::Error::transport_from("cannot create a socket pair", e)),
         TransportKind::Shm => crate::shm::create_tx(plan, cancel),
     }
 }
@@ -47,11 +47,11 @@ pub(crate) fn create_tx(
 /// Opens the consumer end of a connection from the descriptor its producer handed over.
 /// `lease`: keep zero-copy arrays of the received items in shared memory (the pipeline's
 /// consumer does; workers copy them out).
-pub(crate) fn open_rx(plan: &Plan, fd: OwnedFd, lease: bool) -> Result<Box<dyn Rx>, String> {
+pub(crate) fn open_rx(plan: &Plan, fd: OwnedFd, lease: bool) -> Result<Box<dyn Rx>, crate::Error> {
     match plan.transport {
         TransportKind::Socket => SockRx::from_fd(fd, socket_limit(plan))
             .map(|t| Box::new(t) as Box<dyn Rx>)
-            .map_err(|e| format!("cannot open a socket connection: {e}")),
+            .map_err(|e| crate::Error::transport(format!("cannot open a socket connection: {e}"))),
         TransportKind::Shm => {
             let cap = (lease && plan.transfer != Transfer::Copy)
                 .then_some(lease_cap(plan.channel.blocks));

@@ -296,7 +296,7 @@ impl Pipeline {
                 if let Some((at, m)) = input.as_ref().and_then(|st| st.failure())
                     && at.elapsed() > Duration::from_millis(500)
                 {
-                    return Err(Error::Transport(format!("enqueue: {m}")));
+                    return Err(Error::transport(format!("enqueue: {m}")));
                 }
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(Error::Timeout);
@@ -325,14 +325,12 @@ impl Pipeline {
                         // Enqueue mode: the input thread failed (e.g. an item too large for
                         // the channels), and the workers it fed lost their peer.
                         if let Some((_, m)) = input.as_ref().and_then(|st| st.failure()) {
-                            break Error::Transport(format!("enqueue: {m}"));
+                            break Error::transport(format!("enqueue: {m}"));
                         }
                         if Instant::now() > deadline {
                             let last = self.plan.stages.len() - 1;
                             break self.shared.take_secondary().unwrap_or_else(|| {
-                                Error::Transport(format!(
-                                    "connection from worker {i} (stage {last}): {e}"
-                                ))
+                                e.to_error(format!("connection from worker {i} (stage {last})"))
                             });
                         }
                         std::thread::sleep(Duration::from_millis(5));
@@ -397,7 +395,7 @@ impl Pipeline {
             };
             if let Err(m) = checked {
                 let last = self.plan.stages.len() - 1;
-                return Err(self.fail(Error::Transport(format!(
+                return Err(self.fail(Error::transport(format!(
                     "worker {i} (stage {last}) sent {m}: a corrupt or hostile worker"
                 ))));
             }

@@ -52,7 +52,7 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
     let mut txs = Vec::new();
     let mut fds = Vec::new();
     for _ in 0..plan.outputs_of(role) {
-        let (tx, fd) = create_tx(plan, None).map_err(setup)?;
+        let (tx, fd) = create_tx(plan, None).map_err(|e| setup(e.to_string()))?;
         txs.push(tx);
         fds.push(fd);
     }
@@ -77,7 +77,7 @@ fn hand_over(spec: &ChildSpec, ctrl: &Ctrl) -> Result<Connected, i32> {
         .into_iter()
         .map(|fd| open_rx(plan, fd, true))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(setup)?;
+        .map_err(|e| setup(e.to_string()))?;
     ctrl.send(Kind::Attached, &[])
         .map_err(|e| setup(format!("control socket: {e}")))?;
     match ctrl.recv(Some(START_TIMEOUT)).map_err(quiet)? {
@@ -238,8 +238,8 @@ fn output_failed(out: &mut Outputs, what: &str, e: TransportError) -> i32 {
             out.report(Report::TooLarge { role, message });
             EXIT_REPORTED
         }
-        TransportError::Other(m) => {
-            let message = format!("{what}: {m}");
+        TransportError::Other(_) | TransportError::Channel(_) => {
+            let message = format!("{what}: {e}");
             log(&message);
             out.report(Report::Other { role, message });
             EXIT_REPORTED

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use shm_ring::{ChannelConfig, Message, Receiver, Sender, WaitConfig};
+use shm_ring::{ChannelConfig, Message, Receiver, SendTimeoutError, Sender, WaitConfig};
 
 use crate::plan::Plan;
 use crate::wire::{self, Frame, Rx, TransportError, Tx};
@@ -27,7 +27,7 @@ fn map_err(e: shm_ring::Error) -> TransportError {
              shm_ring::machine_large_pool() carries any item the machine holds) or \
              ChannelGeometry::block_size"
         )),
-        other => TransportError::Other(other.to_string()),
+        other => TransportError::Channel(Arc::new(other)),
     }
 }
 
@@ -78,20 +78,21 @@ pub(crate) fn sender_wait(processes: usize, cpus: usize) -> WaitConfig {
 pub(crate) fn create_tx(
     plan: &Plan,
     cancel: Option<Arc<AtomicBool>>,
-) -> Result<(Box<dyn Tx>, OwnedFd), String> {
-    let tx = Sender::anonymous(&channel_config(plan))
-        .map_err(|e| format!("cannot create a channel: {e}"))?;
+) -> Result<(Box<dyn Tx>, OwnedFd), crate::Error> {
+    let tx = Sender::<Message>::anonymous(&channel_config(plan))
+        .map_err(|e| crate::Error::transport_from("cannot create a channel", e))?;
     let fd = tx
         .as_fd()
         .try_clone_to_owned()
-        .map_err(|e| format!("cannot share a channel: {e}"))?;
+        .map_err(|e| crate::Error::transport_from("cannot share a channel", e))?;
     Ok((Box::new(ShmTx { tx, cancel }), fd))
 }
 
 /// Opens the consumer end of a channel from its descriptor; with `lease_cap`, zero-copy arrays
 /// of received items stay in shared memory (pinning at most `lease_cap` pool blocks at a time).
-pub(crate) fn open_rx(fd: OwnedFd, lease_cap: Option<usize>) -> Result<Box<dyn Rx>, String> {
-    let mut rx = Receiver::from_fd(fd).map_err(|e| format!("cannot open a channel: {e}"))?;
+pub(crate) fn open_rx(fd: OwnedFd, lease_cap: Option<usize>) -> Result<Box<dyn Rx>, crate::Error> {
+    let mut rx = Receiver::<Message>::from_fd(fd)
+        .map_err(|e| crate::Error::transport_from("cannot open a channel", e))?;
     // The pipeline's input loop spins itself and polls several rings: a poll must not spin
     // inside one of them.
     rx.set_wait(WaitConfig {
@@ -119,15 +120,15 @@ impl Tx for ShmTx {
         let build = |seg| wire::build(seg).map_err(TransportError::Other);
         for seg in wire::segments(frames) {
             let Some(cancel) = self.cancel.clone() else {
-                self.tx.send(build(seg)?).map_err(map_err)?;
+                self.tx.send(build(seg)?).map_err(|e| map_err(e.into()))?;
                 continue;
             };
             loop {
                 // A timed-out send published nothing and gave its blocks back: build it again.
                 match self.tx.send_timeout(build(seg)?, CANCEL_POLL) {
-                    Err(shm_ring::Error::Timeout) if !cancel.load(Ordering::Relaxed) => {}
-                    Err(shm_ring::Error::Timeout) => return Err(TransportError::Closed),
-                    r => break r.map_err(map_err)?,
+                    Err(SendTimeoutError::Timeout(_)) if !cancel.load(Ordering::Relaxed) => {}
+                    Err(SendTimeoutError::Timeout(_)) => return Err(TransportError::Closed),
+                    r => break r.map_err(|e| map_err(e.into()))?,
                 }
             }
         }

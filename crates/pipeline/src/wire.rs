@@ -111,7 +111,7 @@ pub(crate) enum Report {
 }
 
 /// Why a transport operation failed.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(crate) enum TransportError {
     /// The peer closed the connection (or exited) and everything sent was received.
     Closed,
@@ -120,8 +120,57 @@ pub(crate) enum TransportError {
     /// What was to be sent exceeds what the connection carries (a setting to raise; the
     /// message says which).
     TooLarge(String),
+    /// A failure of the shared-memory channel, typed (kept as the source of the pipeline's
+    /// [`Error::Transport`](crate::Error::Transport) when this process reports it).
+    Channel(std::sync::Arc<shm_ring::Error>),
     /// Anything else.
     Other(String),
+}
+
+impl PartialEq for TransportError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (TransportError::Closed, TransportError::Closed) => true,
+            (TransportError::PeerDied(a), TransportError::PeerDied(b))
+            | (TransportError::TooLarge(a), TransportError::TooLarge(b))
+            | (TransportError::Other(a), TransportError::Other(b)) => a == b,
+            (TransportError::Channel(a), TransportError::Channel(b)) => {
+                a.to_string() == b.to_string()
+            }
+            _ => false,
+        }
+    }
+}
+
+impl TransportError {
+    /// The pipeline's error for this failure of the connection `context`: the typed error
+    /// behind it kept as the source when there is one, the text otherwise.
+    pub(crate) fn to_error(&self, context: String) -> crate::Error {
+        match self {
+            TransportError::Channel(e) => {
+                crate::Error::transport_from(context, SharedError(e.clone()))
+            }
+            other => crate::Error::transport(format!("{context}: {other}")),
+        }
+    }
+}
+
+/// A shared shm-ring error as an error of its own (the `source` of an
+/// [`Error::Transport`](crate::Error::Transport)) (its `Display` and `source` are the
+/// inner error's), so that one failure can be both kept and reported.
+#[derive(Debug)]
+pub(crate) struct SharedError(pub std::sync::Arc<shm_ring::Error>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
 }
 
 impl std::fmt::Display for TransportError {
@@ -130,6 +179,7 @@ impl std::fmt::Display for TransportError {
             TransportError::Closed => f.write_str("connection closed"),
             TransportError::PeerDied(m) => write!(f, "peer died: {m}"),
             TransportError::TooLarge(m) | TransportError::Other(m) => f.write_str(m),
+            TransportError::Channel(e) => e.fmt(f),
         }
     }
 }

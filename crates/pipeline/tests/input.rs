@@ -175,7 +175,7 @@ fn an_item_the_input_cannot_send_is_the_error_not_the_worker_it_starved() {
             p.find_map(Result::err).expect("the run must fail")
         });
         let msg = err.to_string();
-        assert!(matches!(err, Error::Transport(_)), "{msg}");
+        assert!(matches!(err, Error::Transport { .. }), "{msg}");
         assert!(
             msg.contains("enqueue") && msg.contains("400000 bytes"),
             "{msg}"

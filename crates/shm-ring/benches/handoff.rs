@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
-use shm_ring::{ChannelConfig, MessageBuilder, Sender, Transfer};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Sender, Transfer};
 
 struct Sink(Child);
 impl Drop for Sink {
@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
                 ..ChannelConfig::default()
             };
             let blocks = cfg.blocks as usize;
-            let mut tx = Sender::create(&name, &cfg).unwrap();
+            let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
             let _sink = Sink(
                 Command::new(env!("CARGO_BIN_EXE_shm-ring-peer"))
                     .args(["sink", &name, "1"])

@@ -1,14 +1,9 @@
 //! Instruction count of one 16-float message, sent and received in one process (for
 //! `valgrind --tool=callgrind`): `callgrind16 N` sends and receives N self-describing
 //! messages; `callgrind16 N typed` sends and receives N values on a typed `[f32; 16]` channel
-//! (`TypedSender::send` + `TypedReceiver::recv`); `callgrind16 N schema` sends N data-only
-//! messages on a channel whose schema is one `f32 [16]` field (`SchemaMessage` by `FieldId`,
-//! read back by position with `recv_positional`). Per message:
+//! (`Sender<[f32; 16]>::send` + `Receiver<[f32; 16]>::recv`). Per message:
 //! `(Ir(N = 21000) - Ir(N = 1000)) / 20000`.
-use shm_ring::{
-    ChannelConfig, DType, MessageBuilder, Receiver, Schema, SchemaMessage, Sender, TypedReceiver,
-    TypedSender,
-};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
 fn main() -> Result<(), shm_ring::Error> {
     let n: u64 = std::env::args()
@@ -17,35 +12,20 @@ fn main() -> Result<(), shm_ring::Error> {
         .unwrap_or(100_000);
     let mode = std::env::args().nth(2);
     let typed = mode.as_deref() == Some("typed");
-    let schema_mode = mode.as_deref() == Some("schema");
     let name = format!("callgrind16-{}", std::process::id());
     let mut data = [0f32; 16];
     let mut total = 0f64;
     if typed {
-        let mut tx = TypedSender::<[f32; 16]>::create(&name, &ChannelConfig::default())?;
-        let mut rx = TypedReceiver::<[f32; 16]>::open(&name)?;
+        let mut tx = Sender::<[f32; 16]>::create(&name, &ChannelConfig::default())?;
+        let mut rx = Receiver::<[f32; 16]>::open(&name)?;
         for seq in 0..n {
             data[0] = seq as f32;
             tx.send(&data)?;
             total += rx.recv()?.iter().sum::<f32>() as f64;
         }
-    } else if schema_mode {
-        let schema = Schema::new().array("x", DType::F32, &[16]);
-        let x = schema.field("x")?;
-        let mut tx = Sender::with_schema(&name, &ChannelConfig::default(), &schema)?;
-        let mut rx = Receiver::open(&name)?;
-        for seq in 0..n {
-            data[0] = seq as f32;
-            tx.send(SchemaMessage::new(&schema).tag(seq as u32).slice(x, &data))?;
-            rx.recv_positional(64, None, |m| {
-                if let Ok(a) = m.record(0).and_then(|r| r.slice::<f32>(x)) {
-                    total += a.iter().sum::<f32>() as f64;
-                }
-            })?;
-        }
     } else {
-        let mut tx = Sender::create(&name, &ChannelConfig::default())?;
-        let mut rx = Receiver::open(&name)?;
+        let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default())?;
+        let mut rx = Receiver::<Message>::open(&name)?;
         for seq in 0..n {
             data[0] = seq as f32;
             tx.send(

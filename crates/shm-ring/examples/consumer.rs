@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use shm_ring::{Error, Receiver};
+use shm_ring::{Message, Receiver, RecvError};
 
 /// How long the consumer waits for the producer to create the channel.
 const WAIT: Duration = Duration::from_secs(30);
@@ -25,7 +25,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
          (cargo run --release -p shm-ring --example producer -- {name})",
         WAIT.as_secs()
     );
-    let mut rx = Receiver::open_timeout(&name, WAIT)?;
+    let mut rx = Receiver::<Message>::open_timeout(&name, WAIT)?;
     eprintln!(
         "consumer: attached to '{name}' (producer pid {})",
         rx.producer_pid()
@@ -36,7 +36,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     loop {
         let msg = match rx.recv() {
             Ok(m) => m,
-            Err(Error::Disconnected) => break,
+            Err(RecvError::Disconnected) => break,
             Err(e) => return Err(e.into()),
         };
         start.get_or_insert_with(Instant::now);

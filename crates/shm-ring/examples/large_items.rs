@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
 fn held(tx: &Sender) -> f64 {
     tx.segment().file().metadata().map_or(0, |m| m.blocks()) as f64 * 512.0 / 1048576.0
@@ -26,8 +26,9 @@ fn held(tx: &Sender) -> f64 {
 
 /// Items/s of `n` items of `floats` f32 each, and the MiB the channel holds at the end.
 fn run(cfg: &ChannelConfig, floats: usize, n: usize, fresh: bool) -> (f64, f64) {
-    let mut tx = Sender::anonymous(cfg).expect("channel");
-    let mut rx = Receiver::from_fd(tx.as_fd().try_clone_to_owned().expect("fd")).expect("rx");
+    let mut tx = Sender::<Message>::anonymous(cfg).expect("channel");
+    let mut rx =
+        Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().expect("fd")).expect("rx");
     let reader = std::thread::spawn(move || {
         let mut sum = 0f64;
         for _ in 0..n {
@@ -107,8 +108,9 @@ fn main() {
         }
     }
     // Memory after large items stop: sends of small messages give it back after LARGE_KEEP.
-    let mut tx = Sender::anonymous(&large).expect("channel");
-    let mut rx = Receiver::from_fd(tx.as_fd().try_clone_to_owned().expect("fd")).expect("rx");
+    let mut tx = Sender::<Message>::anonymous(&large).expect("channel");
+    let mut rx =
+        Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().expect("fd")).expect("rx");
     let data = vec![1f32; floats];
     for _ in 0..8 {
         tx.send(

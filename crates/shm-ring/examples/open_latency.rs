@@ -2,13 +2,13 @@
 //!
 //! `open_latency N` starts itself as a producer child, then N times: the child creates a fresh
 //! named channel and sends one 16-float message into it; the parent times
-//! `Receiver::open(name)` + `recv()` of that message. Prints the median, p10 and p90 in
+//! `Receiver::<Message>::open(name)` + `recv()` of that message. Prints the median, p10 and p90 in
 //! microseconds. (Run two builds alternately to compare them: the figures move with load.)
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
 fn produce() -> Result<(), Box<dyn std::error::Error>> {
     let cfg = ChannelConfig {
@@ -20,7 +20,7 @@ fn produce() -> Result<(), Box<dyn std::error::Error>> {
     for line in std::io::stdin().lock().lines() {
         let name = line?;
         drop(held.take());
-        let mut tx = Sender::create(&name, &cfg)?;
+        let mut tx = Sender::<Message>::create(&name, &cfg)?;
         tx.send(MessageBuilder::new().array_slice("x", &[16], &[1.5f32; 16])?)?;
         held = Some(tx);
         writeln!(out, "ready")?;
@@ -55,7 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("producer said {line:?}").into());
         }
         let t0 = Instant::now();
-        let mut rx = Receiver::open(&name)?;
+        let mut rx = Receiver::<Message>::open(&name)?;
         let m = rx.recv()?;
         let dt = t0.elapsed();
         assert_eq!(m.record(0)?.array::<f32>("x")?.sum(), 24.0);

@@ -6,7 +6,7 @@
 //! ```
 //! Prints percentiles of N round trips (default 20000) for: `shm` (a self-describing message
 //! with one `[16]` f32 array, default `WaitConfig`: spin, then sleep), `typed` (a
-//! `TypedSender<[f32; 16]>`: one slot per value, no message encoding), `shm-sleep` (spin 0: every wait sleeps on the futex), `raw-spin` (two
+//! `Sender<[f32; 16]>`: one slot per value, no message encoding), `shm-sleep` (spin 0: every wait sleeps on the futex), `raw-spin` (two
 //! processes spinning on one u32 each, PAUSE between loads) and `raw-futex` (the same words,
 //! sleeping with `FUTEX_WAIT` / waking with `FUTEX_WAKE` every time).
 use std::process::{Child, Command, Stdio};
@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use shm_ring::{
-    ChannelConfig, MessageBuilder, Receiver, RecvError, Segment, Sender, TypedReceiver,
-    TypedSender, WaitConfig,
+    ChannelConfig, Message, MessageBuilder, Receiver, RecvError, RecvTimeoutError, Segment, Sender,
+    WaitConfig,
 };
 
 const MODES: [&str; 5] = ["shm", "typed", "shm-sleep", "raw-spin", "raw-futex"];
@@ -88,10 +88,11 @@ fn shm_ping(
         wait: wait_cfg(mode),
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&format!("{name}-a"), &cfg)?;
+    let mut tx = Sender::<Message>::create(&format!("{name}-a"), &cfg)?;
     let mut child = spawn_pong(mode, name, cpu)?;
-    tx.wait_for_consumer(Duration::from_secs(10))?;
-    let mut rx = Receiver::open_timeout(&format!("{name}-b"), Duration::from_secs(10))?;
+    tx.wait_for_consumer(Duration::from_secs(10))
+        .ok_or("no consumer attached within 10 s")?;
+    let mut rx = Receiver::<Message>::open_timeout(&format!("{name}-b"), Duration::from_secs(10))?;
     rx.set_wait(wait_cfg(mode));
     let mut data = [1f32; 16];
     let mut out = Vec::with_capacity(n);
@@ -127,9 +128,9 @@ fn pong(mode: &str, name: &str, cpu: Option<usize>) -> Result<(), Box<dyn std::e
         wait: wait_cfg(mode),
         ..ChannelConfig::default()
     };
-    let mut rx = Receiver::open_timeout(&format!("{name}-a"), Duration::from_secs(10))?;
+    let mut rx = Receiver::<Message>::open_timeout(&format!("{name}-a"), Duration::from_secs(10))?;
     rx.set_wait(wait_cfg(mode));
-    let mut tx = Sender::create(&format!("{name}-b"), &cfg)?;
+    let mut tx = Sender::<Message>::create(&format!("{name}-b"), &cfg)?;
     let mut data = [0f32; 16];
     loop {
         let got = rx.recv_batch(1, None, |m| {
@@ -141,7 +142,7 @@ fn pong(mode: &str, name: &str, cpu: Option<usize>) -> Result<(), Box<dyn std::e
         });
         match got {
             Ok(_) => tx.send(MessageBuilder::new().array_slice("x", &[16], &data)?)?,
-            Err(shm_ring::Error::Disconnected) => return Ok(()),
+            Err(RecvTimeoutError::Failed(RecvError::Disconnected)) => return Ok(()),
             Err(e) => return Err(e.into()),
         }
     }
@@ -247,10 +248,10 @@ fn typed_ping(
     n: usize,
     cpu: Option<usize>,
 ) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
-    let mut tx = TypedSender::<[f32; 16]>::create(&format!("{name}-a"), &ChannelConfig::default())?;
+    let mut tx = Sender::<[f32; 16]>::create(&format!("{name}-a"), &ChannelConfig::default())?;
     let mut child = spawn_pong("typed", name, cpu)?;
     let mut rx =
-        TypedReceiver::<[f32; 16]>::open_timeout(&format!("{name}-b"), Duration::from_secs(10))?;
+        Receiver::<[f32; 16]>::open_timeout(&format!("{name}-b"), Duration::from_secs(10))?;
     let mut data = [1f32; 16];
     let mut out = Vec::with_capacity(n);
     let mut sum = 0f32;
@@ -271,8 +272,8 @@ fn typed_ping(
 
 fn typed_pong(name: &str) -> Result<(), Box<dyn std::error::Error>> {
     let mut rx =
-        TypedReceiver::<[f32; 16]>::open_timeout(&format!("{name}-a"), Duration::from_secs(10))?;
-    let mut tx = TypedSender::<[f32; 16]>::create(&format!("{name}-b"), &ChannelConfig::default())?;
+        Receiver::<[f32; 16]>::open_timeout(&format!("{name}-a"), Duration::from_secs(10))?;
+    let mut tx = Sender::<[f32; 16]>::create(&format!("{name}-b"), &ChannelConfig::default())?;
     loop {
         match rx.recv() {
             Ok(v) => tx.send(&v)?,

@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use shm_ring::{ChannelConfig, MessageBuilder, Sender, Transfer};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Sender, Transfer};
 
 const ELEMS: usize = 1_000_000;
 /// How long the producer waits for a consumer to attach.
@@ -35,7 +35,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
         transfer: Transfer::ZeroCopy,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg)?;
+    let mut tx = Sender::<Message>::create(&name, &cfg)?;
     if tx.consumer_pid().is_none() {
         eprintln!(
             "producer: channel '{name}' ready; waiting up to {}s for a consumer \
@@ -45,7 +45,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
     let pid = tx
         .wait_for_consumer(WAIT)
-        .map_err(|_| format!("no consumer opened '{name}' within {}s", WAIT.as_secs()))?;
+        .ok_or_else(|| format!("no consumer opened '{name}' within {}s", WAIT.as_secs()))?;
     eprintln!(
         "producer: consumer pid {pid} attached; sending {count} arrays of {ELEMS} f32 (zero-copy)"
     );

@@ -1,6 +1,6 @@
 // Process A (crates/shm-ring/examples/quickstart_send.rs): creates the channel "frames" and
 // sends one 1000 x 1000 f32 array, written in place in shared memory.
-use shm_ring::{ChannelConfig, MessageBuilder, Sender};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Sender};
 
 fn main() {
     if let Err(e) = run() {
@@ -15,7 +15,7 @@ fn run() -> Result<(), shm_ring::Error> {
         block_size: 4 << 20, // one 4 MB array per pool block
         ..Default::default()
     };
-    let mut tx = Sender::create(&name, &cfg)?;
+    let mut tx = Sender::<Message>::create(&name, &cfg)?;
     let loan = tx.loan::<f32>(&[1000, 1000])?.write_with(|i| i as f32); // fill shared memory in place
     tx.send(
         MessageBuilder::new()

@@ -5,17 +5,17 @@
 //! cargo run --release -p shm-ring --example typed_quickstart -- send demo 10000000
 //! ```
 //! The sender creates the channel `demo`, sends N values (value i holds i in every element) in
-//! bursts of 64 with `send_many`, and closes; the receiver (started before or after, within
+//! bursts of 64 with `send_batch`, and closes; the receiver (started before or after, within
 //! the linger time) checks every value, and both print their rate. Without arguments it runs
 //! both ends in one process, two threads, for a quick look.
 use std::time::{Duration, Instant};
 
-use shm_ring::{ChannelConfig, RecvError, TypedReceiver, TypedSender};
+use shm_ring::{ChannelConfig, Receiver, RecvError, Sender};
 
 type V = [f32; 16];
 
 fn send(name: &str, n: u64) -> Result<(), shm_ring::Error> {
-    let mut tx = TypedSender::<V>::create(name, &ChannelConfig::default())?;
+    let mut tx = Sender::<V>::create(name, &ChannelConfig::default())?;
     let t = Instant::now();
     let mut burst = Vec::with_capacity(64);
     let mut i = 0u64;
@@ -25,7 +25,7 @@ fn send(name: &str, n: u64) -> Result<(), shm_ring::Error> {
             burst.push([i as f32; 16]);
             i += 1;
         }
-        tx.send_many(&burst)?;
+        tx.send_batch(&burst)?;
     }
     let s = t.elapsed().as_secs_f64();
     println!("sent {n} values in {s:.3} s: {:.2} M/s", n as f64 / s / 1e6);
@@ -33,7 +33,7 @@ fn send(name: &str, n: u64) -> Result<(), shm_ring::Error> {
 }
 
 fn recv(name: &str) -> Result<(), shm_ring::Error> {
-    let mut rx = TypedReceiver::<V>::open_timeout(name, Duration::from_secs(30))?;
+    let mut rx = Receiver::<V>::open_timeout(name, Duration::from_secs(30))?;
     let mut n = 0u64;
     let mut t = None;
     loop {

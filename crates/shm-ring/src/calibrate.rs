@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::channel::{ChannelConfig, Receiver, Sender};
+use crate::channel::{ChannelConfig, Message, Receiver, RecvError, Sender};
 use crate::error::Error;
 use crate::message::MessageBuilder;
 use crate::transfer::Transfer;
@@ -26,8 +26,8 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
         transfer,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::anonymous(&cfg)?;
-    let mut rx = Receiver::from_file(tx.segment().file().try_clone()?)?;
+    let mut tx = Sender::<Message>::anonymous(&cfg)?;
+    let mut rx = Receiver::<Message>::from_fd(tx.segment().file().try_clone()?.into())?;
     let src = vec![1u8; bytes];
     let consumer = std::thread::spawn(move || -> Result<u64, Error> {
         let mut sum = 0u64;
@@ -37,8 +37,8 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
                     let r = m.record(0)?;
                     sum += r.array_bytes("a")?.iter().map(|&b| b as u64).sum::<u64>();
                 }
-                Err(Error::Disconnected) => return Ok(sum),
-                Err(e) => return Err(e),
+                Err(RecvError::Disconnected) => return Ok(sum),
+                Err(e) => return Err(e.into()),
             }
         }
     });

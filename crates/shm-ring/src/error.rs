@@ -110,123 +110,33 @@ pub enum Error {
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use text::*;
         match self {
-            Error::Timeout => f.write_str(
-                "timed out: the peer did not answer in time (check that the other process is \
-                 running and attached, or pass a longer timeout)",
-            ),
-            Error::Full => f.write_str(
-                "channel full: the consumer has not caught up (use `send`/`send_timeout` to \
-                 wait, or raise ChannelConfig::slots or ChannelConfig::blocks)",
-            ),
-            Error::Disconnected => f.write_str(
-                "the peer closed its end of the channel and everything it sent was received \
-                 (a normal end of stream)",
-            ),
-            Error::PeerDied { pid, reclaimed } => {
-                write!(f, "peer process {pid} died without closing the channel")?;
-                if *reclaimed > 0 {
-                    write!(f, " ({reclaimed} pool blocks reclaimed)")?;
-                }
-                f.write_str(
-                    "; find out why it died (its stderr, exit status) and restart it: a new \
-                     consumer may attach to the same channel",
-                )
-            }
-            Error::Corrupt(why) => write!(
-                f,
-                "corrupt shared memory: {why} (another process wrote inconsistent data into the \
-                 channel: a bug, a version mix-up or a hostile process; the data was not used)"
-            ),
+            Error::Timeout => timeout(f),
+            Error::Full => full(f),
+            Error::Disconnected => disconnected(f),
+            Error::PeerDied { pid, reclaimed } => peer_died(f, *pid, *reclaimed),
+            Error::Corrupt(why) => corrupt_memory(f, why),
             Error::TooLarge {
                 what,
                 needed,
                 limit,
                 setting,
-            } => {
-                if *setting == "ChannelConfig::blocks" {
-                    write!(
-                        f,
-                        "{what} needs {needed} pool blocks but the channel has {limit}: set \
-                         {setting} to at least {needed}"
-                    )
-                } else if setting.contains("slots") {
-                    write!(
-                        f,
-                        "{what} needs {needed} bytes but the descriptor ring takes at most \
-                         {limit}: raise {setting} (slots x slot_size must be at least 4x the \
-                         record), or give the channel pool blocks (ChannelConfig::blocks)"
-                    )
-                } else if *setting == BLOCK_OR_LARGE_POOL {
-                    write!(
-                        f,
-                        "{what} needs {needed} bytes but the limit is {limit} bytes: set \
-                         ChannelConfig::block_size to at least {needed}, or give the channel a \
-                         large pool for items of any size (ChannelConfig::large_pool, e.g. \
-                         shm_ring::machine_large_pool()), when creating the Sender"
-                    )
-                } else {
-                    write!(
-                        f,
-                        "{what} needs {needed} bytes but the limit is {limit} bytes: set \
-                         {setting} to at least {needed} (when creating the Sender)"
-                    )
-                }
-            }
+            } => too_large(f, what, *needed, *limit, setting),
             Error::NoSpace {
                 name,
                 needed,
                 available,
-            } => write!(
-                f,
-                "channel '{name}' needs {needed} bytes ({:.1} MiB) of shared memory, but only \
-                 {available} bytes ({:.1} MiB) could be reserved (the machine's or the memory \
-                 cgroup's memory is used up); free memory, raise the container's memory limit, \
-                 or configure a smaller pool (ChannelConfig::blocks, ChannelConfig::block_size)",
-                *needed as f64 / 1048576.0,
-                *available as f64 / 1048576.0
-            ),
-            Error::NoConsumer { waited } => write!(
-                f,
-                "no consumer attached to the channel in {waited:.1?} \
-                 (ChannelConfig::attach_timeout): start the consumer (Receiver::open or \
-                 Receiver::open_timeout), check that it did not die before attaching, or raise \
-                 ChannelConfig::attach_timeout"
-            ),
-            Error::AlreadyExists(n) => write!(
-                f,
-                "a channel named '{n}' already exists: a live Sender serves this name in the \
-                 socket directory; pick another name or close that Sender (the name of a \
-                 creator that died is taken over by the next create)"
-            ),
-            Error::NotFound(n) => write!(
-                f,
-                "no channel named '{n}': either its producer has not created it yet, or the \
-                 producer closed it and its ChannelConfig::linger ended, or it died; start the \
-                 producer first, or open with Receiver::open_timeout to wait for it (both \
-                 processes must use the same socket directory: ${} or \
-                 ChannelConfig::rendezvous)",
-                crate::rendezvous::DIR_ENV
-            ),
-            Error::VersionMismatch { found, expected } => write!(
-                f,
-                "segment layout version {found}, but this build understands version {expected}: \
-                 build both processes against the same shm-ring version"
-            ),
-            Error::NotASegment(why) => write!(f, "not a shm-ring channel: {why}"),
-            Error::Busy(pid) => write!(
-                f,
-                "another consumer (pid {pid}) is attached: a channel has one Receiver at a \
-                 time; close that one first or create one channel per consumer"
-            ),
-            Error::ConsumerClosed(pid) => write!(
-                f,
-                "the consumer of this channel (pid {pid}) closed: that ended the stream, and \
-                 a channel takes no other Receiver after it; the producer must create a new \
-                 channel"
-            ),
+            } => no_space(f, name, *needed, *available),
+            Error::NoConsumer { waited } => no_consumer(f, *waited),
+            Error::AlreadyExists(n) => already_exists(f, n),
+            Error::NotFound(n) => not_found(f, n),
+            Error::VersionMismatch { found, expected } => version_mismatch(f, *found, *expected),
+            Error::NotASegment(why) => not_a_segment(f, why),
+            Error::Busy(pid) => busy(f, *pid),
+            Error::ConsumerClosed(pid) => consumer_closed(f, *pid),
             Error::Untrusted(why) => f.write_str(why),
-            Error::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            Error::InvalidArgument(why) => invalid_argument(f, why),
             Error::DTypeMismatch {
                 name,
                 found,
@@ -237,14 +147,193 @@ impl fmt::Display for Error {
             ),
             Error::Schema(e) => write!(f, "{e}"),
             Error::Field(e) => write!(f, "{e}"),
-            Error::Forked { owner, caller } => write!(
-                f,
-                "this channel handle belongs to process {owner}; process {caller} inherited it \
-                 through fork() and may not send, receive or loan with it (handles are not \
-                 fork-safe: open or create the channel in the child, or pass it a descriptor)"
-            ),
-            Error::Os(e) => write!(f, "os error: {e}"),
+            Error::Forked { owner, caller } => forked(f, *owner, *caller),
+            Error::Os(e) => os(f, e),
         }
+    }
+}
+
+/// The wording of each kind of failure, shared by [`Error`] and the per-operation errors
+/// (`crate::channel::errors`), so that one failure reads the same whichever type carries it.
+pub(crate) mod text {
+    use std::fmt::{self, Formatter};
+    use std::time::Duration;
+
+    use super::BLOCK_OR_LARGE_POOL;
+
+    pub(crate) fn timeout(f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "timed out: the peer did not answer in time (check that the other process is \
+             running and attached, or pass a longer timeout)",
+        )
+    }
+
+    pub(crate) fn full(f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "channel full: the consumer has not caught up (wait with `send` or \
+             `send_timeout`, or raise ChannelConfig::slots or ChannelConfig::blocks)",
+        )
+    }
+
+    pub(crate) fn disconnected(f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the peer closed its end of the channel and everything it sent was received \
+             (a normal end of stream)",
+        )
+    }
+
+    pub(crate) fn peer_died(f: &mut Formatter<'_>, pid: u32, reclaimed: usize) -> fmt::Result {
+        write!(f, "peer process {pid} died without closing the channel")?;
+        if reclaimed > 0 {
+            write!(f, " ({reclaimed} pool blocks reclaimed)")?;
+        }
+        f.write_str(
+            "; find out why it died (its stderr, exit status) and restart it: a new \
+             consumer may attach to the same channel",
+        )
+    }
+
+    pub(crate) fn corrupt_memory(f: &mut Formatter<'_>, why: &str) -> fmt::Result {
+        write!(
+            f,
+            "corrupt shared memory: {why} (another process wrote inconsistent data into the \
+             channel: a bug, a version mix-up or a hostile process; the data was not used)"
+        )
+    }
+
+    pub(crate) fn too_large(
+        f: &mut Formatter<'_>,
+        what: &str,
+        needed: usize,
+        limit: usize,
+        setting: &str,
+    ) -> fmt::Result {
+        if setting == "ChannelConfig::blocks" {
+            write!(
+                f,
+                "{what} needs {needed} pool blocks but the channel has {limit}: set \
+                 {setting} to at least {needed}"
+            )
+        } else if setting.contains("slots") {
+            write!(
+                f,
+                "{what} needs {needed} bytes but the descriptor ring takes at most \
+                 {limit}: raise {setting} (slots x slot_size must be at least 4x the \
+                 record), or give the channel pool blocks (ChannelConfig::blocks)"
+            )
+        } else if setting == BLOCK_OR_LARGE_POOL {
+            write!(
+                f,
+                "{what} needs {needed} bytes but the limit is {limit} bytes: set \
+                 ChannelConfig::block_size to at least {needed}, or give the channel a \
+                 large pool for items of any size (ChannelConfig::large_pool, e.g. \
+                 shm_ring::machine_large_pool()), when creating the Sender"
+            )
+        } else {
+            write!(
+                f,
+                "{what} needs {needed} bytes but the limit is {limit} bytes: set \
+                 {setting} to at least {needed} (when creating the Sender)"
+            )
+        }
+    }
+
+    pub(crate) fn no_space(
+        f: &mut Formatter<'_>,
+        name: &str,
+        needed: u64,
+        available: u64,
+    ) -> fmt::Result {
+        write!(
+            f,
+            "channel '{name}' needs {needed} bytes ({:.1} MiB) of shared memory, but only \
+             {available} bytes ({:.1} MiB) could be reserved (the machine's or the memory \
+             cgroup's memory is used up); free memory, raise the container's memory limit, \
+             or configure a smaller pool (ChannelConfig::blocks, ChannelConfig::block_size)",
+            needed as f64 / 1048576.0,
+            available as f64 / 1048576.0
+        )
+    }
+
+    pub(crate) fn no_consumer(f: &mut Formatter<'_>, waited: Duration) -> fmt::Result {
+        write!(
+            f,
+            "no consumer attached to the channel in {waited:.1?} \
+             (ChannelConfig::attach_timeout): start the consumer (Receiver::open or \
+             Receiver::open_timeout), check that it did not die before attaching, or raise \
+             ChannelConfig::attach_timeout"
+        )
+    }
+
+    pub(crate) fn already_exists(f: &mut Formatter<'_>, n: &str) -> fmt::Result {
+        write!(
+            f,
+            "a channel named '{n}' already exists: a live Sender serves this name in the \
+             socket directory; pick another name or close that Sender (the name of a \
+             creator that died is taken over by the next create)"
+        )
+    }
+
+    pub(crate) fn not_found(f: &mut Formatter<'_>, n: &str) -> fmt::Result {
+        write!(
+            f,
+            "no channel named '{n}': either its producer has not created it yet, or the \
+             producer closed it and its ChannelConfig::linger ended, or it died; start the \
+             producer first, or open with Receiver::open_timeout to wait for it (both \
+             processes must use the same socket directory: ${} or \
+             ChannelConfig::rendezvous)",
+            crate::rendezvous::DIR_ENV
+        )
+    }
+
+    pub(crate) fn version_mismatch(
+        f: &mut Formatter<'_>,
+        found: u32,
+        expected: u32,
+    ) -> fmt::Result {
+        write!(
+            f,
+            "segment layout version {found}, but this build understands version {expected}: \
+             build both processes against the same shm-ring version"
+        )
+    }
+
+    pub(crate) fn not_a_segment(f: &mut Formatter<'_>, why: &str) -> fmt::Result {
+        write!(f, "not a shm-ring channel: {why}")
+    }
+
+    pub(crate) fn busy(f: &mut Formatter<'_>, pid: u32) -> fmt::Result {
+        write!(
+            f,
+            "another consumer (pid {pid}) is attached: a channel has one Receiver at a \
+             time; close that one first or create one channel per consumer"
+        )
+    }
+
+    pub(crate) fn consumer_closed(f: &mut Formatter<'_>, pid: u32) -> fmt::Result {
+        write!(
+            f,
+            "the consumer of this channel (pid {pid}) closed: that ended the stream, and \
+             a channel takes no other Receiver after it; the producer must create a new \
+             channel"
+        )
+    }
+
+    pub(crate) fn invalid_argument(f: &mut Formatter<'_>, why: &str) -> fmt::Result {
+        write!(f, "invalid argument: {why}")
+    }
+
+    pub(crate) fn forked(f: &mut Formatter<'_>, owner: u32, caller: u32) -> fmt::Result {
+        write!(
+            f,
+            "this channel handle belongs to process {owner}; process {caller} inherited it \
+             through fork() and may not send, receive or loan with it (handles are not \
+             fork-safe: open or create the channel in the child, or pass it a descriptor)"
+        )
+    }
+
+    pub(crate) fn os(f: &mut Formatter<'_>, e: &std::io::Error) -> fmt::Result {
+        write!(f, "os error: {e}")
     }
 }
 
@@ -291,4 +380,156 @@ impl From<crate::ring::RingError> for Error {
 
 pub(crate) fn corrupt(why: impl Into<String>) -> Error {
     Error::Corrupt(why.into())
+}
+
+// ---- Every per-operation error converts into `Error` without loss (for `?`) ----
+
+use crate::channel::{
+    CreateError, LoanError, OpenError, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
+    TryRecvError, TrySendError,
+};
+
+impl From<CreateError> for Error {
+    fn from(e: CreateError) -> Error {
+        match e {
+            CreateError::InvalidArgument(w) => Error::InvalidArgument(w),
+            CreateError::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            } => Error::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            },
+            CreateError::AlreadyExists(n) => Error::AlreadyExists(n),
+            CreateError::NotFound(n) => Error::NotFound(n),
+            CreateError::Untrusted(w) => Error::Untrusted(w),
+            CreateError::NoSpace {
+                name,
+                needed,
+                available,
+            } => Error::NoSpace {
+                name,
+                needed,
+                available,
+            },
+            CreateError::Os(e) => Error::Os(e),
+        }
+    }
+}
+
+impl From<OpenError> for Error {
+    fn from(e: OpenError) -> Error {
+        match e {
+            OpenError::NotFound(n) => Error::NotFound(n),
+            OpenError::Untrusted(w) => Error::Untrusted(w),
+            OpenError::NotASegment(w) => Error::NotASegment(w),
+            OpenError::VersionMismatch { found, expected } => {
+                Error::VersionMismatch { found, expected }
+            }
+            OpenError::Busy(pid) => Error::Busy(pid),
+            OpenError::ConsumerClosed(pid) => Error::ConsumerClosed(pid),
+            OpenError::Schema(s) => Error::Schema(s),
+            OpenError::Corrupt(w) => Error::Corrupt(w),
+            OpenError::Timeout => Error::Timeout,
+            OpenError::InvalidArgument(w) => Error::InvalidArgument(w),
+            OpenError::Os(e) => Error::Os(e),
+        }
+    }
+}
+
+impl From<SendError> for Error {
+    fn from(e: SendError) -> Error {
+        match e {
+            SendError::Disconnected => Error::Disconnected,
+            SendError::PeerDied { pid, reclaimed } => Error::PeerDied { pid, reclaimed },
+            SendError::NoConsumer { waited } => Error::NoConsumer { waited },
+            SendError::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            } => Error::TooLarge {
+                what,
+                needed,
+                limit,
+                setting,
+            },
+            SendError::InvalidArgument(w) => Error::InvalidArgument(w),
+            SendError::NoSpace {
+                name,
+                needed,
+                available,
+            } => Error::NoSpace {
+                name,
+                needed,
+                available,
+            },
+            SendError::Corrupt(w) => Error::Corrupt(w),
+            SendError::Forked { owner, caller } => Error::Forked { owner, caller },
+            SendError::Os(e) => Error::Os(e),
+        }
+    }
+}
+
+impl<T> From<TrySendError<T>> for Error {
+    fn from(e: TrySendError<T>) -> Error {
+        match e {
+            TrySendError::Full(_) => Error::Full,
+            TrySendError::Disconnected(_) => Error::Disconnected,
+            TrySendError::Failed(e, _) => e.into(),
+        }
+    }
+}
+
+impl<T> From<SendTimeoutError<T>> for Error {
+    fn from(e: SendTimeoutError<T>) -> Error {
+        match e {
+            SendTimeoutError::Timeout(_) => Error::Timeout,
+            SendTimeoutError::Disconnected(_) => Error::Disconnected,
+            SendTimeoutError::Failed(e, _) => e.into(),
+        }
+    }
+}
+
+impl From<LoanError> for Error {
+    fn from(e: LoanError) -> Error {
+        match e {
+            LoanError::Timeout => Error::Timeout,
+            LoanError::Send(e) => e.into(),
+        }
+    }
+}
+
+impl From<RecvError> for Error {
+    fn from(e: RecvError) -> Error {
+        match e {
+            RecvError::Disconnected => Error::Disconnected,
+            RecvError::PeerDied { pid } => Error::PeerDied { pid, reclaimed: 0 },
+            RecvError::Corrupt(w) => Error::Corrupt(w),
+            RecvError::Forked { owner, caller } => Error::Forked { owner, caller },
+            RecvError::Os(e) => Error::Os(e),
+        }
+    }
+}
+
+impl From<TryRecvError> for Error {
+    fn from(e: TryRecvError) -> Error {
+        match e {
+            TryRecvError::Empty => Error::Timeout,
+            TryRecvError::Failed(e) => e.into(),
+        }
+    }
+}
+
+impl From<RecvTimeoutError> for Error {
+    fn from(e: RecvTimeoutError) -> Error {
+        match e {
+            RecvTimeoutError::Timeout => Error::Timeout,
+            RecvTimeoutError::Failed(e) => e.into(),
+        }
+    }
 }

@@ -153,7 +153,7 @@ impl Reached<'_> {
         Error::NotASegment(match self {
             Reached::Descriptor => format!(
                 "the descriptor {problem}: pass the descriptor of a channel made by \
-                 Sender::anonymous or TypedSender::anonymous (its sealed memfd), not another \
+                 Sender::anonymous (its sealed memfd), not another \
                  file, pipe or socket"
             ),
             Reached::Name { name, pid } => format!(

@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{name_guard, unique};
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, TypedReceiver, TypedSender};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
 /// A sender blocked on a full ring goes on as soon as the receiver takes one message, although
 /// the receiver hands slots back only in batches of a quarter of the ring otherwise.
@@ -19,8 +19,8 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
         slots: 64,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let mut sent = 0;
     while tx.try_send(MessageBuilder::new().tag(sent)).is_ok() {
         sent += 1;
@@ -54,19 +54,19 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
 fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
     let name = unique("batch-lone");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     for i in 0..10 {
         tx.send(MessageBuilder::new().tag(i)).unwrap();
         // Non-blocking: the message must already be published.
-        assert_eq!(rx.try_recv().unwrap().map(|m| m.tag()), Some(i));
+        assert_eq!(common::got(rx.try_recv()).map(|m| m.tag()), Some(i));
     }
     let n = tx
         .send_batch((100..150).map(|i| MessageBuilder::new().tag(i)))
         .unwrap();
     assert_eq!(n, 50);
     let mut got = Vec::new();
-    while let Some(m) = rx.try_recv().unwrap() {
+    while let Some(m) = common::got(rx.try_recv()) {
         got.push(m.tag());
     }
     assert_eq!(got, (100..150).collect::<Vec<_>>());
@@ -74,7 +74,7 @@ fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
     guard.assert_gone();
 }
 
-/// The typed path, as `a_blocked_sender_proceeds_when_one_message_is_taken`: a `TypedReceiver`
+/// The typed path, as `a_blocked_sender_proceeds_when_one_message_is_taken`: a `Receiver<T>`
 /// must not hold the slots it read across calls while its producer waits for room (it used to
 /// hand them back once per quarter of the ring, so this sender timed out).
 #[test]
@@ -85,15 +85,15 @@ fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
         slots: 64,
         ..ChannelConfig::default()
     };
-    let mut tx = TypedSender::<[f32; 16]>::create(&name, &cfg).unwrap();
-    let mut rx = TypedReceiver::<[f32; 16]>::open(&name).unwrap();
+    let mut tx = Sender::<[f32; 16]>::create(&name, &cfg).unwrap();
+    let mut rx = Receiver::<[f32; 16]>::open(&name).unwrap();
     let mut sent = 0u32;
     while tx.try_send([sent as f32; 16]).is_ok() {
         sent += 1;
     }
     assert_eq!(sent, 64, "one slot per value");
     let sender = std::thread::spawn(move || {
-        let r = tx.send_timeout(&[64.0; 16], Duration::from_secs(10));
+        let r = tx.send_timeout([64.0; 16], Duration::from_secs(10));
         (r, Instant::now(), tx)
     });
     // Long enough for the sender to stop spinning and sleep on the futex.

@@ -10,7 +10,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Peer, checksum, name_guard, unique};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender};
+use shm_ring::{
+    ChannelConfig, Error, Message, MessageBuilder, Receiver, SendError, SendTimeoutError, Sender,
+};
 
 const RUNS: u32 = 200;
 /// More messages than the ring holds (1024 slots, one per message): a producer must wait for
@@ -53,10 +55,10 @@ fn consumer_run(name: &str, delay: Option<Duration>) -> String {
     let pid = producer.pid();
     let killer = kill_after(producer, delay);
     let mut next = 0u64;
-    match Receiver::open_timeout(name, Duration::from_millis(400)) {
+    match Receiver::<Message>::open_timeout(name, Duration::from_millis(400)) {
         Err(e) => {
             killer.join().unwrap();
-            verdict(e, next, pid)
+            verdict(e.into(), next, pid)
         }
         Ok(mut rx) => {
             let end = loop {
@@ -78,7 +80,7 @@ fn consumer_run(name: &str, delay: Option<Duration>) -> String {
             // Drop the receiver once the producer is gone for sure (killed or done).
             killer.join().unwrap();
             drop(rx);
-            verdict(end, next, pid)
+            verdict(end.into(), next, pid)
         }
     }
 }
@@ -105,7 +107,7 @@ fn producer_run(name: &str, delay: Option<Duration>) -> String {
         attach_timeout: Duration::from_millis(500),
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(name, &cfg).unwrap();
     let consumer = Peer::spawn(&["consume", name, &COUNT.to_string(), "2000"]);
     let killer = kill_after(consumer, delay);
     let mut data = [0f32; 16];
@@ -122,15 +124,15 @@ fn producer_run(name: &str, delay: Option<Duration>) -> String {
             .unwrap();
         match tx.send_timeout(msg, Duration::from_secs(10)) {
             Ok(()) => {}
-            Err(Error::PeerDied { .. }) => {
+            Err(SendTimeoutError::Failed(SendError::PeerDied { .. }, _)) => {
                 end = "died";
                 break;
             }
-            Err(Error::NoConsumer { .. }) => {
+            Err(SendTimeoutError::Failed(SendError::NoConsumer { .. }, _)) => {
                 end = "no consumer";
                 break;
             }
-            Err(Error::Disconnected) => {
+            Err(SendTimeoutError::Disconnected(_)) => {
                 end = "disconnected";
                 break;
             }

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Peer, name_guard, poke, unique};
 use shm_ring::{
-    ChannelConfig, Error, MessageBuilder, Receiver, Rendezvous, Sender, Transfer, channel_layout,
+    ChannelConfig, LoanError, Message, MessageBuilder, OpenError, Receiver, Rendezvous, SendError,
+    Sender, Transfer, channel_layout,
 };
 
 fn no_linger(rdv: Rendezvous) -> ChannelConfig {
@@ -77,7 +78,7 @@ fn a_dead_process() -> (u32, u64) {
 fn a_dead_consumers_claim_does_not_keep_a_new_consumer_out() {
     let name = unique("rv-busy");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &no_linger(Rendezvous::default())).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).unwrap();
     let mut old = common::Peer::spawn(&["hold", &name, "1"]);
     tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
     tx.send(MessageBuilder::new().tag(1)).unwrap();
@@ -90,7 +91,7 @@ fn a_dead_consumers_claim_does_not_keep_a_new_consumer_out() {
     let mut opened = None;
     while t0.elapsed() < Duration::from_secs(3) {
         let _ = tx.send(MessageBuilder::new().tag(2));
-        match Receiver::open(&name) {
+        match Receiver::<Message>::open(&name) {
             Ok(rx) => {
                 opened = Some(rx);
                 break;
@@ -115,7 +116,7 @@ fn a_dead_consumers_claim_does_not_keep_a_new_consumer_out() {
 fn a_new_consumer_reads_on_where_the_dead_one_stopped_and_its_blocks_come_back() {
     let name = unique("claim-reads-on");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &two_blocks()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
     let mut old = Peer::spawn(&["hold", &name, "2"]);
     tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
     send_two(&mut tx, 1);
@@ -123,7 +124,7 @@ fn a_new_consumer_reads_on_where_the_dead_one_stopped_and_its_blocks_come_back()
     assert_eq!(tx.free_blocks().unwrap(), 0);
     old.kill();
     tx.send(MessageBuilder::new().tag(5)).unwrap(); // inline: the ring has room
-    let mut rx = Receiver::open(&name).expect("a dead consumer's claim kept us out");
+    let mut rx = Receiver::<Message>::open(&name).expect("a dead consumer's claim kept us out");
     assert_eq!(rx.recv_timeout(Duration::from_secs(5)).unwrap().tag(), 5);
     // The dead consumer's blocks came back through the completion ring.
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -150,14 +151,14 @@ fn a_new_consumer_reads_on_where_the_dead_one_stopped_and_its_blocks_come_back()
 fn a_live_consumers_claim_is_never_taken() {
     let name = unique("claim-live");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &two_blocks()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
     let mut live = Peer::spawn(&["hold", &name, "2"]);
     tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
     send_two(&mut tx, 1);
     assert_eq!(live.line(), "held 2");
     for _ in 0..3 {
-        match Receiver::open(&name) {
-            Err(Error::Busy(pid)) => assert_eq!(pid, live.pid()),
+        match Receiver::<Message>::open(&name) {
+            Err(OpenError::Busy(pid)) => assert_eq!(pid, live.pid()),
             other => panic!("expected Busy naming the live consumer, got {other:?}"),
         }
     }
@@ -179,15 +180,15 @@ fn a_live_consumers_claim_is_never_taken() {
 fn a_consumer_whose_main_thread_ended_keeps_its_claim() {
     let name = unique("claim-leaderless");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &two_blocks()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
     let mut live = Peer::spawn(&["hold-leaderless", &name, "2"]);
     tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
     send_two(&mut tx, 1);
     assert_eq!(live.line(), "held");
     live.wait_leader_zombie();
-    let opened = Receiver::open(&name);
+    let opened = Receiver::<Message>::open(&name);
     assert!(
-        matches!(opened, Err(Error::Busy(pid)) if pid == live.pid()),
+        matches!(opened, Err(OpenError::Busy(pid)) if pid == live.pid()),
         "expected Busy naming the leaderless consumer, got {opened:?}"
     );
     assert_eq!(
@@ -210,7 +211,7 @@ fn new_consumers_racing_for_a_dead_claim_get_one_winner() {
     for round in 0..5 {
         let name = unique("claim-race");
         let guard = name_guard(&[&name]);
-        let mut tx = Sender::create(&name, &no_linger(Rendezvous::default())).unwrap();
+        let mut tx = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).unwrap();
         let mut old = Peer::spawn(&["hold", &name, "1"]);
         tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
         tx.send(MessageBuilder::new().tag(1)).unwrap();
@@ -252,7 +253,7 @@ fn the_producers_reclaim_and_a_takeover_have_one_winner() {
     for round in 0..8u64 {
         let name = unique("claim-reclaim");
         let guard = name_guard(&[&name]);
-        let mut tx = Sender::create(&name, &two_blocks()).unwrap();
+        let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
         let mut old = Peer::spawn(&["hold", &name, "2"]);
         tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
         send_two(&mut tx, 1);
@@ -266,14 +267,14 @@ fn the_producers_reclaim_and_a_takeover_have_one_winner() {
             (tx, r)
         });
         std::thread::sleep(Duration::from_millis(round * 15));
-        let mut rx = Receiver::open(&name).expect("no consumer after a dead one");
+        let mut rx = Receiver::<Message>::open(&name).expect("no consumer after a dead one");
         let (mut tx, loaned) = producer.join().unwrap();
         let loan = match loaned {
             Ok(l) => {
                 *outcomes.entry("taken over").or_default() += 1;
                 l
             }
-            Err(Error::PeerDied { reclaimed: 2, .. }) => {
+            Err(LoanError::Send(SendError::PeerDied { reclaimed: 2, .. })) => {
                 *outcomes.entry("producer reclaimed").or_default() += 1;
                 tx.loan_timeout::<u32>(&[1000], Duration::from_secs(5))
                     .unwrap()
@@ -322,7 +323,7 @@ fn hostile_claim_words_are_judged_never_trusted() {
             poke(tx, l.channel_wire.consumer_closed, &1u32.to_le_bytes());
         }
         let t0 = Instant::now();
-        let r = Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap());
+        let r = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap());
         (r, t0.elapsed())
     };
     let busy = [
@@ -343,12 +344,12 @@ fn hostile_claim_words_are_judged_never_trusted() {
         ),
     ];
     for (what, claim, closed, pid) in busy {
-        let tx = Sender::anonymous(&cfg).unwrap();
+        let tx = Sender::<Message>::anonymous(&cfg).unwrap();
         let (r, took) = open(&tx, claim, closed);
         assert!(
             match r {
-                Err(Error::ConsumerClosed(p)) => closed && p == pid,
-                Err(Error::Busy(p)) => !closed && p == pid,
+                Err(OpenError::ConsumerClosed(p)) => closed && p == pid,
+                Err(OpenError::Busy(p)) => !closed && p == pid,
                 _ => false,
             },
             "{what}: expected Busy({pid}) (ConsumerClosed if closed), got {r:?}"
@@ -363,7 +364,7 @@ fn hostile_claim_words_are_judged_never_trusted() {
         ("a process that is gone", word(gone, gone_start)),
     ];
     for (what, claim) in taken {
-        let mut tx = Sender::anonymous(&cfg).unwrap();
+        let mut tx = Sender::<Message>::anonymous(&cfg).unwrap();
         let (r, _) = open(&tx, claim, false);
         let rx = r.unwrap_or_else(|e| panic!("{what}: the dead claim was not taken: {e:?}"));
         tx.check_consumer().expect("the new consumer is alive");

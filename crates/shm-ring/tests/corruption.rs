@@ -13,7 +13,10 @@
 mod common;
 
 use common::{Peer, mem_path, name_guard, unique};
-use shm_ring::{ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender};
+use shm_ring::{
+    ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
+    RecvTimeoutError, SendError, Sender,
+};
 
 fn layout() -> ChannelLayout {
     shm_ring::channel_layout(&ChannelConfig::default()).unwrap()
@@ -79,14 +82,16 @@ fn check(offset: u64, hex: &str, recovers: bool, expect: &str) {
 fn check_all(pokes: &[(u64, &str)], recovers: bool, expect: &str) {
     let name = unique("corrupt");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     send_one(&mut tx, 1.0);
     for &(offset, hex) in pokes {
         corrupt(&tx, offset, hex);
     }
     match rx.recv_timeout(std::time::Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => assert!(why.contains(expect), "{why:?} lacks {expect:?}"),
+        Err(RecvTimeoutError::Failed(RecvError::Corrupt(why))) => {
+            assert!(why.contains(expect), "{why:?} lacks {expect:?}")
+        }
         other => panic!("expected Corrupt, got {other:?}"),
     }
     if recovers {
@@ -283,19 +288,19 @@ fn field_name_not_utf8() {
 fn segment_magic_and_version_are_checked() {
     let name = unique("hdr");
     let guard = name_guard(&[&name]);
-    let tx = Sender::create(&name, &no_linger()).unwrap();
+    let tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     let w = layout().segment_wire;
     corrupt(&tx, w.version as u64, &le32(99));
-    match Receiver::open(&name) {
-        Err(Error::VersionMismatch {
+    match Receiver::<Message>::open(&name) {
+        Err(OpenError::VersionMismatch {
             found: 99,
             expected,
         }) => assert_eq!(expected, w.layout_version),
         other => panic!("expected VersionMismatch, got {other:?}"),
     }
     corrupt(&tx, w.magic as u64, "0000000000000000");
-    match Receiver::open(&name) {
-        Err(Error::NotASegment(why)) => {
+    match Receiver::<Message>::open(&name) {
+        Err(OpenError::NotASegment(why)) => {
             assert!(why.contains("(magic 0x0)"), "{why}");
             assert!(
                 why.contains(&format!("channel '{name}', served by pid ")),
@@ -311,8 +316,8 @@ fn segment_magic_and_version_are_checked() {
 /// `Receiver::open` refusing a channel whose geometry does not match its segment, with the
 /// geometry it read.
 fn expect_geometry(name: &str, what: &str) {
-    match Receiver::open(name) {
-        Err(Error::Corrupt(why)) => {
+    match Receiver::<Message>::open(name) {
+        Err(OpenError::Corrupt(why)) => {
             assert!(why.starts_with("channel geometry ("), "{why}");
             assert!(why.contains(what), "{why:?} lacks {what:?}");
             assert!(why.contains("does not match a segment of"), "{why}");
@@ -325,7 +330,7 @@ fn expect_geometry(name: &str, what: &str) {
 fn channel_geometry_is_checked_against_the_segment() {
     let name = unique("geom");
     let guard = name_guard(&[&name]);
-    let tx = Sender::create(&name, &no_linger()).unwrap();
+    let tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     let l = layout();
     let w = l.channel_wire;
     corrupt(&tx, w.slots as u64, &le32(1 << 16));
@@ -341,13 +346,13 @@ fn channel_geometry_is_checked_against_the_segment() {
 fn bogus_block_returned_by_consumer() {
     let name = unique("comp");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &no_linger()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     // Completion slot 0 = block 5 (never sent), completion tail = 1.
     let l = shm_ring::channel_layout(&no_linger()).unwrap();
     corrupt(&tx, l.comp_slots as u64, &le64(5));
     corrupt(&tx, l.comp_ring as u64, &le32(1));
     match tx.free_blocks() {
-        Err(Error::Corrupt(why)) => {
+        Err(SendError::Corrupt(why)) => {
             assert!(why.contains("block 5, which is not in flight"), "{why}")
         }
         other => panic!("expected Corrupt, got {other:?}"),
@@ -363,8 +368,8 @@ fn bogus_block_returned_by_consumer() {
 fn in_place_reads_validate_every_access() {
     let name = unique("inplace");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let l = layout();
     let w = l.body_wire;
     // `send_one`'s message fills this many slots; the second one starts right after it.
@@ -440,7 +445,7 @@ fn exported_offsets_are_where_the_code_writes() {
     let guard = name_guard(&[&name]);
     let cfg = no_linger();
     let l = shm_ring::channel_layout(&cfg).unwrap();
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mem = tx.segment().file().try_clone().unwrap();
 
     let s = l.segment_wire;
@@ -465,7 +470,7 @@ fn exported_offsets_are_where_the_code_writes() {
     assert_eq!(c.schema_len, l.schema_len_word);
     assert_eq!(c.consumer, l.consumer);
     assert_eq!(c.slots, l.geometry);
-    let rx = Receiver::open(&name).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     assert_eq!(
         u64_at(&peek(&mem, c.consumer, 8), 0) >> 32,
         u64::from(std::process::id())

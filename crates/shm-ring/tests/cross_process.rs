@@ -6,7 +6,10 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Peer, checksum, name_guard, unique};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
+use shm_ring::{
+    ChannelConfig, CreateError, LoanError, Message, MessageBuilder, OpenError, Receiver, RecvError,
+    RecvTimeoutError, SendError, Sender, Transfer,
+};
 use shmpipe_test_kit::in_small_dev_shm;
 
 fn send_seq(tx: &mut Sender, seq: u64, data: &[f32]) {
@@ -23,7 +26,7 @@ fn send_seq(tx: &mut Sender, seq: u64, data: &[f32]) {
 fn one_million_messages_arrive_in_order_with_checksums() {
     let name = unique("million");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let consumer = Peer::spawn(&["consume", &name, "1000000"]);
     let mut data = [0f32; 16];
     for seq in 0..1_000_000u64 {
@@ -48,7 +51,7 @@ fn large_arrays(transfer: Transfer) {
         transfer,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let consumer = Peer::spawn(&["consume", &name, "12"]);
     for seq in 0..12u64 {
         let data: Vec<f32> = (0..1_000_000)
@@ -93,7 +96,7 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
         transfer: Transfer::ZeroCopy,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mut consumer = Peer::spawn(&["hold", &name, "5"]);
     for i in 0..5 {
         let loan = tx.loan::<u32>(&[1000]).unwrap().fill(i);
@@ -108,7 +111,7 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
     let held: Vec<_> = (0..3).map(|_| tx.loan::<u32>(&[10]).unwrap()).collect();
     let t0 = Instant::now();
     match tx.loan::<u32>(&[10]) {
-        Err(Error::PeerDied { reclaimed, .. }) => assert_eq!(reclaimed, 5),
+        Err(LoanError::Send(SendError::PeerDied { reclaimed, .. })) => assert_eq!(reclaimed, 5),
         other => panic!("expected PeerDied, got {other:?}"),
     }
     assert!(
@@ -138,7 +141,7 @@ fn blocked_consumer_sees_a_killed_producer_within_a_second() {
     let guard = name_guard(&[&name]);
     let mut producer = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(producer.line(), "ready");
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     assert_eq!(rx.producer_pid(), producer.pid());
     let pid = producer.pid();
     let killer = std::thread::spawn(move || {
@@ -150,7 +153,7 @@ fn blocked_consumer_sees_a_killed_producer_within_a_second() {
     let woke = Instant::now();
     let killed_at = killer.join().unwrap();
     match res {
-        Err(Error::PeerDied { pid: p, .. }) => assert_eq!(p, pid),
+        Err(RecvError::PeerDied { pid: p, .. }) => assert_eq!(p, pid),
         other => panic!("expected PeerDied, got {other:?}"),
     }
     let lag = woke.saturating_duration_since(killed_at);
@@ -164,8 +167,8 @@ fn blocked_consumer_sees_a_killed_producer_within_a_second() {
 fn clean_close_drains_then_disconnects() {
     let name = unique("close");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     for i in 0..10 {
         tx.send(MessageBuilder::new().meta_i64("i", i)).unwrap();
     }
@@ -173,10 +176,10 @@ fn clean_close_drains_then_disconnects() {
     for i in 0..10 {
         assert_eq!(rx.recv().unwrap().record(0).unwrap().meta_i64("i"), Some(i));
     }
-    assert!(matches!(rx.recv(), Err(Error::Disconnected)));
+    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
     assert!(matches!(
         rx.recv_timeout(Duration::from_millis(10)),
-        Err(Error::Disconnected)
+        Err(RecvTimeoutError::Failed(RecvError::Disconnected))
     ));
     guard.assert_gone();
 }
@@ -190,14 +193,14 @@ fn the_socket_of_a_dead_creator_is_removed_by_the_next_open() {
     assert!(common::socket_path(&name).exists());
     // Alive: its name is served and cannot be taken.
     assert!(matches!(
-        Sender::create(&name, &ChannelConfig::default()),
-        Err(Error::AlreadyExists(_))
+        Sender::<Message>::create(&name, &ChannelConfig::default()),
+        Err(CreateError::AlreadyExists(_))
     ));
-    drop(Receiver::open(&name).unwrap());
+    drop(Receiver::<Message>::open(&name).unwrap());
     p.kill();
     // Dead: its socket is stale; the next open removes it and reports "not created yet".
-    match Receiver::open(&name) {
-        Err(Error::NotFound(n)) => assert_eq!(n, name),
+    match Receiver::<Message>::open(&name) {
+        Err(OpenError::NotFound(n)) => assert_eq!(n, name),
         other => panic!("expected NotFound, got {other:?}"),
     }
     guard.assert_gone();
@@ -214,8 +217,8 @@ fn a_create_over_the_socket_of_a_dead_creator_takes_the_name() {
         common::socket_path(&name).exists(),
         "the dead creator left its socket"
     );
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     assert_eq!(rx.producer_pid(), std::process::id());
     send_seq(&mut tx, 7, &[1.0; 4]);
     assert_eq!(
@@ -230,7 +233,7 @@ fn a_create_over_the_socket_of_a_dead_creator_takes_the_name() {
 fn idle_consumer_sleeps_instead_of_spinning() {
     let name = unique("idle");
     let guard = name_guard(&[&name]);
-    let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
+    let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut consumer = Peer::spawn(&["consume", &name, "0"]);
     std::thread::sleep(Duration::from_millis(1500));
     let ticks = shmpipe_test_kit::proc::cpu_ticks(consumer.pid()).unwrap();
@@ -286,11 +289,11 @@ fn calibrate_measures_both_modes_at_every_size() {
 fn non_blocking_calls_do_not_wait() {
     let name = unique("nonblock");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let t0 = Instant::now();
     for _ in 0..1000 {
-        assert!(rx.try_recv().unwrap().is_none());
+        assert!(common::got(rx.try_recv()).is_none());
     }
     // 1000 empty polls must not spin 50 us each (that alone would be 50 ms).
     assert!(
@@ -299,7 +302,7 @@ fn non_blocking_calls_do_not_wait() {
         t0.elapsed()
     );
     tx.send(MessageBuilder::new().meta_i64("i", 1)).unwrap();
-    assert!(rx.try_recv().unwrap().is_some());
+    assert!(common::got(rx.try_recv()).is_some());
     drop((tx, rx));
     guard.assert_gone();
 }

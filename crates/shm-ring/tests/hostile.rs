@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use common::{Peer, name_guard, poke, unique};
 use shm_ring::{
-    ChannelConfig, ChannelLayout, Error, MessageBuilder, Receiver, Sender, Transfer, channel_layout,
+    ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
+    RecvTimeoutError, SendError, SendTimeoutError, Sender, Transfer, channel_layout,
 };
 
 fn cfg() -> ChannelConfig {
@@ -44,8 +45,8 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
     let guard = name_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
-    let mut tx = Sender::create(&name, &c).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     tx.send(MessageBuilder::new().meta_str("id", "hello"))
         .unwrap();
     // A metadata field has no shape: the string follows its field header and the name "id".
@@ -73,8 +74,8 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
 fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
     let name = unique("busy");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &cfg()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap(); // consumer A: this process
+    let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap(); // consumer A: this process
     // Make sure B starts in another clock tick than this process.
     std::thread::sleep(Duration::from_millis(50));
     let (ok, out, err) = Peer::spawn(&["open", &name]).finish(Duration::from_secs(10));
@@ -95,7 +96,7 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
     let guard = name_guard(&[&name]);
     let c = ChannelConfig { slots: 2, ..cfg() };
     let l = layout(&c);
-    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
     // "pid 1" with a start time that is not init's (the claim keeps its low 32 bits).
     let init = shmpipe_test_kit::proc::stat(1).expect("/proc/1/stat must be readable here");
     let not_init = (init.start_time as u32).wrapping_add(1);
@@ -122,7 +123,7 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
     // process without a receiver.) A 2-slot ring inlines at most a quarter of its 128 bytes,
     // so each message sent went out in a pool block: every one of them comes back.
     match result {
-        Err(Error::PeerDied { pid: 1, reclaimed }) => {
+        Err(SendTimeoutError::Failed(SendError::PeerDied { pid: 1, reclaimed }, _)) => {
             assert!(sent > 0, "no message went out before the ring filled");
             assert_eq!(reclaimed, sent, "blocks taken back");
         }
@@ -142,7 +143,7 @@ fn a_sender_whose_consumer_never_attaches_gets_an_error() {
         attach_timeout: Duration::from_millis(300),
         ..cfg()
     };
-    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
     let t0 = Instant::now();
     let mut result = Ok(());
     for i in 0..4 {
@@ -155,7 +156,10 @@ fn a_sender_whose_consumer_never_attaches_gets_an_error() {
         }
     }
     let e = result.unwrap_err();
-    assert!(matches!(e, Error::NoConsumer { .. }), "{e:?}");
+    assert!(
+        matches!(e, SendTimeoutError::Failed(SendError::NoConsumer { .. }, _)),
+        "{e:?}"
+    );
     assert!(
         e.to_string().contains("ChannelConfig::attach_timeout"),
         "{e}"
@@ -178,8 +182,8 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
         ..cfg()
     };
     let l = layout(&c);
-    let mut tx = Sender::create(&name, &c).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let data = [1.5f32; 16];
     tx.send(
         MessageBuilder::new()
@@ -194,7 +198,9 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
         &1000u32.to_le_bytes(),
     );
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => assert!(why.starts_with("record of 1000 slots ("), "{why}"),
+        Err(RecvTimeoutError::Failed(RecvError::Corrupt(why))) => {
+            assert!(why.starts_with("record of 1000 slots ("), "{why}")
+        }
         other => panic!("expected Corrupt, got {other:?}"),
     }
     // The only block went out with the skipped record: it must come back.
@@ -222,9 +228,9 @@ fn a_hostile_completion_head_is_an_error_not_a_panic() {
         ..cfg()
     };
     let l = layout(&c);
-    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
     poke(&tx, l.comp_head, &0x7fff_0000u32.to_le_bytes());
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let data = [2.5f32; 16];
     for _ in 0..2 {
         tx.send(
@@ -237,7 +243,7 @@ fn a_hostile_completion_head_is_an_error_not_a_panic() {
     let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
     drop(m); // hands its block back through the poisoned completion ring
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => assert!(
+        Err(RecvTimeoutError::Failed(RecvError::Corrupt(why))) => assert!(
             why.contains("completion") && why.contains("ring indices"),
             "{why}"
         ),
@@ -253,7 +259,7 @@ fn a_hostile_geometry_is_an_error_not_a_panic() {
     let guard = name_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
-    let tx = Sender::create(&name, &c).unwrap();
+    let tx = Sender::<Message>::create(&name, &c).unwrap();
     // blocks = 0 (so the block size is not range-checked) and a block size near u64::MAX.
     poke(&tx, l.channel_wire.blocks, &0u32.to_le_bytes());
     poke(
@@ -261,9 +267,9 @@ fn a_hostile_geometry_is_an_error_not_a_panic() {
         l.channel_wire.block_size,
         &(u64::MAX - 62).to_le_bytes(),
     );
-    match Receiver::open(&name) {
+    match Receiver::<Message>::open(&name) {
         // Without blocks the layout normalises the block size: the stored one cannot match.
-        Err(Error::Corrupt(why)) => {
+        Err(OpenError::Corrupt(why)) => {
             assert!(why.starts_with("channel geometry ("), "{why}");
             assert!(
                 why.contains(", 0 blocks x 18446744073709551553 B,"),
@@ -306,14 +312,14 @@ fn configurations_whose_lengths_do_not_fit_the_encoding_are_refused() {
 fn duplicate_field_names_are_refused_by_the_sender() {
     let name = unique("dup-send");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &cfg()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
     let data = [1f32; 4];
     let msg = MessageBuilder::new()
         .meta_i64("x", 1)
         .array_slice("x", &[4], &data)
         .unwrap();
     match tx.send(msg) {
-        Err(Error::InvalidArgument(why)) => assert!(why.contains("'x'"), "{why}"),
+        Err(SendError::InvalidArgument(why)) => assert!(why.contains("'x'"), "{why}"),
         other => panic!("expected InvalidArgument, got {other:?}"),
     }
     // The same name in two records is fine.
@@ -334,8 +340,8 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     let guard = name_guard(&[&name]);
     let c = cfg();
     let l = layout(&c);
-    let mut tx = Sender::create(&name, &c).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let a = [1f64; 2];
     let b = [2f32; 4];
     let msg = MessageBuilder::new()
@@ -351,7 +357,7 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     let b_of_xb = f2 + w.field_header + w.dim + "xb".find('b').unwrap();
     poke(&tx, first_body(&l) + b_of_xb, b"a");
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => {
+        Err(RecvTimeoutError::Failed(RecvError::Corrupt(why))) => {
             assert!(
                 why.contains("field 'xa' appears twice in one record"),
                 "{why}"

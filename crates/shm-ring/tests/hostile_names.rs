@@ -17,7 +17,9 @@ use rustix::net::{
     AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix,
     SocketFlags, SocketType,
 };
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Rendezvous, Sender};
+use shm_ring::{
+    ChannelConfig, CreateError, Message, MessageBuilder, OpenError, Receiver, Rendezvous, Sender,
+};
 use shmpipe_test_kit::within;
 
 const HELLO: &[u8; 16] = b"shmpipe-name-v1\0";
@@ -70,7 +72,7 @@ fn fake_server(dir: &std::path::Path, name: &str, answer: Answer) -> std::thread
 type Answer = Option<(Vec<u8>, Vec<OwnedFd>)>;
 
 fn memfd(sealed: bool) -> OwnedFd {
-    let anon = Sender::anonymous(&ChannelConfig::default()).unwrap();
+    let anon = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
     if sealed {
         return anon.as_fd().try_clone_to_owned().unwrap();
     }
@@ -93,7 +95,7 @@ fn open_against(answer: Answer) -> (String, Duration) {
     let server = fake_server(dir.path(), &name, answer);
     let t0 = Instant::now();
     let err = within(Duration::from_secs(20), "open", move || {
-        Receiver::open_in(&rdv, &name, None).map(|_| ())
+        Receiver::<Message>::open_in(&rdv, &name, None).map(|_| ())
     })
     .expect_err("a fake server's answer was accepted");
     let took = t0.elapsed();
@@ -206,7 +208,7 @@ fn hostile_connectors_block_neither_the_server_nor_the_creator() {
         rendezvous: rdv,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let path = SocketAddrUnix::new(dir.path().join(&name)).unwrap();
     let mut idle = Vec::new();
     for _ in 0..200 {
@@ -224,7 +226,7 @@ fn hostile_connectors_block_neither_the_server_nor_the_creator() {
     }
     let t0 = Instant::now();
     let mut rx = within(Duration::from_secs(10), "open", move || {
-        Receiver::open_in(&rdv, &name, Some(Duration::from_secs(5)))
+        Receiver::<Message>::open_in(&rdv, &name, Some(Duration::from_secs(5)))
     })
     .expect("a real opener is served");
     assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
@@ -254,18 +256,18 @@ fn opens_and_creates_leak_no_descriptor() {
     for i in 0..20 {
         let name = format!("c{i}");
         assert!(matches!(
-            Receiver::open_in(&rdv, &name, None),
-            Err(Error::NotFound(_))
+            Receiver::<Message>::open_in(&rdv, &name, None),
+            Err(OpenError::NotFound(_))
         ));
-        let tx = Sender::create(&name, &cfg).unwrap();
+        let tx = Sender::<Message>::create(&name, &cfg).unwrap();
         assert!(matches!(
-            Sender::create(&name, &cfg),
-            Err(Error::AlreadyExists(_))
+            Sender::<Message>::create(&name, &cfg),
+            Err(CreateError::AlreadyExists(_))
         ));
-        let rx = Receiver::open_in(&rdv, &name, None).unwrap();
+        let rx = Receiver::<Message>::open_in(&rdv, &name, None).unwrap();
         assert!(matches!(
-            Receiver::open_in(&rdv, &name, None),
-            Err(Error::Busy(_))
+            Receiver::<Message>::open_in(&rdv, &name, None),
+            Err(OpenError::Busy(_))
         ));
         drop((rx, tx));
     }

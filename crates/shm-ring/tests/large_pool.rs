@@ -12,7 +12,10 @@ use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
 use common::{name_guard, poke, unique};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
+use shm_ring::{
+    ChannelConfig, CreateError, Message, MessageBuilder, OpenError, Receiver, RecvError,
+    RecvTimeoutError, SendError, Sender, Transfer,
+};
 
 const MIB: usize = 1 << 20;
 
@@ -25,8 +28,8 @@ fn cfg() -> ChannelConfig {
 }
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
-    let tx = Sender::anonymous(cfg).unwrap();
-    let rx = Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    let tx = Sender::<Message>::anonymous(cfg).unwrap();
+    let rx = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     (tx, rx)
 }
 
@@ -200,7 +203,7 @@ fn without_a_large_pool_the_error_names_the_settings() {
         )
         .unwrap_err();
     let s = e.to_string();
-    assert!(matches!(e, Error::TooLarge { .. }), "{e:?}");
+    assert!(matches!(e, SendError::TooLarge { .. }), "{e:?}");
     assert!(
         s.contains("ChannelConfig::block_size") && s.contains("ChannelConfig::large_pool"),
         "{s}"
@@ -229,14 +232,17 @@ fn without_a_large_pool_the_error_names_the_settings() {
 #[test]
 fn large_pool_settings_are_checked() {
     for large_pool in [1, 4095, (1 << 40) + 4096] {
-        let r = Sender::anonymous(&ChannelConfig {
+        let r = Sender::<Message>::anonymous(&ChannelConfig {
             large_pool,
             ..cfg()
         });
-        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{large_pool}");
+        assert!(
+            matches!(r, Err(CreateError::InvalidArgument(_))),
+            "{large_pool}"
+        );
     }
-    let r = Sender::anonymous(&ChannelConfig { blocks: 0, ..cfg() });
-    assert!(matches!(r, Err(Error::InvalidArgument(_))));
+    let r = Sender::<Message>::anonymous(&ChannelConfig { blocks: 0, ..cfg() });
+    assert!(matches!(r, Err(CreateError::InvalidArgument(_))));
 }
 
 // ----- hostile peers: every new value read from shared memory is validated
@@ -253,18 +259,18 @@ fn the_header_area_size_is_checked_against_the_segment() {
     let name = unique("large-hdr");
     let guard = name_guard(&[&name]);
     let c = cfg();
-    let tx = Sender::create(&name, &c).unwrap();
+    let tx = Sender::<Message>::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
     assert_eq!(l.large_len, 1 << 30);
     for v in [0u64, 4096, 1 << 31, u64::MAX, (1 << 30) + 1] {
         poke(&tx, l.channel_wire.large_pool, &le64(v));
-        match Receiver::open(&name) {
-            Err(Error::Corrupt(why)) => assert!(why.contains("large pool"), "{v}: {why}"),
+        match Receiver::<Message>::open(&name) {
+            Err(OpenError::Corrupt(why)) => assert!(why.contains("large pool"), "{v}: {why}"),
             other => panic!("{v}: expected Corrupt, got {other:?}"),
         }
     }
     poke(&tx, l.channel_wire.large_pool, &le64(1 << 30));
-    let rx = Receiver::open(&name).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     drop((tx, rx));
     guard.assert_gone();
 }
@@ -274,8 +280,8 @@ fn the_header_area_size_is_checked_against_the_segment() {
 fn named_with_extent(tag: &str) -> (String, Sender, Receiver, shm_ring::ChannelLayout) {
     let name = unique(tag);
     let c = cfg();
-    let mut tx = Sender::create(&name, &c).unwrap();
-    let rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
     let x = data(MIB / 2, 1);
     tx.send(
@@ -301,7 +307,7 @@ fn an_array_reference_past_the_large_area_is_corrupt() {
         let field = l.desc_slots + l.record_header + w.header + w.record_header;
         poke(&tx, field + w.field_a, &le64(idx));
         match rx.recv_timeout(Duration::from_secs(2)) {
-            Err(Error::Corrupt(why)) => {
+            Err(RecvTimeoutError::Failed(RecvError::Corrupt(why))) => {
                 assert!(why.contains(&format!("array in block {idx}")), "{why}")
             }
             other => panic!("{idx}: expected Corrupt, got {other:?}"),
@@ -319,8 +325,8 @@ fn a_record_body_past_the_large_area_is_corrupt() {
         transfer: Transfer::Copy,
         ..cfg()
     };
-    let mut tx = Sender::create(&name, &c).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
     let w = l.record_wire;
     // A 2 MiB body (Copy: the array is in it) lies in the first extent.
@@ -336,7 +342,7 @@ fn a_record_body_past_the_large_area_is_corrupt() {
     // The body's extent moved to the last page: its 2 MiB would run past the area.
     poke(&tx, l.desc_slots + w.block, &le32(blocks + pages - 1));
     match rx.recv_timeout(Duration::from_secs(2)) {
-        Err(Error::Corrupt(why)) => assert!(
+        Err(RecvTimeoutError::Failed(RecvError::Corrupt(why))) => assert!(
             why.contains(&format!("block {}", blocks + pages - 1)),
             "{why}"
         ),
@@ -365,7 +371,7 @@ fn a_consumer_returning_an_extent_not_in_flight_is_corrupt() {
     let name = unique("large-comp");
     let guard = name_guard(&[&name]);
     let c = cfg();
-    let mut tx = Sender::create(&name, &c).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
     // Completion slot 0 = the first extent (never sent), completion tail = 1.
     poke(&tx, l.comp_slots, &le64(u64::from(c.blocks)));
@@ -376,7 +382,7 @@ fn a_consumer_returning_an_extent_not_in_flight_is_corrupt() {
             .array_slice("x", &[x.len()], &x)
             .unwrap(),
     ) {
-        Err(Error::Corrupt(why)) => assert!(why.contains("not in flight"), "{why}"),
+        Err(SendError::Corrupt(why)) => assert!(why.contains("not in flight"), "{why}"),
         other => panic!("expected Corrupt, got {other:?}"),
     }
     drop(tx);
@@ -441,7 +447,7 @@ fn a_producer_ahead_of_its_consumer_holds_at_most_large_in_flight() {
 fn a_named_channel_carries_large_items_to_another_process() {
     let name = unique("large-named");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &cfg()).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
     let peer = common::Peer::spawn(&["sink", &name]);
     let len = 3 * MIB;
     let mut want = 0f64;

@@ -9,7 +9,10 @@ mod common;
 use std::time::Duration;
 
 use common::{Peer, name_guard, unique};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
+use shm_ring::{
+    ChannelConfig, LoanError, Message, MessageBuilder, Receiver, RecvError, RecvTimeoutError,
+    SendError, Sender, Transfer,
+};
 
 #[test]
 fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
@@ -22,7 +25,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mut consumer = Peer::spawn(&["hold-leaderless", &name, "2"]);
     tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
     for i in 1..=2u32 {
@@ -44,7 +47,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
     let sums = consumer.line();
     assert!(checked.is_ok(), "live consumer judged gone: {checked:?}");
     assert!(
-        matches!(reused, Err(Error::Timeout)),
+        matches!(reused, Err(LoanError::Timeout)),
         "a block of the live consumer was taken back: {reused:?}"
     );
     assert_eq!(sums, "sums 1000 2000", "the live consumer's arrays changed");
@@ -52,7 +55,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
     // Once its last thread is gone it is dead, and its blocks come back.
     consumer.kill();
     match tx.loan_timeout::<u32>(&[10], Duration::from_secs(5)) {
-        Err(Error::PeerDied { reclaimed, .. }) => assert_eq!(reclaimed, 2),
+        Err(LoanError::Send(SendError::PeerDied { reclaimed, .. })) => assert_eq!(reclaimed, 2),
         other => panic!("expected PeerDied, got {other:?}"),
     }
     drop(tx);
@@ -65,12 +68,12 @@ fn a_producer_whose_main_thread_ended_is_not_reported_dead() {
     let guard = name_guard(&[&name]);
     let mut producer = Peer::spawn(&["produce-leaderless", &name]);
     assert_eq!(producer.line(), "ready");
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     producer.wait_leader_zombie();
     // Several liveness checks (every 50 ms) run during this wait: the producer is alive.
     let r = rx.recv_timeout(Duration::from_millis(600)).map(|m| m.tag());
     assert!(
-        matches!(r, Err(Error::Timeout)),
+        matches!(r, Err(RecvTimeoutError::Timeout)),
         "live producer judged gone: {r:?}"
     );
     producer.tell("send");
@@ -80,7 +83,10 @@ fn a_producer_whose_main_thread_ended_is_not_reported_dead() {
     drop(m);
     producer.kill();
     let r = rx.recv_timeout(Duration::from_secs(5)).map(|m| m.tag());
-    assert!(matches!(r, Err(Error::PeerDied { .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(RecvTimeoutError::Failed(RecvError::PeerDied { .. }))),
+        "{r:?}"
+    );
     drop(rx);
     drop(guard);
 }

@@ -7,7 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Peer, name_guard, socket_path, unique};
-use shm_ring::{ChannelConfig, Error, Receiver, Sender};
+use shm_ring::{
+    ChannelConfig, LoanError, Message, OpenError, Receiver, RecvError, SendError, Sender,
+};
 
 const COUNT: &str = "200";
 
@@ -54,7 +56,7 @@ fn a_sender_nobody_opens_unlinks_after_its_linger() {
         linger: Duration::from_millis(300),
         ..ChannelConfig::default()
     };
-    let tx = Sender::create(&name, &cfg).unwrap();
+    let tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let t0 = Instant::now();
     drop(tx);
     let waited = t0.elapsed();
@@ -64,8 +66,8 @@ fn a_sender_nobody_opens_unlinks_after_its_linger() {
     );
     assert!(waited < Duration::from_secs(5), "lingered {waited:?}");
     guard.assert_gone();
-    match Receiver::open(&name) {
-        Err(Error::NotFound(_)) => {}
+    match Receiver::<Message>::open(&name) {
+        Err(OpenError::NotFound(_)) => {}
         other => panic!("expected NotFound, got {other:?}"),
     }
 }
@@ -78,14 +80,14 @@ fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let tx = Sender::create(&name, &cfg).unwrap();
+    let tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let t0 = Instant::now();
     drop(tx);
     assert!(t0.elapsed() < Duration::from_millis(200));
     assert!(!socket_path(&name).exists());
     let t0 = Instant::now();
-    let e = Receiver::open_timeout(&name, Duration::from_millis(100)).unwrap_err();
-    assert!(matches!(e, Error::NotFound(_)), "{e:?}");
+    let e = Receiver::<Message>::open_timeout(&name, Duration::from_millis(100)).unwrap_err();
+    assert!(matches!(e, OpenError::NotFound(_)), "{e:?}");
     let waited = t0.elapsed();
     assert!(waited >= Duration::from_millis(100), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
@@ -96,19 +98,21 @@ fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
 fn an_attached_consumer_ends_the_linger_at_once() {
     let name = unique("linger-attached");
     let guard = name_guard(&[&name]);
-    let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let t0 = Instant::now();
     drop(tx);
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
-    assert!(matches!(rx.recv(), Err(Error::Disconnected)));
+    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
     drop(rx);
     guard.assert_gone();
 }
 
 #[test]
 fn errors_say_what_to_change() {
-    let e = Receiver::open(&unique("nobody")).unwrap_err().to_string();
+    let e = Receiver::<Message>::open(&unique("nobody"))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("Receiver::open_timeout"), "{e}");
     assert!(e.contains("not created it yet"), "{e}");
     let name = unique("too-large");
@@ -119,9 +123,12 @@ fn errors_say_what_to_change() {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let e = tx.loan::<f32>(&[2000]).unwrap_err();
-    assert!(matches!(e, Error::TooLarge { needed: 8000, .. }), "{e:?}");
+    assert!(
+        matches!(e, LoanError::Send(SendError::TooLarge { needed: 8000, .. })),
+        "{e:?}"
+    );
     let e = e.to_string();
     assert!(
         e.contains("ChannelConfig::block_size to at least 8000"),

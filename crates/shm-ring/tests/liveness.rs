@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use common::{Peer, name_guard, unique};
 use rustix::process::{Resource, Rlimit};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender, Transfer};
+use shm_ring::{
+    ChannelConfig, LoanError, Message, MessageBuilder, Receiver, RecvTimeoutError, Sender, Transfer,
+};
 
 static FDS: Mutex<()> = Mutex::new(());
 
@@ -45,14 +47,14 @@ fn out_of_file_descriptors_is_not_a_dead_producer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
     let name = unique("emfile");
     let guard = name_guard(&[&name]);
-    let tx = Sender::create(&name, &ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     let hog = exhaust_descriptors();
     // The producer is alive (it is us); several liveness checks run during this wait.
     let res = rx.recv_timeout(Duration::from_millis(500));
     restore(hog);
     assert!(
-        matches!(res, Err(Error::Timeout)),
+        matches!(res, Err(RecvTimeoutError::Timeout)),
         "expected Timeout, got {res:?}"
     );
     drop((tx, rx));
@@ -74,7 +76,7 @@ fn out_of_file_descriptors_is_not_a_dead_consumer() {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mut consumer = Peer::spawn(&["hold", &name, "2"]);
     tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
     for i in 0..2 {
@@ -93,7 +95,7 @@ fn out_of_file_descriptors_is_not_a_dead_consumer() {
     restore(hog);
     assert!(checked.is_ok(), "live consumer judged gone: {checked:?}");
     assert!(
-        matches!(loaned, Err(Error::Timeout)),
+        matches!(loaned, Err(LoanError::Timeout)),
         "expected Timeout, got {loaned:?}"
     );
     assert_eq!(

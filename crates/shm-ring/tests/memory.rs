@@ -8,7 +8,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 
 use common::{name_guard, unique};
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender, Transfer};
 
 const MIB: u64 = 1 << 20;
 const PAGE: u64 = 4096;
@@ -102,8 +102,8 @@ fn named_channel_commits_blocks_as_they_are_first_used() {
         transfer: Transfer::Copy,
         ..config()
     };
-    let tx = Sender::create(&name, &cfg).unwrap();
-    let rx = Receiver::open(&name).unwrap();
+    let tx = Sender::<Message>::create(&name, &cfg).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     only_loans_take_blocks_when_arrays_are_copied(tx, rx, &cfg);
     guard.assert_gone();
 }
@@ -111,9 +111,9 @@ fn named_channel_commits_blocks_as_they_are_first_used() {
 #[test]
 fn anonymous_channel_commits_blocks_as_they_are_first_used() {
     let cfg = config();
-    let tx = Sender::anonymous(&cfg).unwrap();
+    let tx = Sender::<Message>::anonymous(&cfg).unwrap();
     let fd = std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned().unwrap();
-    let rx = Receiver::from_fd(fd).unwrap();
+    let rx = Receiver::<Message>::from_fd(fd).unwrap();
     grows_with_blocks_in_flight(tx, rx, &cfg);
 }
 

@@ -13,7 +13,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{Peer, mem_path, name_guard, peer_cmd, private_rendezvous, socket_dir, unique};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Rendezvous, Sender, Transfer};
+use shm_ring::{
+    ChannelConfig, Message, MessageBuilder, OpenError, Receiver, Rendezvous, Sender, Transfer,
+};
 use shmpipe_test_kit::{NOBODY, TempDir, as_nobody, is_root};
 
 fn chmod(p: &Path, mode: u32) {
@@ -40,7 +42,7 @@ fn another_user_can_neither_open_nor_squat_nor_break_a_named_channel() {
     }
     let name = unique("foreign");
     let guard = name_guard(&[&name]);
-    let mut tx = Sender::create(&name, &no_linger(Rendezvous::default())).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).unwrap();
     let dir = socket_dir();
     let st = std::fs::metadata(&dir).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::uid(&st), 0);
@@ -67,7 +69,7 @@ fn another_user_can_neither_open_nor_squat_nor_break_a_named_channel() {
         .map(|e| e.file_name())
         .collect();
     assert_eq!(left, vec![std::ffi::OsString::from(&name)]);
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     tx.send(MessageBuilder::new().tag(3)).unwrap();
     assert_eq!(rx.recv().unwrap().tag(), 3);
     drop((tx, rx));
@@ -96,7 +98,7 @@ fn a_socket_directory_of_another_user_is_refused_unless_that_user_is_allowed() {
         dir: Some(path),
         ..Rendezvous::default()
     };
-    let msg = Sender::create("x", &no_linger(strict))
+    let msg = Sender::<Message>::create("x", &no_linger(strict))
         .expect_err("created in another user's directory")
         .to_string();
     assert!(msg.contains(&format!("uid {NOBODY}")), "{msg}");
@@ -108,7 +110,7 @@ fn a_socket_directory_of_another_user_is_refused_unless_that_user_is_allowed() {
             .args(["produce-hang", "theirs"]),
     );
     assert_eq!(theirs.line(), "ready");
-    let msg = Receiver::open_in(&strict, "theirs", None)
+    let msg = Receiver::<Message>::open_in(&strict, "theirs", None)
         .expect_err("opened another user's channel")
         .to_string();
     assert!(msg.contains(&format!("uid {NOBODY}")), "{msg}");
@@ -116,7 +118,8 @@ fn a_socket_directory_of_another_user_is_refused_unless_that_user_is_allowed() {
         peer_uid: Some(NOBODY),
         ..strict
     };
-    let rx = Receiver::open_in(&allowing, "theirs", None).expect("allowed user's channel");
+    let rx =
+        Receiver::<Message>::open_in(&allowing, "theirs", None).expect("allowed user's channel");
     assert_eq!(rx.producer_pid(), theirs.pid());
     drop(rx);
     theirs.kill();
@@ -127,8 +130,8 @@ fn a_socket_directory_of_another_user_is_refused_unless_that_user_is_allowed() {
             .args(["produce-hang", "strict"]),
     );
     assert_eq!(strict_theirs.line(), "ready");
-    match Receiver::open_in(&allowing, "strict", None) {
-        Err(Error::NotASegment(why)) => assert!(why.contains("refuse our user"), "{why}"),
+    match Receiver::<Message>::open_in(&allowing, "strict", None) {
+        Err(OpenError::NotASegment(why)) => assert!(why.contains("refuse our user"), "{why}"),
         other => panic!("expected a refusal, got {other:?}"),
     }
     strict_theirs.kill();
@@ -139,18 +142,18 @@ fn own_socket_directory_with_group_or_other_bits_is_refused() {
     let (dir, rdv) = private_rendezvous("mode");
     for mode in [0o750, 0o705, 0o770, 0o701] {
         chmod(dir.path(), mode);
-        let msg = Sender::create("x", &no_linger(rdv))
+        let msg = Sender::<Message>::create("x", &no_linger(rdv))
             .expect_err("a socket directory others may enter")
             .to_string();
         assert!(msg.contains(&format!("mode {mode:04o}")), "{msg}");
-        let msg = Receiver::open_in(&rdv, "x", None)
+        let msg = Receiver::<Message>::open_in(&rdv, "x", None)
             .expect_err("a socket directory others may enter")
             .to_string();
         assert!(msg.contains(&format!("mode {mode:04o}")), "{msg}");
     }
     chmod(dir.path(), 0o700);
-    let tx = Sender::create("x", &no_linger(rdv)).unwrap();
-    drop(Receiver::open_in(&rdv, "x", None).unwrap());
+    let tx = Sender::<Message>::create("x", &no_linger(rdv)).unwrap();
+    drop(Receiver::<Message>::open_in(&rdv, "x", None).unwrap());
     drop(tx);
     assert!(shmpipe_test_kit::entries_of(dir.path(), "").is_empty());
 }
@@ -165,7 +168,7 @@ fn a_socket_directory_that_is_a_symlink_or_not_a_directory_is_refused() {
         dir: Some(Box::leak(link.clone().into_boxed_path())),
         ..rdv
     };
-    let msg = Sender::create("x", &no_linger(via_link))
+    let msg = Sender::<Message>::create("x", &no_linger(via_link))
         .expect_err("followed a symlink")
         .to_string();
     assert!(msg.contains("a symbolic link"), "{msg}");
@@ -175,7 +178,7 @@ fn a_socket_directory_that_is_a_symlink_or_not_a_directory_is_refused() {
         dir: Some(Box::leak(file.into_boxed_path())),
         ..rdv
     };
-    let msg = Receiver::open_in(&at_file, "x", None)
+    let msg = Receiver::<Message>::open_in(&at_file, "x", None)
         .expect_err("a file as socket directory")
         .to_string();
     assert!(msg.contains("a regular file"), "{msg}");
@@ -206,8 +209,8 @@ fn a_same_user_process_cannot_resize_a_named_channel() {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&name, &cfg).unwrap();
-    let mut rx = Receiver::open(&name).unwrap();
+    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
+    let mut rx = Receiver::<Message>::open(&name).unwrap();
     for target in [name.clone(), mem_path(&tx)] {
         let (ok, out, err) = Peer::spawn(&["resize", &target]).finish(Duration::from_secs(10));
         assert!(ok, "{err}");
@@ -250,8 +253,8 @@ fn a_name_squatted_in_dev_shm_by_another_user_changes_nothing() {
         .status()
         .unwrap();
     assert!(made.success());
-    let mut tx = Sender::create(&name, &ChannelConfig::default()).expect("squatted");
-    let mut rx = Receiver::open(&name).expect("squatted");
+    let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).expect("squatted");
+    let mut rx = Receiver::<Message>::open(&name).expect("squatted");
     tx.send(MessageBuilder::new().tag(9)).unwrap();
     assert_eq!(rx.recv().unwrap().tag(), 9);
     drop((tx, rx));

@@ -6,11 +6,11 @@
 
 use std::os::fd::AsFd;
 
-use shm_ring::{ChannelConfig, DType, MessageBuilder, Receiver, Sender};
+use shm_ring::{ChannelConfig, DType, Message, MessageBuilder, Receiver, Sender};
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
-    let tx = Sender::anonymous(cfg).unwrap();
-    let rx = Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
+    let tx = Sender::<Message>::anonymous(cfg).unwrap();
+    let rx = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
     (tx, rx)
 }
 
@@ -135,22 +135,26 @@ fn a_bool_loan_travels_as_bool_and_the_receiver_knows_the_pool() {
 }
 
 #[test]
-fn try_send_timeout_waits_and_gives_the_message_back_with_its_loan() {
+fn send_timeout_waits_and_gives_the_message_back_with_its_loan() {
     let cfg = ChannelConfig { slots: 2, ..cfg(4) };
     let (mut tx, mut rx) = pair(&cfg);
     while tx.try_send(MessageBuilder::new().tag(1)).is_ok() {}
     let loan = tx.loan::<u32>(&[4]).unwrap().fill(9);
     let t0 = std::time::Instant::now();
-    let back = match tx.try_send_timeout(
+    let back = match tx.send_timeout(
         MessageBuilder::new().tag(2).array_loan("x", loan),
         std::time::Duration::from_millis(30),
     ) {
-        Err(shm_ring::TrySendError::Full(m)) => m,
-        other => panic!("expected Full, got {other:?}"),
+        Err(shm_ring::SendTimeoutError::Timeout(m)) => m,
+        other => panic!("expected Timeout, got {other:?}"),
     };
     assert!(t0.elapsed() >= std::time::Duration::from_millis(25));
-    while rx.try_recv().unwrap().is_some() {}
-    tx.try_send_timeout(back, std::time::Duration::from_secs(5))
+    while match rx.try_recv() {
+        Ok(_) => true,
+        Err(shm_ring::TryRecvError::Empty) => false,
+        Err(e) => panic!("{e}"),
+    } {}
+    tx.send_timeout(back, std::time::Duration::from_secs(5))
         .unwrap();
     let m = rx.recv().unwrap();
     assert_eq!(m.tag(), 2);

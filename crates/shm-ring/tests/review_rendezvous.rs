@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::{private_rendezvous, unique};
 use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-use shm_ring::{ChannelConfig, Sender};
+use shm_ring::{ChannelConfig, Message, Sender};
 use shmpipe_test_kit::within;
 
 fn seqpacket() -> OwnedFd {
@@ -39,7 +39,7 @@ fn a_flood_of_connections_does_not_hold_the_senders_drop() {
         ..ChannelConfig::default()
     };
     let fds_before = open_fds();
-    let tx = Sender::create(&name, &cfg).unwrap();
+    let tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let path = SocketAddrUnix::new(dir.path().join(&name)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let flooders: Vec<_> = (0..3)
@@ -148,7 +148,7 @@ fn xdg_victim() {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let tx = Sender::create(&name, &cfg).expect("create");
+    let tx = Sender::<Message>::create(&name, &cfg).expect("create");
     let mut o = std::io::stdout();
     writeln!(
         o,
@@ -159,7 +159,7 @@ fn xdg_victim() {
     o.flush().unwrap();
     let mut l = String::new();
     std::io::stdin().read_line(&mut l).unwrap();
-    let r = Receiver::open(&name);
+    let r = Receiver::<Message>::open(&name);
     writeln!(
         o,
         "{}",

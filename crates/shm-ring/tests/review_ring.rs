@@ -18,7 +18,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{name_guard, unique};
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Rendezvous, Sender, Transfer};
+use shm_ring::{
+    ChannelConfig, CreateError, LoanError, Message, MessageBuilder, OpenError, Receiver,
+    Rendezvous, SendError, Sender, Transfer,
+};
 use shmpipe_test_kit::{ChildGuard, KillOnDrop, NOBODY, TempDir, is_root, rerun_test};
 
 unsafe extern "C" {
@@ -94,8 +97,8 @@ fn leak(p: &Path) -> &'static Path {
 fn review_a_forked_child_does_not_keep_a_dead_creators_name() {
     const T: &str = "review_a_forked_child_does_not_keep_a_dead_creators_name";
     if role().as_deref() == Some("fork-holder") {
-        let _tx =
-            Sender::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default())).expect("create");
+        let _tx = Sender::<Message>::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default()))
+            .expect("create");
         // SAFETY: the child only sleeps (nanosleep) and calls _exit: async-signal-safe.
         let pid = unsafe { fork() };
         if pid == 0 {
@@ -125,17 +128,17 @@ fn review_a_forked_child_does_not_keep_a_dead_creators_name() {
     let _kill_grandchild = KillOnDrop(vec![grandchild]);
     creator.kill(); // SIGKILL the creator, between two instructions
     let t0 = Instant::now();
-    let opened = Receiver::open(&name).map(|_| ());
+    let opened = Receiver::<Message>::open(&name).map(|_| ());
     let open_took = t0.elapsed();
     let t0 = Instant::now();
-    let created = Sender::create(&name, &no_linger(Rendezvous::default())).map(|_| ());
+    let created = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).map(|_| ());
     let create_took = t0.elapsed();
     drop(_kill_grandchild);
     let _ = shmpipe_test_kit::wait_gone(&[grandchild], Duration::from_secs(5));
     let _ = Rendezvous::default().remove_stale(&name);
     drop(guard);
     assert!(
-        matches!(opened, Err(Error::NotFound(_)))
+        matches!(opened, Err(OpenError::NotFound(_)))
             && open_took < Duration::from_secs(1)
             && created.is_ok(),
         "a forked child holds the dead creator's socket: open {opened:?} after {open_took:?}; \
@@ -159,7 +162,7 @@ fn review_the_allowed_peer_user_can_open_a_channel_made_for_it() {
             dir: Some(leak(&dir)),
             peer_uid: Some(0),
         };
-        match Receiver::open_in(&rdv, "shared", None) {
+        match Receiver::<Message>::open_in(&rdv, "shared", None) {
             Ok(mut rx) => say(&format!("opened, tag {:?}", rx.recv().map(|m| m.tag()))),
             Err(e) => say(&format!("open failed: {e}")),
         }
@@ -181,7 +184,7 @@ fn review_the_allowed_peer_user_can_open_a_channel_made_for_it() {
         dir: Some(leak(dir.path())),
         peer_uid: Some(NOBODY),
     };
-    let mut tx = Sender::create("shared", &no_linger(rdv)).expect("create for the peer");
+    let mut tx = Sender::<Message>::create("shared", &no_linger(rdv)).expect("create for the peer");
     tx.send(MessageBuilder::new().tag(5)).unwrap();
     let mode = std::fs::symlink_metadata(dir.path().join("shared"))
         .unwrap()
@@ -225,8 +228,8 @@ fn review_a_third_user_in_the_directorys_group_cannot_touch_our_names() {
         peer_uid: Some(NOBODY),
     };
     // The create is where a refusal of this directory would come.
-    let tx = match Sender::create("victim", &no_linger(rdv)) {
-        Err(Error::Untrusted(why)) => {
+    let tx = match Sender::<Message>::create("victim", &no_linger(rdv)) {
+        Err(CreateError::Untrusted(why)) => {
             eprintln!("refused as it should be: {why}");
             return;
         }
@@ -242,7 +245,7 @@ fn review_a_third_user_in_the_directorys_group_cannot_touch_our_names() {
         .gid(SHARED_GID)
         .output()
         .unwrap();
-    let opened = Receiver::open_in(&rdv, "victim", None).map(|_| ());
+    let opened = Receiver::<Message>::open_in(&rdv, "victim", None).map(|_| ());
     drop(tx);
     let said = String::from_utf8_lossy(&out.stdout);
     let kind = std::fs::symlink_metadata(&sock).map(|m| m.file_type());
@@ -311,7 +314,7 @@ fn hidepid_producer(test: &str) {
         transfer: Transfer::ZeroCopy,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::anonymous(&cfg).unwrap();
+    let mut tx = Sender::<Message>::anonymous(&cfg).unwrap();
     let inherit = rustix::io::dup(tx.as_fd()).unwrap(); // dup: no close-on-exec
     let mut consumer = ChildGuard(
         helper(test, "hidepid-consumer")
@@ -344,8 +347,8 @@ fn hidepid_producer(test: &str) {
     let second = tx.loan_timeout::<u32>(&[1000], Duration::from_millis(500));
     let what = match &second {
         Ok(_) => "Ok".to_string(),
-        Err(Error::Timeout) => "Timeout".to_string(),
-        Err(Error::PeerDied { .. }) => "PeerDied".to_string(),
+        Err(LoanError::Timeout) => "Timeout".to_string(),
+        Err(LoanError::Send(SendError::PeerDied { .. })) => "PeerDied".to_string(),
         Err(e) => format!("{e}"),
     };
     say(&format!(
@@ -374,7 +377,7 @@ fn hidepid_consumer() {
     // SAFETY: the descriptor was left open for us by our parent (not close-on-exec) and is
     // owned by nobody else in this process.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let mut rx = Receiver::from_fd(fd).expect("attach");
+    let mut rx = Receiver::<Message>::from_fd(fd).expect("attach");
     say("attached");
     let m = rx.recv().expect("recv");
     say("got");
@@ -393,7 +396,7 @@ fn hidepid_consumer() {
 
 // ---------------------------------------------------------------------------------------
 // R6. A test hook ships in the library: any process whose environment has
-// SHM_RING_TEST_KILL_AFTER_BIND=<name> SIGKILLs itself in `Sender::create(<name>)`
+// SHM_RING_TEST_KILL_AFTER_BIND=<name> SIGKILLs itself in `Sender::<Message>::create(<name>)`
 // (`rendezvous/server.rs`, test_hook_kill_after_bind), and every named create pays an
 // environment lookup.
 
@@ -401,7 +404,7 @@ fn hidepid_consumer() {
 fn review_the_library_has_no_self_kill_hook() {
     const T: &str = "review_the_library_has_no_self_kill_hook";
     if role().as_deref() == Some("hook") {
-        let tx = Sender::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default()));
+        let tx = Sender::<Message>::create(&env("REVIEW_NAME"), &no_linger(Rendezvous::default()));
         say(&format!("created: {}", tx.is_ok()));
         return;
     }
@@ -440,13 +443,13 @@ fn review_a_trailing_slash_does_not_get_a_symlinked_directory_past_the_check() {
             dir: Some(leak(&p)),
             ..Rendezvous::default()
         };
-        let r = Sender::create("x", &no_linger(rdv)).map(|_| ());
+        let r = Sender::<Message>::create("x", &no_linger(rdv)).map(|_| ());
         results.push((suffix, r));
     }
     let _ = std::fs::remove_file(&link);
     for (suffix, r) in results {
         assert!(
-            matches!(&r, Err(Error::Untrusted(why)) if why.contains("symbolic link")),
+            matches!(&r, Err(CreateError::Untrusted(why)) if why.contains("symbolic link")),
             "a symlinked socket directory given as 'link{suffix}' was used: {r:?}"
         );
     }
@@ -465,11 +468,12 @@ fn review_a_forked_child_can_open_a_channel_while_the_parent_opens_others() {
     for _ in 0..2 {
         let stop = stop.clone();
         hammers.push(std::thread::spawn(move || {
-            let tx = Sender::anonymous(&ChannelConfig::default()).unwrap();
-            let _first = Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
+            let tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
+            let _first =
+                Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 // Busy: the attach pushes and pops our entry under OWN_RECEIVERS.
-                let _ = Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap());
+                let _ = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap());
             }
         }));
     }
@@ -485,11 +489,13 @@ fn review_a_forked_child_can_open_a_channel_while_the_parent_opens_others() {
         // the parent, which SIGKILLs it after 3 s).
         let pid = unsafe { fork() };
         if pid == 0 {
-            let code = match Sender::anonymous(&ChannelConfig::default()) {
-                Ok(tx) => match Receiver::from_fd(tx.as_fd().try_clone_to_owned().unwrap()) {
-                    Ok(_) => 0,
-                    Err(_) => 2,
-                },
+            let code = match Sender::<Message>::anonymous(&ChannelConfig::default()) {
+                Ok(tx) => {
+                    match Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()) {
+                        Ok(_) => 0,
+                        Err(_) => 2,
+                    }
+                }
                 Err(_) => 3,
             };
             // SAFETY: ends the forked child without running the parent's destructors.
@@ -555,9 +561,9 @@ fn review_an_open_racing_a_dropped_sender_is_not_a_malformed_answer() {
     let mut tally = std::collections::BTreeMap::<String, u32>::new();
     let mut example = None;
     for i in 0..200u32 {
-        let tx = Sender::create("race", &no_linger(rdv)).unwrap();
+        let tx = Sender::<Message>::create("race", &no_linger(rdv)).unwrap();
         let opener = std::thread::spawn(move || {
-            Receiver::open_in(&rdv, "race", Some(Duration::from_millis(300))).map(|_| ())
+            Receiver::<Message>::open_in(&rdv, "race", Some(Duration::from_millis(300))).map(|_| ())
         });
         // Give the opener a moment to connect, then drop the sender under it.
         std::thread::sleep(Duration::from_micros(u64::from(i % 20) * 25));
@@ -565,7 +571,7 @@ fn review_an_open_racing_a_dropped_sender_is_not_a_malformed_answer() {
         let r = opener.join().unwrap();
         let kind = match &r {
             Ok(()) => "Ok".to_string(),
-            Err(Error::NotFound(_)) => "NotFound".to_string(),
+            Err(OpenError::NotFound(_)) => "NotFound".to_string(),
             Err(e) => {
                 example.get_or_insert_with(|| e.to_string());
                 format!("{e:?}").split('(').next().unwrap().to_string()
@@ -596,7 +602,7 @@ fn review_a_server_in_another_pid_namespace_is_refused_naming_the_cause() {
             dir: Some(leak(&dir)),
             ..Rendezvous::default()
         };
-        match Receiver::open_in(&rdv, "ns", None) {
+        match Receiver::<Message>::open_in(&rdv, "ns", None) {
             Ok(_) => say("opened"),
             Err(e) => say(&format!("refused: {e}")),
         }
@@ -607,7 +613,7 @@ fn review_a_server_in_another_pid_namespace_is_refused_naming_the_cause() {
         return;
     }
     let (dir, rdv) = common::private_rendezvous("rv-pidns");
-    let tx = Sender::create("ns", &no_linger(rdv)).unwrap();
+    let tx = Sender::<Message>::create("ns", &no_linger(rdv)).unwrap();
     let out = Command::new("unshare")
         .args(["--pid", "--fork", "--kill-child"])
         .arg(std::env::current_exe().unwrap())

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Peer, name_guard, unique};
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender, Transfer};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender, Transfer};
 
 const RUN: Duration = Duration::from_secs(4);
 
@@ -92,7 +92,7 @@ fn consume(mut rx: Receiver, until: Instant) -> (u64, u64, Duration, Vec<(String
                 }
                 Err(e) => {
                     err += 1;
-                    kind(e);
+                    kind(e.into());
                 }
             }
         } else {
@@ -108,7 +108,7 @@ fn consume(mut rx: Receiver, until: Instant) -> (u64, u64, Duration, Vec<(String
                 Ok(n) => ok += n as u64,
                 Err(e) => {
                     err += 1;
-                    kind(e);
+                    kind(e.into());
                 }
             }
         }
@@ -125,8 +125,8 @@ fn random_writes_into_a_live_channel_give_data_or_errors() {
     let name = unique("scribble");
     let guard = name_guard(&[&name]);
     let c = cfg();
-    let tx = Sender::create(&name, &c).unwrap();
-    let rx = Receiver::open(&name).unwrap();
+    let tx = Sender::<Message>::create(&name, &c).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     let seed = std::process::id().to_string();
     // The scribbler reaches the channel's memory as any process of this user can: through
     // /proc/<pid>/fd of one of the two ends.

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 use rustix::io::Errno;
-use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender};
+use shm_ring::{ChannelConfig, Error, Message, MessageBuilder, OpenError, Receiver, Sender};
 use shmpipe_test_kit::{in_small_dev_shm, is_root};
 
 fn send_one(tx: &mut Sender, v: f32) {
@@ -40,7 +40,7 @@ fn share(tx: &Sender) -> OwnedFd {
 
 #[test]
 fn anonymous_channel_carries_the_three_seals() {
-    let tx = Sender::anonymous(&ChannelConfig::default()).unwrap();
+    let tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
     let seals = rustix::fs::fcntl_get_seals(tx.as_fd()).unwrap();
     let want = SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL;
     assert!(seals.contains(want), "seals {seals:?}, want {want:?}");
@@ -50,8 +50,8 @@ fn anonymous_channel_carries_the_three_seals() {
 
 #[test]
 fn a_peer_cannot_truncate_or_grow_a_sealed_channel() {
-    let mut tx = Sender::anonymous(&ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::from_fd(share(&tx)).unwrap();
+    let mut tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::from_fd(share(&tx)).unwrap();
     send_one(&mut tx, 1.0);
     // The hostile peer: it holds the descriptor and tries to cut the segment short (which,
     // unsealed, makes the consumer's next touch of the lost pages a SIGBUS) or to grow it.
@@ -84,8 +84,8 @@ fn a_peer_cannot_truncate_or_grow_a_sealed_channel() {
 /// error, never a crash.
 #[test]
 fn punched_holes_read_as_zeros_and_give_data_or_an_error() {
-    let mut tx = Sender::anonymous(&ChannelConfig::default()).unwrap();
-    let mut rx = Receiver::from_fd(share(&tx)).unwrap();
+    let mut tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
+    let mut rx = Receiver::<Message>::from_fd(share(&tx)).unwrap();
     send_one(&mut tx, 1.0);
     let peer = share(&tx);
     let len = rustix::fs::fstat(&peer).unwrap().st_size as u64;
@@ -109,7 +109,7 @@ fn punched_holes_read_as_zeros_and_give_data_or_an_error() {
 /// seals are missing, and that alone must be refused.
 #[test]
 fn from_fd_refuses_an_unsealed_copy() {
-    let tx = Sender::anonymous(&ChannelConfig::default()).unwrap();
+    let tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
     let src = share(&tx);
     let len = rustix::fs::fstat(&src).unwrap().st_size as usize;
     let mut bytes = vec![0u8; len];
@@ -117,17 +117,17 @@ fn from_fd_refuses_an_unsealed_copy() {
     let copy = rustix::fs::memfd_create("unsealed", MemfdFlags::CLOEXEC).unwrap();
     let copy = File::from(copy);
     std::os::unix::fs::FileExt::write_all_at(&copy, &bytes, 0).unwrap();
-    match Receiver::from_fd(copy.into()) {
-        Err(Error::NotASegment(why)) => assert!(why.contains("seal"), "{why}"),
+    match Receiver::<Message>::from_fd(copy.into()) {
+        Err(OpenError::NotASegment(why)) => assert!(why.contains("seal"), "{why}"),
         other => panic!("expected NotASegment naming the seals, got {other:?}"),
     }
     // The sealed original opens fine.
-    Receiver::from_fd(share(&tx)).unwrap();
+    Receiver::<Message>::from_fd(share(&tx)).unwrap();
 }
 
 #[test]
 fn from_fd_refuses_a_sealed_memfd_of_the_wrong_size() {
-    let tx = Sender::anonymous(&ChannelConfig::default()).unwrap();
+    let tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
     let src = File::from(share(&tx));
     let len = src.metadata().unwrap().len() as usize;
     let mut bytes = vec![0u8; len];
@@ -140,8 +140,8 @@ fn from_fd_refuses_a_sealed_memfd_of_the_wrong_size() {
     rustix::fs::fcntl_add_seals(&copy, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
         .unwrap();
     assert!(matches!(
-        Receiver::from_fd(copy.into()),
-        Err(Error::NotASegment(_) | Error::Corrupt(_))
+        Receiver::<Message>::from_fd(copy.into()),
+        Err(OpenError::NotASegment(_) | OpenError::Corrupt(_))
     ));
 }
 
@@ -187,7 +187,9 @@ fn from_fd_refusals_speak_of_the_descriptor_not_of_a_name() {
         (file, "cannot be sealed"),
         (memfd, "instead of"),
     ] {
-        let msg = Receiver::from_fd(fd).expect_err(what).to_string();
+        let msg = Receiver::<Message>::from_fd(fd)
+            .expect_err(what)
+            .to_string();
         assert!(msg.contains(what), "{msg}");
         assert!(msg.contains("the descriptor"), "{msg}");
         assert!(msg.contains("Sender::anonymous"), "{msg}");

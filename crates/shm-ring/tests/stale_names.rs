@@ -12,7 +12,7 @@ use std::os::unix::fs::symlink;
 use std::time::Duration;
 
 use common::{Peer, channel_memfd, name_guard, private_rendezvous, socket_path, unique};
-use shm_ring::{ChannelConfig, Error, Receiver, Sender};
+use shm_ring::{ChannelConfig, CreateError, Message, OpenError, Receiver, Sender};
 use shmpipe_test_kit::within;
 
 fn no_linger() -> ChannelConfig {
@@ -50,17 +50,17 @@ fn what_is_not_a_socket_at_a_name_is_refused_at_once_and_left_alone() {
         ("dir", "a directory"),
     ] {
         let created = within(Duration::from_secs(10), "create", move || {
-            Sender::create(name, &cfg).map(|_| ())
+            Sender::<Message>::create(name, &cfg).map(|_| ())
         });
         match created {
-            Err(Error::Untrusted(why)) => assert!(why.contains(what), "{why}"),
+            Err(CreateError::Untrusted(why)) => assert!(why.contains(what), "{why}"),
             other => panic!("create over {what}: {other:?}"),
         }
         let opened = within(Duration::from_secs(10), "open", move || {
-            Receiver::open_in(&rdv, name, None).map(|_| ())
+            Receiver::<Message>::open_in(&rdv, name, None).map(|_| ())
         });
         match opened {
-            Err(Error::Untrusted(why)) => assert!(why.contains(what), "{why}"),
+            Err(OpenError::Untrusted(why)) => assert!(why.contains(what), "{why}"),
             other => panic!("open of {what}: {other:?}"),
         }
         assert!(
@@ -94,11 +94,11 @@ fn a_live_creator_is_never_taken_for_stale_whatever_its_header_says() {
         Peer::spawn(&["corrupt", &mem, &at.to_string(), &hex]).finish(Duration::from_secs(10));
     assert!(ok, "{err}");
     assert!(matches!(
-        Sender::create(&name, &no_linger()),
-        Err(Error::AlreadyExists(_))
+        Sender::<Message>::create(&name, &no_linger()),
+        Err(CreateError::AlreadyExists(_))
     ));
-    match Receiver::open(&name) {
-        Err(Error::NotASegment(why)) => assert!(
+    match Receiver::<Message>::open(&name) {
+        Err(OpenError::NotASegment(why)) => assert!(
             why.contains(&format!("served by pid {}", creator.pid()))
                 && why.contains("names pid 2147483632"),
             "{why}"
@@ -110,7 +110,10 @@ fn a_live_creator_is_never_taken_for_stale_whatever_its_header_says() {
         "a live creator's socket was removed"
     );
     creator.kill();
-    assert!(matches!(Receiver::open(&name), Err(Error::NotFound(_))));
+    assert!(matches!(
+        Receiver::<Message>::open(&name),
+        Err(OpenError::NotFound(_))
+    ));
     guard.assert_gone();
 }
 
@@ -123,7 +126,7 @@ fn a_creator_killed_between_bind_and_serve_leaves_the_name_free() {
     let name = unique("orphan");
     let guard = name_guard(&[&name]);
     // The socket directory exists once a channel was made there.
-    drop(Sender::create(&name, &no_linger()).unwrap());
+    drop(Sender::<Message>::create(&name, &no_linger()).unwrap());
     let listener = rustix::net::socket_with(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
@@ -135,9 +138,9 @@ fn a_creator_killed_between_bind_and_serve_leaves_the_name_free() {
     rustix::net::listen(&listener, 4).unwrap();
     drop(listener); // what a SIGKILL does to it
     assert!(socket_path(&name).exists(), "the killed creator's socket");
-    let tx = Sender::create(&name, &no_linger())
+    let tx = Sender::<Message>::create(&name, &no_linger())
         .expect("the name of a killed creator must not stay taken");
-    let rx = Receiver::open(&name).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     assert_eq!(rx.producer_pid(), std::process::id());
     drop((rx, tx));
     guard.assert_gone();
@@ -149,16 +152,16 @@ fn a_creator_killed_between_bind_and_serve_leaves_the_name_free() {
 fn a_name_is_removed_only_while_it_still_leads_to_the_same_socket() {
     let name = unique("reused");
     let guard = name_guard(&[&name]);
-    let old = Sender::create(&name, &no_linger()).unwrap();
+    let old = Sender::<Message>::create(&name, &no_linger()).unwrap();
     std::fs::remove_file(socket_path(&name)).unwrap();
-    let new = Sender::create(&name, &no_linger()).unwrap();
+    let new = Sender::<Message>::create(&name, &no_linger()).unwrap();
     drop(old);
     assert!(
         socket_path(&name).exists(),
         "the old sender removed the new one's socket"
     );
-    let mut rx = Receiver::open(&name).expect("the new channel is still reachable");
-    assert_eq!(rx.try_recv().map(|m| m.is_some()).ok(), Some(false));
+    let mut rx = Receiver::<Message>::open(&name).expect("the new channel is still reachable");
+    assert!(matches!(rx.try_recv(), Err(shm_ring::TryRecvError::Empty)));
     drop((rx, new));
     guard.assert_gone();
 }

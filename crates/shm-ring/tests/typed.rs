@@ -1,4 +1,4 @@
-//! The typed path: `TypedSender<T>` / `TypedReceiver<T>`, one `Pod` value per ring slot.
+//! The typed path: `Sender<T>` / `Receiver<T>`, one `Pod` value per ring slot.
 //! In-process behaviour (batches, `try_send` giving the value back, drain then Disconnected,
 //! opening as the wrong type) and across real processes (a killed peer is `PeerDied` within a
 //! second; a closed one drains, then Disconnected).
@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{Peer, name_guard, unique};
 use shm_ring::{
-    ChannelConfig, Error, Receiver, RecvError, SchemaError, SendError, Sender, TrySendError,
-    TypedReceiver, TypedSender,
+    ChannelConfig, CreateError, Message, OpenError, Receiver, RecvError, RecvTimeoutError,
+    SchemaError, SendError, SendTimeoutError, Sender, TryRecvError, TrySendError,
 };
 
 fn no_linger() -> ChannelConfig {
@@ -22,10 +22,10 @@ fn no_linger() -> ChannelConfig {
     }
 }
 
-fn anon<T: bytemuck::Pod>(cfg: &ChannelConfig) -> (TypedSender<T>, TypedReceiver<T>) {
-    let tx = TypedSender::<T>::anonymous(cfg).unwrap();
+fn anon<T: bytemuck::Pod>(cfg: &ChannelConfig) -> (Sender<T>, Receiver<T>) {
+    let tx = Sender::<T>::anonymous(cfg).unwrap();
     let fd = tx.as_fd().try_clone_to_owned().unwrap();
-    (tx, TypedReceiver::<T>::from_fd(fd).unwrap())
+    (tx, Receiver::<T>::from_fd(fd).unwrap())
 }
 
 #[test]
@@ -37,7 +37,7 @@ fn values_arrive_in_order_through_every_call_then_disconnected() {
     let (mut tx, mut rx) = anon::<[f32; 16]>(&cfg);
     assert_eq!(tx.config().slot_size, 64);
     assert_eq!(tx.config().blocks, 0);
-    // More than the ring holds in one send_many, with a consumer in another thread.
+    // More than the ring holds in one send_batch, with a consumer in another thread.
     let many: Vec<[f32; 16]> = (0..100).map(|i| [i as f32; 16]).collect();
     let reader = std::thread::spawn(move || {
         let mut got = Vec::new();
@@ -50,9 +50,9 @@ fn values_arrive_in_order_through_every_call_then_disconnected() {
         }
     });
     tx.send(&[-1.0; 16]).unwrap();
-    tx.send_many(&many).unwrap();
+    assert_eq!(tx.send_batch(&many).unwrap(), 100);
     tx.send(&[-2.0; 16]).unwrap();
-    assert_eq!(tx.sent(), 102);
+    assert_eq!(tx.stats().messages, 102);
     drop(tx);
     let got = reader.join().unwrap();
     assert_eq!(got.len(), 102);
@@ -62,19 +62,24 @@ fn values_arrive_in_order_through_every_call_then_disconnected() {
 }
 
 #[test]
-fn try_recv_recv_with_and_timeouts() {
+fn try_recv_recv_batch_and_timeouts() {
     let (mut tx, mut rx) = anon::<u64>(&no_linger());
-    assert_eq!(rx.try_recv().unwrap(), None);
+    assert_eq!(common::got(rx.try_recv()), None);
     assert!(matches!(
         rx.recv_timeout(Duration::from_millis(20)),
-        Err(RecvError::Timeout)
+        Err(RecvTimeoutError::Timeout)
     ));
     tx.send(&7).unwrap();
     tx.send(&8).unwrap();
-    assert_eq!(rx.try_recv().unwrap(), Some(7));
-    assert_eq!(rx.recv_with(|v| v * 2).unwrap(), 16);
+    assert_eq!(common::got(rx.try_recv()), Some(7));
+    let mut seen = Vec::new();
+    assert_eq!(rx.recv_batch(8, None, |v| seen.push(v * 2)).unwrap(), 1);
+    assert_eq!(seen, [16]);
     tx.close();
-    assert!(matches!(rx.try_recv(), Err(RecvError::Disconnected)));
+    assert!(matches!(
+        rx.try_recv(),
+        Err(TryRecvError::Failed(RecvError::Disconnected))
+    ));
     assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
 }
 
@@ -93,8 +98,8 @@ fn try_send_gives_the_value_back_when_full() {
         other => panic!("expected Full([9, 8, 7]), got {other:?}"),
     }
     assert!(matches!(
-        tx.send_timeout(&[5; 3], Duration::from_millis(20)),
-        Err(SendError::Timeout)
+        tx.send_timeout([5; 3], Duration::from_millis(20)),
+        Err(SendTimeoutError::Timeout([5, 5, 5]))
     ));
     assert_eq!(rx.recv().unwrap(), [0; 3]);
     // The slot read is handed back (the ring was full, so at once): room for one more.
@@ -110,9 +115,9 @@ fn try_send_gives_the_value_back_when_full() {
     assert!(matches!(tx.send(&[0; 3]), Err(SendError::Disconnected)));
 }
 
-fn assert_mismatch<T: std::fmt::Debug>(r: Result<T, Error>, channel: &str, expected: &str) {
+fn assert_mismatch<T: std::fmt::Debug>(r: Result<T, OpenError>, channel: &str, expected: &str) {
     match r {
-        Err(Error::Schema(SchemaError::Mismatch {
+        Err(OpenError::Schema(SchemaError::Mismatch {
             channel: c,
             expected: e,
         })) => {
@@ -135,31 +140,31 @@ struct Point {
 fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     let name = unique("typed-mismatch");
     let guard = name_guard(&[&name]);
-    let mut tx = TypedSender::<[f32; 16]>::create(&name, &no_linger()).unwrap();
+    let mut tx = Sender::<[f32; 16]>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
-        TypedReceiver::<[f64; 16]>::open(&name),
+        Receiver::<[f64; 16]>::open(&name),
         "f32 array of shape [16]",
         "f64 array of shape [16]",
     );
     // Same size and alignment, another dtype.
+    assert_mismatch(Receiver::<[u32; 16]>::open(&name), "f32 array", "u32 array");
     assert_mismatch(
-        TypedReceiver::<[u32; 16]>::open(&name),
-        "f32 array",
-        "u32 array",
-    );
-    assert_mismatch(
-        TypedReceiver::<[[f32; 4]; 4]>::open(&name),
+        Receiver::<[[f32; 4]; 4]>::open(&name),
         "shape [16]",
         "shape [4, 4]",
     );
-    assert_mismatch(Receiver::open(&name), "f32 array", "self-describing");
     assert_mismatch(
-        Receiver::open_timeout(&name, Duration::from_secs(1)),
+        Receiver::<Message>::open(&name),
+        "f32 array",
+        "self-describing",
+    );
+    assert_mismatch(
+        Receiver::<Message>::open_timeout(&name, Duration::from_secs(1)),
         "f32 array",
         "self-describing",
     );
     // None of the refused openers claimed or closed the channel.
-    let mut rx = TypedReceiver::<[f32; 16]>::open(&name).unwrap();
+    let mut rx = Receiver::<[f32; 16]>::open(&name).unwrap();
     tx.send(&[3.0; 16]).unwrap();
     assert_eq!(rx.recv().unwrap(), [3.0; 16]);
     drop((tx, rx));
@@ -168,14 +173,14 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     // A user struct is opaque: size and alignment are what is checked.
     let name = unique("typed-struct");
     let guard = name_guard(&[&name]);
-    let mut tx = TypedSender::<Point>::create(&name, &no_linger()).unwrap();
+    let mut tx = Sender::<Point>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
-        TypedReceiver::<[u64; 2]>::open(&name),
+        Receiver::<[u64; 2]>::open(&name),
         "opaque 16-byte value",
         "u64 array",
     );
-    assert_mismatch(TypedReceiver::<[u64; 3]>::open(&name), "opaque", "u64");
-    let mut rx = TypedReceiver::<Point>::open(&name).unwrap();
+    assert_mismatch(Receiver::<[u64; 3]>::open(&name), "opaque", "u64");
+    let mut rx = Receiver::<Point>::open(&name).unwrap();
     tx.send(&Point {
         t: 1,
         x: 2.0,
@@ -196,25 +201,25 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     // A channel of self-describing messages is not a typed one.
     let name = unique("typed-plain");
     let guard = name_guard(&[&name]);
-    let tx = Sender::create(&name, &no_linger()).unwrap();
+    let tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
-        TypedReceiver::<[f32; 16]>::open(&name),
+        Receiver::<[f32; 16]>::open(&name),
         "self-describing messages (no schema)",
         "f32 array",
     );
-    let rx = Receiver::open(&name).unwrap();
+    let rx = Receiver::<Message>::open(&name).unwrap();
     drop((tx, rx));
     guard.assert_gone();
 }
 
 #[test]
 fn a_value_over_64_kib_is_refused_at_creation() {
-    let r = TypedSender::<[[u8; 4096]; 17]>::anonymous(&no_linger());
+    let r = Sender::<[[u8; 4096]; 17]>::anonymous(&no_linger());
     assert!(
-        matches!(r, Err(Error::TooLarge { needed: 69632, .. })),
+        matches!(r, Err(CreateError::TooLarge { needed: 69632, .. })),
         "{r:?}"
     );
-    assert!(TypedSender::<[[u8; 4096]; 16]>::anonymous(&no_linger()).is_ok());
+    assert!(Sender::<[[u8; 4096]; 16]>::anonymous(&no_linger()).is_ok());
 }
 
 #[test]
@@ -222,7 +227,7 @@ fn killed_producer_is_peer_died_within_a_second_after_its_values() {
     let name = unique("typed-kill-producer");
     let _guard = name_guard(&[&name]);
     let mut peer = Peer::spawn(&["typed-produce", &name, "5"]);
-    let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
+    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
     assert_eq!(peer.line(), "sent");
     peer.kill();
     let killed = Instant::now();
@@ -245,7 +250,7 @@ fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
         slots: 4,
         ..no_linger()
     };
-    let mut tx = TypedSender::<[f32; 16]>::create(&name, &cfg).unwrap();
+    let mut tx = Sender::<[f32; 16]>::create(&name, &cfg).unwrap();
     let mut peer = Peer::spawn(&["typed-take", &name, "1"]);
     tx.send(&[0.0; 16]).unwrap();
     assert_eq!(peer.line(), "took 1");
@@ -259,7 +264,7 @@ fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
     let took = killed.elapsed();
     assert!(took < Duration::from_secs(1), "PeerDied after {took:?}");
     // The dead consumer's ring was reset: a new consumer attaches and gets what follows.
-    let mut rx = TypedReceiver::<[f32; 16]>::open(&name).unwrap();
+    let mut rx = Receiver::<[f32; 16]>::open(&name).unwrap();
     tx.send(&[3.0; 16]).unwrap();
     assert_eq!(rx.recv().unwrap(), [3.0; 16]);
     drop((tx, rx));
@@ -271,7 +276,7 @@ fn closed_producer_in_another_process_drains_then_disconnected() {
     let name = unique("typed-drain");
     let guard = name_guard(&[&name]);
     let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
-    let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
+    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
     for i in 0..300 {
         assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
     }
@@ -290,7 +295,7 @@ fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
     assert_eq!(peer.line(), "sent");
     // The producer has dropped its sender and lingers for a consumer.
     std::thread::sleep(Duration::from_millis(100));
-    let mut rx = TypedReceiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
+    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
     for i in 0..5 {
         assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
     }
@@ -299,4 +304,42 @@ fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
     assert!(ok && out.contains("closed"), "{out} {err}");
     drop(rx);
     guard.assert_gone();
+}
+
+#[test]
+fn a_loaned_slot_is_zeroed_written_in_place_and_sent_once() {
+    let cfg = ChannelConfig {
+        slots: 2,
+        ..no_linger()
+    };
+    let (mut tx, mut rx) = anon::<[u32; 4]>(&cfg);
+    tx.send(&[7; 4]).unwrap();
+    tx.send(&[8; 4]).unwrap();
+    assert_eq!(rx.recv().unwrap(), [7; 4]);
+    assert_eq!(rx.recv().unwrap(), [8; 4]);
+    // The next slot is slot 0 again, which held [7; 4]: a loan of it starts from zeros.
+    let mut slot = tx.loan().unwrap();
+    slot.write_at(4, 5u32);
+    slot.send();
+    {
+        let mut slot = tx.loan().unwrap();
+        slot.write([1, 2, 3, 4]);
+    } // dropped unsent
+    assert_eq!(rx.recv().unwrap(), [0, 5, 0, 0]);
+    assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
+    assert_eq!(tx.stats().messages, 3);
+    // A full ring: the loan waits, and gives up at its timeout.
+    tx.send(&[1; 4]).unwrap();
+    tx.send(&[2; 4]).unwrap();
+    assert!(matches!(
+        tx.loan_timeout(Duration::from_millis(20)),
+        Err(shm_ring::LoanError::Timeout)
+    ));
+}
+
+#[test]
+#[should_panic(expected = "outside a value of 16 bytes")]
+fn a_write_past_the_value_panics() {
+    let (mut tx, _rx) = anon::<[u32; 4]>(&no_linger());
+    tx.loan().unwrap().write_at(14, 0u32);
 }

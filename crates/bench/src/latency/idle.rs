@@ -9,7 +9,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
 use crate::BoxError;
 
@@ -76,8 +76,8 @@ pub fn stat_ticks(stat: &str) -> Result<u64, BoxError> {
 /// # Errors
 /// shm-ring or `/proc` errors.
 pub fn measure(idle: Duration) -> Result<IdleCpu, BoxError> {
-    let mut tx = Sender::anonymous(&ChannelConfig::default())?;
-    let mut rx = Receiver::from_fd(tx.as_fd().try_clone_to_owned()?)?;
+    let mut tx = Sender::<Message>::anonymous(&ChannelConfig::default())?;
+    let mut rx = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned()?)?;
     let waker = std::thread::spawn(move || -> Result<(), shm_ring::Error> {
         std::thread::sleep(idle);
         tx.send(MessageBuilder::new().tag(1))?;

@@ -52,7 +52,7 @@ pub enum Peer {
     ShmSpin,
     /// shm-ring's self-describing `Sender`/`Receiver` with a spin budget of 0 (sleep at once).
     ShmSleep,
-    /// shm-ring's typed path, `TypedSender<[f32; 16]>`/`TypedReceiver`, default `WaitConfig`.
+    /// shm-ring's typed path, `Sender<[f32; 16]>`/`Receiver<[f32; 16]>`, default `WaitConfig`.
     ShmTypedSpin,
     /// shm-ring's typed path with a spin budget of 0.
     ShmTypedSleep,
@@ -108,10 +108,8 @@ impl Peer {
                 "shm-ring Sender/Receiver, self-describing message, default WaitConfig"
             }
             Peer::ShmSleep => "shm-ring Sender/Receiver, self-describing message, spin budget 0",
-            Peer::ShmTypedSpin => {
-                "shm-ring TypedSender/TypedReceiver<[f32; 16]>, default WaitConfig"
-            }
-            Peer::ShmTypedSleep => "shm-ring TypedSender/TypedReceiver<[f32; 16]>, spin budget 0",
+            Peer::ShmTypedSpin => "shm-ring Sender/Receiver<[f32; 16]>, default WaitConfig",
+            Peer::ShmTypedSleep => "shm-ring Sender/Receiver<[f32; 16]>, spin budget 0",
             Peer::Iceoryx2Poll => "iceoryx2 publish-subscribe, [f32] slice, subscriber polling",
             Peer::Iceoryx2Event => {
                 "iceoryx2 publish-subscribe + event service, listener timed_wait, then receive"

@@ -6,15 +6,12 @@
 //! budget of 0 (sleep on the futex at once), on both the receiving and the sending side.
 //!
 //! The typed peers (`shm-typed-spin`, `shm-typed-sleep`) do the same over typed channels of
-//! `[f32; 16]` (`TypedSender::send`, `TypedReceiver::recv_with`): one slot per message, no
+//! `[f32; 16]` (`Sender<[f32; 16]>::send`, `Receiver<[f32; 16]>::recv`): one slot per message, no
 //! message description.
 
 use std::time::Duration;
 
-use shm_ring::{
-    ChannelConfig, MessageBuilder, Receiver, Sender, Transfer, TypedReceiver, TypedSender,
-    WaitConfig,
-};
+use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender, Transfer, WaitConfig};
 
 use super::{ELEMENTS, Peer, PingPong, Side, check_message};
 use crate::BoxError;
@@ -68,8 +65,8 @@ impl Shm {
             Side::Ping => ("ping", "pong"),
             _ => ("pong", "ping"),
         };
-        let tx = Sender::create(&format!("{name}-{mine}"), &channel_config(peer))?;
-        let mut rx = Receiver::open_timeout(&format!("{name}-{theirs}"), patience)?;
+        let tx = Sender::<Message>::create(&format!("{name}-{mine}"), &channel_config(peer))?;
+        let mut rx = Receiver::<Message>::open_timeout(&format!("{name}-{theirs}"), patience)?;
         rx.set_wait(wait_config(peer));
         Ok(Shm {
             tx,
@@ -123,8 +120,8 @@ impl PingPong for Shm {
 /// One end of a typed shm-ring peer.
 #[derive(Debug)]
 pub struct Typed {
-    tx: TypedSender<[f32; ELEMENTS]>,
-    rx: TypedReceiver<[f32; ELEMENTS]>,
+    tx: Sender<[f32; ELEMENTS]>,
+    rx: Receiver<[f32; ELEMENTS]>,
     buf: [f32; ELEMENTS],
 }
 
@@ -143,8 +140,8 @@ impl Typed {
             Side::Ping => ("ping", "pong"),
             _ => ("pong", "ping"),
         };
-        let tx = TypedSender::create(&format!("{name}-{mine}"), &channel_config(peer))?;
-        let mut rx = TypedReceiver::open_timeout(&format!("{name}-{theirs}"), patience)?;
+        let tx = Sender::create(&format!("{name}-{mine}"), &channel_config(peer))?;
+        let mut rx = Receiver::open_timeout(&format!("{name}-{theirs}"), patience)?;
         rx.set_wait(wait_config(peer));
         Ok(Typed {
             tx,
@@ -155,11 +152,10 @@ impl Typed {
 
     fn recv(&mut self, seq: u64) -> Result<(), BoxError> {
         let buf = &mut self.buf;
-        self.rx.recv_with(|xs| -> Result<(), BoxError> {
-            check_message(xs, seq)?;
-            *buf = *xs;
-            Ok(())
-        })?
+        let xs = self.rx.recv()?;
+        check_message(&xs, seq)?;
+        *buf = xs;
+        Ok(())
     }
 }
 

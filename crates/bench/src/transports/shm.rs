@@ -12,7 +12,8 @@
 use std::time::{Duration, Instant};
 
 use shm_ring::{
-    ChannelConfig, DEFAULT_THRESHOLD, Error, MessageBuilder, Receiver, Sender, Transfer,
+    ChannelConfig, DEFAULT_THRESHOLD, Message, MessageBuilder, Receiver, RecvError,
+    RecvTimeoutError, Sender, Transfer,
 };
 
 use crate::BoxError;
@@ -63,7 +64,7 @@ pub fn produce(
 ) -> Result<(), BoxError> {
     let cfg = config(transport, elements);
     let zero_copy = cfg.transfer.zero_copy(elements * 4) && transport != Transport::ShmCopy;
-    let mut tx = Sender::create(name, &cfg)?;
+    let mut tx = Sender::<Message>::create(name, &cfg)?;
     let mut own = vec![0f32; elements];
     let mut deadline = Deadline::new(run, stride_for(elements));
     let mut seq = 0u64;
@@ -98,7 +99,7 @@ pub fn consume(
 ) -> Result<Outcome, BoxError> {
     let start = Instant::now();
     let mut rx = loop {
-        match Receiver::open(name) {
+        match Receiver::<Message>::open(name) {
             Ok(rx) => break rx,
             Err(e) if start.elapsed() > patience => return Err(e.into()),
             Err(_) => std::thread::sleep(Duration::from_millis(1)),
@@ -138,7 +139,7 @@ pub fn consume(
         }
         match read {
             Ok(_) => {}
-            Err(Error::Disconnected) => break,
+            Err(RecvTimeoutError::Failed(RecvError::Disconnected)) => break,
             Err(e) => return Err(e.into()),
         }
     }

@@ -1,6 +1,6 @@
 //! `shm-typed`: shm-ring's typed path. The channel carries `[f32; N]` values, one per ring
-//! slot (`TypedSender::send`: one slot write and one index publish per message), with no
-//! message description; the consumer reads each value with `TypedReceiver::recv_with` (one
+//! slot (`Sender<[f32; N]>::send`: one slot write and one index publish per message), with no
+//! message description; the consumer reads each value with `Receiver<[f32; N]>::recv` (one
 //! copy out of the slot, then the sum) and checks it.
 //!
 //! The value type is fixed at compile time and a typed slot holds at most 64 KiB, so only the
@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use shm_ring::{ChannelConfig, RecvError, TypedReceiver, TypedSender};
+use shm_ring::{ChannelConfig, Receiver, RecvError, Sender};
 
 use crate::BoxError;
 use crate::kernel;
@@ -50,7 +50,7 @@ pub fn produce(name: &str, elements: usize, run: Duration) -> Result<(), BoxErro
 }
 
 fn produce_n<const N: usize>(name: &str, run: Duration) -> Result<(), BoxError> {
-    let mut tx = TypedSender::<[f32; N]>::create(name, &ChannelConfig::default())?;
+    let mut tx = Sender::<[f32; N]>::create(name, &ChannelConfig::default())?;
     let mut value = [0f32; N];
     let mut deadline = Deadline::new(run, stride_for(N));
     let mut seq = 0u64;
@@ -83,12 +83,12 @@ fn consume_n<const N: usize>(
     warmup: Duration,
     patience: Duration,
 ) -> Result<Outcome, BoxError> {
-    let mut rx = TypedReceiver::<[f32; N]>::open_timeout(name, patience)?;
+    let mut rx = Receiver::<[f32; N]>::open_timeout(name, patience)?;
     let mut meter = Meter::new(warmup, stride_for(N));
     loop {
         let seq = meter.count();
-        match rx.recv_with(|xs| kernel::check(xs, seq)) {
-            Ok(sum) => meter.record(sum?),
+        match rx.recv() {
+            Ok(xs) => meter.record(kernel::check(&xs, seq)?),
             Err(RecvError::Disconnected) => break,
             Err(e) => return Err(e.into()),
         }

@@ -41,7 +41,8 @@ pub(super) fn pythonize(text: &str) -> String {
 }
 
 /// A shm-ring error as the Python exception a user of `shmpipe.Sender`/`Receiver` gets.
-pub fn ring_err(py: Python<'_>, e: shm_ring::Error) -> PyErr {
+pub fn ring_err(py: Python<'_>, e: impl Into<shm_ring::Error>) -> PyErr {
+    let e: shm_ring::Error = e.into();
     use shm_ring::Error as E;
     match e {
         E::Timeout => PyTimeoutError::new_err(
@@ -143,7 +144,8 @@ fn too_large(py: Python<'_>, what: &str, needed: usize, limit: usize, parameter:
 
 /// Why `Receiver.from_fd(fd)` refused a descriptor (an anonymous descriptor has no name to
 /// pick again).
-pub fn from_fd_err(py: Python<'_>, fd: i32, e: shm_ring::Error) -> PyErr {
+pub fn from_fd_err(py: Python<'_>, fd: i32, e: impl Into<shm_ring::Error>) -> PyErr {
+    let e: shm_ring::Error = e.into();
     use shm_ring::Error as E;
     match e {
         E::NotASegment(why) | E::Untrusted(why) | E::InvalidArgument(why) => {

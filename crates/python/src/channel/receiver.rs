@@ -140,9 +140,9 @@ impl Receiver {
     ) -> PyResult<Option<shm_ring::Message>> {
         self.receive(py, end, |rx, t| {
             if t.is_zero() {
-                rx.try_recv()?.ok_or(shm_ring::Error::Timeout)
+                rx.try_recv().map_err(shm_ring::Error::from)
             } else {
-                rx.recv_timeout(t)
+                rx.recv_timeout(t).map_err(shm_ring::Error::from)
             }
         })
     }
@@ -252,9 +252,9 @@ impl Receiver {
     fn open(py: Python<'_>, name: &str, timeout: Option<f64>) -> PyResult<Receiver> {
         let end = deadline(timeout)?;
         loop {
-            match py.detach(|| shm_ring::Receiver::open(name)) {
+            match py.detach(|| shm_ring::Receiver::<shm_ring::Message>::open(name)) {
                 Ok(rx) => return Ok(Receiver::new(rx)),
-                Err(shm_ring::Error::NotFound(_) | shm_ring::Error::NotASegment(_))
+                Err(shm_ring::OpenError::NotFound(_) | shm_ring::OpenError::NotASegment(_))
                     if end.is_none_or(|e| Instant::now() < e) =>
                 {
                     py.check_signals()?;
@@ -279,7 +279,7 @@ impl Receiver {
         let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
         let own = rustix::io::fcntl_dupfd_cloexec(borrowed, 0)
             .map_err(|e| PyErr::from(std::io::Error::from(e)))?;
-        shm_ring::Receiver::from_fd(own)
+        shm_ring::Receiver::<shm_ring::Message>::from_fd(own)
             .map(Receiver::new)
             .map_err(|e| from_fd_err(py, fd, e))
     }

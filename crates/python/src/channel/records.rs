@@ -342,12 +342,12 @@ pub(super) fn gather(
         match r {
             Ok(_) => {}
             // Nothing more there after the first burst.
-            Err(shm_ring::Error::Timeout) if !first => break,
+            Err(shm_ring::RecvTimeoutError::Timeout) if !first => break,
             Err(e) if cols.records > 0 || !first => {
-                cols.error = Some(e);
+                cols.error = Some(e.into());
                 break;
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         }
         if cols.error.is_some() || cols.records >= max_records.max(1) {
             break;

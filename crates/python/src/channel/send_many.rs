@@ -204,7 +204,7 @@ fn try_send_now(tx: &Sender, py: Python<'_>, msg: MessageBuilder<'_>) -> PyResul
     match s.try_send(msg) {
         Ok(()) => Ok(true),
         Err(TrySendError::Full(_)) => Ok(false),
-        Err(e) => Err(ring_err(py, e.into())),
+        Err(e) => Err(ring_err(py, e)),
     }
 }
 

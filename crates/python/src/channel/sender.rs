@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use shm_ring::{ChannelConfig, DType, MessageBuilder, Transfer, TrySendError};
+use shm_ring::{ChannelConfig, DType, MessageBuilder, SendTimeoutError, Transfer, TrySendError};
 
 use super::errors::ring_err;
 use super::loan::{AnyLoan, Loan};
@@ -205,7 +205,7 @@ impl Sender {
                 let msg = out.build().map_err(|e| ring_err(py, e))?;
                 match tx.try_send(msg) {
                     Err(TrySendError::Full(_)) => {}
-                    r => return r.map_err(|e| ring_err(py, e.into())),
+                    r => return r.map_err(|e| ring_err(py, e)),
                 }
             }
             self.own_for_wait(py, &mut out, end)?;
@@ -227,14 +227,14 @@ impl Sender {
             let tx = g.as_mut().ok_or_else(closed)?;
             match tx.try_send(msg.take().expect("message")) {
                 Err(TrySendError::Full(m)) => msg = Some(m),
-                r => return r.map_err(|e| ring_err(py, e.into())),
+                r => return r.map_err(|e| ring_err(py, e)),
             }
         }
         self.wait(py, end, |tx, s| {
             let m = msg.take().expect("message");
-            match tx.try_send_timeout(m, s) {
+            match tx.send_timeout(m, s) {
                 Ok(()) => Ok(()),
-                Err(TrySendError::Full(m)) => {
+                Err(SendTimeoutError::Timeout(m)) => {
                     msg = Some(m);
                     Err(shm_ring::Error::Timeout)
                 }
@@ -325,7 +325,7 @@ impl Sender {
     ) -> PyResult<Sender> {
         let cfg = config(slots, blocks, block_size, threshold)?;
         let tx = py
-            .detach(|| shm_ring::Sender::create(name, &cfg))
+            .detach(|| shm_ring::Sender::<shm_ring::Message>::create(name, &cfg))
             .map_err(|e| ring_err(py, e))?;
         Ok(Sender::new(tx, cfg, false))
     }
@@ -345,7 +345,7 @@ impl Sender {
     ) -> PyResult<Sender> {
         let cfg = config(slots, blocks, block_size, threshold)?;
         let tx = py
-            .detach(|| shm_ring::Sender::anonymous(&cfg))
+            .detach(|| shm_ring::Sender::<shm_ring::Message>::anonymous(&cfg))
             .map_err(|e| ring_err(py, e))?;
         Ok(Sender::new(tx, cfg, true))
     }
@@ -385,7 +385,7 @@ impl Sender {
 
     /// Pool blocks free right now.
     fn free_blocks(&self, py: Python<'_>) -> PyResult<usize> {
-        self.with(py, |tx| tx.free_blocks())
+        self.with(py, |tx| tx.free_blocks().map_err(shm_ring::Error::from))
     }
 
     /// What was sent so far: a `SenderStats` (messages, zero_copy_arrays, copied_arrays,
@@ -406,7 +406,9 @@ impl Sender {
     #[pyo3(signature = (timeout=None))]
     fn wait_for_consumer(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<u32> {
         let end = deadline(timeout)?;
-        self.wait(py, end, |tx, s| tx.wait_for_consumer(s))
+        self.wait(py, end, |tx, s| {
+            tx.wait_for_consumer(s).ok_or(shm_ring::Error::Timeout)
+        })
     }
 
     /// A writable, zeroed numpy array of `shape` and `dtype` inside a pool block: write your

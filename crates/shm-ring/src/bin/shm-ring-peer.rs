@@ -78,7 +78,9 @@ mod real {
     use std::io::Write;
     use std::time::Duration;
 
-    use shm_ring::{ChannelConfig, Error, Receiver, Sender};
+    use shm_ring::{
+        ChannelConfig, Message, OpenError, Receiver, RecvError, RecvTimeoutError, Sender,
+    };
 
     use super::issue16;
 
@@ -159,15 +161,15 @@ mod real {
 
     fn consume(name: &str, count: u64, wait_ms: Option<u64>) -> Result<(), String> {
         let mut rx = match wait_ms {
-            Some(ms) => Receiver::open_timeout(name, Duration::from_millis(ms)),
-            None => Receiver::open(name),
+            Some(ms) => Receiver::<Message>::open_timeout(name, Duration::from_millis(ms)),
+            None => Receiver::<Message>::open(name),
         }
         .map_err(|e| e.to_string())?;
         let mut next = 0u64;
         loop {
             let m = match rx.recv() {
                 Ok(m) => m,
-                Err(Error::Disconnected) => break,
+                Err(RecvError::Disconnected) => break,
                 Err(e) => return Err(format!("after {next} messages: {e}")),
             };
             let r = m.record(0).map_err(|e| e.to_string())?;
@@ -199,7 +201,7 @@ mod real {
                 if let Ok(ms) = arg(3).parse::<u64>() {
                     cfg.linger = Duration::from_millis(ms);
                 }
-                let mut tx = Sender::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
+                let mut tx = Sender::<Message>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
                 let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
                 let mut data = [0f32; 16];
                 for seq in 0..count {
@@ -225,7 +227,7 @@ mod real {
                     set.set(core);
                     let _ = rustix::thread::sched_setaffinity(None, &set);
                 }
-                let mut rx = Receiver::open(&arg(1)).map_err(|e| e.to_string())?;
+                let mut rx = Receiver::<Message>::open(&arg(1)).map_err(|e| e.to_string())?;
                 let mut sum = 0f64;
                 let mut n = 0u64;
                 loop {
@@ -239,7 +241,7 @@ mod real {
                     });
                     match r {
                         Ok(_) => {}
-                        Err(Error::Disconnected) => break,
+                        Err(RecvTimeoutError::Failed(RecvError::Disconnected)) => break,
                         Err(e) => return Err(e.to_string()),
                     }
                 }
@@ -247,7 +249,7 @@ mod real {
                 Ok(())
             })(),
             "hold" => (|| {
-                let mut rx = Receiver::open(&arg(1)).map_err(|e| e.to_string())?;
+                let mut rx = Receiver::<Message>::open(&arg(1)).map_err(|e| e.to_string())?;
                 let n: usize = arg(2).parse().unwrap_or(1);
                 let mut held = Vec::new();
                 for _ in 0..n {
@@ -261,7 +263,7 @@ mod real {
                 // A typed [f32; 16] channel: send COUNT values (value i: all i), print "sent",
                 // then hang (to be killed) or, with "close", drop the sender.
                 let mut tx =
-                    shm_ring::TypedSender::<[f32; 16]>::create(&arg(1), &ChannelConfig::default())
+                    shm_ring::Sender::<[f32; 16]>::create(&arg(1), &ChannelConfig::default())
                         .map_err(|e| e.to_string())?;
                 let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
                 for i in 0..count {
@@ -277,11 +279,9 @@ mod real {
             })(),
             "typed-take" => (|| {
                 // Open typed [f32; 16] channel NAME, receive N values, print "took N", hang.
-                let mut rx = shm_ring::TypedReceiver::<[f32; 16]>::open_timeout(
-                    &arg(1),
-                    Duration::from_secs(10),
-                )
-                .map_err(|e| e.to_string())?;
+                let mut rx =
+                    shm_ring::Receiver::<[f32; 16]>::open_timeout(&arg(1), Duration::from_secs(10))
+                        .map_err(|e| e.to_string())?;
                 let n: u64 = arg(2).parse().map_err(|_| "bad count")?;
                 for _ in 0..n {
                     rx.recv().map_err(|e| e.to_string())?;
@@ -295,7 +295,7 @@ mod real {
                 cfg.rendezvous.peer_uid = std::env::var("SHM_RING_PEER_UID")
                     .ok()
                     .and_then(|u| u.parse().ok());
-                let _tx = Sender::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
+                let _tx = Sender::<Message>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
                 say("ready");
                 sleep_forever()
             })(),
@@ -307,7 +307,7 @@ mod real {
                     linger: Duration::ZERO,
                     ..ChannelConfig::default()
                 };
-                let mut tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
+                let mut tx = Sender::<Message>::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
                 say("created");
                 // Pool blocks are committed when first loaned: loan (and write) every one.
                 let mut loans = Vec::new();
@@ -325,7 +325,7 @@ mod real {
                     block_size: bytes / 16,
                     ..ChannelConfig::default()
                 };
-                let mut tx = Sender::anonymous(&cfg).map_err(|e| e.to_string())?;
+                let mut tx = Sender::<Message>::anonymous(&cfg).map_err(|e| e.to_string())?;
                 let mut loans = Vec::new();
                 for i in 0..16u8 {
                     let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
@@ -342,12 +342,12 @@ mod real {
                 say(&format!("filled {total}"));
                 Ok(())
             })(),
-            "open" => match Receiver::open(&arg(1)) {
+            "open" => match Receiver::<Message>::open(&arg(1)) {
                 Ok(_) => {
                     say("opened");
                     Ok(())
                 }
-                Err(Error::Busy(pid)) => {
+                Err(OpenError::Busy(pid)) => {
                     say(&format!("busy {pid}"));
                     Ok(())
                 }

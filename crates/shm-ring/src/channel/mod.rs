@@ -20,11 +20,13 @@
 mod alloc;
 mod claim;
 mod config;
+pub(crate) mod errors;
 mod large;
 mod owned;
+mod payload;
 mod receiver;
 mod sender;
-mod typed;
+mod values;
 mod wait;
 
 use std::sync::Arc;
@@ -33,15 +35,20 @@ use crate::error::Error;
 use crate::pool::PoolGeom;
 use crate::ring::{RingHeader, RingShape, Storage};
 #[cfg(feature = "layout-internals")]
-use crate::schema::{ChannelSchema, Schema, ValueType, wire};
+use crate::schema::{ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
 pub use config::{ChannelConfig, LARGE_KEEP, MAX_LARGE_POOL, WaitConfig, machine_large_pool};
+pub use errors::{
+    CreateError, LoanError, OpenError, RecvError, RecvTimeoutError, SendError, SendTimeoutError,
+    TryRecvError, TrySendError,
+};
 pub use owned::Message;
+pub use payload::Payload;
 pub use receiver::Receiver;
 pub use sender::{Sender, SenderStats};
-pub use typed::{TypedReceiver, TypedSender};
+pub use values::ValueLoan;
 
 /// `kind` of a channel segment.
 pub(crate) const KIND_CHANNEL: u32 = 1;
@@ -360,7 +367,7 @@ const _: () = assert!(RECORD_WIRE.block + 4 == RECORD_HEADER);
 
 #[cfg(feature = "layout-internals")]
 /// Offsets of the schema region's encoding (see `schema/wire.rs`): the header's words from
-/// the region's start, a value entry's and a field entry's fields from the entry's start.
+/// the region's start, the value entry's fields from the entry's start.
 #[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[allow(missing_docs)]
@@ -376,11 +383,6 @@ pub struct SchemaWire {
     pub value_rank: usize,
     pub value_name_len: usize,
     pub value_dims: usize,
-    pub field_kind: usize,
-    pub field_dtype: usize,
-    pub field_rank: usize,
-    pub field_name_len: usize,
-    pub field_dims: usize,
 }
 
 #[cfg(feature = "layout-internals")]
@@ -394,28 +396,18 @@ pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
 }
 
 #[cfg(feature = "layout-internals")]
-/// The layout of a channel created with [`Sender::with_schema`]`(_, cfg, schema)`.
-///
-/// # Errors
-/// As [`channel_layout`].
-#[doc(hidden)]
-pub fn schema_channel_layout(cfg: &ChannelConfig, schema: &Schema) -> Result<ChannelLayout, Error> {
-    layout_of(cfg, Some(&ChannelSchema::Fields(schema.clone())))
-}
-
-#[cfg(feature = "layout-internals")]
-/// The layout of a channel created with [`TypedSender::<T>::create`]`(_, cfg)`.
+/// The layout of a channel created with [`Sender::<T>::create`]`(_, cfg)`.
 ///
 /// # Errors
 /// As [`channel_layout`].
 #[doc(hidden)]
 pub fn typed_channel_layout<T: bytemuck::Pod>(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
-    let cfg = typed::typed_config::<T>(cfg)?;
-    layout_of(&cfg, Some(&ChannelSchema::Value(ValueType::of::<T>())))
+    let cfg = payload::value_config::<T>(cfg)?;
+    layout_of(&cfg, Some(&ValueType::of::<T>()))
 }
 
 #[cfg(feature = "layout-internals")]
-fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<ChannelLayout, Error> {
+fn layout_of(cfg: &ChannelConfig, schema: Option<&ValueType>) -> Result<ChannelLayout, Error> {
     let schema_len = schema.map_or(0, |s| wire::encode(s).len() as u32);
     let l = Layout::new(
         cfg.slots,
@@ -462,11 +454,6 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ChannelSchema>) -> Result<Chan
             value_rank: wire::VALUE_RANK_AT,
             value_name_len: wire::VALUE_NAME_LEN_AT,
             value_dims: wire::VALUE_DIMS_AT,
-            field_kind: wire::FIELD_KIND_AT,
-            field_dtype: wire::FIELD_DTYPE_AT,
-            field_rank: wire::FIELD_RANK_AT,
-            field_name_len: wire::FIELD_NAME_LEN_AT,
-            field_dims: wire::FIELD_DIMS_AT,
         },
         segment_wire: crate::segment::SEGMENT_WIRE,
         channel_wire: ChannelWire {

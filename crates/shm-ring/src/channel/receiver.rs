@@ -5,17 +5,17 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
+use super::errors::{RecvError, RecvTimeoutError, TryRecvError};
 use super::{ChannelHeader, Message, ShmRing, WaitConfig, channel_header};
 use crate::error::Error;
 use crate::message::{self, DataRef, MessageView, PoolRef};
 use crate::ring::{self, Storage};
-use crate::schema::ChannelSchema;
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
-/// The consumer end of a channel, opened by name or from a descriptor. `Send`, not `Sync`.
-#[derive(Debug)]
-pub struct Receiver {
+/// The consumer end of a channel of payload `P` (see [`Sender`](crate::Sender)), opened by
+/// name or from a descriptor. `Send`, not `Sync`.
+pub struct Receiver<P = Message> {
     shared: Arc<RxShared>,
     pub(super) desc: ring::Consumer<ShmRing>,
     producer: PeerProcess,
@@ -25,39 +25,44 @@ pub struct Receiver {
     scratch: Vec<u64>,
     /// The segment's (device, inode), registered in `OWN_RECEIVERS` while we live.
     ident: (u64, u64),
-    /// The channel's schema (a private copy, validated at open).
-    schema: Option<Arc<ChannelSchema>>,
     /// Slots read (skipped) in this receive call, not yet handed back; see `release_read`.
-    unreleased: u32,
+    pub(super) unreleased: u32,
     /// Where the channel was found by name (`None` from a descriptor): once the producer is
     /// dead, its socket is removed if stale (`remove_stale_name`).
     served: Option<crate::rendezvous::Served>,
     /// The stale socket was looked at already.
     stale_removed: std::sync::atomic::AtomicBool,
+    /// A channel of values: every this many values read (a quarter of the ring) the hand-back
+    /// is a full `release_read` (fence + waiting-flag check), so a producer that raced into
+    /// sleep is woken promptly; the values between go back with one store each.
+    pub(super) release_every: u32,
+    /// The process that made this receiver (a copy of `shared.owner`, for the values' fast
+    /// path).
+    pub(super) owner_copy: crate::fork::Owner,
+    _payload: std::marker::PhantomData<fn() -> P>,
+}
+
+impl<P> std::fmt::Debug for Receiver<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Receiver")
+            .field("name", &self.name)
+            .field("payload", &std::any::type_name::<P>())
+            .field("producer", &self.producer)
+            .finish_non_exhaustive()
+    }
 }
 
 mod open;
-mod positional;
 mod records;
 mod returns;
-
-pub(in crate::channel) use open::Expect;
 
 use records::{Rec, n_of};
 pub(super) use returns::RxShared;
 
-impl Receiver {
+impl<P> Receiver<P> {
     /// Sets how blocked calls wait.
     pub fn set_wait(&mut self, wait: WaitConfig) {
         self.wait = wait;
-    }
-
-    /// The channel's field schema, if its sender gave it one ([`Sender::with_schema`](super::Sender::with_schema)).
-    pub fn schema(&self) -> Option<&crate::schema::Schema> {
-        match self.schema.as_deref() {
-            Some(ChannelSchema::Fields(s)) => Some(s),
-            _ => None,
-        }
     }
 
     /// The channel name.
@@ -77,11 +82,6 @@ impl Receiver {
 
     pub(super) fn header(&self) -> &ChannelHeader {
         channel_header(&self.shared.seg)
-    }
-
-    /// The process that made this receiver.
-    pub(super) fn owner(&self) -> crate::fork::Owner {
-        self.shared.owner
     }
 
     /// `Err(Forked)` in a forked child, `Err(Corrupt)` once the completion ring broke.
@@ -113,20 +113,7 @@ impl Receiver {
         }
     }
 
-    /// Refuses the self-describing receive calls on a channel with a schema (its bodies are
-    /// data-only: [`Receiver::recv_positional`]).
-    fn self_describing(&self) -> Result<(), Error> {
-        match self.schema.as_deref() {
-            Some(ChannelSchema::Fields(s)) => Err(Error::InvalidArgument(format!(
-                "the channel has a schema {s}: its messages are read by position with \
-                 recv_positional"
-            ))),
-            _ => Ok(()),
-        }
-    }
-
     fn recv_deadline(&mut self, deadline: Option<Instant>) -> Result<Message, Error> {
-        self.self_describing()?;
         self.shared.check()?;
         let rec = self.next_rec(deadline)?;
         let pos = self.desc.position();
@@ -190,63 +177,7 @@ impl Receiver {
         }
     }
 
-    /// Receives the next message, waiting as long as it takes.
-    ///
-    /// # Errors
-    /// [`Error::Disconnected`] once the producer closed and everything was received;
-    /// [`Error::PeerDied`] if the producer process died (seen within
-    /// [`WaitConfig::liveness_check`]); [`Error::Corrupt`] if the message fails validation
-    /// (it is skipped).
-    pub fn recv(&mut self) -> Result<Message, Error> {
-        self.recv_deadline(None)
-    }
-
-    /// [`Receiver::recv`] with a timeout ([`Error::Timeout`]).
-    ///
-    /// # Errors
-    /// As [`Receiver::recv`], and [`Error::Timeout`].
-    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, Error> {
-        self.recv_deadline(Some(Instant::now() + timeout))
-    }
-
-    /// Receives a message if one is there.
-    ///
-    /// # Errors
-    /// As [`Receiver::recv`].
-    pub fn try_recv(&mut self) -> Result<Option<Message>, Error> {
-        match self.recv_deadline(Some(Instant::now())) {
-            Ok(m) => Ok(Some(m)),
-            Err(Error::Timeout) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// Waits for at least one message, then lets `f` read up to `max` messages in place, all
-    /// released together at the end (one index store). Returns how many were read.
-    ///
-    /// Names, metadata and shapes are read from a private copy of each message; array data is
-    /// read where it lies in shared memory (zero-copy), so a hostile producer can change array
-    /// values during `f`, never their bounds.
-    ///
-    /// # Errors
-    /// As [`Receiver::recv_timeout`]; a corrupt message ends the batch with [`Error::Corrupt`]
-    /// after the messages before it were handed to `f`.
-    pub fn recv_batch(
-        &mut self,
-        max: usize,
-        timeout: Option<Duration>,
-        mut f: impl FnMut(MessageView<'_>),
-    ) -> Result<usize, Error> {
-        self.self_describing()?;
-        self.read_in_place(max, timeout, |body, data, pool, blocks| {
-            let v = MessageView::parse_with(body, data, pool)?;
-            v.for_each_block(|b, _| blocks.push(b))?;
-            f(v);
-            Ok(())
-        })
-    }
-
-    /// The in-place batch loop of [`Receiver::recv_batch`] and [`Receiver::recv_positional`]:
+    /// The in-place batch loop of [`Receiver::recv_batch`]:
     /// waits for a record, then for up to `max` messages copies the body's headers into a
     /// private buffer and lets `each(body, data, pool, blocks)` parse, validate and read it
     /// (pushing every pool block the message names onto `blocks`); releases every slot read
@@ -334,7 +265,64 @@ impl Receiver {
     }
 }
 
-impl Drop for Receiver {
+impl Receiver<Message> {
+    /// Receives the next message, waiting as long as it takes.
+    ///
+    /// # Errors
+    /// [`RecvError::Disconnected`] once the producer closed and everything was received;
+    /// [`RecvError::PeerDied`] if the producer process died (seen within
+    /// [`WaitConfig::liveness_check`]); [`RecvError::Corrupt`] if the message fails
+    /// validation (it is skipped); [`RecvError::Os`].
+    pub fn recv(&mut self) -> Result<Message, RecvError> {
+        self.recv_deadline(None).map_err(RecvError::from_internal)
+    }
+
+    /// [`Receiver::recv`], waiting at most `timeout`.
+    ///
+    /// # Errors
+    /// [`RecvTimeoutError::Timeout`], or [`RecvTimeoutError::Failed`] as [`Receiver::recv`].
+    pub fn recv_timeout(&mut self, timeout: Duration) -> Result<Message, RecvTimeoutError> {
+        self.recv_deadline(Some(Instant::now() + timeout))
+            .map_err(RecvTimeoutError::from_internal)
+    }
+
+    /// Receives a message if one is there.
+    ///
+    /// # Errors
+    /// [`TryRecvError::Empty`], or [`TryRecvError::Failed`] as [`Receiver::recv`].
+    pub fn try_recv(&mut self) -> Result<Message, TryRecvError> {
+        self.recv_deadline(Some(Instant::now()))
+            .map_err(TryRecvError::from_internal)
+    }
+
+    /// Waits (at most `timeout`, if given) for at least one message, then lets `f` read up to
+    /// `max` messages in place, all handed back together at the end (one index store).
+    /// Returns how many were read.
+    ///
+    /// Names, metadata and shapes are read from a private copy of each message; array data is
+    /// read where it lies in shared memory (zero-copy), so a hostile producer can change array
+    /// values during `f`, never their bounds.
+    ///
+    /// # Errors
+    /// As [`Receiver::recv_timeout`]; a corrupt message ends the batch with
+    /// [`RecvError::Corrupt`] after the messages before it were handed to `f`.
+    pub fn recv_batch(
+        &mut self,
+        max: usize,
+        timeout: Option<Duration>,
+        mut f: impl FnMut(MessageView<'_>),
+    ) -> Result<usize, RecvTimeoutError> {
+        self.read_in_place(max, timeout, |body, data, pool, blocks| {
+            let v = MessageView::parse_with(body, data, pool)?;
+            v.for_each_block(|b, _| blocks.push(b))?;
+            f(v);
+            Ok(())
+        })
+        .map_err(RecvTimeoutError::from_internal)
+    }
+}
+
+impl<P> Drop for Receiver<P> {
     fn drop(&mut self) {
         if !self.shared.owner.is_current_strict() {
             return; // a forked child's copy: the parent is still the consumer

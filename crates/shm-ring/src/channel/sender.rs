@@ -1,18 +1,19 @@
 //! The producer end of a channel.
 
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
 use super::alloc::BlockPool;
+use super::errors::{LoanError, SendError, SendTimeoutError, TrySendError};
 use super::wait::block_on;
-use super::{ChannelConfig, ChannelHeader, LARGE_KEEP, ShmRing, channel_header};
+use super::{ChannelConfig, ChannelHeader, LARGE_KEEP, Message, ShmRing, channel_header};
 use crate::dtype::Element;
 use crate::error::Error;
 use crate::fork::Owner;
 use crate::message::{self, FieldSrc, MessageBuilder, Place};
-use crate::op_error::{SendError, TrySendError};
 use crate::pool::{ArrayLoanUninit, LoanToken};
 use crate::ring::{self, Storage};
 use crate::segment::Segment;
@@ -32,26 +33,27 @@ pub struct SenderStats {
     pub array_bytes: u64,
 }
 
-/// The producer end of a channel. It creates and owns the segment (and, for a named channel,
-/// serves its name). Dropping it closes the channel (the consumer receives everything sent,
-/// then [`Error::Disconnected`]) and removes the name; if no consumer has attached yet, the
+/// The producer end of a channel of payload `P`: a [`Message`] of named n-d arrays (the
+/// default) or one `bytemuck::Pod` value per message (see [`Payload`](super::Payload)). It
+/// creates and owns the segment (and, for a named channel, serves its name). Dropping it
+/// closes the channel (the consumer receives everything sent, then
+/// [`RecvError::Disconnected`](super::RecvError::Disconnected)) and removes the name; if no consumer has attached yet, the
 /// drop first waits up to [`ChannelConfig::linger`] for one, serving the name meanwhile, so a
 /// consumer that starts later still finds the channel. `Send`, not `Sync`.
 ///
 /// # Examples
 /// ```
-/// use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+/// use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 /// let name = format!("doc-chan-{}", std::process::id());
-/// let mut tx = Sender::create(&name, &ChannelConfig::default())?;
-/// let mut rx = Receiver::open(&name)?; // usually in another process
+/// let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default())?;
+/// let mut rx = Receiver::<Message>::open(&name)?; // usually in another process
 /// let loan = tx.loan::<f32>(&[4])?.write_with(|i| i as f32);
 /// tx.send(MessageBuilder::new().array_loan("x", loan))?;
 /// let msg = rx.recv()?;
 /// assert_eq!(msg.record(0)?.array::<f32>("x")?.sum(), 6.0);
 /// # Ok::<(), shm_ring::Error>(())
 /// ```
-#[derive(Debug)]
-pub struct Sender {
+pub struct Sender<P = Message> {
     seg: Arc<Segment>,
     pub(super) desc: ring::Producer<ShmRing>,
     /// The block allocator, with the consumer end of the completion ring.
@@ -65,8 +67,6 @@ pub struct Sender {
     /// Since when the channel has had no consumer (None while one is attached).
     unattached_since: Option<Instant>,
     max_inline: usize,
-    /// The channel's field schema ([`Sender::with_schema`]): its messages are data-only.
-    fields: Option<Arc<crate::schema::Schema>>,
     /// The process that made this sender: any other (a forked child) is refused.
     pub(super) owner: Owner,
     /// `owner.gate()` until this sender shuts down, then `fork::CLOSED_GATE`: the typed fast
@@ -75,26 +75,35 @@ pub struct Sender {
     /// The name's server, for a named channel: dropped (socket removed) after the linger.
     server: Option<crate::rendezvous::NameServer>,
     pub(super) stats: SenderStats,
+    _payload: PhantomData<fn(P)>,
+}
+
+impl<P> std::fmt::Debug for Sender<P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("name", &self.name())
+            .field("payload", &std::any::type_name::<P>())
+            .field("cfg", &self.cfg)
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
 }
 
 mod create;
-mod positional;
 mod watch;
 mod write;
-
-pub use positional::Outgoing;
 
 use super::claim::Watch;
 
 /// The descriptor of the channel's segment: for an anonymous channel, the sealed memfd to hand
 /// to the consumer process (`try_clone_to_owned`, then [`Receiver::from_fd`](super::Receiver::from_fd) there).
-impl std::os::fd::AsFd for Sender {
+impl<P> std::os::fd::AsFd for Sender<P> {
     fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.seg.file().as_fd()
     }
 }
 
-impl Sender {
+impl<P> Sender<P> {
     /// The channel's name; `None` if anonymous.
     pub fn name(&self) -> Option<&str> {
         self.server.as_ref().map(|s| s.name())
@@ -116,16 +125,29 @@ impl Sender {
     }
 
     /// Number of pool blocks free right now (after taking back what the consumer returned).
-    pub fn free_blocks(&mut self) -> Result<usize, Error> {
-        self.owner.check()?;
-        self.pool.collect_returns()?;
-        Ok(self.pool.available())
+    ///
+    /// # Errors
+    /// [`SendError::Forked`], or [`SendError::Corrupt`] from the completion ring.
+    pub fn free_blocks(&mut self) -> Result<usize, SendError> {
+        let mut free = || -> Result<usize, Error> {
+            self.owner.check()?;
+            self.pool.collect_returns()?;
+            Ok(self.pool.available())
+        };
+        free().map_err(SendError::from_internal)
     }
 
     /// Number of descriptor slots in use (messages sent and not yet consumed): queue occupancy.
-    pub fn queued_slots(&mut self) -> Result<u32, Error> {
+    ///
+    /// # Errors
+    /// [`SendError::Corrupt`] for an impossible ring index.
+    pub fn queued_slots(&mut self) -> Result<u32, SendError> {
         let cap = self.desc.shape().capacity;
-        Ok(cap - self.desc.free(cap)?)
+        let free = self
+            .desc
+            .free(cap)
+            .map_err(|e| SendError::from_internal(e.into()))?;
+        Ok(cap - free)
     }
 
     pub(super) fn header(&self) -> &ChannelHeader {
@@ -165,27 +187,32 @@ impl Sender {
             || this.borrow_mut().consumer_gone(),
         )
     }
+}
 
+impl Sender<Message> {
     /// Loans an uninitialised array of `shape` from the pool, to fill in place and send with
     /// [`MessageBuilder::array_loan`] (zero-copy). Waits while the pool is empty.
     ///
     /// # Errors
-    /// [`Error::TooLarge`] if the array exceeds a block; [`Error::PeerDied`] /
-    /// [`Error::Disconnected`] while waiting; [`Error::Corrupt`].
-    pub fn loan<T: Element>(&mut self, shape: &[usize]) -> Result<ArrayLoanUninit<T>, Error> {
+    /// [`SendError::TooLarge`] (in [`LoanError::Send`]) if the array exceeds a block;
+    /// [`SendError::PeerDied`] / [`SendError::Disconnected`] while waiting;
+    /// [`SendError::Corrupt`].
+    pub fn loan<T: Element>(&mut self, shape: &[usize]) -> Result<ArrayLoanUninit<T>, LoanError> {
         self.loan_deadline(shape, None)
+            .map_err(LoanError::from_internal)
     }
 
-    /// [`Sender::loan`] with a timeout ([`Error::Timeout`]).
+    /// [`Sender::loan`] with a timeout ([`LoanError::Timeout`]).
     ///
     /// # Errors
-    /// As [`Sender::loan`], and [`Error::Timeout`].
+    /// As [`Sender::loan`], and [`LoanError::Timeout`].
     pub fn loan_timeout<T: Element>(
         &mut self,
         shape: &[usize],
         timeout: Duration,
-    ) -> Result<ArrayLoanUninit<T>, Error> {
+    ) -> Result<ArrayLoanUninit<T>, LoanError> {
         self.loan_deadline(shape, Some(Instant::now() + timeout))
+            .map_err(LoanError::from_internal)
     }
 
     fn loan_deadline<T: Element>(
@@ -227,36 +254,32 @@ impl Sender {
     /// Sends a message, waiting while the ring is full or the pool is empty.
     ///
     /// # Errors
-    /// [`Error::Disconnected`] if the consumer closed; [`Error::PeerDied`] if it died (its
-    /// blocks are reclaimed); [`Error::TooLarge`]; [`Error::InvalidArgument`] for a loan from
-    /// another sender or a field over the encoding limits. On error, loans in the message go
-    /// back to the pool.
-    ///
-    /// On a channel with a schema ([`Sender::with_schema`]) send a
-    /// [`SchemaMessage`](crate::SchemaMessage) (checked against the schema, then data-only);
-    /// on any other channel a [`MessageBuilder`]; the other kind is refused
-    /// ([`Error::InvalidArgument`]).
-    pub fn send<M: Outgoing>(&mut self, mut msg: M) -> Result<(), Error> {
-        msg.send_on(self, None)?;
+    /// [`SendError::Disconnected`] if the consumer closed; [`SendError::PeerDied`] if it died
+    /// (its blocks are reclaimed); [`SendError::TooLarge`]; [`SendError::InvalidArgument`] for
+    /// a loan from another sender or a field over the encoding limits. On error, loans in the
+    /// message go back to the pool.
+    pub fn send(&mut self, mut msg: MessageBuilder<'_>) -> Result<(), SendError> {
+        let r = self.send_inner(&mut msg, None);
         self.flush();
-        Ok(())
+        r.map_err(SendError::from_internal)
     }
 
     /// Sends several messages and publishes them together: one store of the ring's tail (and
     /// at most one wake-up) for the whole burst, unless the ring fills up on the way (then what
-    /// is staged is published before waiting, so the consumer can make room).
+    /// is staged is published before waiting, so the consumer can make room). Returns how many
+    /// were sent.
     ///
     /// # Errors
     /// As [`Sender::send`]; the messages before the failing one were sent (and published).
     pub fn send_batch<'m>(
         &mut self,
         msgs: impl IntoIterator<Item = MessageBuilder<'m>>,
-    ) -> Result<usize, Error> {
+    ) -> Result<usize, SendError> {
         let mut n = 0;
         for mut m in msgs {
             if let Err(e) = self.send_inner(&mut m, None) {
                 self.flush();
-                return Err(e);
+                return Err(SendError::from_internal(e));
             }
             n += 1;
         }
@@ -264,18 +287,24 @@ impl Sender {
         Ok(n)
     }
 
-    /// [`Sender::send`] with a timeout ([`Error::Timeout`]).
+    /// [`Sender::send`], waiting at most `timeout` for room; on [`SendTimeoutError::Timeout`]
+    /// and every other failure the message comes back, loans and all, so a caller can wait in
+    /// slices (checking for signals between them) without losing it.
     ///
     /// # Errors
-    /// As [`Sender::send`], and [`Error::Timeout`].
-    pub fn send_timeout<M: Outgoing>(
+    /// [`SendTimeoutError::Timeout`], [`SendTimeoutError::Disconnected`],
+    /// [`SendTimeoutError::Failed`] (as [`Sender::send`]).
+    // The message comes back by value, as crossbeam's errors do: boxing it would allocate on
+    // every refused send of a loop that retries.
+    #[allow(clippy::result_large_err)]
+    pub fn send_timeout<'m>(
         &mut self,
-        mut msg: M,
+        mut msg: MessageBuilder<'m>,
         timeout: Duration,
-    ) -> Result<(), Error> {
-        msg.send_on(self, Some(Instant::now() + timeout))?;
+    ) -> Result<(), SendTimeoutError<MessageBuilder<'m>>> {
+        let r = self.send_inner(&mut msg, Some(Instant::now() + timeout));
         self.flush();
-        Ok(())
+        r.map_err(|e| SendTimeoutError::from_internal(e, msg))
     }
 
     /// Sends without waiting; on [`TrySendError::Full`] (the ring or pool has no room right
@@ -287,9 +316,9 @@ impl Sender {
     ///
     /// # Examples
     /// ```
-    /// use shm_ring::{ChannelConfig, MessageBuilder, Sender, TrySendError};
+    /// use shm_ring::{ChannelConfig, Message, MessageBuilder, Sender, TrySendError};
     /// let cfg = ChannelConfig { slots: 2, ..ChannelConfig::default() };
-    /// let mut tx = Sender::anonymous(&cfg)?;
+    /// let mut tx = Sender::<Message>::anonymous(&cfg)?;
     /// let data = [1.0f32; 4];
     /// let mut sent = 0;
     /// let back = loop {
@@ -303,64 +332,34 @@ impl Sender {
     /// assert_eq!(back.len(), 1); // the message that did not fit, whole
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
-    // The message comes back by value, as crossbeam's `TrySendError::Full(T)` does: boxing it
-    // would allocate on every refused send of a loop that retries.
     #[allow(clippy::result_large_err)]
     pub fn try_send<'m>(
         &mut self,
-        msg: MessageBuilder<'m>,
-    ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
-        self.try_send_until(msg, Instant::now())
-    }
-
-    /// [`Sender::try_send`] that waits up to `timeout` for room: the message comes back, loans
-    /// and all, on [`TrySendError::Full`] (still no room when the time is up) and on every
-    /// other failure, so a caller can wait in slices (checking for signals between them)
-    /// without losing it.
-    ///
-    /// # Errors
-    /// As [`Sender::try_send`].
-    #[allow(clippy::result_large_err)]
-    pub fn try_send_timeout<'m>(
-        &mut self,
-        msg: MessageBuilder<'m>,
-        timeout: Duration,
-    ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
-        self.try_send_until(msg, Instant::now() + timeout)
-    }
-
-    #[allow(clippy::result_large_err)]
-    fn try_send_until<'m>(
-        &mut self,
         mut msg: MessageBuilder<'m>,
-        deadline: Instant,
     ) -> Result<(), TrySendError<MessageBuilder<'m>>> {
-        match self.send_inner(&mut msg, Some(deadline)) {
-            Ok(()) => {
-                self.flush();
-                Ok(())
-            }
-            Err(Error::Timeout | Error::Full) => Err(TrySendError::Full(msg)),
-            Err(Error::Disconnected) => Err(TrySendError::Disconnected(msg)),
-            Err(e) => Err(TrySendError::Failed(SendError::from_internal(e), msg)),
-        }
+        let r = self.send_inner(&mut msg, Some(Instant::now()));
+        self.flush();
+        r.map_err(|e| TrySendError::from_internal(e, msg))
     }
+}
 
+impl<P> Sender<P> {
     /// Ends the stream without giving up the mapping: the consumer drains what was sent, then
-    /// gets [`Error::Disconnected`], exactly as when the `Sender` is dropped, while memory this
-    /// process still points into (the arrays of sent loans, say) stays mapped until the drop.
-    /// Later sends fail with [`Error::Disconnected`]. Dropping does this too.
+    /// gets [`RecvError::Disconnected`](super::RecvError::Disconnected), exactly as when the
+    /// `Sender` is dropped, while memory this process still points into (the arrays of sent
+    /// loans, say) stays mapped until the drop. Later sends fail with
+    /// [`SendError::Disconnected`]. Dropping does this too.
     ///
     /// # Examples
     /// ```
-    /// use shm_ring::{ChannelConfig, Error, MessageBuilder, Receiver, Sender};
-    /// let mut tx = Sender::anonymous(&ChannelConfig::default())?;
-    /// let mut rx = Receiver::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
+    /// use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, RecvError, SendError, Sender};
+    /// let mut tx = Sender::<Message>::anonymous(&ChannelConfig::default())?;
+    /// let mut rx = Receiver::<Message>::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
     /// tx.send(MessageBuilder::new().tag(7))?;
     /// tx.shutdown();
     /// assert_eq!(rx.recv()?.tag(), 7);
-    /// assert!(matches!(rx.recv(), Err(Error::Disconnected)));
-    /// assert!(matches!(tx.send(MessageBuilder::new()), Err(Error::Disconnected)));
+    /// assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
+    /// assert!(matches!(tx.send(MessageBuilder::new()), Err(SendError::Disconnected)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn shutdown(&mut self) {
@@ -401,15 +400,15 @@ impl Sender {
     /// consumer, in flight, loaned, or free for less than `idle_for`).
     ///
     /// # Errors
-    /// [`Error::Corrupt`] from the completion ring.
+    /// [`SendError::Corrupt`] from the completion ring.
     ///
     /// # Examples
     /// ```
-    /// use shm_ring::{ChannelConfig, MessageBuilder, Receiver, Sender};
+    /// use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
     /// use std::time::Duration;
     /// let cfg = ChannelConfig { large_pool: 1 << 30, ..ChannelConfig::default() };
-    /// let mut tx = Sender::anonymous(&cfg)?;
-    /// let mut rx = Receiver::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
+    /// let mut tx = Sender::<Message>::anonymous(&cfg)?;
+    /// let mut rx = Receiver::<Message>::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
     /// let big = vec![1.0f32; 3 << 20]; // 12 MiB: more than a block (1 MiB)
     /// tx.send(MessageBuilder::new().array_slice("x", &[big.len()], &big)?)?;
     /// let msg = rx.recv()?;
@@ -419,8 +418,10 @@ impl Sender {
     /// assert_eq!(tx.trim_memory(Duration::ZERO)?, 0); // given back
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn trim_memory(&mut self, idle_for: Duration) -> Result<usize, Error> {
-        self.pool.trim(Some(idle_for))?;
+    pub fn trim_memory(&mut self, idle_for: Duration) -> Result<usize, SendError> {
+        self.pool
+            .trim(Some(idle_for))
+            .map_err(SendError::from_internal)?;
         Ok(self.pool.large_committed())
     }
 
@@ -509,12 +510,6 @@ impl Sender {
         {
             return Err(Error::Disconnected);
         }
-        if let Some(s) = &self.fields {
-            return Err(Error::InvalidArgument(format!(
-                "a self-describing message on a channel with a schema {s}: build it with \
-                 SchemaMessage (fields by FieldId)"
-            )));
-        }
         message::check_limits(msg)?;
         // 1. Where does each array go?
         let mut places: SmallVec<[Place; 8]> = SmallVec::with_capacity(msg.fields.len());
@@ -561,7 +556,7 @@ impl Sender {
     pub fn close(self) {}
 }
 
-impl Drop for Sender {
+impl<P> Drop for Sender<P> {
     fn drop(&mut self) {
         if !self.owner.is_current_strict() {
             return; // a forked child's copy: closing is the parent's business

@@ -189,16 +189,6 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// A writer of `len` bytes at `dst` (valid for writes of `len` bytes: the caller's
-    /// contract, as for `encode_raw`).
-    #[inline]
-    pub(super) fn new(dst: *mut u8, len: usize) -> Self {
-        Writer { dst, len, pos: 0 }
-    }
-    #[inline]
-    pub(super) fn pos(&self) -> usize {
-        self.pos
-    }
     #[inline]
     pub(super) fn bytes(&mut self, b: &[u8]) {
         assert!(b.len() <= self.len - self.pos, "encoder overran its body");

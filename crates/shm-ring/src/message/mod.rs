@@ -130,8 +130,6 @@ mod build_mut;
 mod copy;
 mod decode;
 mod encode;
-mod schema_decode;
-pub mod schema_encode;
 
 pub(crate) use copy::copy_for_parse;
 #[doc(hidden)]
@@ -140,9 +138,6 @@ pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records, 
 pub(crate) use decode::{DataRef, PoolRef};
 pub use encode::encode_inline;
 pub(crate) use encode::{body_len, check_limits, encode_raw};
-pub use schema_decode::{PositionalRecord, PositionalView};
-pub(crate) use schema_encode::{PosVal, data_body_len, encode_data_raw};
-pub use schema_encode::{SchemaMessage, encode_data_inline};
 
 #[inline]
 const fn pad8(n: usize) -> usize {

@@ -73,11 +73,11 @@ pub(crate) const LOCK_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 ///
 /// # Examples
 /// ```
-/// use shm_ring::{ChannelConfig, Receiver, Rendezvous, Sender};
+/// use shm_ring::{ChannelConfig, Message, Receiver, Rendezvous, Sender};
 /// let dir = std::env::temp_dir().join(format!("doc-rdv-{}", std::process::id()));
 /// let rdv = Rendezvous { dir: Some(Box::leak(dir.clone().into_boxed_path())), ..Rendezvous::default() };
-/// let tx = Sender::create("doc-chan", &ChannelConfig { rendezvous: rdv, ..ChannelConfig::default() })?;
-/// let rx = Receiver::open_in(&rdv, "doc-chan", None)?;
+/// let tx = Sender::<Message>::create("doc-chan", &ChannelConfig { rendezvous: rdv, ..ChannelConfig::default() })?;
+/// let rx = Receiver::<Message>::open_in(&rdv, "doc-chan", None)?;
 /// # drop((rx, tx));
 /// # std::fs::remove_dir(&dir).unwrap();
 /// # Ok::<(), shm_ring::Error>(())

@@ -13,7 +13,7 @@ pub enum SchemaError {
         /// The first four bytes, little-endian.
         found: u32,
     },
-    /// A schema kind this build does not know (1: typed value, 2: fields).
+    /// A schema kind this build does not know (1: typed value).
     UnknownKind(u32),
     /// The length written in the schema is not the length of its region.
     LengthMismatch {
@@ -36,17 +36,8 @@ pub enum SchemaError {
         /// Length of the schema.
         len: usize,
     },
-    /// More fields than [`MAX_FIELDS`](crate::schema::MAX_FIELDS).
-    TooManyFields(u64),
     /// A field (or the typed value, field 0) names a dtype code that does not exist.
     BadDType {
-        /// Field position.
-        field: usize,
-        /// The code found.
-        code: u8,
-    },
-    /// A field kind code that does not exist.
-    BadFieldKind {
         /// Field position.
         field: usize,
         /// The code found.
@@ -66,8 +57,6 @@ pub enum SchemaError {
         /// What is wrong.
         why: String,
     },
-    /// Two fields of one name.
-    DuplicateField(String),
     /// Values that contradict each other (a typed value's shape and size, an alignment that
     /// is not a power of two, ...).
     Inconsistent(String),
@@ -101,30 +90,16 @@ impl fmt::Display for SchemaError {
                 f,
                 "schema has stray bytes from {at} to its end ({len}) {corrupt}"
             ),
-            SchemaError::TooManyFields(n) => write!(
-                f,
-                "schema of {n} fields: at most {}",
-                crate::schema::MAX_FIELDS
-            ),
             SchemaError::BadDType { field, code } => {
                 write!(f, "schema field {field}: dtype code {code} {corrupt}")
-            }
-            SchemaError::BadFieldKind { field, code } => {
-                write!(f, "schema field {field}: kind code {code} {corrupt}")
             }
             SchemaError::BadRank { field, rank } => write!(
                 f,
                 "schema field {field}: {rank} dimensions (at most {})",
-                crate::schema::MAX_FIELD_RANK
+                super::value::MAX_VALUE_RANK
             ),
             SchemaError::BadName { field, why } => {
                 write!(f, "schema field {field}: its name is {why}")
-            }
-            SchemaError::DuplicateField(n) => {
-                write!(
-                    f,
-                    "schema has two fields named '{n}': give each its own name"
-                )
             }
             SchemaError::Inconsistent(why) => write!(f, "schema: {why}"),
             SchemaError::Mismatch { channel, expected } => write!(
@@ -161,29 +136,6 @@ pub enum FieldError {
         /// Its name.
         name: String,
     },
-    /// A field of a schema message was not set (every field of every record must be).
-    Missing {
-        /// Its name.
-        name: String,
-        /// The record it is missing from.
-        record: usize,
-    },
-    /// A value of another kind, dtype or shape than the schema's field.
-    WrongType {
-        /// The field's name.
-        name: String,
-        /// What the schema says.
-        expected: String,
-        /// What was given (or asked for).
-        found: String,
-    },
-    /// A position past the last field.
-    OutOfRange {
-        /// The position asked for.
-        index: usize,
-        /// Number of fields.
-        len: usize,
-    },
 }
 
 impl fmt::Display for FieldError {
@@ -200,23 +152,6 @@ impl fmt::Display for FieldError {
             FieldError::NotAnArray { name } => write!(
                 f,
                 "field '{name}' is metadata, not an array: read it with meta/meta_i64/meta_str"
-            ),
-            FieldError::Missing { name, record } => write!(
-                f,
-                "field '{name}' of record {record} was not set: a schema message sets every field"
-            ),
-            FieldError::WrongType {
-                name,
-                expected,
-                found,
-            } => write!(
-                f,
-                "field '{name}' is a {expected} in the channel's schema, not a {found}"
-            ),
-            FieldError::OutOfRange { index, len } => write!(
-                f,
-                "field position {index}, but there are {len} fields (a FieldId of another \
-                 schema?)"
             ),
         }
     }

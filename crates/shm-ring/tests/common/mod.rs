@@ -183,3 +183,14 @@ pub fn poke(fd: &impl std::os::fd::AsFd, offset: usize, bytes: &[u8]) {
         .expect("open channel memory to poke");
     std::os::unix::fs::FileExt::write_all_at(&f, bytes, offset as u64).expect("poke");
 }
+
+/// What a non-blocking receive got: `Some` value, `None` if the channel was empty; panics on
+/// any other failure (as the `Result<Option<_>>` of the old API did under `unwrap`).
+#[allow(dead_code)]
+pub fn got<T>(r: Result<T, shm_ring::TryRecvError>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(shm_ring::TryRecvError::Empty) => None,
+        Err(e) => panic!("try_recv failed: {e}"),
+    }
+}

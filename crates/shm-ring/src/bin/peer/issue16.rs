@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use shm_ring::{ChannelConfig, Receiver, Sender};
+use shm_ring::{ChannelConfig, Message, OpenError, Receiver, RecvTimeoutError, Sender};
 
 use crate::real::{exit_child, exit_this_thread_only, fork_now, reap, say, stdin_lines, sum_x};
 
 pub(super) fn hold_leaderless(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
-    let mut rx =
-        Receiver::open_timeout(&arg(1), Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    let mut rx = Receiver::<Message>::open_timeout(&arg(1), Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
     let n: usize = arg(2).parse().unwrap_or(1);
     let mut held = Vec::new();
     for _ in 0..n {
@@ -31,7 +31,8 @@ pub(super) fn hold_leaderless(arg: &dyn Fn(usize) -> String) -> Result<(), Strin
 }
 
 pub(super) fn produce_leaderless(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
-    let mut tx = Sender::create(&arg(1), &ChannelConfig::default()).map_err(|e| e.to_string())?;
+    let mut tx =
+        Sender::<Message>::create(&arg(1), &ChannelConfig::default()).map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         for line in stdin_lines() {
             if line == "send" {
@@ -48,8 +49,8 @@ pub(super) fn produce_leaderless(arg: &dyn Fn(usize) -> String) -> Result<(), St
 }
 
 pub(super) fn fork_drop(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
-    let mut rx =
-        Receiver::open_timeout(&arg(1), Duration::from_secs(10)).map_err(|e| e.to_string())?;
+    let mut rx = Receiver::<Message>::open_timeout(&arg(1), Duration::from_secs(10))
+        .map_err(|e| e.to_string())?;
     let m = rx.recv().map_err(|e| e.to_string())?;
     say("got");
     match fork_now().ok_or("fork failed")? {
@@ -75,9 +76,10 @@ pub(super) fn fork_drop(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
 }
 
 pub(super) fn fork_send(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
-    let mut tx = Sender::create(&arg(1), &ChannelConfig::default()).map_err(|e| e.to_string())?;
+    let mut tx =
+        Sender::<Message>::create(&arg(1), &ChannelConfig::default()).map_err(|e| e.to_string())?;
     tx.wait_for_consumer(Duration::from_secs(10))
-        .map_err(|e| e.to_string())?;
+        .ok_or("no consumer attached within 10 s")?;
     match fork_now().ok_or("fork failed")? {
         0 => {
             match tx.send(shm_ring::MessageBuilder::new().meta_i64("seq", 99)) {
@@ -100,9 +102,8 @@ pub(super) fn fork_typed(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
     };
-    let mut tx =
-        shm_ring::TypedSender::<[f32; 16]>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
-    let mut rx = shm_ring::TypedReceiver::<[f32; 16]>::open(&arg(1)).map_err(|e| e.to_string())?;
+    let mut tx = shm_ring::Sender::<[f32; 16]>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
+    let mut rx = shm_ring::Receiver::<[f32; 16]>::open(&arg(1)).map_err(|e| e.to_string())?;
     tx.send(&[1.0; 16]).map_err(|e| e.to_string())?;
     tx.send(&[2.0; 16]).map_err(|e| e.to_string())?;
     let verdict = |r: Result<(), String>| r.map_or_else(|e| e, |()| "ok".into());
@@ -224,9 +225,9 @@ pub(super) fn fill_named(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
         block_size: bytes / 16,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
+    let mut tx = Sender::<Message>::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
     tx.wait_for_consumer(Duration::from_secs(30))
-        .map_err(|e| e.to_string())?;
+        .ok_or("no consumer attached within 30 s")?;
     for i in 0..16u8 {
         let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
         tx.send(shm_ring::MessageBuilder::new().array_loan("x", loan.fill(i)))
@@ -237,8 +238,8 @@ pub(super) fn fill_named(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
 }
 
 pub(super) fn drain_named(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
-    let mut rx =
-        Receiver::open_timeout(&arg(1), Duration::from_secs(30)).map_err(|e| e.to_string())?;
+    let mut rx = Receiver::<Message>::open_timeout(&arg(1), Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
     let mut held = Vec::new();
     let mut total = 0usize;
     for i in 0..16u8 {
@@ -262,17 +263,17 @@ pub(super) fn race_open(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
     if lines.next().as_deref() != Some("go") {
         return Err("expected go".into());
     }
-    match Receiver::open(&arg(1)) {
+    match Receiver::<Message>::open(&arg(1)) {
         Ok(mut rx) => {
             match rx.recv_timeout(Duration::from_secs(2)) {
                 Ok(m) => say(&format!("opened {}", m.tag())),
-                Err(shm_ring::Error::Timeout) => say("opened none"),
+                Err(RecvTimeoutError::Timeout) => say("opened none"),
                 Err(e) => return Err(e.to_string()),
             }
             for _ in lines {}
             Ok(())
         }
-        Err(shm_ring::Error::Busy(pid)) => {
+        Err(OpenError::Busy(pid)) => {
             say(&format!("busy {pid}"));
             Ok(())
         }

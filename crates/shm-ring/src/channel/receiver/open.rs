@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use super::{Receiver, RxShared};
 use crate::channel::claim::{self, Claimed};
+use crate::channel::errors::OpenError;
+use crate::channel::payload::Payload;
 use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, channel_header};
 use crate::error::{Error, corrupt};
 use crate::rendezvous::{self, Rendezvous, Served};
 use crate::ring::{self, Storage};
-use crate::schema::{ChannelSchema, SchemaError, ValueType, wire};
+use crate::schema::{SchemaError, ValueType, wire};
 use crate::segment::{Reached, Segment};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
@@ -21,17 +23,22 @@ use crate::sys::{self, PeerProcess};
 /// consumer claim (a refused opener leaves the channel untouched).
 #[derive(Debug)]
 pub(in crate::channel) enum Expect<'a> {
-    /// Self-describing messages, with or without a field schema.
+    /// Self-describing messages (no schema region).
     Messages,
     /// A typed channel of exactly this value type.
     Value(&'a ValueType),
 }
 
-impl Expect<'_> {
-    fn check(&self, found: Option<&ChannelSchema>, slot_size: u32) -> Result<(), Error> {
+impl<'a> Expect<'a> {
+    /// What a receiver of a payload whose value type is `v` (`None`: messages) accepts.
+    pub(in crate::channel) fn of(v: Option<&'a ValueType>) -> Expect<'a> {
+        v.map_or(Expect::Messages, Expect::Value)
+    }
+
+    fn check(&self, found: Option<&ValueType>, slot_size: u32) -> Result<(), Error> {
         let ok = match (self, found) {
-            (Expect::Messages, None | Some(ChannelSchema::Fields(_))) => true,
-            (Expect::Value(v), Some(ChannelSchema::Value(w))) if v.matches(w) => {
+            (Expect::Messages, None) => true,
+            (Expect::Value(v), Some(w)) if v.matches(w) => {
                 if (slot_size as usize) < v.size() {
                     return Err(corrupt(format!(
                         "typed channel of {v} in slots of {slot_size} bytes"
@@ -47,7 +54,7 @@ impl Expect<'_> {
         Err(Error::Schema(SchemaError::Mismatch {
             channel: found.map_or_else(
                 || "self-describing messages (no schema)".to_string(),
-                |s| s.to_string(),
+                |v| format!("a typed channel of {v}"),
             ),
             expected: match self {
                 Expect::Messages => "self-describing messages (a Receiver)".to_string(),
@@ -57,23 +64,56 @@ impl Expect<'_> {
     }
 }
 
-impl Receiver {
-    /// Opens the consumer end of the channel `name`, created by a [`Sender`](crate::Sender) in
-    /// any process of the same user (and looked for in the default socket directory: see
-    /// [`Rendezvous`]). One consumer at a time; the claim of a consumer that died is taken
-    /// over: this receiver reads on from the first message the dead one did not take, and the
-    /// blocks the dead one held go back to the producer.
+impl<P: Payload> Receiver<P> {
+    /// Opens the consumer end of the channel `name`, created by a [`Sender<P>`](crate::Sender)
+    /// of the same payload in any process of the same user (and looked for in the default
+    /// socket directory: see [`Rendezvous`]). One consumer at a time; the claim of a consumer
+    /// that died is taken over: this receiver reads on from the first message the dead one did
+    /// not take, and the blocks the dead one held go back to the producer.
     ///
     /// # Errors
-    /// [`Error::NotFound`] (no live sender serves the name; a stale socket of a dead one is
-    /// removed); [`Error::Untrusted`] (a socket directory, entry or server we do not trust);
-    /// [`Error::NotASegment`] (a malformed answer or descriptor), [`Error::VersionMismatch`],
-    /// [`Error::Corrupt`] (inconsistent geometry), [`Error::Busy`] (another consumer is attached
-    /// and alive, or cannot be judged; pid 0: the claim names none), [`Error::ConsumerClosed`]
-    /// (the consumer closed: the stream ended),
-    /// [`Error::Timeout`] (the server accepted but did not answer within 5 s).
-    pub fn open(name: &str) -> Result<Receiver, Error> {
-        Self::open_as(&Rendezvous::default(), name, None, Expect::Messages)
+    /// [`OpenError::NotFound`] (no live sender serves the name; a stale socket of a dead one
+    /// is removed); [`OpenError::Untrusted`] (a socket directory, entry or server we do not
+    /// trust); [`OpenError::NotASegment`] (a malformed answer or descriptor),
+    /// [`OpenError::VersionMismatch`], [`OpenError::Corrupt`] (inconsistent geometry),
+    /// [`OpenError::Schema`] (a channel of another payload: open it with the type its sender
+    /// was created with), [`OpenError::Busy`] (another consumer is attached and alive, or
+    /// cannot be judged; pid 0: the claim names none), [`OpenError::ConsumerClosed`] (the
+    /// consumer closed: the stream ended), [`OpenError::Timeout`] (the server accepted but did
+    /// not answer within 5 s).
+    pub fn open(name: &str) -> Result<Receiver<P>, OpenError> {
+        Self::open_in(&Rendezvous::default(), name, None)
+    }
+
+    /// [`Receiver::open`], waiting up to `timeout` for a producer that has not created the
+    /// channel yet (retrying every few milliseconds). With a producer that may start before
+    /// or after this call, this is the one to use: a dropped [`Sender`](crate::Sender) keeps
+    /// serving the name for [`ChannelConfig::linger`](crate::ChannelConfig::linger) until a
+    /// consumer attached, so either start order delivers every message.
+    ///
+    /// # Errors
+    /// [`OpenError::NotFound`] if no channel of that name appeared within `timeout`;
+    /// otherwise as [`Receiver::open`] (not retried).
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::{ChannelConfig, Message, Receiver, Sender};
+    /// use std::time::Duration;
+    /// let name = format!("doc-open-timeout-{}", std::process::id());
+    /// let producer = std::thread::spawn({
+    ///     let name = name.clone();
+    ///     move || {
+    ///         std::thread::sleep(Duration::from_millis(50)); // starts later
+    ///         Sender::<Message>::create(&name, &ChannelConfig::default())
+    ///     }
+    /// });
+    /// let rx = Receiver::<Message>::open_timeout(&name, Duration::from_secs(10))?;
+    /// assert_eq!(rx.name(), name);
+    /// # drop(producer.join().unwrap()?);
+    /// # Ok::<(), shm_ring::Error>(())
+    /// ```
+    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Receiver<P>, OpenError> {
+        Self::open_in(&Rendezvous::default(), name, Some(timeout))
     }
 
     /// [`Receiver::open`] (with `timeout`: [`Receiver::open_timeout`]) in the socket directory
@@ -85,17 +125,35 @@ impl Receiver {
         rdv: &Rendezvous,
         name: &str,
         timeout: Option<Duration>,
-    ) -> Result<Receiver, Error> {
-        Self::open_as(rdv, name, timeout, Expect::Messages)
+    ) -> Result<Receiver<P>, OpenError> {
+        let v = P::value_type();
+        Self::open_as(rdv, name, timeout, Expect::of(v.as_ref())).map_err(OpenError::from_internal)
     }
 
+    /// Opens the consumer end of an anonymous channel from a descriptor of its memfd (see
+    /// [`Sender::anonymous`](crate::Sender::anonymous), and [`Sender`](crate::Sender)'s `AsFd`
+    /// to get the producer's descriptor). The memfd must be sealed against shrinking and
+    /// growing (as [`Sender::anonymous`](crate::Sender::anonymous) leaves it) and have the size
+    /// its header states: a peer holding the descriptor then cannot truncate the memory under
+    /// us.
+    ///
+    /// # Errors
+    /// [`OpenError::NotASegment`] (not a sealed memfd, wrong size, bad magic), as
+    /// [`Receiver::open`].
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Receiver<P>, OpenError> {
+        let v = P::value_type();
+        Self::from_fd_as(fd, Expect::of(v.as_ref())).map_err(OpenError::from_internal)
+    }
+}
+
+impl<P> Receiver<P> {
     /// Opens `name` (waiting up to `timeout` for a sender to serve it, if given) as `expect`.
-    pub(in crate::channel) fn open_as(
+    fn open_as(
         rdv: &Rendezvous,
         name: &str,
         timeout: Option<Duration>,
         expect: Expect<'_>,
-    ) -> Result<Receiver, Error> {
+    ) -> Result<Receiver<P>, Error> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut pause = Duration::from_micros(500);
         loop {
@@ -114,7 +172,7 @@ impl Receiver {
 
     /// One attempt: the descriptor from the name's server, checked as a received descriptor,
     /// and served by the process its header names as creator.
-    fn open_once(rdv: &Rendezvous, name: &str, expect: &Expect<'_>) -> Result<Receiver, Error> {
+    fn open_once(rdv: &Rendezvous, name: &str, expect: &Expect<'_>) -> Result<Receiver<P>, Error> {
         let got = rendezvous::fetch(rdv, name, Instant::now() + rendezvous::ANSWER_TIMEOUT)?;
         let how = Reached::Name {
             name,
@@ -133,68 +191,9 @@ impl Receiver {
     }
 
     /// Opens an anonymous channel's memfd as `expect`.
-    pub(in crate::channel) fn from_fd_as(
-        fd: std::os::fd::OwnedFd,
-        expect: Expect<'_>,
-    ) -> Result<Receiver, Error> {
+    fn from_fd_as(fd: std::os::fd::OwnedFd, expect: Expect<'_>) -> Result<Receiver<P>, Error> {
         let seg = Segment::from_fd(fd, KIND_CHANNEL)?;
         Self::attach(seg, "(anonymous)".into(), &expect, None)
-    }
-
-    /// [`Receiver::open`], waiting up to `timeout` for a producer that has not created the
-    /// channel yet (retrying every few milliseconds). With a producer that may start before
-    /// or after this call, this is the one to use: a dropped [`Sender`](crate::Sender) keeps
-    /// serving the name for [`ChannelConfig::linger`](crate::ChannelConfig::linger) until a
-    /// consumer attached, so either start order delivers every message.
-    ///
-    /// # Errors
-    /// [`Error::NotFound`] if no channel of that name appeared within `timeout`; otherwise as
-    /// [`Receiver::open`] (not retried).
-    ///
-    /// # Examples
-    /// ```
-    /// use shm_ring::{ChannelConfig, Receiver, Sender};
-    /// use std::time::Duration;
-    /// let name = format!("doc-open-timeout-{}", std::process::id());
-    /// let producer = std::thread::spawn({
-    ///     let name = name.clone();
-    ///     move || {
-    ///         std::thread::sleep(Duration::from_millis(50)); // starts later
-    ///         Sender::create(&name, &ChannelConfig::default())
-    ///     }
-    /// });
-    /// let rx = Receiver::open_timeout(&name, Duration::from_secs(10))?;
-    /// assert_eq!(rx.name(), name);
-    /// # drop(producer.join().unwrap()?);
-    /// # Ok::<(), shm_ring::Error>(())
-    /// ```
-    pub fn open_timeout(name: &str, timeout: Duration) -> Result<Receiver, Error> {
-        Self::open_as(
-            &Rendezvous::default(),
-            name,
-            Some(timeout),
-            Expect::Messages,
-        )
-    }
-
-    /// Opens the consumer end of an anonymous channel from its file (see [`Sender::anonymous`](crate::Sender::anonymous)).
-    ///
-    /// # Errors
-    /// As [`Receiver::open`].
-    pub fn from_file(file: std::fs::File) -> Result<Receiver, Error> {
-        Self::from_fd(file.into())
-    }
-
-    /// Opens the consumer end of an anonymous channel from a descriptor of its memfd (see
-    /// [`Sender::anonymous`](crate::Sender::anonymous), and [`Sender`](crate::Sender)'s `AsFd` to get the producer's descriptor).
-    /// The memfd must be sealed against shrinking and growing (as [`Sender::anonymous`](crate::Sender::anonymous) leaves
-    /// it) and have the size its header states: a peer holding the descriptor then cannot
-    /// truncate the memory under us.
-    ///
-    /// # Errors
-    /// [`Error::NotASegment`] (not a sealed memfd, wrong size, bad magic), as [`Receiver::open`].
-    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Receiver, Error> {
-        Self::from_fd_as(fd, Expect::Messages)
     }
 
     fn attach(
@@ -202,7 +201,7 @@ impl Receiver {
         name: String,
         expect: &Expect<'_>,
         served: Option<Served>,
-    ) -> Result<Receiver, Error> {
+    ) -> Result<Receiver<P>, Error> {
         let wait = WaitConfig::default();
         if seg.len() < DESC_RING_AT {
             return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
@@ -250,9 +249,9 @@ impl Receiver {
                     copy.len(),
                 )
             };
-            Some(Arc::new(wire::decode(&copy)?))
+            Some(wire::decode(&copy)?)
         };
-        expect.check(schema.as_deref(), slot_size)?;
+        expect.check(schema.as_ref(), slot_size)?;
         let header = seg.header();
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
         let me = sys::pid();
@@ -305,6 +304,8 @@ impl Receiver {
             let from = desc.position().wrapping_sub(claim::TAKEOVER_SPAN);
             shared.dropped(from, claim::TAKEOVER_SPAN);
         }
+        let desc_capacity = desc.shape().capacity;
+        let owner_copy = shared.owner;
         Ok(Receiver {
             shared,
             desc,
@@ -313,10 +314,12 @@ impl Receiver {
             name,
             scratch: Vec::new(),
             ident,
-            schema,
             unreleased: 0,
             served,
             stale_removed: std::sync::atomic::AtomicBool::new(false),
+            release_every: (desc_capacity / 4).max(1),
+            owner_copy,
+            _payload: std::marker::PhantomData,
         })
     }
 }

@@ -32,7 +32,7 @@ pub(super) enum Rec {
     },
 }
 
-impl Receiver {
+impl<P> Receiver<P> {
     /// Reads and validates the record header at our read position, if a record is there.
     pub(super) fn peek(&mut self) -> Result<Option<Rec>, Error> {
         // Reloads the producer's tail only if the cached one says empty.
@@ -98,7 +98,7 @@ impl Receiver {
     /// that then blocks elsewhere, say on a full ring back to that sender, would deadlock);
     /// holding slots back across calls measured no faster here.
     #[inline]
-    pub(super) fn release_read(&mut self) {
+    pub(in crate::channel) fn release_read(&mut self) {
         if self.unreleased > 0 {
             // SYNC POINT (release(0)): we are done reading every skipped slot; see
             // `ring::Consumer::release`.

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use super::{Sender, SenderStats};
 use crate::channel::alloc::BlockPool;
+use crate::channel::errors::CreateError;
+use crate::channel::payload::Payload;
 use crate::channel::{
     CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing,
 };
@@ -14,53 +16,51 @@ use crate::error::Error;
 use crate::pool::PoolHome;
 use crate::rendezvous::{NameServer, SocketDir};
 use crate::ring;
-use crate::schema::{ChannelSchema, Schema, wire};
+use crate::schema::{ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
-impl Sender {
-    /// Creates the channel `name` and returns its producer end: a sealed memfd like an
-    /// anonymous channel's, served to openers by a socket `name` in the socket directory (see
-    /// [`Rendezvous`](crate::Rendezvous); nothing is created in `/dev/shm`). A stale socket of a
-    /// dead creator of that name is taken over.
+impl<P: Payload> Sender<P> {
+    /// Creates the channel `name` of payload `P` and returns its producer end: a sealed memfd
+    /// like an anonymous channel's, served to openers by a socket `name` in the socket
+    /// directory (see [`Rendezvous`](crate::Rendezvous); nothing is created in `/dev/shm`). A
+    /// stale socket of a dead creator of that name is taken over. A channel of values
+    /// (`P: Pod`) has slots sized for `P` (`size_of::<P>()` rounded up to 64 bytes, at most
+    /// 64 KiB) and no pool (`cfg.blocks` is ignored).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a bad name or configuration; [`Error::AlreadyExists`]
-    /// while a live sender serves the name; [`Error::Untrusted`] for a socket directory we do
-    /// not trust, or something other than a socket at the name; [`Error::NoSpace`] when memory
-    /// cannot hold the headers and rings; [`Error::Os`].
-    pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender, Error> {
-        Self::create_with(Some(name), cfg, None)
+    /// [`CreateError::InvalidArgument`] for a bad name or configuration;
+    /// [`CreateError::AlreadyExists`] while a live sender serves the name;
+    /// [`CreateError::Untrusted`] for a socket directory we do not trust, or something other
+    /// than a socket at the name; [`CreateError::NoSpace`] when memory cannot hold the headers
+    /// and rings; [`CreateError::TooLarge`] for a value type over 64 KiB; [`CreateError::Os`].
+    pub fn create(name: &str, cfg: &ChannelConfig) -> Result<Sender<P>, CreateError> {
+        Self::make(Some(name), cfg)
     }
 
-    /// Creates the channel `name` whose segment carries `schema` (written once; a
-    /// [`Receiver`](crate::Receiver) reads it once at open, validated, as
-    /// [`Receiver::schema`](crate::Receiver::schema), and finds fields by [`FieldId`](crate::FieldId)).
+    /// Creates an anonymous channel of payload `P` (a sealed memfd: hand the descriptor of
+    /// [`AsFd::as_fd`](std::os::fd::AsFd::as_fd) to the consumer process and open it there with
+    /// [`Receiver::from_fd`](crate::Receiver::from_fd)).
     ///
     /// # Errors
-    /// As [`Sender::create`]; [`Error::Schema`] for a schema that breaks the limits of
-    /// [`Schema::check`].
-    pub fn with_schema(name: &str, cfg: &ChannelConfig, schema: &Schema) -> Result<Sender, Error> {
-        Self::create_with(
-            Some(name),
-            cfg,
-            Some(&ChannelSchema::Fields(schema.clone())),
-        )
+    /// As [`Sender::create`].
+    pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender<P>, CreateError> {
+        Self::make(None, cfg)
     }
 
+    fn make(name: Option<&str>, cfg: &ChannelConfig) -> Result<Sender<P>, CreateError> {
+        let cfg = P::channel_config(cfg).map_err(CreateError::from_internal)?;
+        Self::create_with(name, &cfg, P::value_type().as_ref()).map_err(CreateError::from_internal)
+    }
+}
+
+impl<P> Sender<P> {
     /// Creates a channel (named, or anonymous for `None`) whose segment carries `schema`.
-    pub(in crate::channel) fn create_with(
+    fn create_with(
         name: Option<&str>,
         cfg: &ChannelConfig,
-        schema: Option<&ChannelSchema>,
-    ) -> Result<Sender, Error> {
-        if let Some(ChannelSchema::Fields(s)) = schema {
-            s.check()?;
-        }
-        let fields = match schema {
-            Some(ChannelSchema::Fields(s)) => Some(Arc::new(s.clone())),
-            _ => None,
-        };
+        schema: Option<&ValueType>,
+    ) -> Result<Sender<P>, Error> {
         let schema = schema.map(wire::encode);
         let schema_len = schema.as_ref().map_or(0, |s| s.len());
         let schema_len = u32::try_from(schema_len).unwrap_or(u32::MAX);
@@ -99,7 +99,6 @@ impl Sender {
             };
         }
         let mut tx = Self::init(seg, layout, cfg)?;
-        tx.fields = fields;
         if let Some(mut server) = server {
             server.serve(tx.seg.file().try_clone()?.into())?;
             tx.server = Some(server);
@@ -107,16 +106,7 @@ impl Sender {
         Ok(tx)
     }
 
-    /// Creates an anonymous channel (memfd): hand [`Sender::segment`]'s file to a child process
-    /// and open it there with [`Receiver::from_file`](crate::Receiver::from_file).
-    ///
-    /// # Errors
-    /// As [`Sender::create`].
-    pub fn anonymous(cfg: &ChannelConfig) -> Result<Sender, Error> {
-        Self::create_with(None, cfg, None)
-    }
-
-    fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender, Error> {
+    fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender<P>, Error> {
         let header = ChannelHeader {
             slots: AtomicU32::new(layout.desc.capacity),
             slot_size: AtomicU32::new(layout.desc.slot_size),
@@ -169,11 +159,11 @@ impl Sender {
             consumer: None,
             unattached_since: Some(Instant::now()),
             max_inline: layout.desc.bytes() / 4,
-            fields: None,
             owner,
             gate: owner.gate(),
             server: None,
             stats: SenderStats::default(),
+            _payload: std::marker::PhantomData,
         })
     }
 }

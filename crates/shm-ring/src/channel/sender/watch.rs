@@ -5,10 +5,11 @@ use std::time::{Duration, Instant};
 
 use super::Sender;
 use crate::channel::claim::{self, RECLAIMING, Watch, consumer_claim};
+use crate::channel::errors::SendError;
 use crate::error::Error;
 use crate::sync::Ordering;
 
-impl Sender {
+impl<P> Sender<P> {
     pub(super) fn consumer_gone(&mut self) -> Result<(), Error> {
         let h = self.header();
         if h.consumer_closed.load(Ordering::SeqCst) != 0 {
@@ -94,18 +95,16 @@ impl Sender {
         }
     }
 
-    /// Waits until a consumer has attached (polling every millisecond) and returns its pid.
-    ///
-    /// # Errors
-    /// [`Error::Timeout`].
-    pub fn wait_for_consumer(&self, timeout: Duration) -> Result<u32, Error> {
+    /// Waits until a consumer has attached (polling every millisecond) and returns its pid;
+    /// `None` if none attached within `timeout`.
+    pub fn wait_for_consumer(&self, timeout: Duration) -> Option<u32> {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(pid) = self.consumer_pid() {
-                return Ok(pid);
+                return Some(pid);
             }
             if Instant::now() >= deadline {
-                return Err(Error::Timeout);
+                return None;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -116,9 +115,11 @@ impl Sender {
     ///
     /// # Errors
     /// As described.
-    pub fn check_consumer(&mut self) -> Result<(), Error> {
-        self.owner.check()?;
-        self.consumer_gone()
+    pub fn check_consumer(&mut self) -> Result<(), SendError> {
+        self.owner
+            .check()
+            .and_then(|()| self.consumer_gone())
+            .map_err(SendError::from_internal)
     }
 
     /// Keeps a named channel's name (this sender holds the segment) until a consumer has

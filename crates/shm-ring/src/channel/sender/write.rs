@@ -19,7 +19,7 @@ fn is_new(p: Place) -> bool {
     matches!(p, Place::Block(b) if b >= NEW_EXTENT)
 }
 
-impl Sender {
+impl<P> Sender<P> {
     /// Where an array goes: its own loaned block (refused if loaned from another sender),
     /// a new block or large extent (`Place::Block(NEW_BLOCK | NEW_EXTENT)`, allocated by
     /// [`Sender::write_record`]) when the transfer policy says zero-copy, or inline in the body.
