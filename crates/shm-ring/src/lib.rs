@@ -107,7 +107,7 @@ pub use channel::{
     OpenError, Payload, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender,
     SenderStats, TryRecvError, TrySendError, ValueLoan, WaitConfig, machine_large_pool,
 };
-#[cfg(all(not(loom), feature = "layout-internals"))]
+#[cfg(all(not(loom), feature = "unstable-internals"))]
 #[doc(hidden)]
 pub use channel::{ChannelLayout, SchemaWire, channel_layout, typed_channel_layout};
 #[cfg(not(loom))]

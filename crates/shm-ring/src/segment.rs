@@ -48,7 +48,7 @@ const START_AT: usize = 24;
 const SIZE_AT: usize = 32;
 const READY_AT: usize = 40;
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// Where the segment header's fields lie (bytes from the segment's start), and the layout
 /// version this build writes: for tests and tools that poke at a live segment. Not a stable
 /// API; reached through [`crate::ChannelLayout::segment_wire`].
@@ -75,7 +75,7 @@ pub struct SegmentWire {
     pub layout_version: u32,
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const SEGMENT_WIRE: SegmentWire = SegmentWire {
     magic: MAGIC_AT,
     version: VERSION_AT,

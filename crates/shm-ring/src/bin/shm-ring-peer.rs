@@ -353,9 +353,9 @@ mod real {
                 }
                 Err(e) => Err(e.to_string()),
             },
-            // Needs the segment's layout: built with the `layout-internals` feature (as the
+            // Needs the segment's layout: built with the `unstable-internals` feature (as the
             // tests build it).
-            #[cfg(feature = "layout-internals")]
+            #[cfg(feature = "unstable-internals")]
             "scribble" => (|| {
                 let ms: u64 = arg(2).parse().map_err(|_| "bad ms")?;
                 let mut x: u64 = arg(3).parse::<u64>().map_err(|_| "bad seed")? | 1;

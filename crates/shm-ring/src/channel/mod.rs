@@ -34,7 +34,7 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::pool::PoolGeom;
 use crate::ring::{RingHeader, RingShape, Storage};
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 use crate::schema::{ValueType, wire};
 use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
@@ -232,7 +232,7 @@ impl Layout {
     }
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// Where everything lives in a channel segment of a given configuration: for tests and tools
 /// that poke at a live channel (corruption and hostile-peer tests). Not a stable API.
 #[doc(hidden)]
@@ -299,7 +299,7 @@ pub struct ChannelLayout {
     pub body_wire: crate::message::BodyWire,
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// Offsets of the channel header's words, from the segment's start (each read once by its
 /// user; see `ChannelHeader`).
 #[doc(hidden)]
@@ -327,7 +327,7 @@ pub struct ChannelWire {
     pub large_pool: usize,
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// A record header in the descriptor ring: offsets of its u32 words from the record's first
 /// slot, and the values of `kind`.
 #[doc(hidden)]
@@ -349,7 +349,7 @@ pub struct RecordWire {
     pub kind_block: u32,
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// A record header's u32 words, in the order the sender writes (`write_pod` in
 /// `Sender::send_inner`) and the receiver reads (`read_pod` in `receiver/records.rs`) them as
 /// one `[n_slots, kind, body_len, block]`: byte offsets from the record's first slot.
@@ -362,10 +362,10 @@ const RECORD_WIRE: RecordWire = RecordWire {
     kind_inline: REC_INLINE,
     kind_block: REC_BLOCK,
 };
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 const _: () = assert!(RECORD_WIRE.block + 4 == RECORD_HEADER);
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// Offsets of the schema region's encoding (see `schema/wire.rs`): the header's words from
 /// the region's start, the value entry's fields from the entry's start.
 #[doc(hidden)]
@@ -385,7 +385,7 @@ pub struct SchemaWire {
     pub value_dims: usize,
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// The layout of a channel created with `cfg` (see [`ChannelLayout`]).
 ///
 /// # Errors
@@ -395,7 +395,7 @@ pub fn channel_layout(cfg: &ChannelConfig) -> Result<ChannelLayout, Error> {
     layout_of(cfg, None)
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// The layout of a channel created with [`Sender::<T>::create`]`(_, cfg)`.
 ///
 /// # Errors
@@ -406,7 +406,7 @@ pub fn typed_channel_layout<T: bytemuck::Pod>(cfg: &ChannelConfig) -> Result<Cha
     layout_of(&cfg, Some(&ValueType::of::<T>()))
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 fn layout_of(cfg: &ChannelConfig, schema: Option<&ValueType>) -> Result<ChannelLayout, Error> {
     let schema_len = schema.map_or(0, |s| wire::encode(s).len() as u32);
     let l = Layout::new(

@@ -31,7 +31,7 @@ pub(crate) const RECORD_HEADER: usize = 16;
 pub(crate) const FIELD_HEADER: usize = 24;
 const MAX_NDIM: usize = 16;
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// Offsets of the message encoding's header fields (see the module doc), for tests and tools
 /// that poke at a live channel: reached through `ChannelLayout::body_wire`. Not a stable API.
 #[doc(hidden)]
@@ -84,7 +84,7 @@ pub struct BodyWire {
     pub loc_block: u8,
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// Where each header field lies: the encoder (`encode.rs`) writes them in this order, the
 /// decoder (`decode.rs`, `copy.rs`) reads them at these offsets.
 pub(crate) const BODY_WIRE: BodyWire = BodyWire {
@@ -111,7 +111,7 @@ pub(crate) const BODY_WIRE: BodyWire = BodyWire {
     loc_inline: LOC_INLINE,
     loc_block: LOC_BLOCK,
 };
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 const _: () = {
     // The last field of each header ends where the header does (a u32 pad after block_refs).
     assert!(BODY_WIRE.block_refs + 8 == BODY_HEADER);

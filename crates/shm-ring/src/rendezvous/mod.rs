@@ -106,7 +106,7 @@ impl Rendezvous {
     }
 }
 
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 /// The descriptor a name's server hands out, without opening the channel: for tests that play
 /// a hostile process of the same user. Not a stable API.
 ///

@@ -20,22 +20,22 @@ pub(crate) const MAGIC_AT: usize = 0;
 pub(crate) const KIND_AT: usize = 4;
 pub(crate) const LEN_AT: usize = 8;
 pub(crate) const COUNT_AT: usize = 12;
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const ENTRIES_AT: usize = 16;
 pub(crate) const KIND_VALUE: u32 = 1;
 // Offsets inside a value entry (for the layout's corruption tests; the
 // encoder writes the same order, checked by `offsets_match_the_encoder`).
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const VALUE_SIZE_AT: usize = 0;
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const VALUE_ALIGN_AT: usize = 4;
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const VALUE_DTYPE_AT: usize = 8;
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const VALUE_RANK_AT: usize = 9;
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const VALUE_NAME_LEN_AT: usize = 10;
-#[cfg(feature = "layout-internals")]
+#[cfg(feature = "unstable-internals")]
 pub(crate) const VALUE_DIMS_AT: usize = 12;
 /// Longest type name recorded for a typed value (longer ones are cut).
 const MAX_TYPE_NAME: usize = 1024;
@@ -218,7 +218,7 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "layout-internals")]
+    #[cfg(feature = "unstable-internals")]
     #[test]
     fn offsets_match_the_encoder() {
         let b = encode(&ValueType::of::<[u16; 5]>());
