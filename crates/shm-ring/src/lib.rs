@@ -83,6 +83,8 @@ mod error;
 #[cfg(not(loom))]
 mod fork;
 #[cfg(not(loom))]
+mod link;
+#[cfg(not(loom))]
 pub mod message;
 #[cfg(not(loom))]
 mod pool;
@@ -91,8 +93,6 @@ pub mod rendezvous;
 pub mod ring;
 #[cfg(not(loom))]
 mod schema;
-#[cfg(not(loom))]
-mod segment;
 mod sync;
 #[cfg(not(loom))]
 mod sys;
@@ -117,6 +117,8 @@ pub use error::{BLOCK_OR_LARGE_POOL, Error};
 #[cfg(not(loom))]
 pub use fork::Owner;
 #[cfg(not(loom))]
+pub use link::segment::{Segment, SegmentInfo};
+#[cfg(not(loom))]
 pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
@@ -124,8 +126,6 @@ pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 pub use rendezvous::Rendezvous;
 #[cfg(not(loom))]
 pub use schema::{FieldError, SchemaError, ValueType};
-#[cfg(not(loom))]
-pub use segment::{Segment, SegmentInfo};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
 

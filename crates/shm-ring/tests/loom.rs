@@ -127,7 +127,7 @@ fn completion_ring_hands_blocks_back_safely() {
     });
 }
 
-/// A consumer that finds the ring empty and goes to sleep the way `channel/wait.rs` does
+/// A consumer that finds the ring empty and goes to sleep the way `link/wait.rs` does
 /// (raise the flag, re-read the index, sleep only if it did not move), against a producer that
 /// publishes (store `tail`, fence, read the flag, wake if raised). The sleep has no timeout:
 /// if the two sides ever miss each other, the consumer sleeps forever and loom reports a

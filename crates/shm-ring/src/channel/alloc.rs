@@ -15,10 +15,10 @@
 
 use std::sync::Arc;
 
-use super::large::LargePool;
 use super::{DROPPED_MARK, PAGE, ShmRing};
 use crate::error::{Error, corrupt};
 use crate::pool::PoolHome;
+use crate::pool::large::LargePool;
 use crate::ring;
 use crate::sync::AtomicU32;
 

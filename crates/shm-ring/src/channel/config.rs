@@ -1,5 +1,6 @@
 //! Configuration of a channel and of blocked calls.
 
+pub use crate::link::wait::WaitConfig;
 use std::time::Duration;
 
 use crate::rendezvous::Rendezvous;
@@ -18,26 +19,6 @@ pub const LARGE_KEEP: Duration = Duration::from_millis(500);
 pub fn machine_large_pool() -> usize {
     let total = crate::sys::mem_total().unwrap_or(16 << 30);
     (2 * total.next_power_of_two()).clamp(1 << 30, MAX_LARGE_POOL)
-}
-
-/// How a blocked call waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WaitConfig {
-    /// How long to spin (re-checking) before going to sleep on a futex. Spinning answers in
-    /// well under a microsecond; a futex wake-up between processes costs tens of microseconds
-    /// on a VM. Zero never spins.
-    pub spin: Duration,
-    /// How often a sleeper wakes up to check that its peer process is still alive.
-    pub liveness_check: Duration,
-}
-
-impl Default for WaitConfig {
-    fn default() -> Self {
-        WaitConfig {
-            spin: Duration::from_micros(50),
-            liveness_check: Duration::from_millis(50),
-        }
-    }
 }
 
 /// Configuration of a channel, fixed at creation.

@@ -21,22 +21,22 @@ mod alloc;
 mod claim;
 mod config;
 pub(crate) mod errors;
-mod large;
 mod owned;
 mod payload;
 mod receiver;
 mod sender;
 mod values;
-mod wait;
 
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::link::segment::Segment;
 use crate::pool::PoolGeom;
+pub use crate::pool::large::LARGE_IN_FLIGHT;
+use crate::pool::large::{LARGE_OUT, PAGE};
 use crate::ring::{RingHeader, RingShape, Storage};
 #[cfg(feature = "unstable-internals")]
 use crate::schema::{ValueType, wire};
-use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
 pub use config::{ChannelConfig, LARGE_KEEP, MAX_LARGE_POOL, WaitConfig, machine_large_pool};
@@ -64,18 +64,6 @@ const REC_BLOCK: u32 = 3;
 /// descriptor positions `[low 32 bits, + bits 32..62)` were dropped unread" (corrupt): the
 /// producer takes back every block still out with them.
 const DROPPED_MARK: u64 = 1 << 63;
-/// Bytes of a page: the granularity of commits and of the large size class's extents.
-const PAGE: usize = 4096;
-/// Most extents of the large size class out at once (in flight or loaned); the completion
-/// ring has room for all of them besides every block.
-const LARGE_OUT: u32 = 64;
-
-/// Most bytes of extents of the large size class a producer has out at once (in flight or
-/// loaned), unless a single item is larger: then it goes alone, once at most half of this
-/// is out. A consumer that keeps messages should keep at most half of this in extents
-/// ([`Message::leased_large_bytes`]), copying the rest: the producer then always finds
-/// room for its next item. Bounds what a producer far ahead of a slow consumer holds.
-pub const LARGE_IN_FLIGHT: usize = 64 << 20;
 
 /// The shared part of a channel, after the segment header. Every field is an atomic: the
 /// peer may write any of them at any time, so each is read once (into a local) and validated.
@@ -290,7 +278,7 @@ pub struct ChannelLayout {
     pub schema_wire: SchemaWire,
     /// Offsets of the segment header's fields (from the segment's start) and the layout
     /// version.
-    pub segment_wire: crate::segment::SegmentWire,
+    pub segment_wire: crate::link::segment::SegmentWire,
     /// Offsets of every word of the channel header (from the segment's start).
     pub channel_wire: ChannelWire,
     /// Offsets inside a record header of the descriptor ring, and its kinds.
@@ -455,7 +443,7 @@ fn layout_of(cfg: &ChannelConfig, schema: Option<&ValueType>) -> Result<ChannelL
             value_name_len: wire::VALUE_NAME_LEN_AT,
             value_dims: wire::VALUE_DIMS_AT,
         },
-        segment_wire: crate::segment::SEGMENT_WIRE,
+        segment_wire: crate::link::segment::SEGMENT_WIRE,
         channel_wire: ChannelWire {
             slots: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, slots),
             slot_size: CHANNEL_HEADER_AT + std::mem::offset_of!(ChannelHeader, slot_size),

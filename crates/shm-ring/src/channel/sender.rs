@@ -8,15 +8,15 @@ use smallvec::SmallVec;
 
 use super::alloc::BlockPool;
 use super::errors::{LoanError, SendError, SendTimeoutError, TrySendError};
-use super::wait::block_on;
 use super::{ChannelConfig, ChannelHeader, LARGE_KEEP, Message, ShmRing, channel_header};
 use crate::dtype::Element;
 use crate::error::Error;
 use crate::fork::Owner;
+use crate::link::segment::Segment;
+use crate::link::wait::block_on;
 use crate::message::{self, FieldSrc, MessageBuilder, Place};
 use crate::pool::{ArrayLoanUninit, LoanToken};
 use crate::ring::{self, Storage};
-use crate::segment::Segment;
 use crate::sync::{AtomicU32, Ordering};
 use crate::sys;
 

@@ -13,9 +13,9 @@ use bytemuck::Pod;
 use super::errors::{
     LoanError, RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
-use super::wait::block_on;
 use super::{Receiver, Sender, ShmRing};
 use crate::error::Error;
+use crate::link::wait::block_on;
 use crate::ring::WriteChunkUninit;
 use crate::sync::{AtomicU32, Ordering};
 

@@ -12,10 +12,10 @@ use crate::channel::errors::OpenError;
 use crate::channel::payload::Payload;
 use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, channel_header};
 use crate::error::{Error, corrupt};
+use crate::link::segment::{Reached, Segment};
 use crate::rendezvous::{self, Rendezvous, Served};
 use crate::ring::{self, Storage};
 use crate::schema::{SchemaError, ValueType, wire};
-use crate::segment::{Reached, Segment};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 

@@ -4,9 +4,9 @@
 use std::time::Instant;
 
 use super::Receiver;
-use crate::channel::wait::block_on;
 use crate::channel::{REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::{Error, corrupt};
+use crate::link::wait::block_on;
 use crate::sync::{AtomicU32, Ordering};
 
 pub(super) fn n_of(rec: &Rec) -> u32 {

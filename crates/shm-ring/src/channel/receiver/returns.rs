@@ -6,10 +6,10 @@ use std::sync::{Arc, Mutex};
 
 use crate::channel::{DROPPED_MARK, ShmRing};
 use crate::error::{Error, corrupt};
+use crate::link::segment::Segment;
 use crate::message::PoolRef;
 use crate::pool::PoolGeom;
 use crate::ring;
-use crate::segment::Segment;
 
 #[derive(Debug)]
 pub(in crate::channel) struct RxShared {

@@ -13,11 +13,11 @@ use crate::channel::{
     CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing,
 };
 use crate::error::Error;
+use crate::link::segment::Segment;
 use crate::pool::PoolHome;
 use crate::rendezvous::{NameServer, SocketDir};
 use crate::ring;
 use crate::schema::{ValueType, wire};
-use crate::segment::Segment;
 use crate::sync::{AtomicU32, AtomicU64};
 
 impl<P: Payload> Sender<P> {

@@ -1,5 +1,5 @@
 //! The pool's large size class: extents of any size, carved from an area of address space
-//! ([`ChannelConfig::large_pool`](super::ChannelConfig::large_pool)) that costs nothing until
+//! ([`ChannelConfig::large_pool`](crate::ChannelConfig::large_pool)) that costs nothing until
 //! used. Producer-local bookkeeping, like the block allocator in `alloc.rs`, which routes every
 //! block index at or above the block count here.
 //!
@@ -12,7 +12,7 @@
 //!   them without faulting fresh pages in (measured: a 4 MiB copy into fresh pages costs
 //!   ~20x one into reserved pages on the 2-core VM, docs/pipeline.md).
 //!
-//! Warm extents free for [`LARGE_KEEP`](super::LARGE_KEEP) are punched back into holes
+//! Warm extents free for [`LARGE_KEEP`](crate::LARGE_KEEP) are punched back into holes
 //! (`fallocate(PUNCH_HOLE)`), so the memory a channel holds returns to its blocks' once large
 //! items stop. Every index the consumer returns is checked against `out` (a double free or a
 //! hostile consumer is [`Error::Corrupt`], never a second free).
@@ -20,9 +20,22 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use super::{LARGE_IN_FLIGHT, LARGE_OUT, PAGE};
 use crate::error::{Error, corrupt};
-use crate::segment::Segment;
+use crate::link::segment::Segment;
+
+/// Bytes of a page: the granularity of commits and of the large size class's extents.
+pub(crate) const PAGE: usize = 4096;
+
+/// Most extents of the large size class out at once (in flight or loaned); the completion
+/// ring has room for all of them besides every block.
+pub(crate) const LARGE_OUT: u32 = 64;
+
+/// Most bytes of extents of the large size class a producer has out at once (in flight or
+/// loaned), unless a single item is larger: then it goes alone, once at most half of this
+/// is out. A consumer that keeps messages should keep at most half of this in extents
+/// ([`Message::leased_large_bytes`](crate::Message::leased_large_bytes)), copying the rest: the producer then always finds
+/// room for its next item. Bounds what a producer far ahead of a slow consumer holds.
+pub const LARGE_IN_FLIGHT: usize = 64 << 20;
 
 /// A run of pages of the area and how many of its bytes (from its start) are reserved.
 #[derive(Debug, Clone, Copy)]
@@ -46,7 +59,7 @@ struct Out {
 
 /// The producer's allocator of the large size class.
 #[derive(Debug)]
-pub(super) struct LargePool {
+pub(crate) struct LargePool {
     /// Offset of the area in the segment.
     off: usize,
     /// Pages of the area.
@@ -73,7 +86,7 @@ const fn pages_for(len: usize) -> usize {
 
 impl LargePool {
     /// The allocator of an area of `len` bytes at `off`, whose page 0 is block index `first`.
-    pub(super) fn new(off: usize, len: usize, first: u32) -> LargePool {
+    pub(crate) fn new(off: usize, len: usize, first: u32) -> LargePool {
         let pages = (len / PAGE) as u32;
         let mut holes = BTreeMap::new();
         if pages > 0 {
@@ -93,29 +106,29 @@ impl LargePool {
     }
 
     /// Bytes of the area: the largest extent there can be.
-    pub(super) fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.pages as usize * PAGE
     }
 
     /// Whether anything is out or reserved (so returns and trims are worth looking at).
     #[inline]
-    pub(super) fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.committed > 0 || !self.out.is_empty()
     }
 
     /// Bytes reserved for extents (out or warm).
-    pub(super) fn committed(&self) -> usize {
+    pub(crate) fn committed(&self) -> usize {
         self.committed
     }
 
     /// Whether block index `idx` names this area (rather than a block).
     #[inline]
-    pub(super) fn owns(&self, idx: u32) -> bool {
+    pub(crate) fn owns(&self, idx: u32) -> bool {
         idx >= self.first
     }
 
     /// The bytes an extent handed out as `idx` holds, if it is out.
-    pub(super) fn capacity_of(&self, idx: u32) -> Option<usize> {
+    pub(crate) fn capacity_of(&self, idx: u32) -> Option<usize> {
         self.find(idx)
             .map(|i| self.out[i].ext.pages as usize * PAGE)
     }
@@ -132,7 +145,7 @@ impl LargePool {
     ///
     /// # Errors
     /// [`Error::NoSpace`] when the pages cannot be reserved (the extent goes back).
-    pub(super) fn try_alloc(&mut self, seg: &Segment, len: usize) -> Result<Option<u32>, Error> {
+    pub(crate) fn try_alloc(&mut self, seg: &Segment, len: usize) -> Result<Option<u32>, Error> {
         if self.out.len() >= LARGE_OUT as usize {
             return Ok(None);
         }
@@ -250,12 +263,12 @@ impl LargePool {
 
     /// The extents taken from now on belong to a new message (or loan): those of earlier
     /// ones count against [`LARGE_IN_FLIGHT`], its own do not hold it back.
-    pub(super) fn new_message(&mut self) {
+    pub(crate) fn new_message(&mut self) {
         self.msg_bytes = 0;
     }
 
     /// Extent `idx` went out with the record at descriptor position `pos`.
-    pub(super) fn sent(&mut self, idx: u32, pos: u32) {
+    pub(crate) fn sent(&mut self, idx: u32, pos: u32) {
         if let Some(i) = self.find(idx) {
             self.out[i].owner = Some(pos);
         }
@@ -267,7 +280,7 @@ impl LargePool {
     /// # Errors
     /// [`Error::Corrupt`] if it is not out (or, from the consumer, not in flight): a double
     /// free or a hostile consumer. Nothing changes then.
-    pub(super) fn back(&mut self, idx: u32, in_flight: bool) -> Result<(), Error> {
+    pub(crate) fn back(&mut self, idx: u32, in_flight: bool) -> Result<(), Error> {
         let i = self
             .find(idx)
             .filter(|&i| !in_flight || self.out[i].owner.is_some())
@@ -282,7 +295,7 @@ impl LargePool {
 
     /// The consumer dropped the records at positions `[from, from + n)` unread: every extent
     /// still out with one of them comes back.
-    pub(super) fn dropped(&mut self, from: u32, n: u32) {
+    pub(crate) fn dropped(&mut self, from: u32, n: u32) {
         let mut i = 0;
         while i < self.out.len() {
             match self.out[i].owner {
@@ -293,7 +306,7 @@ impl LargePool {
     }
 
     /// Takes back every extent in flight (the consumer is gone); returns how many.
-    pub(super) fn reclaim_all(&mut self) -> usize {
+    pub(crate) fn reclaim_all(&mut self) -> usize {
         let mut n = 0;
         let mut i = 0;
         while i < self.out.len() {
@@ -309,7 +322,7 @@ impl LargePool {
 
     /// Gives back the pages of warm extents last handed out at least `keep` ago (all of them
     /// for `None`): punched holes, address space only again.
-    pub(super) fn trim(&mut self, seg: &Segment, keep: Option<Duration>) {
+    pub(crate) fn trim(&mut self, seg: &Segment, keep: Option<Duration>) {
         if self.warm.is_empty() {
             return;
         }

@@ -16,16 +16,35 @@
 //!   `WaitConfig::liveness_check`, so a dead peer is noticed within one slice. An idle waiter
 //!   costs one wake-up per slice (~0.3% of a core at 50 ms).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use super::WaitConfig;
 use crate::error::Error;
 use crate::sync::{AtomicU32, Ordering};
 use crate::sys;
 
+/// How a blocked call waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitConfig {
+    /// How long to spin (re-checking) before going to sleep on a futex. Spinning answers in
+    /// well under a microsecond; a futex wake-up between processes costs tens of microseconds
+    /// on a VM. Zero never spins.
+    pub spin: Duration,
+    /// How often a sleeper wakes up to check that its peer process is still alive.
+    pub liveness_check: Duration,
+}
+
+impl Default for WaitConfig {
+    fn default() -> Self {
+        WaitConfig {
+            spin: Duration::from_micros(50),
+            liveness_check: Duration::from_millis(50),
+        }
+    }
+}
+
 /// Spin iterations (one `PAUSE` and one load each, ~25-40 ns here) between two looks at the
 /// clock and two unconditional attempts.
-pub(super) const SPINS_PER_CHECK: u32 = 128;
+pub(crate) const SPINS_PER_CHECK: u32 = 128;
 
 /// Waits for `attempt` to return `Some`: spins while watching the word `watch` returns (the
 /// peer's index: any change runs `attempt` at once), then sleeps on the word `sleep_on` returns
@@ -40,7 +59,7 @@ pub(super) const SPINS_PER_CHECK: u32 = 128;
 /// caller keeps mapped.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-pub(super) fn block_on<T>(
+pub(crate) fn block_on<T>(
     recheck_on_death: bool,
     wait: &WaitConfig,
     deadline: Option<Instant>,

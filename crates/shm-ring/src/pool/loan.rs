@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn};
 
 use crate::dtype::{DType, Element};
-use crate::segment::Segment;
+use crate::link::segment::Segment;
 
 /// Geometry of a pool inside a mapped segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

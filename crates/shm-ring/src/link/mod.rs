@@ -1,0 +1,5 @@
+//! The link between two processes: the shared segment (create, seal, map, validate at open) and
+//! the one spin-then-futex wait loop of blocked calls.
+
+pub(crate) mod segment;
+pub(crate) mod wait;

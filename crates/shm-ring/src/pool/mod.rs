@@ -1,0 +1,7 @@
+//! The producer's payload pool: loans of pool memory, and the large size class's extents.
+
+pub(crate) mod large;
+mod loan;
+
+pub use loan::{ArrayLoan, ArrayLoanUninit, BlockPin};
+pub(crate) use loan::{LoanToken, PoolGeom, PoolHome};
