@@ -1,13 +1,11 @@
 //! Configuration of a channel and of blocked calls.
 
 pub use crate::link::wait::WaitConfig;
+pub use crate::pool::large::MAX_LARGE_POOL;
 use std::time::Duration;
 
 use crate::rendezvous::Rendezvous;
 use crate::transfer::Transfer;
-
-/// Largest [`ChannelConfig::large_pool`]: 1 TiB.
-pub const MAX_LARGE_POOL: usize = 1 << 40;
 
 /// How long a free extent of the large size class keeps its pages for reuse before they are
 /// given back (see [`ChannelConfig::large_pool`]).

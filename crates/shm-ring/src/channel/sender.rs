@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use smallvec::SmallVec;
 
-use super::alloc::BlockPool;
 use super::errors::{LoanError, SendError, SendTimeoutError, TrySendError};
 use super::{ChannelConfig, ChannelHeader, LARGE_KEEP, Message, ShmRing, channel_header};
 use crate::dtype::Element;
@@ -15,6 +14,7 @@ use crate::fork::Owner;
 use crate::link::segment::Segment;
 use crate::link::wait::block_on;
 use crate::message::{self, FieldSrc, MessageBuilder, Place};
+use crate::pool::alloc::BlockPool;
 use crate::pool::{ArrayLoanUninit, LoanToken};
 use crate::ring::{self, Storage};
 use crate::sync::{AtomicU32, Ordering};
@@ -93,7 +93,7 @@ mod create;
 mod watch;
 mod write;
 
-use super::claim::Watch;
+use crate::link::claim::Watch;
 
 /// The descriptor of the channel's segment: for an anonymous channel, the sealed memfd to hand
 /// to the consumer process (`try_clone_to_owned`, then [`Receiver::from_fd`](super::Receiver::from_fd) there).

@@ -23,6 +23,9 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, corrupt};
 use crate::link::segment::Segment;
 
+/// Largest [`ChannelConfig::large_pool`](crate::ChannelConfig::large_pool): 1 TiB.
+pub const MAX_LARGE_POOL: usize = 1 << 40;
+
 /// Bytes of a page: the granularity of commits and of the large size class's extents.
 pub(crate) const PAGE: usize = 4096;
 
@@ -33,8 +36,8 @@ pub(crate) const LARGE_OUT: u32 = 64;
 /// Most bytes of extents of the large size class a producer has out at once (in flight or
 /// loaned), unless a single item is larger: then it goes alone, once at most half of this
 /// is out. A consumer that keeps messages should keep at most half of this in extents
-/// ([`Message::leased_large_bytes`](crate::Message::leased_large_bytes)), copying the rest: the producer then always finds
-/// room for its next item. Bounds what a producer far ahead of a slow consumer holds.
+/// ([`Message::leased_large_bytes`](crate::Message::leased_large_bytes)), copying the rest:
+/// the producer then always finds room for its next item. Bounds what a producer far ahead of a slow consumer holds.
 pub const LARGE_IN_FLIGHT: usize = 64 << 20;
 
 /// A run of pages of the area and how many of its bytes (from its start) are reserved.

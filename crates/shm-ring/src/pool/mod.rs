@@ -1,5 +1,6 @@
 //! The producer's payload pool: loans of pool memory, and the large size class's extents.
 
+pub(crate) mod alloc;
 pub(crate) mod large;
 mod loan;
 

@@ -7,11 +7,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{Receiver, RxShared};
-use crate::channel::claim::{self, Claimed};
 use crate::channel::errors::OpenError;
 use crate::channel::payload::Payload;
 use crate::channel::{DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing, WaitConfig, channel_header};
 use crate::error::{Error, corrupt};
+use crate::link::claim::{self, Claimed};
 use crate::link::segment::{Reached, Segment};
 use crate::rendezvous::{self, Rendezvous, Served};
 use crate::ring::{self, Storage};

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Sender, SenderStats};
-use crate::channel::alloc::BlockPool;
 use crate::channel::errors::CreateError;
 use crate::channel::payload::Payload;
 use crate::channel::{
@@ -15,6 +14,7 @@ use crate::channel::{
 use crate::error::Error;
 use crate::link::segment::Segment;
 use crate::pool::PoolHome;
+use crate::pool::alloc::BlockPool;
 use crate::rendezvous::{NameServer, SocketDir};
 use crate::ring;
 use crate::schema::{ValueType, wire};

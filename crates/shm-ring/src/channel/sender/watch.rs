@@ -4,9 +4,9 @@
 use std::time::{Duration, Instant};
 
 use super::Sender;
-use crate::channel::claim::{self, RECLAIMING, Watch, consumer_claim};
 use crate::channel::errors::SendError;
 use crate::error::Error;
+use crate::link::claim::{self, RECLAIMING, Watch, consumer_claim};
 use crate::sync::Ordering;
 
 impl<P> Sender<P> {

@@ -25,14 +25,14 @@
 
 use std::time::{Duration, Instant};
 
-use super::ChannelHeader;
 use crate::error::{Error, corrupt};
+use crate::link::layout::ChannelHeader;
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
 /// The claim while the producer takes back a dead consumer's blocks (no consumer writes it:
 /// its pid is 0). Openers wait for it to become 0.
-pub(super) const RECLAIMING: u64 = 0xffff_ffff;
+pub(crate) const RECLAIMING: u64 = 0xffff_ffff;
 
 /// How long an opener waits while the producer reclaims (it takes microseconds; a producer
 /// that died meanwhile leaves the word so).
@@ -41,21 +41,21 @@ const RECLAIM_WAIT: Duration = Duration::from_secs(2);
 /// Records before the takeover point whose blocks a new consumer hands back: every position
 /// of the last 2^31 - 1 (the most a "dropped" note spans). A dead consumer's block that went
 /// out 2^31 or more records before it died stays out (leaked, never reused).
-pub(super) const TAKEOVER_SPAN: u32 = (1 << 31) - 1;
+pub(crate) const TAKEOVER_SPAN: u32 = (1 << 31) - 1;
 
 /// Packs a consumer claim (see [`ChannelHeader::consumer`]).
-pub(super) fn consumer_word(pid: u32, start: u64) -> u64 {
+pub(crate) fn consumer_word(pid: u32, start: u64) -> u64 {
     (u64::from(pid) << 32) | (start & 0xffff_ffff)
 }
 
 /// Unpacks a consumer claim: (pid, low 32 bits of the start time).
-pub(super) fn consumer_claim(word: u64) -> (u32, u32) {
+pub(crate) fn consumer_claim(word: u64) -> (u32, u32) {
     ((word >> 32) as u32, word as u32)
 }
 
 /// What a consumer claim names.
 #[derive(Debug)]
-pub(super) enum Watch {
+pub(crate) enum Watch {
     /// A receiver in this process.
     Own,
     /// Another live process.
@@ -68,7 +68,7 @@ pub(super) enum Watch {
 
 impl Watch {
     /// Whether the claimant is dead now (definite evidence only).
-    pub(super) fn is_dead(&self) -> bool {
+    pub(crate) fn is_dead(&self) -> bool {
         match self {
             Watch::Peer(p) => p.is_dead(),
             Watch::Dead => true,
@@ -83,14 +83,14 @@ impl Watch {
 /// # Errors
 /// [`Error::Corrupt`] for a claim that names no pid, or names this process while no receiver
 /// of this process has the channel open.
-pub(super) fn judge(word: u64, ident: (u64, u64)) -> Result<Watch, Error> {
+pub(crate) fn judge(word: u64, ident: (u64, u64)) -> Result<Watch, Error> {
     let (pid, start_lo) = consumer_claim(word);
     if pid == 0 {
         return Err(corrupt(format!("consumer claim {word:#x} names no pid")));
     }
     if pid == sys::pid() {
         // A consumer in this very process: believe it only if one has this channel open.
-        return if super::own_receiver(ident, None) {
+        return if crate::fork::own_receiver(ident, None) {
             Ok(Watch::Own)
         } else {
             Err(corrupt(format!(
@@ -117,7 +117,7 @@ pub(super) fn judge(word: u64, ident: (u64, u64)) -> Result<Watch, Error> {
 
 /// How an opener got the claim.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Claimed {
+pub(crate) enum Claimed {
     /// From 0: nobody had it, or the producer had released a dead consumer's.
     Free,
     /// From a dead consumer: the opener must report the records before its read position as
@@ -133,7 +133,7 @@ pub(super) enum Claimed {
 /// [`Error::Busy`] naming the claimant while a live consumer (or one that cannot be judged)
 /// holds the claim, or, with pid 0, while the producer's reclaim does not
 /// end within [`RECLAIM_WAIT`].
-pub(super) fn claim(h: &ChannelHeader, mine: u64, ident: (u64, u64)) -> Result<Claimed, Error> {
+pub(crate) fn claim(h: &ChannelHeader, mine: u64, ident: (u64, u64)) -> Result<Claimed, Error> {
     let deadline = Instant::now() + RECLAIM_WAIT;
     loop {
         // SYNC POINT (AcqRel CAS): pid and start time are claimed together in one word; the

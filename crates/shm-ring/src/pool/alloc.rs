@@ -15,16 +15,17 @@
 
 use std::sync::Arc;
 
-use super::{DROPPED_MARK, PAGE, ShmRing};
 use crate::error::{Error, corrupt};
+use crate::link::layout::{DROPPED_MARK, ShmRing};
 use crate::pool::PoolHome;
 use crate::pool::large::LargePool;
+use crate::pool::large::PAGE;
 use crate::ring;
 use crate::sync::AtomicU32;
 
 /// The producer's block allocator and the consumer end of the completion ring.
 #[derive(Debug)]
-pub(super) struct BlockPool {
+pub(crate) struct BlockPool {
     home: Arc<PoolHome>,
     comp: ring::Consumer<ShmRing>,
     /// Free blocks that were handed out before (LIFO).
@@ -44,7 +45,7 @@ pub(super) struct BlockPool {
 }
 
 impl BlockPool {
-    pub(super) fn new(home: Arc<PoolHome>, comp: ring::Consumer<ShmRing>) -> BlockPool {
+    pub(crate) fn new(home: Arc<PoolHome>, comp: ring::Consumer<ShmRing>) -> BlockPool {
         let blocks = home.geom.blocks as usize;
         let g = home.geom;
         let large = (g.large_len > 0).then(|| LargePool::new(g.large_off, g.large_len, g.blocks));
@@ -61,18 +62,18 @@ impl BlockPool {
     }
 
     /// Bytes of the large size class's area (0: none): the largest array or body it takes.
-    pub(super) fn large_capacity(&self) -> usize {
+    pub(crate) fn large_capacity(&self) -> usize {
         self.large.as_ref().map_or(0, LargePool::capacity)
     }
 
     /// Bytes reserved for extents of the large size class (in flight, loaned or warm).
-    pub(super) fn large_committed(&self) -> usize {
+    pub(crate) fn large_committed(&self) -> usize {
         self.large.as_ref().map_or(0, LargePool::committed)
     }
 
     /// Extents taken from now on belong to a new message or loan (see `LargePool`).
     #[inline]
-    pub(super) fn new_message(&mut self) {
+    pub(crate) fn new_message(&mut self) {
         if let Some(l) = &mut self.large {
             l.new_message();
         }
@@ -80,7 +81,7 @@ impl BlockPool {
 
     /// Whether extents of the large size class are out or reserved.
     #[inline]
-    pub(super) fn large_active(&self) -> bool {
+    pub(crate) fn large_active(&self) -> bool {
         self.large.as_ref().is_some_and(LargePool::active)
     }
 
@@ -89,7 +90,7 @@ impl BlockPool {
     ///
     /// # Errors
     /// As [`BlockPool::collect_returns`].
-    pub(super) fn trim(&mut self, keep: Option<std::time::Duration>) -> Result<(), Error> {
+    pub(crate) fn trim(&mut self, keep: Option<std::time::Duration>) -> Result<(), Error> {
         self.collect_returns()?;
         if let Some(l) = &mut self.large {
             l.trim(&self.home.seg, keep);
@@ -98,12 +99,12 @@ impl BlockPool {
     }
 
     /// The pool as loans see it.
-    pub(super) fn home(&self) -> &Arc<PoolHome> {
+    pub(crate) fn home(&self) -> &Arc<PoolHome> {
         &self.home
     }
 
     /// Blocks that can be handed out right now without waiting (free or never used).
-    pub(super) fn available(&self) -> usize {
+    pub(crate) fn available(&self) -> usize {
         self.free.len() + (self.home.geom.blocks - self.fresh) as usize
     }
 
@@ -116,7 +117,7 @@ impl BlockPool {
     /// for `len` bytes cannot be reserved (memory used up: the pool cannot grow past what it
     /// holds now; the block stays free).
     #[inline]
-    pub(super) fn try_alloc(&mut self, len: usize) -> Result<Option<u32>, Error> {
+    pub(crate) fn try_alloc(&mut self, len: usize) -> Result<Option<u32>, Error> {
         if len > self.home.geom.block_size {
             return self.try_alloc_large(len);
         }
@@ -178,7 +179,7 @@ impl BlockPool {
     }
 
     /// Puts blocks taken for a message that was not sent back on the free list.
-    pub(super) fn unsent(&mut self, blocks: &[u32]) {
+    pub(crate) fn unsent(&mut self, blocks: &[u32]) {
         for &b in blocks {
             self.give_back(b);
         }
@@ -196,7 +197,7 @@ impl BlockPool {
 
     /// Block `b` went out with the record at descriptor position `pos`.
     #[inline]
-    pub(super) fn sent(&mut self, b: u32, pos: u32) {
+    pub(crate) fn sent(&mut self, b: u32, pos: u32) {
         match &mut self.large {
             Some(l) if l.owns(b) => l.sent(b, pos),
             _ => {
@@ -210,7 +211,7 @@ impl BlockPool {
     ///
     /// # Panics
     /// If `src` is longer than a block or `b` is out of range.
-    pub(super) fn write_block(&mut self, b: u32, src: &[u8]) {
+    pub(crate) fn write_block(&mut self, b: u32, src: &[u8]) {
         let room = match &self.large {
             Some(l) if l.owns(b) => l.capacity_of(b).unwrap_or(0),
             _ if b < self.home.geom.blocks => self.home.geom.block_size,
@@ -234,7 +235,7 @@ impl BlockPool {
     /// # Errors
     /// [`Error::Corrupt`] if the consumer returns a block that is not in flight, or the
     /// completion ring's index is impossible.
-    pub(super) fn collect_returns(&mut self) -> Result<(), Error> {
+    pub(crate) fn collect_returns(&mut self) -> Result<(), Error> {
         // Reloads the consumer's tail only if the cached one says empty.
         let chunk = self.comp.read_available()?;
         let n = chunk.len();
@@ -304,7 +305,7 @@ impl BlockPool {
     /// yet: a live consumer may still be reading those blocks, which the producer would then
     /// overwrite (changed values under its views), and its later returns of them would be
     /// reported as corrupt.
-    pub(super) unsafe fn reclaim_all(&mut self) -> usize {
+    pub(crate) unsafe fn reclaim_all(&mut self) -> usize {
         let _ = self.collect_returns();
         let mut reclaimed = 0;
         for (b, f) in self.in_flight.iter_mut().enumerate() {
@@ -327,20 +328,20 @@ impl BlockPool {
     }
 
     /// Raises our waiting flag on the completion ring (see `ring::Consumer::begin_wait`).
-    pub(super) fn begin_wait(&self) -> (*const AtomicU32, u32) {
+    pub(crate) fn begin_wait(&self) -> (*const AtomicU32, u32) {
         let (w, v) = self.comp.begin_wait();
         (w as *const AtomicU32, v)
     }
 
     /// The completion ring's tail word and its value, for a spinning waiter.
     #[inline]
-    pub(super) fn peer_word(&self) -> (*const AtomicU32, u32) {
+    pub(crate) fn peer_word(&self) -> (*const AtomicU32, u32) {
         let (w, v) = self.comp.peer_word();
         (w as *const AtomicU32, v)
     }
 
     /// Lowers our waiting flag.
-    pub(super) fn end_wait(&self) {
+    pub(crate) fn end_wait(&self) {
         self.comp.end_wait();
     }
 }
