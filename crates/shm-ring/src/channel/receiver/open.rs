@@ -203,74 +203,12 @@ impl<P> Receiver<P> {
         served: Option<Served>,
     ) -> Result<Receiver<P>, Error> {
         let wait = WaitConfig::default();
-        if seg.len() < DESC_RING_AT {
-            return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
-        }
-        let h = channel_header(&seg);
-        // Read each geometry field once (the producer may change them any time), then check
-        // the whole layout, computed from these locals, against the segment.
-        let slots = h.slots.load(Ordering::Relaxed);
-        let slot_size = h.slot_size.load(Ordering::Relaxed);
-        let blocks = h.blocks.load(Ordering::Relaxed);
-        let comp_slots = h.comp_slots.load(Ordering::Relaxed);
-        let block_size = h.block_size.load(Ordering::Relaxed);
-        let schema_len = h.schema_len.load(Ordering::Relaxed);
-        let large_pool = h.large_pool.load(Ordering::Relaxed);
-        let geometry = || {
-            format!(
-                "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B, \
-                 {comp_slots} completion slots, {schema_len} B of schema, large pool of \
-                 {large_pool} B) does not match a segment of {} bytes",
-                seg.len()
-            )
-        };
-        let block_size = usize::try_from(block_size).map_err(|_| corrupt(geometry()))?;
-        let large_pool = usize::try_from(large_pool).map_err(|_| corrupt(geometry()))?;
-        let layout = Layout::new(slots, slot_size, blocks, block_size, schema_len, large_pool)
-            .map_err(|e| corrupt(format!("{}: {e}", geometry())))?;
-        if layout.total != seg.len()
-            || layout.comp.capacity != comp_slots
-            || layout.pool.block_size != block_size
-        {
-            return Err(corrupt(geometry()));
-        }
-        let schema = if layout.schema_len == 0 {
-            None
-        } else {
-            let mut copy = vec![0u8; layout.schema_len];
-            // SAFETY: the layout, checked against the segment's size above, places
-            // `schema_len` bytes at `layout.schema` inside the mapping; the destination is
-            // private. The producer may write the region meanwhile: we only get other bytes,
-            // which are validated as private data (read once, then never again).
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    seg.as_ptr().add(layout.schema),
-                    copy.as_mut_ptr(),
-                    copy.len(),
-                )
-            };
-            Some(wire::decode(&copy)?)
-        };
+        let (layout, slot_size) = read_layout(&seg)?;
+        let schema = read_schema(&seg, &layout)?;
         expect.check(schema.as_ref(), slot_size)?;
         let header = seg.header();
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
-        let me = sys::pid();
-        let start = sys::process_start_time(me).ok_or_else(|| {
-            Error::Os(std::io::Error::other(
-                "cannot read our own start time from /proc/self/stat",
-            ))
-        })?;
-        // Registered before the claim, so a producer in this process that sees the claim
-        // also finds us.
-        let ident = crate::channel::file_ident(&seg);
-        crate::channel::own_receiver(ident, Some(true));
-        let claimed = match claim::claim(h, claim::consumer_word(me, start), ident) {
-            Ok(c) => c,
-            Err(e) => {
-                crate::channel::own_receiver(ident, Some(false));
-                return Err(e);
-            }
-        };
+        let (ident, claimed) = claim_consumer(&seg)?;
         let seg = Arc::new(seg);
         let desc_ring = ShmRing {
             seg: seg.clone(),
@@ -322,4 +260,89 @@ impl<P> Receiver<P> {
             _payload: std::marker::PhantomData,
         })
     }
+}
+
+/// Reads the channel's geometry from its header once (the producer may change it any time),
+/// computes the layout from those copies and checks it against the segment: the layout and the
+/// descriptor ring's slot size.
+fn read_layout(seg: &Segment) -> Result<(Layout, u32), Error> {
+    if seg.len() < DESC_RING_AT {
+        return Err(corrupt(format!("channel segment of {} bytes", seg.len())));
+    }
+    let h = channel_header(seg);
+    // Read each geometry field once (the producer may change them any time), then check
+    // the whole layout, computed from these locals, against the segment.
+    let slots = h.slots.load(Ordering::Relaxed);
+    let slot_size = h.slot_size.load(Ordering::Relaxed);
+    let blocks = h.blocks.load(Ordering::Relaxed);
+    let comp_slots = h.comp_slots.load(Ordering::Relaxed);
+    let block_size = h.block_size.load(Ordering::Relaxed);
+    let schema_len = h.schema_len.load(Ordering::Relaxed);
+    let large_pool = h.large_pool.load(Ordering::Relaxed);
+    let geometry = || {
+        format!(
+            "channel geometry ({slots} slots x {slot_size} B, {blocks} blocks x {block_size} B, \
+             {comp_slots} completion slots, {schema_len} B of schema, large pool of \
+             {large_pool} B) does not match a segment of {} bytes",
+            seg.len()
+        )
+    };
+    let block_size = usize::try_from(block_size).map_err(|_| corrupt(geometry()))?;
+    let large_pool = usize::try_from(large_pool).map_err(|_| corrupt(geometry()))?;
+    let layout = Layout::new(slots, slot_size, blocks, block_size, schema_len, large_pool)
+        .map_err(|e| corrupt(format!("{}: {e}", geometry())))?;
+    if layout.total != seg.len()
+        || layout.comp.capacity != comp_slots
+        || layout.pool.block_size != block_size
+    {
+        return Err(corrupt(geometry()));
+    }
+    Ok((layout, slot_size))
+}
+
+/// A private copy of the channel's schema region (`None`: no schema), decoded.
+fn read_schema(seg: &Segment, layout: &Layout) -> Result<Option<ValueType>, Error> {
+    let schema = if layout.schema_len == 0 {
+        None
+    } else {
+        let mut copy = vec![0u8; layout.schema_len];
+        // SAFETY: the layout, checked against the segment's size above, places
+        // `schema_len` bytes at `layout.schema` inside the mapping; the destination is
+        // private. The producer may write the region meanwhile: we only get other bytes,
+        // which are validated as private data (read once, then never again).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                seg.as_ptr().add(layout.schema),
+                copy.as_mut_ptr(),
+                copy.len(),
+            )
+        };
+        Some(wire::decode(&copy)?)
+    };
+    Ok(schema)
+}
+
+/// Registers this process's receiver of `seg` (before the claim, so a producer in this process
+/// that sees the claim also finds us) and claims the consumer slot: the channel's identity and
+/// how the slot was taken. Unregisters again if the claim fails.
+fn claim_consumer(seg: &Segment) -> Result<((u64, u64), Claimed), Error> {
+    let h = channel_header(seg);
+    let me = sys::pid();
+    let start = sys::process_start_time(me).ok_or_else(|| {
+        Error::Os(std::io::Error::other(
+            "cannot read our own start time from /proc/self/stat",
+        ))
+    })?;
+    // Registered before the claim, so a producer in this process that sees the claim
+    // also finds us.
+    let ident = crate::channel::file_ident(seg);
+    crate::channel::own_receiver(ident, Some(true));
+    let claimed = match claim::claim(h, claim::consumer_word(me, start), ident) {
+        Ok(c) => c,
+        Err(e) => {
+            crate::channel::own_receiver(ident, Some(false));
+            return Err(e);
+        }
+    };
+    Ok((ident, claimed))
 }
