@@ -196,152 +196,14 @@ mod real {
         let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
         let result: Result<(), String> = match arg(0).as_str() {
             "consume" => consume(&arg(1), arg(2).parse().unwrap_or(0), arg(3).parse().ok()),
-            "produce" => (|| {
-                let mut cfg = ChannelConfig::default();
-                if let Ok(ms) = arg(3).parse::<u64>() {
-                    cfg.linger = Duration::from_millis(ms);
-                }
-                let mut tx = Sender::<Message>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
-                let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
-                let mut data = [0f32; 16];
-                for seq in 0..count {
-                    for (i, x) in data.iter_mut().enumerate() {
-                        *x = seq as f32 * 0.5 + i as f32;
-                    }
-                    let bytes: &[u8] = bytemuck::cast_slice(&data);
-                    let msg = shm_ring::MessageBuilder::new()
-                        .meta_i64("seq", seq as i64)
-                        .meta_i64("sum", checksum(bytes) as i64)
-                        .array_slice("data", &[16], &data)
-                        .map_err(|e| e.to_string())?;
-                    tx.send(msg).map_err(|e| e.to_string())?;
-                }
-                say("sent");
-                drop(tx);
-                say("closed");
-                Ok(())
-            })(),
-            "sink" => (|| {
-                if let Ok(core) = arg(2).parse::<usize>() {
-                    let mut set = rustix::thread::CpuSet::new();
-                    set.set(core);
-                    let _ = rustix::thread::sched_setaffinity(None, &set);
-                }
-                let mut rx = Receiver::<Message>::open(&arg(1)).map_err(|e| e.to_string())?;
-                let mut sum = 0f64;
-                let mut n = 0u64;
-                loop {
-                    let r = rx.recv_batch(256, None, |m| {
-                        if let Ok(rec) = m.record(0)
-                            && let Ok(x) = rec.array::<f32>("x")
-                        {
-                            sum += x.sum() as f64;
-                        }
-                        n += 1;
-                    });
-                    match r {
-                        Ok(_) => {}
-                        Err(RecvTimeoutError::Failed(RecvError::Disconnected)) => break,
-                        Err(e) => return Err(e.to_string()),
-                    }
-                }
-                say(&format!("sink {n} {sum}"));
-                Ok(())
-            })(),
-            "hold" => (|| {
-                let mut rx = Receiver::<Message>::open(&arg(1)).map_err(|e| e.to_string())?;
-                let n: usize = arg(2).parse().unwrap_or(1);
-                let mut held = Vec::new();
-                for _ in 0..n {
-                    held.push(rx.recv().map_err(|e| e.to_string())?);
-                }
-                let blocks: usize = held.iter().map(|m| m.leased_blocks()).sum();
-                say(&format!("held {blocks}"));
-                sleep_forever()
-            })(),
-            "typed-produce" => (|| {
-                // A typed [f32; 16] channel: send COUNT values (value i: all i), print "sent",
-                // then hang (to be killed) or, with "close", drop the sender.
-                let mut tx =
-                    shm_ring::Sender::<[f32; 16]>::create(&arg(1), &ChannelConfig::default())
-                        .map_err(|e| e.to_string())?;
-                let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
-                for i in 0..count {
-                    tx.send(&[i as f32; 16]).map_err(|e| e.to_string())?;
-                }
-                say("sent");
-                if arg(3) == "close" {
-                    drop(tx);
-                    say("closed");
-                    return Ok(());
-                }
-                sleep_forever()
-            })(),
-            "typed-take" => (|| {
-                // Open typed [f32; 16] channel NAME, receive N values, print "took N", hang.
-                let mut rx =
-                    shm_ring::Receiver::<[f32; 16]>::open_timeout(&arg(1), Duration::from_secs(10))
-                        .map_err(|e| e.to_string())?;
-                let n: u64 = arg(2).parse().map_err(|_| "bad count")?;
-                for _ in 0..n {
-                    rx.recv().map_err(|e| e.to_string())?;
-                }
-                say(&format!("took {n}"));
-                sleep_forever()
-            })(),
-            "produce-hang" => (|| {
-                // SHM_RING_PEER_UID: one more user allowed to open it (Rendezvous::peer_uid).
-                let mut cfg = ChannelConfig::default();
-                cfg.rendezvous.peer_uid = std::env::var("SHM_RING_PEER_UID")
-                    .ok()
-                    .and_then(|u| u.parse().ok());
-                let _tx = Sender::<Message>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
-                say("ready");
-                sleep_forever()
-            })(),
-            "create" => (|| {
-                let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
-                let cfg = ChannelConfig {
-                    blocks: 16,
-                    block_size: bytes / 16,
-                    linger: Duration::ZERO,
-                    ..ChannelConfig::default()
-                };
-                let mut tx = Sender::<Message>::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
-                say("created");
-                // Pool blocks are committed when first loaned: loan (and write) every one.
-                let mut loans = Vec::new();
-                for i in 0..16u8 {
-                    let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
-                    loans.push(loan.fill(i));
-                    say(&format!("loaned {}", i + 1));
-                }
-                Ok(())
-            })(),
-            "fill-anon" => (|| {
-                let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
-                let cfg = ChannelConfig {
-                    blocks: 16,
-                    block_size: bytes / 16,
-                    ..ChannelConfig::default()
-                };
-                let mut tx = Sender::<Message>::anonymous(&cfg).map_err(|e| e.to_string())?;
-                let mut loans = Vec::new();
-                for i in 0..16u8 {
-                    let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
-                    loans.push(loan.fill(i));
-                }
-                let mut total = 0;
-                for (i, l) in loans.iter().enumerate() {
-                    let s = l.as_slice();
-                    if s.last() != Some(&(i as u8)) {
-                        return Err(format!("block {i} does not read back"));
-                    }
-                    total += s.len();
-                }
-                say(&format!("filled {total}"));
-                Ok(())
-            })(),
+            "produce" => produce(&arg),
+            "sink" => sink(&arg),
+            "hold" => hold(&arg),
+            "typed-produce" => typed_produce(&arg),
+            "typed-take" => typed_take(&arg),
+            "produce-hang" => produce_hang(&arg),
+            "create" => create(&arg),
+            "fill-anon" => fill_anon(&arg),
             "open" => match Receiver::<Message>::open(&arg(1)) {
                 Ok(_) => {
                     say("opened");
@@ -353,73 +215,9 @@ mod real {
                 }
                 Err(e) => Err(e.to_string()),
             },
-            // Needs the segment's layout: built with the `unstable-internals` feature (as the
-            // tests build it).
             #[cfg(feature = "unstable-internals")]
-            "scribble" => (|| {
-                let ms: u64 = arg(2).parse().map_err(|_| "bad ms")?;
-                let mut x: u64 = arg(3).parse::<u64>().map_err(|_| "bad seed")? | 1;
-                let cfg = ChannelConfig {
-                    blocks: arg(4).parse().map_err(|_| "bad blocks")?,
-                    block_size: arg(5).parse().map_err(|_| "bad block size")?,
-                    ..ChannelConfig::default()
-                };
-                let l = shm_ring::channel_layout(&cfg).map_err(|e| e.to_string())?;
-                let path = arg(1);
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| format!("{path}: {e}"))?;
-                let mut rnd = move || {
-                    // xorshift64
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x
-                };
-                // Hot spots: the channel header, both rings' indices, record headers and
-                // bodies in the descriptor slots, completion entries, and anywhere at all.
-                let desc_bytes = l.slots * l.slot_size;
-                let deadline = std::time::Instant::now() + Duration::from_millis(ms);
-                let mut n = 0u64;
-                while std::time::Instant::now() < deadline {
-                    let r = rnd();
-                    let off = match r % 64 {
-                        0 => l.channel_header + (r >> 8) as usize % 64,
-                        1 => [l.desc_ring, l.desc_head, l.comp_ring, l.comp_head]
-                            [(r >> 8) as usize % 4],
-                        2..=40 => l.desc_slots + (r >> 8) as usize % desc_bytes,
-                        41..=46 => l.comp_slots + (r >> 8) as usize % 64,
-                        47..=56 => l.pool + (r >> 8) as usize % (l.total - l.pool).max(1),
-                        _ => 64 + (r >> 8) as usize % (l.total - 64),
-                    };
-                    let v = rnd().to_le_bytes();
-                    let len = 1 + (r >> 40) as usize % 8;
-                    let _ = std::os::unix::fs::FileExt::write_all_at(&f, &v[..len], off as u64);
-                    n += 1;
-                    if n.is_multiple_of(4) {
-                        std::thread::sleep(Duration::from_micros(500));
-                    }
-                }
-                say(&format!("done {n}"));
-                Ok(())
-            })(),
-            "corrupt" => (|| {
-                let path = arg(1);
-                let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;
-                let hex = arg(3);
-                let bytes: Vec<u8> = (0..hex.len() / 2)
-                    .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
-                    .collect();
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .map_err(|e| format!("{path}: {e}"))?;
-                std::os::unix::fs::FileExt::write_all_at(&f, &bytes, off)
-                    .map_err(|e| e.to_string())?;
-                say("corrupted");
-                Ok(())
-            })(),
+            "scribble" => scribble(&arg),
+            "corrupt" => corrupt(&arg),
             "hold-leaderless" => issue16::hold_leaderless(&arg),
             "produce-leaderless" => issue16::produce_leaderless(&arg),
             "fork-drop" => issue16::fork_drop(&arg),
@@ -436,5 +234,225 @@ mod real {
             eprintln!("shm-ring-peer: {e}");
             std::process::exit(1);
         }
+    }
+
+    fn produce(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        let mut cfg = ChannelConfig::default();
+        if let Ok(ms) = arg(3).parse::<u64>() {
+            cfg.linger = Duration::from_millis(ms);
+        }
+        let mut tx = Sender::<Message>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
+        let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
+        let mut data = [0f32; 16];
+        for seq in 0..count {
+            for (i, x) in data.iter_mut().enumerate() {
+                *x = seq as f32 * 0.5 + i as f32;
+            }
+            let bytes: &[u8] = bytemuck::cast_slice(&data);
+            let msg = shm_ring::MessageBuilder::new()
+                .meta_i64("seq", seq as i64)
+                .meta_i64("sum", checksum(bytes) as i64)
+                .array_slice("data", &[16], &data)
+                .map_err(|e| e.to_string())?;
+            tx.send(msg).map_err(|e| e.to_string())?;
+        }
+        say("sent");
+        drop(tx);
+        say("closed");
+        Ok(())
+    }
+
+    fn sink(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        if let Ok(core) = arg(2).parse::<usize>() {
+            let mut set = rustix::thread::CpuSet::new();
+            set.set(core);
+            let _ = rustix::thread::sched_setaffinity(None, &set);
+        }
+        let mut rx = Receiver::<Message>::open(&arg(1)).map_err(|e| e.to_string())?;
+        let mut sum = 0f64;
+        let mut n = 0u64;
+        loop {
+            let r = rx.recv_batch(256, None, |m| {
+                if let Ok(rec) = m.record(0)
+                    && let Ok(x) = rec.array::<f32>("x")
+                {
+                    sum += x.sum() as f64;
+                }
+                n += 1;
+            });
+            match r {
+                Ok(_) => {}
+                Err(RecvTimeoutError::Failed(RecvError::Disconnected)) => break,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        say(&format!("sink {n} {sum}"));
+        Ok(())
+    }
+
+    fn hold(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        let mut rx = Receiver::<Message>::open(&arg(1)).map_err(|e| e.to_string())?;
+        let n: usize = arg(2).parse().unwrap_or(1);
+        let mut held = Vec::new();
+        for _ in 0..n {
+            held.push(rx.recv().map_err(|e| e.to_string())?);
+        }
+        let blocks: usize = held.iter().map(|m| m.leased_blocks()).sum();
+        say(&format!("held {blocks}"));
+        sleep_forever()
+    }
+
+    fn typed_produce(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        // A typed [f32; 16] channel: send COUNT values (value i: all i), print "sent",
+        // then hang (to be killed) or, with "close", drop the sender.
+        let mut tx = shm_ring::Sender::<[f32; 16]>::create(&arg(1), &ChannelConfig::default())
+            .map_err(|e| e.to_string())?;
+        let count: u64 = arg(2).parse().map_err(|_| "bad count")?;
+        for i in 0..count {
+            tx.send(&[i as f32; 16]).map_err(|e| e.to_string())?;
+        }
+        say("sent");
+        if arg(3) == "close" {
+            drop(tx);
+            say("closed");
+            return Ok(());
+        }
+        sleep_forever()
+    }
+
+    fn typed_take(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        // Open typed [f32; 16] channel NAME, receive N values, print "took N", hang.
+        let mut rx =
+            shm_ring::Receiver::<[f32; 16]>::open_timeout(&arg(1), Duration::from_secs(10))
+                .map_err(|e| e.to_string())?;
+        let n: u64 = arg(2).parse().map_err(|_| "bad count")?;
+        for _ in 0..n {
+            rx.recv().map_err(|e| e.to_string())?;
+        }
+        say(&format!("took {n}"));
+        sleep_forever()
+    }
+
+    fn produce_hang(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        // SHM_RING_PEER_UID: one more user allowed to open it (Rendezvous::peer_uid).
+        let mut cfg = ChannelConfig::default();
+        cfg.rendezvous.peer_uid = std::env::var("SHM_RING_PEER_UID")
+            .ok()
+            .and_then(|u| u.parse().ok());
+        let _tx = Sender::<Message>::create(&arg(1), &cfg).map_err(|e| e.to_string())?;
+        say("ready");
+        sleep_forever()
+    }
+
+    fn create(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
+        let cfg = ChannelConfig {
+            blocks: 16,
+            block_size: bytes / 16,
+            linger: Duration::ZERO,
+            ..ChannelConfig::default()
+        };
+        let mut tx = Sender::<Message>::create(&arg(2), &cfg).map_err(|e| e.to_string())?;
+        say("created");
+        // Pool blocks are committed when first loaned: loan (and write) every one.
+        let mut loans = Vec::new();
+        for i in 0..16u8 {
+            let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
+            loans.push(loan.fill(i));
+            say(&format!("loaned {}", i + 1));
+        }
+        Ok(())
+    }
+
+    fn fill_anon(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        let bytes: usize = arg(1).parse().map_err(|_| "bad size")?;
+        let cfg = ChannelConfig {
+            blocks: 16,
+            block_size: bytes / 16,
+            ..ChannelConfig::default()
+        };
+        let mut tx = Sender::<Message>::anonymous(&cfg).map_err(|e| e.to_string())?;
+        let mut loans = Vec::new();
+        for i in 0..16u8 {
+            let loan = tx.loan::<u8>(&[bytes / 16]).map_err(|e| e.to_string())?;
+            loans.push(loan.fill(i));
+        }
+        let mut total = 0;
+        for (i, l) in loans.iter().enumerate() {
+            let s = l.as_slice();
+            if s.last() != Some(&(i as u8)) {
+                return Err(format!("block {i} does not read back"));
+            }
+            total += s.len();
+        }
+        say(&format!("filled {total}"));
+        Ok(())
+    }
+
+    // Needs the segment's layout: built with the `unstable-internals` feature (as the
+    // tests build it).
+    #[cfg(feature = "unstable-internals")]
+    fn scribble(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        let ms: u64 = arg(2).parse().map_err(|_| "bad ms")?;
+        let mut x: u64 = arg(3).parse::<u64>().map_err(|_| "bad seed")? | 1;
+        let cfg = ChannelConfig {
+            blocks: arg(4).parse().map_err(|_| "bad blocks")?,
+            block_size: arg(5).parse().map_err(|_| "bad block size")?,
+            ..ChannelConfig::default()
+        };
+        let l = shm_ring::channel_layout(&cfg).map_err(|e| e.to_string())?;
+        let path = arg(1);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        let mut rnd = move || {
+            // xorshift64
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        // Hot spots: the channel header, both rings' indices, record headers and
+        // bodies in the descriptor slots, completion entries, and anywhere at all.
+        let desc_bytes = l.slots * l.slot_size;
+        let deadline = std::time::Instant::now() + Duration::from_millis(ms);
+        let mut n = 0u64;
+        while std::time::Instant::now() < deadline {
+            let r = rnd();
+            let off = match r % 64 {
+                0 => l.channel_header + (r >> 8) as usize % 64,
+                1 => [l.desc_ring, l.desc_head, l.comp_ring, l.comp_head][(r >> 8) as usize % 4],
+                2..=40 => l.desc_slots + (r >> 8) as usize % desc_bytes,
+                41..=46 => l.comp_slots + (r >> 8) as usize % 64,
+                47..=56 => l.pool + (r >> 8) as usize % (l.total - l.pool).max(1),
+                _ => 64 + (r >> 8) as usize % (l.total - 64),
+            };
+            let v = rnd().to_le_bytes();
+            let len = 1 + (r >> 40) as usize % 8;
+            let _ = std::os::unix::fs::FileExt::write_all_at(&f, &v[..len], off as u64);
+            n += 1;
+            if n.is_multiple_of(4) {
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        }
+        say(&format!("done {n}"));
+        Ok(())
+    }
+
+    fn corrupt(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
+        let path = arg(1);
+        let off: u64 = arg(2).parse().map_err(|_| "bad offset")?;
+        let hex = arg(3);
+        let bytes: Vec<u8> = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap_or(0))
+            .collect();
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("{path}: {e}"))?;
+        std::os::unix::fs::FileExt::write_all_at(&f, &bytes, off).map_err(|e| e.to_string())?;
+        say("corrupted");
+        Ok(())
     }
 }
