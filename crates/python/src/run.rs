@@ -257,9 +257,10 @@ impl Run {
         }
         st.warned = true;
         eprintln!(
-            "shmpipe: dequeue() has waited {:.1} s for an output while nothing is enqueued or \
-             in the pipeline; if the input is complete, call close_input() (dequeue then \
-             returns None at the end)",
+            "shmpipe: a Pipeline without a source has waited {:.1} s for an output (dequeue() \
+             and iterating it yield the outputs of enqueue()) while nothing is enqueued or in \
+             the pipeline: call enqueue(...), and close_input() once the input is complete \
+             (dequeue() then returns None at the end, and iteration stops)",
             since.elapsed().as_secs_f64()
         );
     }

@@ -87,8 +87,21 @@ def _shard(shard) -> tuple[int, int]:
     rank = _options.whole("shard", shard[0])
     world = _options.whole("shard", shard[1], least=1)
     if not 0 <= rank < world:
-        raise ValueError(f"shard: rank {rank} is not in 0..{world}")
+        raise ValueError(f"shard=({rank}, {world}): (rank, world_size), and the rank must be "
+                         f"in 0..{world - 1}")
     return int(rank), int(world)
+
+
+def workers_alias(workers: Any, num_workers: Any, *, default: int) -> Any:
+    """``workers=``, or its alias ``num_workers=`` (the name of ``torch.utils.data.DataLoader``
+    and ``shmpipe.torch``), or ``default`` when neither is given; a ``TypeError`` naming both
+    when both are."""
+    if workers is not None and num_workers is not None:
+        raise TypeError(f"workers={workers!r} and num_workers={num_workers!r}: pass one of "
+                        f"them (num_workers= is an alias of workers=)")
+    if workers is None:
+        workers = num_workers
+    return default if workers is None else workers
 
 
 def _is_step(s: Any) -> bool:
@@ -118,7 +131,8 @@ def _warn_idle(secs: float | None) -> float | None:
 
 class Pipeline(Closing):
     """Runs ``steps`` in ``workers`` worker processes, over the items of ``source`` or over the
-    items you :meth:`enqueue`.
+    items you :meth:`enqueue`. ``workers`` defaults to 2; ``num_workers=`` is an alias (the
+    name ``shmpipe.torch`` and ``torch.utils.data.DataLoader`` use; not both).
 
     Two ways to use it:
 
@@ -142,7 +156,9 @@ class Pipeline(Closing):
       ``dequeue(timeout=s)`` raises ``TimeoutError`` after ``s`` seconds without an output;
       the pipeline runs on. A :meth:`dequeue` that has waited ``warn_idle`` seconds (default
       5; 0, ``None`` or ``float('inf')``: never) while nothing is enqueued and the input is open says once on stderr that
-      :meth:`close_input` may be missing.
+      :meth:`enqueue` or :meth:`close_input` may be missing; so does iterating it (``for out
+      in p`` yields the outputs of :meth:`enqueue`, and waits while another thread may still
+      enqueue).
 
       **Back-pressure**: at most ``max_in_flight`` inputs are in the pipeline at once
       (enqueued, with outputs not yet dequeued; default ``4 * prefetch * workers``). A full
@@ -230,13 +246,16 @@ class Pipeline(Closing):
     anonymous memfds, so nothing is ever left in ``/dev/shm``.
     """
 
-    def __init__(self, source: Any = None, steps: Sequence[Step] = (), workers: int = 2, *,
+    def __init__(self, source: Any = None, steps: Sequence[Step] = (),
+                 workers: int | None = None, *,
                  emitters: int = 1, ordered: bool = False, shuffle: bool = False,
                  seed: int = 0, shuffle_buffer: int = 256, epochs: int | None = 1,
                  shard: tuple[int, int] | str | None = None, prefetch: int = 8,
                  batch_bytes: int | None = None, skip_bad_records: bool = False,
                  channel: tuple[int, ...] | None = None, persistent_workers: bool = False,
-                 max_in_flight: int | None = None, warn_idle: float | None = 5.0):
+                 max_in_flight: int | None = None, warn_idle: float | None = 5.0,
+                 num_workers: int | None = None):
+        workers = workers_alias(workers, num_workers, default=2)
         if not steps and _looks_like_steps(source):
             source, steps = None, source
         workers = _options.whole("workers", workers)

@@ -13,6 +13,11 @@ start ordinal) and ``item_ids`` (a list of str, one per row).
 Each loader is a context manager: ``with TrainLoader(...) as dl:`` stops its processes and
 removes its temporary file at the end (``close()`` does the same).
 
+``freq`` is a pandas frequency string (``"h"``, ``"15min"``, ``"D"``, ``"W-SUN"``, ...); an
+unsupported one raises ``ValueError`` naming ``freq=`` at construction. ``workers`` (worker
+processes; 2 for ``TrainLoader``, 1 for the others) may be given as ``num_workers=``, the
+name ``torch.utils.data.DataLoader`` uses (not both).
+
 ``data`` is a GluonTS JSON-lines file (``start``, ``target`` with ``null``/``"NaN"``
 missing values, ``item_id``, ``feat_static_cat``, ...) or a list of such dicts.
 """
@@ -30,7 +35,8 @@ import numpy as np
 
 from . import _options
 from ._closing import Closing
-from .pipeline import NamedSource, Pipeline
+from ._native import time_features
+from .pipeline import NamedSource, Pipeline, workers_alias
 
 __all__ = ["TrainLoader", "ValidationLoader", "TestLoader"]
 
@@ -41,6 +47,14 @@ def _jsonable(v: Any) -> Any:
     if hasattr(v, "isoformat"):
         return str(v)
     return str(v) if type(v).__name__ == "Period" else v
+
+
+def _check_freq(freq) -> None:
+    """A ``ValueError`` naming ``freq=`` (and the supported frequencies) now, not a
+    ``StepError`` at the first batch: the Rust parser of the steps decides."""
+    if not isinstance(freq, str):
+        raise TypeError(f"freq={freq!r}: a pandas frequency string such as 'h' or '15min'")
+    time_features(freq, 0, 0, [])
 
 
 def _batch(b: dict) -> dict:
@@ -56,9 +70,11 @@ class _Loader(Closing):
     _step = ""
 
     def __init__(self, data, *, freq: str, context_length: int, prediction_length: int,
-                 batch_size: int = 32, workers: int = 2, emitters: int = 1, seed: int = 0,
-                 **kw):
+                 batch_size: int = 32, workers: int | None = None, emitters: int = 1,
+                 seed: int = 0, num_workers: int | None = None, **kw):
         self._tmp = None
+        workers = workers_alias(workers, num_workers, default=2)
+        _check_freq(freq)
         context_length = _options.whole("context_length", context_length, least=1)
         prediction_length = _options.whole("prediction_length", prediction_length, least=1)
         batch_size = _options.whole("batch_size", batch_size, least=1)
@@ -133,8 +149,9 @@ class _EvalLoader(_Loader):
     _step = "gluonts_train"
     _mode = ""
 
-    def __init__(self, data, *, workers: int = 1, **kw):
-        super().__init__(data, workers=workers, **kw)
+    def __init__(self, data, *, workers: int | None = None, num_workers: int | None = None,
+                 **kw):
+        super().__init__(data, workers=workers_alias(workers, num_workers, default=1), **kw)
 
     def __iter__(self) -> Iterator[dict]:
         """One pass, series in file order (with one worker, batches as GluonTS forms them;

@@ -115,6 +115,16 @@ pub fn ring_err(py: Python<'_>, e: impl Into<shm_ring::Error>) -> PyErr {
     }
 }
 
+/// The `TimeoutError` of `Receiver.recv`/`recv_many` when no message came within `timeout`
+/// seconds while the sender stayed alive (a dead or closed sender raises its own error).
+pub fn no_message(timeout: Option<f64>) -> PyErr {
+    let t = timeout.map_or_else(|| "None".to_string(), |t| t.to_string());
+    PyTimeoutError::new_err(format!(
+        "no message came within timeout={t} s (the sender is alive but sent nothing in that \
+         time): pass a longer timeout= (None waits as long as it takes), or use try_recv()"
+    ))
+}
+
 /// `what` needs more than the channel's `parameter` allows: a `ValueError` saying which
 /// argument of `Sender.create`/`Sender.anonymous`/`shmpipe.pipe` to raise.
 fn too_large(py: Python<'_>, what: &str, needed: usize, limit: usize, parameter: &str) -> PyErr {

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use shm_ring::MetaValue;
 
-use super::errors::{from_fd_err, ring_err};
+use super::errors::{from_fd_err, no_message, ring_err};
 use super::message::Message;
 use super::{closed, deadline, lock, records, slice, view};
 use crate::exceptions::{Disconnected, PoolExhausted};
@@ -292,7 +292,7 @@ impl Receiver {
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, Message>> {
         match self.next_msg(py, deadline(timeout)?)? {
             Some(m) => self.wrap(py, m),
-            None => Err(ring_err(py, shm_ring::Error::Timeout)),
+            None => Err(no_message(timeout)),
         }
     }
 
@@ -324,7 +324,7 @@ impl Receiver {
         let cols = self.receive(py, end, |rx, t| records::gather(rx, max_records, t))?;
         match cols {
             Some(c) => c.into_records(py),
-            None => Err(ring_err(py, shm_ring::Error::Timeout)),
+            None => Err(no_message(timeout)),
         }
     }
 

@@ -310,11 +310,15 @@ impl Sender {
     /// small arrays inline. `blocks` (1 to 2**20) pool blocks of `block_size` bytes (64 bytes
     /// to 4 GiB - 64): one per zero-copy array in flight, so `block_size` is the largest
     /// array that can travel. `threshold`: arrays from this many bytes on go zero-copy
-    /// (default 1024), smaller ones are copied. A bad value raises `ValueError` naming it;
-    /// a taken name `FileExistsError`.
+    /// (default 1024), smaller ones are copied. `linger`: seconds that `close()` waits, while
+    /// no `Receiver` has opened the channel yet, for a late one (default 10; 0 closes at once
+    /// and drops what nobody received). A bad value raises `ValueError` naming it; a taken
+    /// name `FileExistsError`.
     #[staticmethod]
-    #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None),
-           text_signature = "(name, slots=1024, blocks=16, block_size=1048576, threshold=None)")]
+    #[pyo3(signature = (name, slots=1024, blocks=16, block_size=1 << 20, threshold=None,
+                        linger=10.0),
+           text_signature = "(name, slots=1024, blocks=16, block_size=1048576, threshold=None, \
+                             linger=10.0)")]
     fn create(
         py: Python<'_>,
         name: &str,
@@ -322,8 +326,14 @@ impl Sender {
         blocks: u32,
         block_size: usize,
         threshold: Option<usize>,
+        linger: f64,
     ) -> PyResult<Sender> {
-        let cfg = config(slots, blocks, block_size, threshold)?;
+        let mut cfg = config(slots, blocks, block_size, threshold)?;
+        cfg.linger = crate::timeout::seconds(linger, "linger")?.ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "linger={linger}: seconds, a finite number >= 0 (default 10; 0: close at once)"
+            ))
+        })?;
         let tx = py
             .detach(|| shm_ring::Sender::<shm_ring::Message>::create(name, &cfg))
             .map_err(|e| ring_err(py, e))?;
@@ -483,6 +493,11 @@ impl Sender {
     }
 
     /// Closes the channel: the receiver drains what was sent, then gets `Disconnected`.
+    ///
+    /// A named channel that no `Receiver` has opened yet lingers: `close()` blocks up to
+    /// `linger` seconds (`Sender.create(..., linger=10)`), serving the name, so a receiver that
+    /// starts late still gets every message; with `linger=0`, or once a receiver has opened
+    /// the channel, `close()` returns at once. Anonymous channels never linger.
     ///
     /// Arrays from `loan` that are still alive (sent or not) stay readable: each holds its
     /// block (and the pool's mapping) until its last view is gone.
