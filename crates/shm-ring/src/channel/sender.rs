@@ -537,10 +537,7 @@ impl<P> Sender<P> {
             inline,
             body_len,
             deadline,
-            // SAFETY: `write_record` hands `dst` with `body_len` writable 8-aligned bytes of
-            // a record or block of ours; written through pointers only (a hostile consumer
-            // scribbling there meanwhile only spoils the message it is about to read).
-            |dst, places| unsafe { message::encode_raw(m, places, dst, body_len) },
+            |dst, places| message::encode(m, places, dst),
         )?;
         for (f, p) in msg.fields.iter_mut().zip(&places) {
             if let FieldSrc::Array { data, .. } = &mut f.src {

@@ -131,13 +131,13 @@ mod copy;
 mod decode;
 mod encode;
 
+pub(crate) use crate::pool::PoolRef;
 pub(crate) use copy::copy_for_parse;
 #[doc(hidden)]
 pub use copy::read_in_place;
 pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records, decode};
-pub(crate) use decode::{DataRef, PoolRef};
 pub use encode::encode_inline;
-pub(crate) use encode::{body_len, check_limits, encode_raw};
+pub(crate) use encode::{body_len, check_limits, encode};
 
 #[inline]
 const fn pad8(n: usize) -> usize {

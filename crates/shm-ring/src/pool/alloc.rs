@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use crate::error::{Error, corrupt};
+use crate::link::bytes::ShmBytesMut;
 use crate::link::layout::{DROPPED_MARK, ShmRing};
 use crate::pool::PoolHome;
 use crate::pool::large::LargePool;
@@ -210,24 +211,37 @@ impl BlockPool {
     /// Copies `src` to the start of block `b`, which must be ours (just allocated).
     ///
     /// # Panics
-    /// If `src` is longer than a block or `b` is out of range.
+    /// As [`BlockPool::block_mut`].
     pub(crate) fn write_block(&mut self, b: u32, src: &[u8]) {
-        let room = match &self.large {
-            Some(l) if l.owns(b) => l.capacity_of(b).unwrap_or(0),
-            _ if b < self.home.geom.blocks => self.home.geom.block_size,
-            _ => 0,
+        self.block_mut(b, src.len()).write_from(0, src);
+    }
+
+    /// The first `len` bytes of block (or extent) `b`, to write: a block this sender just
+    /// allocated for them (not loaned, not yet sent).
+    ///
+    /// # Panics
+    /// If `b` is out of range or in flight, or `len` exceeds it.
+    pub(crate) fn block_mut(&mut self, b: u32, len: usize) -> ShmBytesMut<'_> {
+        let (room, in_flight) = match &self.large {
+            Some(l) if l.owns(b) => (l.capacity_of(b).unwrap_or(0), false),
+            _ if b < self.home.geom.blocks => {
+                (self.home.geom.block_size, self.in_flight[b as usize])
+            }
+            _ => (0, false),
         };
         assert!(
-            src.len() <= room,
-            "block {b} holds {room} bytes, not {}",
-            src.len()
+            len <= room && !in_flight,
+            "block {b} holds {room} bytes, not {len}, or is in flight ({in_flight})"
         );
-        // SAFETY: block (or extent) b lies inside the mapping (a block below `blocks`, or an
-        // extent we handed out inside the area; the layout was checked) and `src` fits in it
-        // (asserted); `src` is private memory, so they cannot overlap. The
-        // consumer's process maps the pool too: a hostile consumer writing the block only
-        // changes what it reads itself.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.home.block_ptr(b), src.len()) };
+        let at = self.home.geom.locate(u64::from(b), len as u64);
+        let at = at.unwrap_or_else(|| panic!("block {b} of {len} bytes outside the pool"));
+        // SAFETY: `locate` checked the range against the pool's geometry, which the layout
+        // placed inside the mapping (its size checked against the layout); `home.seg` keeps
+        // it mapped while `self` is borrowed. The block is ours: allocated to this sender,
+        // not in flight (checked), so no receiver of this process views it, and `&mut self`
+        // keeps anything else of ours from writing it meanwhile. The consumer's process maps
+        // the pool too: a hostile consumer writing the block only changes what it reads.
+        unsafe { ShmBytesMut::from_raw_parts(self.home.seg.as_ptr().add(at), len) }
     }
 
     /// Takes back blocks from the completion ring and from dropped loans.

@@ -305,18 +305,16 @@ fn read_schema(seg: &Segment, layout: &Layout) -> Result<Option<ValueType>, Erro
     let schema = if layout.schema_len == 0 {
         None
     } else {
+        // The layout, checked against the segment's size above, places the region inside
+        // the mapping (the view checks it again). The producer may write the region
+        // meanwhile: we only get other bytes, which are validated as private data (read
+        // once, then never again).
+        let region = seg
+            .bytes()
+            .sub(layout.schema, layout.schema_len)
+            .ok_or_else(|| corrupt("the schema region lies outside the segment"))?;
         let mut copy = vec![0u8; layout.schema_len];
-        // SAFETY: the layout, checked against the segment's size above, places
-        // `schema_len` bytes at `layout.schema` inside the mapping; the destination is
-        // private. The producer may write the region meanwhile: we only get other bytes,
-        // which are validated as private data (read once, then never again).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                seg.as_ptr().add(layout.schema),
-                copy.as_mut_ptr(),
-                copy.len(),
-            )
-        };
+        region.copy_to(0, &mut copy);
         Some(wire::decode(&copy)?)
     };
     Ok(schema)
