@@ -341,17 +341,16 @@ impl BlockPool {
         reclaimed
     }
 
-    /// Raises our waiting flag on the completion ring (see `ring::Consumer::begin_wait`).
-    pub(crate) fn begin_wait(&self) -> (*const AtomicU32, u32) {
-        let (w, v) = self.comp.begin_wait();
-        (w as *const AtomicU32, v)
+    /// Raises our waiting flag on the completion ring and returns the value of its tail word
+    /// to sleep on (see `ring::Consumer::begin_wait`).
+    pub(crate) fn begin_wait(&self) -> u32 {
+        self.comp.begin_wait().1
     }
 
-    /// The completion ring's tail word and its value, for a spinning waiter.
+    /// The completion ring's tail word: a waiter watches it and sleeps on it.
     #[inline]
-    pub(crate) fn peer_word(&self) -> (*const AtomicU32, u32) {
-        let (w, v) = self.comp.peer_word();
-        (w as *const AtomicU32, v)
+    pub(crate) fn peer_word(&self) -> &AtomicU32 {
+        self.comp.peer_word().0
     }
 
     /// Lowers our waiting flag.

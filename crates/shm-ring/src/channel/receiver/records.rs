@@ -11,7 +11,7 @@ use crate::link::bytes::ShmBytes;
 use crate::link::segment::Segment;
 use crate::link::wait::block_on;
 use crate::ring;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Ordering;
 
 pub(super) fn n_of(rec: &Rec) -> u32 {
     match *rec {
@@ -164,24 +164,16 @@ impl<P> Receiver<P> {
     #[cold]
     fn wait_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
         let wait = self.wait;
-        let this = std::cell::RefCell::new(self);
         block_on(
+            self,
             true,
             &wait,
             deadline,
-            || this.borrow_mut().poll_rec(),
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.peer_word();
-                (w as *const AtomicU32, v)
-            },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.begin_wait();
-                (w as *const AtomicU32, v)
-            },
-            || this.borrow().desc.end_wait(),
-            || this.borrow().producer_alive(),
+            |s| s.poll_rec(),
+            |s| s.desc.peer_word().0,
+            |s| s.desc.begin_wait().1,
+            |s| s.desc.end_wait(),
+            |s| s.producer_alive(),
         )
     }
 
