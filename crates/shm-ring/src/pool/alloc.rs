@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use crate::error::{Error, corrupt};
 use crate::link::bytes::ShmBytesMut;
+use crate::link::claim::DeadConsumer;
 use crate::link::layout::{DROPPED_MARK, ShmRing};
 use crate::pool::PoolHome;
 use crate::pool::large::LargePool;
@@ -314,12 +315,17 @@ impl BlockPool {
     /// Takes back every block in flight and empties the completion ring; returns how many
     /// blocks came back.
     ///
-    /// # Safety
-    /// The consumer must be gone (dead, its claim to be released) and no new one attached
-    /// yet: a live consumer may still be reading those blocks, which the producer would then
-    /// overwrite (changed values under its views), and its later returns of them would be
-    /// reported as corrupt.
-    pub(crate) unsafe fn reclaim_all(&mut self) -> usize {
+    /// `gone` proves the consumer is dead and that no new one attaches meanwhile (a live
+    /// consumer may still be reading those blocks, which the producer would then overwrite,
+    /// and its later returns of them would be reported as corrupt).
+    ///
+    /// # Panics
+    /// If `gone` is the claim of another channel.
+    pub(crate) fn reclaim_all(&mut self, gone: &DeadConsumer<'_>) -> usize {
+        assert!(
+            gone.is_of(&self.home.seg),
+            "a dead consumer's claim reclaims its own channel's pool"
+        );
         let _ = self.collect_returns();
         let mut reclaimed = 0;
         for (b, f) in self.in_flight.iter_mut().enumerate() {
