@@ -204,10 +204,39 @@ unsafe impl Storage for ShmRing {
     }
 }
 
+/// The channel header of `seg`.
+///
+/// # Panics
+/// If `seg` is too small to hold one (no channel segment is: checked at open and creation).
+#[inline]
 pub(crate) fn channel_header(seg: &Segment) -> &ChannelHeader {
-    // SAFETY: every channel segment is larger than CHANNEL_HEADER_AT + size_of::<ChannelHeader>()
-    // (checked at open) and the offset is 128-aligned. Every field is an atomic, so a peer
+    if seg.len() < CHANNEL_HEADER_AT + std::mem::size_of::<ChannelHeader>() {
+        too_small_for_a_header(seg.len());
+    }
+    // SAFETY: the header lies inside the mapping (checked above), which lives as long as
+    // `seg`, and the offset is 128-aligned (the mapping is page-aligned). Every field is an atomic, so a peer
     // writing any of them at any time is not a data race: we only ever load and store them
     // (each value read once and validated by its user), never take a plain reference inside.
     unsafe { &*seg.as_ptr().add(CHANNEL_HEADER_AT).cast::<ChannelHeader>() }
+}
+
+#[cold]
+#[inline(never)]
+fn too_small_for_a_header(len: usize) -> ! {
+    panic!("a segment of {len} bytes is too small for a channel header")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `channel_header` is a safe function of any `&Segment`: on a segment too small to hold
+    /// the header (a plain `Segment::anonymous(64)`) it must refuse, not hand out a
+    /// reference past the end of the segment.
+    #[test]
+    #[should_panic(expected = "too small for a channel header")]
+    fn a_segment_too_small_for_a_channel_header_is_refused() {
+        let seg = Segment::anonymous(64).expect("anonymous segment");
+        let _ = channel_header(&seg);
+    }
 }
