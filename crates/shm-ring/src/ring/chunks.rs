@@ -14,9 +14,11 @@
 //! Slot memory may be shared with another process that writes any byte at any time. So the
 //! chunks never hand out references into it: values go in and out through bounds-checked
 //! volatile copies ([`ReadChunk::read_pod`], [`WriteChunkUninit::write_pod`]), each read once
-//! into a private value the caller validates. Code that must encode or decode in place asks
-//! for a raw pointer ([`WriteChunkUninit::as_mut_ptr`], [`ReadChunk::as_ptr`]) and the number
-//! of bytes it may touch there.
+//! into a private value the caller validates. The channel, which encodes and reads bodies in
+//! place, asks for a checked byte view of the contiguous slots (`WriteChunkUninit::bytes_mut`,
+//! `Consumer::slot_bytes`; see `link::bytes`); other users of the ring may ask for a raw
+//! pointer ([`WriteChunkUninit::as_mut_ptr`], [`ReadChunk::as_ptr`]) and the number of bytes
+//! they may touch there.
 
 use bytemuck::Pod;
 
