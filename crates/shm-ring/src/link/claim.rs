@@ -231,7 +231,7 @@ impl<'a> DeadConsumer<'a> {
     /// If `desc` is not a ring of this channel.
     pub(crate) fn reset_ring(&self, desc: &mut ring::Producer<ShmRing>) {
         assert!(
-            self.is_of(&desc.storage().seg),
+            self.is_of(desc.storage().segment()),
             "a dead consumer's claim resets its own channel's ring"
         );
         // SAFETY: the consumer of this channel is dead (judged on definite evidence in

@@ -14,7 +14,6 @@ use crate::error::{Error, corrupt};
 use crate::link::claim::{self, Claimed};
 use crate::link::segment::{Reached, Segment};
 use crate::rendezvous::{self, Rendezvous, Served};
-use crate::ring::{self, Storage};
 use crate::schema::{SchemaError, ValueType, wire};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
@@ -210,24 +209,11 @@ impl<P> Receiver<P> {
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
         let (ident, claimed) = claim_consumer(&seg)?;
         let seg = Arc::new(seg);
-        let desc_ring = ShmRing {
-            seg: seg.clone(),
-            header: DESC_RING_AT,
-            slots: layout.desc_slots,
-        };
-        // SYNC POINT (Acquire): pairs with the last Release store of the ring's head by the
-        // consumer before us (a dead one we took over from, or the producer's reset after a
-        // reclaim): we read on from there.
-        let _ = desc_ring.header().head.0.load(Ordering::Acquire);
-        let desc = ring::Consumer::attach(desc_ring, layout.desc);
-        let comp = ring::Producer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: layout.comp_ring,
-                slots: layout.comp_slots,
-            },
-            layout.comp,
-        );
+        // Reads on from the ring's head, as the consumer before us left it (see `consumer`).
+        // The rings lie in the segment (`read_layout` checked the layout against its size), so
+        // these checks do not fail once the claim is ours.
+        let desc = ShmRing::consumer(&seg, DESC_RING_AT, layout.desc_slots, layout.desc)?;
+        let comp = ShmRing::producer(&seg, layout.comp_ring, layout.comp_slots, layout.comp)?;
         let shared = Arc::new(RxShared {
             owner: crate::fork::Owner::current(),
             seg,

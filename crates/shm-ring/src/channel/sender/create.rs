@@ -15,7 +15,6 @@ use crate::link::segment::Segment;
 use crate::pool::PoolHome;
 use crate::pool::alloc::BlockPool;
 use crate::rendezvous::{NameServer, SocketDir};
-use crate::ring;
 use crate::schema::{ValueType, wire};
 use crate::sync::Ordering;
 
@@ -116,22 +115,8 @@ impl<P> Sender<P> {
         // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
         let seg = Arc::new(seg);
         seg.publish(KIND_CHANNEL);
-        let desc = ring::Producer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: DESC_RING_AT,
-                slots: layout.desc_slots,
-            },
-            layout.desc,
-        );
-        let comp = ring::Consumer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: layout.comp_ring,
-                slots: layout.comp_slots,
-            },
-            layout.comp,
-        );
+        let desc = ShmRing::producer(&seg, DESC_RING_AT, layout.desc_slots, layout.desc)?;
+        let comp = ShmRing::consumer(&seg, layout.comp_ring, layout.comp_slots, layout.comp)?;
         let owner = crate::fork::Owner::current();
         let home = Arc::new(PoolHome::new(owner, seg.clone(), layout.pool));
         let ident = crate::channel::file_ident(&seg);
