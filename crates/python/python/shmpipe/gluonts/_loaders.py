@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import _options
 from .._closing import Closing
 from ..pipeline import Pipeline
 from . import _batch, _fast, _source
@@ -24,7 +25,9 @@ def _identity():
 def _default_seed(seed: Optional[int]) -> int:
     # Like GluonTS, whose windows come from numpy's global generator: seeding numpy
     # (np.random.seed, lightning's seed_everything) before building the loader fixes them.
-    return int(np.random.randint(0, 2**31 - 1)) if seed is None else int(seed)
+    if seed is None:
+        return int(np.random.randint(0, 2**31 - 1))
+    return _options.whole("seed", seed, most=_options.SEED[1])
 
 
 class _Loader(Closing):
