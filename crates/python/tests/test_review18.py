@@ -104,6 +104,18 @@ def test_review18_the_time_series_loaders_check_their_seed_when_made(loader):
             prediction_length=2, seed=2**64)
 
 
+@pytest.mark.parametrize("loader", ["TrainLoader", "ValidationLoader"])
+def test_review18_the_time_series_loaders_check_their_batch_size_when_made(loader):
+    # The Rust step reserved room for a whole batch up front: 2**40 rows aborted the worker.
+    import shmpipe.timeseries
+
+    with pytest.raises(ValueError, match=r"batch_size=1099511627776: out of range; pass a "
+                                         r"whole number from 1 to 2\*\*24"):
+        getattr(shmpipe.timeseries, loader)(
+            [{"start": "2020-01-01", "target": [1.0] * 50}], freq="D", context_length=4,
+            prediction_length=2, batch_size=2**40)
+
+
 # -- hole 3: the __main__-guard check of steps ---------------------------------------------
 
 def _script(tmp_path, text):

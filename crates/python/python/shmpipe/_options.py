@@ -26,6 +26,8 @@ MAX_SHUFFLE_BUFFER = 2**32
 MAX_PREFETCH = 2**16
 #: ``batch_bytes=``: a batch larger than a pool block can be is no batch.
 MAX_BATCH_BYTES = 2**32
+#: ``batch_size=`` of the loaders: rows of a batch (a worker stacks them in memory).
+MAX_BATCH_SIZE = 2**24
 
 
 def _num(n: int) -> str:
