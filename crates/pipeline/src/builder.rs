@@ -266,7 +266,9 @@ impl PipelineBuilder {
         self.shuffle = on;
         self
     }
-    /// Shuffle buffer size in items (default 256; 0 or 1: permutation only).
+    /// Shuffle buffer size in items (default 256; 0 or 1: permutation only; at most
+    /// [`MAX_SHUFFLE_BUFFER`](crate::MAX_SHUFFLE_BUFFER), checked by
+    /// [`start`](PipelineBuilder::start)). Room is taken as items arrive, not up front.
     pub fn shuffle_buffer(mut self, n: usize) -> Self {
         self.shuffle_buffer = n;
         self
@@ -364,6 +366,14 @@ impl PipelineBuilder {
             return Err(Error::Config(format!(
                 "at most {} emitters or workers per stage",
                 crate::handover::MAX_FDS
+            )));
+        }
+        if self.shuffle_buffer > crate::MAX_SHUFFLE_BUFFER {
+            return Err(Error::Config(format!(
+                "PipelineBuilder::shuffle_buffer got {} items: at most {} (2^32); a buffer \
+                 as large as an emitter's part already shuffles it whole",
+                self.shuffle_buffer,
+                crate::MAX_SHUFFLE_BUFFER
             )));
         }
         if self.world_size == 0 || self.rank >= self.world_size {

@@ -109,7 +109,7 @@ pub use records::{ReadOrder, Records};
 pub use seed::{item_seed, select_input};
 pub use share::SharedFd;
 pub use shm_ring::{DType, Element, Transfer};
-pub use shuffle::{ShuffleBuffer, derive_seed, read_order};
+pub use shuffle::{MAX_SHUFFLE_BUFFER, ShuffleBuffer, derive_seed, read_order};
 pub use source::{MemorySource, Source, SourceContext, SourceError, part_range};
 pub use step::{
     Filter, FlatMap, Map, Registry, Step, StepContext, StepError, WorkerInfo, filter, flat_map, map,

@@ -389,7 +389,10 @@ impl Pipeline {
                         self.stats.merge(&s);
                         Ok(())
                     }
-                    (Frame::Error(rep), _) => return Err(self.fail(rep.into())),
+                    (Frame::Error(rep), _) => match self.plan.check_report(&rep) {
+                        Ok(()) => return Err(self.fail(rep.into())),
+                        Err(m) => Err(m),
+                    },
                     _ => Ok(()),
                 }
             };

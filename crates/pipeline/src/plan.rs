@@ -9,6 +9,7 @@ use shm_ring::Transfer;
 use crate::config::{Epochs, OnBadRecord};
 use crate::jsonl::JsonLines;
 use crate::shuffle::derive_seed;
+use crate::wire::Report;
 
 /// Which transport carries the batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -229,6 +230,44 @@ impl Plan {
         match role {
             Role::Emitter(_) => 0,
             Role::Worker { stage, .. } => self.upstream_count(stage),
+        }
+    }
+    /// Checks the indices of an error report a worker sent against this plan: the stage,
+    /// worker and emitter it names must exist (a hostile or broken worker could otherwise
+    /// blame one that does not, review 18, hole 4). `Err` says what is wrong.
+    pub(crate) fn check_report(&self, r: &Report) -> Result<(), String> {
+        let emitter_ok = |e: usize| {
+            (e < self.emitters).then_some(()).ok_or_else(|| {
+                format!(
+                    "an error report naming emitter {e}, which does not exist ({} emitters)",
+                    self.emitters
+                )
+            })
+        };
+        match r {
+            Report::Step {
+                stage,
+                worker,
+                emitter,
+                ..
+            } => {
+                let Some(s) = self.stages.get(*stage) else {
+                    return Err(format!(
+                        "an error report naming stage {stage}, which does not exist ({} stages)",
+                        self.stages.len()
+                    ));
+                };
+                if *worker >= s.workers {
+                    return Err(format!(
+                        "an error report naming worker {worker} of stage {stage}, which does \
+                         not exist ({} workers)",
+                        s.workers
+                    ));
+                }
+                emitter.map_or(Ok(()), emitter_ok)
+            }
+            Report::Source { emitter, .. } => emitter_ok(*emitter),
+            Report::Other { .. } | Report::TooLarge { .. } => Ok(()),
         }
     }
     /// Which worker of stage `stage + 1` gets the outputs of record `(e, k)` after `stage`.

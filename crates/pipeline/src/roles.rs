@@ -374,7 +374,7 @@ fn run_worker(
         }
     };
     // Most bytes of outputs a run of inputs holds before they go out (see the loop below).
-    let run_bytes = (4 * plan.batch_bytes).max(64 << 10);
+    let run_bytes = plan.batch_bytes.saturating_mul(4).max(64 << 10);
     let mut stats = Stats::default();
     let mut run = Run::default();
     // Output bytes per input of the last run.

@@ -37,7 +37,7 @@ const SLOT_SIZE: u32 = 64;
 /// The channel configuration of a plan: a descriptor ring of eight batches unless the plan
 /// says otherwise (see [`ChannelGeometry::slots`](crate::ChannelGeometry::slots)).
 pub(crate) fn channel_config(plan: &Plan) -> ChannelConfig {
-    let want = (8 * plan.batch_bytes / SLOT_SIZE as usize).clamp(64, 1 << 16);
+    let want = (plan.batch_bytes.saturating_mul(8) / SLOT_SIZE as usize).clamp(64, 1 << 16);
     let slots = if plan.channel.slots > 0 {
         plan.channel.slots
     } else {

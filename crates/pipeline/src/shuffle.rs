@@ -96,6 +96,11 @@ pub fn read_order(
     out
 }
 
+/// The largest shuffle buffer [`PipelineBuilder::shuffle_buffer`](crate::PipelineBuilder::shuffle_buffer)
+/// accepts, in items (2^32): far more than fits in memory as items, and a buffer as large as
+/// an emitter's part is a full shuffle already.
+pub const MAX_SHUFFLE_BUFFER: usize = 1 << 32;
+
 /// The seed of an emitter's shuffle buffer, from the seed of its epoch (`base`).
 pub(crate) fn buffer_seed(base: u64) -> u64 {
     derive_seed(&[base, 1])
@@ -124,10 +129,13 @@ pub struct ShuffleBuffer<T> {
 }
 
 impl<T> ShuffleBuffer<T> {
-    /// A buffer of `cap` items (at least 1) whose releases are drawn with `seed`.
+    /// A buffer of `cap` items (at least 1) whose releases are drawn with `seed`. Nothing is
+    /// reserved up front: the buffer grows with what it holds (so a `cap` larger than the data
+    /// costs only the data).
     pub fn new(cap: usize, seed: u64) -> ShuffleBuffer<T> {
         ShuffleBuffer {
-            buf: Vec::with_capacity(cap),
+            // Never `with_capacity(cap)`: `cap` is a user's number (review 18, hole 1).
+            buf: Vec::new(),
             cap: cap.max(1),
             rng: Rng::new(seed),
         }
@@ -170,5 +178,24 @@ mod tests {
         assert_ne!(out, (0..100).collect::<Vec<_>>());
         out.sort_unstable();
         assert_eq!(out, (0..100).collect::<Vec<_>>());
+    }
+
+    /// Review 18, hole 1: `ShuffleBuffer::new` reserved room for `cap` items up front, so a
+    /// buffer of 2^40 items (a user's `shuffle_buffer`) aborted the process on the failed
+    /// allocation. It grows with what it holds.
+    #[test]
+    fn a_huge_buffer_reserves_nothing_up_front() {
+        let mut buf = ShuffleBuffer::new(1 << 40, 3);
+        let mut out: Vec<u64> = (0..100).filter_map(|i| buf.push(i)).collect();
+        assert!(
+            out.is_empty(),
+            "a buffer larger than the data releases nothing early"
+        );
+        out.extend(buf.drain());
+        out.sort_unstable();
+        assert_eq!(out, (0..100).collect::<Vec<_>>());
+        let mut order = read_order(100, 7, 0, 0, 0, Some(1 << 40));
+        order.sort_unstable();
+        assert_eq!(order, (0..100).collect::<Vec<_>>());
     }
 }

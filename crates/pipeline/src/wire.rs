@@ -419,18 +419,32 @@ fn read_report(r: &shm_ring::RecordView<'_>) -> Result<Report, String> {
             .map(str::to_owned)
             .ok_or_else(|| format!("error report without {n:?}"))
     };
-    let i = |n: &str| {
+    // Each number is read once and must be an index (>= 0); whether it is one of this
+    // pipeline's (stage, worker, emitter) is checked by the consumer against its plan
+    // (`Plan::check_report`). Never cast: -1 would become 2^64 - 1 (review 18, hole 4).
+    let opt = |n: &str| -> Result<Option<u64>, String> {
         r.meta_i64(n)
-            .ok_or_else(|| format!("error report without {n:?}"))
+            .map(|v| {
+                u64::try_from(v)
+                    .map_err(|_| format!("an error report naming {n} {v}, not an index"))
+            })
+            .transpose()
     };
-    let emitter = || i("emitter").map(|v| v as usize);
+    let i = |n: &str| opt(n)?.ok_or_else(|| format!("error report without {n:?}"));
+    let to_usize = |n: &str, v: u64| {
+        usize::try_from(v).map_err(|_| format!("an error report naming {n} {v}, not an index"))
+    };
+    let idx = |n: &str| i(n).and_then(|v| to_usize(n, v));
+    let emitter = || idx("emitter");
     Ok(match r.tag() {
         REP_STEP => Report::Step {
             step: s("step")?,
-            stage: i("stage")? as usize,
-            worker: i("worker")? as usize,
-            emitter: r.meta_i64("emitter").map(|v| v as usize),
-            record: r.meta_i64("record").map(|v| v as u64),
+            stage: idx("stage")?,
+            worker: idx("worker")?,
+            emitter: opt("emitter")?
+                .map(|v| to_usize("emitter", v))
+                .transpose()?,
+            record: opt("record")?,
             input: s("input")?,
             message: s("message")?,
         },
@@ -438,7 +452,7 @@ fn read_report(r: &shm_ring::RecordView<'_>) -> Result<Report, String> {
             emitter: emitter()?,
             error: SourceError::BadRecord {
                 file: s("file")?,
-                line: i("line")? as u64,
+                line: i("line")?,
                 field: r.meta_str("field").map(str::to_owned),
                 message: s("message")?,
             },

@@ -256,3 +256,28 @@ fn step_metrics_count_every_input_and_at_least_its_time() {
         );
     }
 }
+
+/// Review 18, hole 1: a shuffle buffer of 2^40 items was accepted, and each emitter aborted
+/// on reserving room for it (a caller feeding the pipeline from memory, the Python package's
+/// in-memory sources, aborted itself). It is refused at start, naming the setting.
+#[test]
+fn a_shuffle_buffer_out_of_range_is_refused_at_start() {
+    let reg = registry();
+    shmpipe::init(&reg);
+    let err = Pipeline::builder(&reg)
+        .source_named("range", serde_json::json!({"n": 10}))
+        .shuffle(true)
+        .shuffle_buffer(1 << 40)
+        .step("inc")
+        .workers(1)
+        .start()
+        .map(|_| ())
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(err, shmpipe::Error::Config(_))
+            && msg.contains("PipelineBuilder::shuffle_buffer")
+            && msg.contains(&shmpipe::MAX_SHUFFLE_BUFFER.to_string()),
+        "{msg}"
+    );
+}

@@ -30,8 +30,46 @@ fn write_a_prefix_everywhere() {
     }
 }
 
+/// Writes one whole error report, as the pipeline's wire encodes it (`wire.rs`: message tag
+/// 3, an error; record tag 1, a step's failure), on every stream socket of this process: the
+/// worker's output connection is one of them. Its indices are `(stage, worker, emitter)`.
+fn forge_a_report_everywhere(stage: i64, worker: i64, emitter: i64) {
+    let b = shm_ring::MessageBuilder::new()
+        .tag(3)
+        .record_tag(1)
+        .meta_str("step", "forged")
+        .meta_i64("stage", stage)
+        .meta_i64("worker", worker)
+        .meta_str("input", "emitter 0, record 0")
+        .meta_str("message", "forged by a hostile worker")
+        .meta_i64("emitter", emitter)
+        .meta_i64("record", 0);
+    let (words, len) = shm_ring::message::encode_inline(&b).unwrap();
+    let mut msg = (len as u64).to_le_bytes().to_vec();
+    msg.extend_from_slice(&bytemuck::cast_slice::<u64, u8>(&words)[..len]);
+    for (fd, _) in proc::fd_links(std::process::id()) {
+        let Some(n) = fd.file_name().and_then(|n| n.to_str()?.parse::<i32>().ok()) else {
+            continue;
+        };
+        // SAFETY: as in `write_a_prefix_everywhere`.
+        let fd = unsafe { BorrowedFd::borrow_raw(n) };
+        if rustix::net::sockopt::socket_type(fd) == Ok(rustix::net::SocketType::STREAM) {
+            let _ = rustix::io::write(fd, &msg);
+        }
+    }
+}
+
 fn reg() -> Registry {
     registry()
+        .step("forge_report", |cx| {
+            let idx = |k: &str| cx.args[k].as_i64().unwrap_or(0);
+            let (stage, worker, emitter) = (idx("stage"), idx("worker"), idx("emitter"));
+            Ok(map(move |it: Item| {
+                forge_a_report_everywhere(stage, worker, emitter);
+                std::thread::sleep(Duration::from_secs(120));
+                Ok(it)
+            }))
+        })
         .step("fork_then_die", |cx| {
             let pid_file = cx.args["pid_file"].as_str().unwrap_or_default().to_owned();
             Ok(map(move |_it: Item| {
@@ -180,4 +218,47 @@ fn a_dead_worker_that_left_a_fork_is_reported_in_bounded_time() {
         other => panic!("expected the worker's death, got {other:?}"),
     }
     assert!(took < Duration::from_secs(3), "reported after {took:?}");
+}
+
+/// Review 18, hole 4: the indices of a worker's error report (stage, worker, emitter) were
+/// cast from the wire without a check, so a hostile or broken worker could blame a worker or
+/// stage that does not exist (a negative one became 2^64 - 1). Each is checked against the
+/// pipeline's own counts; a report out of range is a protocol error naming the worker that
+/// sent it.
+#[test]
+fn an_error_report_naming_a_worker_that_does_not_exist_is_refused() {
+    let reg = reg();
+    shmpipe::init(&reg);
+    let cases = [
+        (0, 7, 0, "worker 7 of stage 0"),
+        (5, 0, 0, "stage 5"),
+        (0, -1, 0, "worker -1"),
+        (0, 0, -3, "emitter -3"),
+        (0, 0, 9, "emitter 9"),
+    ];
+    for (stage, worker, emitter, named) in cases {
+        let mut p = Pipeline::builder(&reg)
+            .step_with(
+                "forge_report",
+                serde_json::json!({"stage": stage, "worker": worker, "emitter": emitter}),
+            )
+            .workers(1)
+            .socket_transport(true)
+            .start()
+            .unwrap();
+        let (_, _pids, _g) = guarded(&p);
+        p.enqueue(Item::new().with_meta("n", 0)).unwrap();
+        let (err, p) = within(Duration::from_secs(20), "the forged report", move || {
+            (p.dequeue().err(), p)
+        });
+        drop(p);
+        let case = format!("stage {stage}, worker {worker}, emitter {emitter}");
+        match err {
+            Some(Error::Transport { message, .. }) => assert!(
+                message.contains("worker 0 (stage 0)") && message.contains(named),
+                "{case}: {message}"
+            ),
+            other => panic!("{case}: expected a protocol error naming worker 0, got {other:?}"),
+        }
+    }
 }

@@ -32,6 +32,7 @@ const PIPELINE_TERMS: &[(&str, &str)] = &[
     ("PipelineBuilder::batch_bytes", "batch_bytes="),
     ("PipelineBuilder::workers", "workers="),
     ("PipelineBuilder::emitters", "emitters="),
+    ("PipelineBuilder::shuffle_buffer", "shuffle_buffer="),
 ];
 
 /// `msg` with the Rust API names a pipeline's errors may carry replaced by the Python

@@ -131,11 +131,17 @@ fn pump(
     }
 }
 
+/// The most chunks a pump reads ahead (`shmpipe._options.MAX_PREFETCH`).
+pub(crate) const MAX_PREFETCH: usize = 1 << 16;
+
 impl Pump {
-    /// Starts the pump over `p`, with room for `prefetch` chunks of messages.
+    /// Starts the pump over `p`, with room for `prefetch` chunks of messages (1 to
+    /// [`MAX_PREFETCH`]: the queue takes its room up front).
     pub(crate) fn start(p: Pipeline, prefetch: usize) -> Pump {
         let pids = p.pids();
-        let (tx, rx) = sync_channel::<Vec<Msg>>(prefetch.max(1));
+        // Never sized from an unchecked number (review 18, hole 5): `shmpipe.Pipeline` checks
+        // `prefetch=` against the same bound.
+        let (tx, rx) = sync_channel::<Vec<Msg>>(prefetch.clamp(1, MAX_PREFETCH));
         let failure = Arc::new(Mutex::new(None));
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicBool::new(false));

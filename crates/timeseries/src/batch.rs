@@ -112,12 +112,13 @@ pub struct Batcher {
 }
 
 impl Batcher {
-    /// A batcher of `batch_size` (at least 1) rows.
+    /// A batcher of `batch_size` (at least 1) rows. Room for at most 1024 of them is taken
+    /// up front, the rest as entries arrive: `batch_size` is a user's number.
     pub fn new(batch_size: usize) -> Batcher {
         let batch_size = batch_size.max(1);
         Batcher {
             batch_size,
-            pending: Vec::with_capacity(batch_size),
+            pending: Vec::with_capacity(batch_size.min(1024)),
         }
     }
 
@@ -146,5 +147,21 @@ impl Batcher {
     /// Number of pending entries.
     pub fn pending(&self) -> usize {
         self.pending.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Review 18, hole 1: `Batcher::new` reserved room for `batch_size` entries up front, so
+    /// a user's `batch_size` of 2^40 aborted the worker on the failed allocation.
+    #[test]
+    fn a_huge_batch_size_reserves_nothing_up_front() {
+        let mut b = Batcher::new(1 << 40);
+        let mut e = DataEntry::default();
+        e.insert("x", Array::from_vec(vec![1.0]));
+        assert!(b.push(e).is_none());
+        assert_eq!(b.finish().unwrap().unwrap().len, 1);
     }
 }

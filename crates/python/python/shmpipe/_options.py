@@ -14,9 +14,36 @@ MAX_BLOCK = (1 << 32) - 64
 CHANNEL = "channel=(slots, blocks, block_size[, large_pool])"
 
 
-def whole(name: str, value: Any, *, least: int = 0, none_ok: bool = False) -> int | None:
-    """``value`` as an int >= ``least`` (``None`` passes with ``none_ok``); ``TypeError`` /
-    ``ValueError`` naming ``name=`` otherwise. bool is refused (``True`` is not a count)."""
+#: The ranges of the numbers users pass (the Rust side takes them as u64 / usize, and some
+#: size what is made from them): ``(least, most)``.
+U64 = (0, 2**64 - 1)
+SEED = U64
+#: ``workers=`` / ``emitters=``: processes per stage (the pipeline's ``MAX_FDS``).
+MAX_PROCS = 128
+#: ``shuffle_buffer=``: items (the pipeline's ``MAX_SHUFFLE_BUFFER``).
+MAX_SHUFFLE_BUFFER = 2**32
+#: ``prefetch=``: chunks of outputs read ahead (the pump's queue).
+MAX_PREFETCH = 2**16
+#: ``batch_bytes=``: a batch larger than a pool block can be is no batch.
+MAX_BATCH_BYTES = 2**32
+#: ``batch_size=`` of the loaders: rows of a batch (a worker stacks them in memory).
+MAX_BATCH_SIZE = 2**24
+
+
+def _num(n: int) -> str:
+    """``n`` as a user reads a limit: ``2**64 - 1`` rather than 18446744073709551615."""
+    if n >= 2**20 and (n + 1) & n == 0:
+        return f"2**{(n + 1).bit_length() - 1} - 1"
+    if n >= 2**20 and n & (n - 1) == 0:
+        return f"2**{n.bit_length() - 1}"
+    return str(n)
+
+
+def whole(name: str, value: Any, *, least: int = 0, most: int | None = None,
+          none_ok: bool = False) -> int | None:
+    """``value`` as an int in ``least..=most`` (``None`` passes with ``none_ok``);
+    ``TypeError`` / ``ValueError`` naming ``name=`` and the range otherwise. bool is refused
+    (``True`` is not a count)."""
     if value is None and none_ok:
         return None
     if isinstance(value, bool):
@@ -26,6 +53,9 @@ def whole(name: str, value: Any, *, least: int = 0, none_ok: bool = False) -> in
     except TypeError:
         raise TypeError(f"{name}={value!r}: a whole number (int), not "
                         f"{type(value).__name__}") from None
+    if most is not None and not least <= n <= most:
+        raise ValueError(f"{name}={n}: out of range; pass a whole number from {_num(least)} "
+                         f"to {_num(most)}")
     if n < least:
         raise ValueError(f"{name}={n}: at least {least}")
     return n

@@ -63,48 +63,54 @@ def step_spec(f: Any) -> dict:
     return {"pickle": base64.b64encode(blob).decode(), "main_path": main_path, "name": describe(f)}
 
 
-def _is_main_guard(node: ast.stmt) -> bool:
-    """``if __name__ == "__main__":`` (either side of the ``==``)."""
+def _main_guard(node: ast.stmt) -> str | None:
+    """Which branch of ``node`` only the main script runs: ``"body"`` for
+    ``if __name__ == "__main__":``, ``"orelse"`` for ``if __name__ != "__main__":`` (either
+    side of the comparison), else None."""
     if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare):
-        return False
+        return None
     t = node.test
     sides = [t.left, *t.comparators]
-    return (len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
+    if not (len(t.ops) == 1 and isinstance(t.ops[0], (ast.Eq, ast.NotEq))
             and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)):
+        return None
+    return "body" if isinstance(t.ops[0], ast.Eq) else "orelse"
 
 
 def _defined(body: list, guarded: bool, out: dict) -> None:
     """Names bound by ``def``/``class``/assignments in ``body`` (into nested ``if``/``try``/
-    ``with`` blocks), each marked whether only the main guard binds it."""
+    ``with`` blocks), each marked whether only the main guard binds it. The guard covers its
+    own branch only: the ``else:`` (or ``elif``) of ``if __name__ == "__main__":`` is what
+    the workers run."""
     for node in body:
-        g = guarded or _is_main_guard(node)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out[node.name] = out.get(node.name, True) and g
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            out[node.name] = out.get(node.name, True) and guarded
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
                 if isinstance(t, ast.Name):
-                    out[t.id] = out.get(t.id, True) and g
+                    out[t.id] = out.get(t.id, True) and guarded
+        main_only = _main_guard(node)
         for field in ("body", "orelse", "finalbody", "handlers"):
             sub = getattr(node, field, None)
-            if isinstance(sub, list) and not isinstance(node, (ast.FunctionDef,
-                                                               ast.AsyncFunctionDef,
-                                                               ast.ClassDef)):
-                _defined(sub, g, out)
+            if isinstance(sub, list):
+                _defined(sub, guarded or field == main_only, out)
 
 
 def _under_main_guard(main_path: str, name: str) -> bool:
     """Whether the script binds ``name`` only inside ``if __name__ == "__main__":`` (where
     the workers, importing it as ``__mp_main__``, never see it). ``False`` when the script
-    cannot be read or parsed: the workers then report what they find."""
+    cannot be read or parsed, or is too deeply nested to check (``RecursionError``,
+    ``MemoryError``): the workers then report what they find."""
     try:
         with open(main_path, encoding="utf-8") as fh:
             tree = ast.parse(fh.read(), main_path)
-    except (OSError, SyntaxError, ValueError):
+        names: dict = {}
+        _defined(tree.body, False, names)
+    except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
         return False
-    names: dict = {}
-    _defined(tree.body, False, names)
     return names.get(name, False)
 
 

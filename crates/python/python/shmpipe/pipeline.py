@@ -85,7 +85,7 @@ def _shard(shard) -> tuple[int, int]:
     if isinstance(shard, str) or not hasattr(shard, "__len__") or len(shard) != 2:
         raise TypeError(f"shard={shard!r}: (rank, world_size) or 'env'")
     rank = _options.whole("shard", shard[0])
-    world = _options.whole("shard", shard[1], least=1)
+    world = _options.whole("shard", shard[1], least=1, most=_options.U64[1])
     if not 0 <= rank < world:
         raise ValueError(f"shard=({rank}, {world}): (rank, world_size), and the rank must be "
                          f"in 0..{world - 1}")
@@ -258,23 +258,29 @@ class Pipeline(Closing):
         workers = workers_alias(workers, num_workers, default=2)
         if not steps and _looks_like_steps(source):
             source, steps = None, source
-        workers = _options.whole("workers", workers)
-        prefetch = _options.whole("prefetch", prefetch, least=1)
+        workers = _options.whole("workers", workers, most=_options.MAX_PROCS)
+        prefetch = _options.whole("prefetch", prefetch, least=1, most=_options.MAX_PREFETCH)
         if max_in_flight is None:
             max_in_flight = 4 * prefetch * max(workers, 1)
         rank, world = _shard(shard)
         if isinstance(source, (str, os.PathLike)):
             source = _options.existing_file("source", source)
         self._spec = RunSpec(
-            workers=workers, emitters=_options.whole("emitters", emitters, least=1),
-            ordered=bool(ordered), shuffle=bool(shuffle), seed=_options.whole("seed", seed),
-            shuffle_buffer=_options.whole("shuffle_buffer", shuffle_buffer, least=1),
-            epochs=_options.whole("epochs", epochs, least=1, none_ok=True),
+            workers=workers,
+            emitters=_options.whole("emitters", emitters, least=1, most=_options.MAX_PROCS),
+            ordered=bool(ordered), shuffle=bool(shuffle),
+            seed=_options.whole("seed", seed, most=_options.SEED[1]),
+            shuffle_buffer=_options.whole("shuffle_buffer", shuffle_buffer, least=1,
+                                          most=_options.MAX_SHUFFLE_BUFFER),
+            epochs=_options.whole("epochs", epochs, least=1, most=_options.U64[1],
+                                  none_ok=True),
             rank=rank, world_size=world,
-            batch_bytes=_options.whole("batch_bytes", batch_bytes, least=1, none_ok=True),
+            batch_bytes=_options.whole("batch_bytes", batch_bytes, least=1,
+                                       most=_options.MAX_BATCH_BYTES, none_ok=True),
             skip_bad_records=bool(skip_bad_records), channel=_options.channel(channel),
             steps=fuse([self._step(s) for s in steps]),
-            max_in_flight=_options.whole("max_in_flight", max_in_flight, least=1),
+            max_in_flight=_options.whole("max_in_flight", max_in_flight, least=1,
+                                         most=_options.U64[1]),
             warn_idle=_warn_idle(warn_idle), prefetch=prefetch)
         self._source = source
         self._persistent = persistent_workers

@@ -77,8 +77,10 @@ class _Loader(Closing):
         _check_freq(freq)
         context_length = _options.whole("context_length", context_length, least=1)
         prediction_length = _options.whole("prediction_length", prediction_length, least=1)
-        batch_size = _options.whole("batch_size", batch_size, least=1)
-        workers = _options.whole("workers", workers)
+        batch_size = _options.whole("batch_size", batch_size, least=1,
+                                    most=_options.MAX_BATCH_SIZE)
+        workers = _options.whole("workers", workers, most=_options.MAX_PROCS)
+        seed = _options.whole("seed", seed, most=_options.SEED[1])
         if isinstance(data, (str, os.PathLike)):
             path = _options.existing_file("data", data)
         else:

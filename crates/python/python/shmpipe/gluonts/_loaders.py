@@ -9,6 +9,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .. import _options
 from .._closing import Closing
 from ..pipeline import Pipeline
 from . import _batch, _fast, _source
@@ -24,7 +25,11 @@ def _identity():
 def _default_seed(seed: Optional[int]) -> int:
     # Like GluonTS, whose windows come from numpy's global generator: seeding numpy
     # (np.random.seed, lightning's seed_everything) before building the loader fixes them.
-    return int(np.random.randint(0, 2**31 - 1)) if seed is None else int(seed)
+    if seed is None:
+        return int(np.random.randint(0, 2**31 - 1))
+    checked = _options.whole("seed", seed, most=_options.SEED[1])
+    assert checked is not None
+    return checked
 
 
 class _Loader(Closing):
@@ -37,6 +42,7 @@ class _Loader(Closing):
                  shuffle_buffer_length: Optional[int] = None):
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size= must be a positive integer, not {batch_size!r}")
+        _options.whole("batch_size", batch_size, least=1, most=_options.MAX_BATCH_SIZE)
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers= must be 0 or more, not {num_workers!r}")
         self.dataset, self.transform = dataset, transform if transform is not None else _identity()

@@ -219,5 +219,8 @@ def _import_main() -> None:
         print(f"shmpipe.torch: the fork server could not import the main script {where} "
               f"({type(e).__name__}: {e}); each worker will import it itself. Keep the "
               f"script's work under `if __name__ == \"__main__\":`.", file=sys.stderr)
+    except BaseException as e:  # noqa: BLE001 - sys.exit(), KeyboardInterrupt: see main_failed
+        from . import _procs
+        _procs.main_failed(e, main.get("init_main_from_path"), main.get("init_main_from_name"))
     finally:
         del process.current_process()._inheriting

@@ -7,8 +7,13 @@ import inspect
 import torch.utils.data
 from torch.utils.data.dataloader import _SingleProcessDataLoaderIter
 
+from .. import _options
 from . import _iter, _procs
 
+
+#: The most tasks in flight over all workers (``prefetch_factor * num_workers``): a block of
+#: a worker's channel each, and a channel has at most 2**20 blocks.
+MAX_TASKS = 2**16
 
 _HAS_IN_ORDER = "in_order" in inspect.signature(torch.utils.data.DataLoader.__init__).parameters
 
@@ -54,6 +59,11 @@ class DataLoader(torch.utils.data.DataLoader):
                          pin_memory_device=pin_memory_device, **extra)
         if not _HAS_IN_ORDER:       # torch before 2.6: the option is ours alone
             self.in_order = in_order
+        if self.num_workers > 0:
+            # Each worker's channel has a block per task in flight; torch checks no upper
+            # bound, and 2**62 made the first iteration queue 2**63 tasks (review 18, hole 5).
+            _options.whole("prefetch_factor", self.prefetch_factor, least=1,
+                           most=max(1, MAX_TASKS // self.num_workers))
         if num_workers > 0 and multiprocessing_context is None:
             _procs.warm_up()
 

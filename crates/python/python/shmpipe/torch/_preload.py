@@ -9,7 +9,9 @@ for itself, done once before the forks.
   server is meant to do, but Python 3.11 never passes it the script's path), so that workers
   do not each run it again. As under ``spawn``, the script's work must be under
   ``if __name__ == "__main__":``; if importing it fails here, a note goes to stderr and every
-  worker imports it itself (and fails as it would under ``spawn``).
+  worker imports it itself (and fails as it would under ``spawn``); if it raises what is not
+  an ``Exception`` (``sys.exit()`` outside the main guard), every worker tells the trainer,
+  which raises it (``_procs.main_failed``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ def _import_main(path: str) -> None:
         print(f"shmpipe.torch: the fork server could not import the main script {path} "
               f"({type(e).__name__}: {e}); each worker will import it itself. Keep the "
               f"script's work under `if __name__ == \"__main__\":`.", file=sys.stderr)
+    except BaseException as e:  # noqa: BLE001 - sys.exit(), KeyboardInterrupt: see main_failed
+        _procs.main_failed(e, path)
     finally:
         del process.current_process()._inheriting
 

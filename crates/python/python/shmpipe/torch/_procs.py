@@ -35,6 +35,11 @@ MAIN_ENV = "SHMPIPE_TORCH_MAIN"
 
 PRELOAD = ["shmpipe.torch._preload"]
 
+# Set in the fork server (and so in every worker forked from it) when importing the trainer's
+# main script raised what is not an ``Exception`` (``SystemExit``, ``KeyboardInterrupt``):
+# what each worker tells the trainer instead of running (see :func:`main_failed`).
+main_error: str | None = None
+
 _warmed = False
 
 
@@ -76,6 +81,31 @@ def warm_up(fork: bool = False) -> None:
                 del os.environ[k]
             else:
                 os.environ[k] = v
+
+
+def main_failed(e: BaseException, path: str | None = None, name: str | None = None) -> None:
+    """In the fork server: importing the trainer's main script (``path``, or module ``name``)
+    raised ``e``, which is no ``Exception`` (``sys.exit()`` or ``raise KeyboardInterrupt`` at
+    its top level, outside the main guard). Before, the server died of it and the trainer got
+    a bare ``EOFError`` (review 18, hole 2). The server lives on: the error is kept in
+    :data:`main_error` for every worker to send to the trainer, which raises it; ``__main__``
+    becomes an empty module standing for the script, so that workers do not run it again."""
+    global main_error
+    import importlib.machinery
+    import types
+
+    what = type(e).__name__
+    if e.args:
+        what += "(" + ", ".join(repr(a) for a in e.args) + ")"
+    main_error = (f"importing __main__ ({path or name}) in the worker process raised {what}: "
+                  f"guard the training code with `if __name__ == '__main__':` (the workers "
+                  f"import the script, as under the spawn start method)")
+    stand_in = types.ModuleType("__mp_main__")
+    if path:
+        stand_in.__file__ = path
+    if name:
+        stand_in.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    sys.modules["__main__"] = sys.modules["__mp_main__"] = stand_in
 
 
 def _main_path() -> str:

@@ -39,6 +39,9 @@ def run(cfg: dict, sock_arg: _procs.FdArg, payload, pidfd_arg: _procs.FdArg) -> 
     # Ctrl-C goes to the whole process group: the trainer decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_arg.take())
+    if _procs.main_error is not None:
+        _tell_main_error(sock)
+        return
     w = _Worker(cfg, sock)
     try:
         w.setup(payload)
@@ -49,6 +52,20 @@ def run(cfg: dict, sock_arg: _procs.FdArg, payload, pidfd_arg: _procs.FdArg) -> 
     finally:
         _tw._worker_info = None
         w.close()
+
+
+def _tell_main_error(sock: socket.socket) -> None:
+    """Sends the fork server's failure to import the trainer's main script (the trainer raises
+    it), then waits for the trainer to close the socket or say quit: a worker that exited at
+    once could be reported as dead by a task sent meanwhile, without the reason."""
+    try:
+        _procs.send_obj(sock, ("e", _procs.main_error))
+        while _procs.recv_obj(sock)[0][0] != "q":
+            pass
+    except (_procs.Closed, OSError):
+        pass
+    finally:
+        sock.close()
 
 
 def _watch_parent(pidfd: int) -> None:

@@ -50,9 +50,13 @@ class WorkerChannel:
             ready = _procs.readable([self.sock, self.proc.sentinel], left)
             if self.sock in ready:
                 try:
-                    (kind, _block), fds = _procs.recv_obj(self.sock)
+                    (kind, arg), fds = _procs.recv_obj(self.sock)
                 except (_procs.Closed, ConnectionResetError):
                     raise died() from None
+                if kind == "e" and not fds:
+                    # The fork server could not import the main script (`_procs.main_failed`).
+                    raise RuntimeError(f"DataLoader worker (pid {self.proc.pid}) could not "
+                                       f"start: {arg}")
                 if kind != "c" or len(fds) != 1:
                     for fd in fds:
                         os.close(fd)
