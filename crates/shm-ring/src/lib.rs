@@ -90,7 +90,11 @@ pub mod message;
 mod pool;
 #[cfg(not(loom))]
 pub mod rendezvous;
+// The SPSC ring: public only for the loom models, the ring conformance tests and the harness.
+#[cfg(any(loom, feature = "unstable-internals"))]
 pub mod ring;
+#[cfg(not(any(loom, feature = "unstable-internals")))]
+mod ring;
 #[cfg(not(loom))]
 mod schema;
 mod sync;
