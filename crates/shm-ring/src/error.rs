@@ -282,7 +282,7 @@ pub(crate) mod text {
              producer first, or open with Receiver::open_timeout to wait for it (both \
              processes must use the same socket directory: ${} or \
              ChannelConfig::rendezvous)",
-            crate::rendezvous::DIR_ENV
+            crate::sys::dir::DIR_ENV
         )
     }
 

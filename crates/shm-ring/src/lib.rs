@@ -85,11 +85,11 @@ mod fork;
 #[cfg(not(loom))]
 mod link;
 #[cfg(not(loom))]
-pub mod message;
+mod message;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
-pub mod rendezvous;
+mod rendezvous;
 // The SPSC ring: public only for the loom models, the ring conformance tests and the harness.
 #[cfg(any(loom, feature = "unstable-internals"))]
 pub mod ring;
@@ -123,11 +123,19 @@ pub use fork::Owner;
 #[cfg(not(loom))]
 pub use link::segment::{Segment, SegmentInfo};
 #[cfg(not(loom))]
-pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
+pub use message::{
+    ArrayInfo, FieldRef, Fields, MessageBuilder, MessageView, MetaValue, RecordView, Records,
+};
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
+pub use message::read_in_place;
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 #[cfg(not(loom))]
 pub use rendezvous::Rendezvous;
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
+pub use rendezvous::fetch_descriptor;
 #[cfg(not(loom))]
 pub use schema::{FieldError, SchemaError, ValueType};
 #[cfg(not(loom))]

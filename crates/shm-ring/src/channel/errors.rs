@@ -460,7 +460,7 @@ impl fmt::Display for CreateError {
                 f,
                 "cannot serve the name '{n}': the socket directory cannot be used (set ${} \
                  or ChannelConfig::rendezvous to a directory of this user)",
-                crate::rendezvous::DIR_ENV
+                crate::sys::dir::DIR_ENV
             ),
             CreateError::Untrusted(w) => f.write_str(w),
             CreateError::NoSpace {
