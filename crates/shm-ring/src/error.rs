@@ -5,7 +5,7 @@ use std::io;
 
 /// The `setting` of [`Error::TooLarge`] for an array, body or loan over the block size on a
 /// channel without a large pool: either setting lifts the limit.
-pub const BLOCK_OR_LARGE_POOL: &str = "ChannelConfig::block_size or ChannelConfig::large_pool";
+pub(crate) const BLOCK_OR_LARGE_POOL: &str = "ChannelConfig::block_size or ChannelConfig::large_pool";
 
 /// What went wrong in a segment or channel operation.
 ///

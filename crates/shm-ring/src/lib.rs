@@ -117,10 +117,11 @@ pub use channel::{ChannelLayout, SchemaWire, channel_layout, typed_channel_layou
 #[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
-pub use error::{BLOCK_OR_LARGE_POOL, Error};
+pub use error::Error;
 #[cfg(not(loom))]
 pub use fork::Owner;
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
 pub use link::segment::{Segment, SegmentInfo};
 #[cfg(not(loom))]
 pub use message::{
@@ -137,7 +138,7 @@ pub use rendezvous::Rendezvous;
 #[doc(hidden)]
 pub use rendezvous::fetch_descriptor;
 #[cfg(not(loom))]
-pub use schema::{FieldError, SchemaError, ValueType};
+pub use schema::{FieldError, SchemaError};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
 

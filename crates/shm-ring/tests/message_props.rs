@@ -3,7 +3,7 @@
 #![cfg(not(loom))]
 
 use proptest::prelude::*;
-use shm_ring::{DType, MessageBuilder, MessageView, MetaValue};
+use shm_ring::{DType, FieldRef, MessageBuilder, MessageView, MetaValue};
 
 #[derive(Debug, Clone)]
 enum Field {
@@ -73,7 +73,7 @@ proptest! {
         prop_assert_eq!(m.len(), records.len());
         for (ri, rec) in records.iter().enumerate() {
             let r = m.record(ri).unwrap();
-            prop_assert_eq!(r.len(), rec.len());
+            prop_assert_eq!(r.fields().count(), rec.len());
             for (fi, f) in rec.iter().enumerate() {
                 let name = names[ri][fi].as_str();
                 match f {
@@ -134,7 +134,8 @@ proptest! {
         // Either an error, or a message whose arrays are all within the body.
         if let Ok(m) = MessageView::decode(body) {
             for r in m.records().flatten() {
-                for a in r.arrays().flatten() {
+                for f in r.fields().flatten() {
+                    let FieldRef::Array(a) = f else { continue };
                     let start = a.bytes.as_ptr() as usize - body.as_ptr() as usize;
                     prop_assert!(start + a.bytes.len() <= len);
                 }

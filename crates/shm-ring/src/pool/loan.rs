@@ -230,16 +230,6 @@ impl<T: Element> ArrayLoanUninit<T> {
         &self.token.shape
     }
 
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.token.len
-    }
-
-    /// Whether the array has no element.
-    pub fn is_empty(&self) -> bool {
-        self.token.len == 0
-    }
-
     /// The elements, in row-major order, to be written.
     pub fn as_uninit_mut(&mut self) -> &mut [MaybeUninit<T>] {
         let ptr = self
