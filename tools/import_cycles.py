@@ -10,7 +10,7 @@ A node is a module that is its own file (`src/a/b.rs` or `src/a/b/mod.rs` is `a:
 is defined in B: `use crate::..`, `use super::..`, `use child::..` and the same paths written
 inline in code. A name is followed through `pub use` re-exports to the module that defines it,
 and a re-export is not itself a use (so a parent that re-exports its children is not in a
-circle with them). Comments, string literals and `#[cfg(test)] mod tests { .. }` are ignored.
+circle with them); a private `use` counts as a use, and as an alias for its children. Comments, string literals and `#[cfg(test)] mod tests { .. }` are ignored.
 
 Circles are the strongly connected components of more than one node. "top" repeats the count
 with each node cut to its first path segment (`channel::sender` -> `channel`), which is the
@@ -170,6 +170,8 @@ class Crate:
         with open(file, encoding="utf-8") as f:
             raw = f.read()
         src = blank_test_modules(strip(raw))
+        # `pub(in crate::a)` names a module for visibility, it uses nothing in it.
+        src = re.sub(r"pub\(\s*in\s+[^)]*\)", lambda x: "pub(crate)" + " " * (len(x.group(0)) - 10), src)
         m.src = src
         for im in re.finditer(r"\bmod\s+(" + IDENT + r")\s*\{", src):
             m.inline.append((im.end() - 1, block_end(src, im.end() - 1)))
@@ -245,8 +247,10 @@ class Crate:
         return cur.path
 
     def collect_reexports(self):
+        # Every `use` makes an alias that children (and, if `pub`, others) can name the item
+        # by: `crate::channel::ShmRing` where channel/mod.rs has `use crate::link::ShmRing`.
         for mod in self.modules.values():
-            for um in re.finditer(r"\bpub(\([^)]*\))?\s+use\s+([^;]+);", mod.src):
+            for um in re.finditer(r"(?:\bpub(\([^)]*\))?\s+)?\buse\s+([^;]+);", mod.src):
                 for segs, alias in parse_use_tree(um.group(2)):
                     st = self.start(mod, segs, um.start())
                     if st is None:

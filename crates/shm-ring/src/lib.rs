@@ -123,13 +123,13 @@ pub use fork::Owner;
 #[cfg(all(not(loom), feature = "unstable-internals"))]
 #[doc(hidden)]
 pub use link::segment::{Segment, SegmentInfo};
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
+pub use message::read_in_place;
 #[cfg(not(loom))]
 pub use message::{
     ArrayInfo, FieldRef, Fields, MessageBuilder, MessageView, MetaValue, RecordView, Records,
 };
-#[cfg(all(not(loom), feature = "unstable-internals"))]
-#[doc(hidden)]
-pub use message::read_in_place;
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 #[cfg(not(loom))]

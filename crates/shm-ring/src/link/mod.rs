@@ -2,6 +2,7 @@
 //! the one spin-then-futex wait loop of blocked calls.
 
 pub(crate) mod claim;
+pub(crate) mod geometry;
 pub(crate) mod layout;
 pub(crate) mod segment;
 pub(crate) mod wait;

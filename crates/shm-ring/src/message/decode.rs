@@ -245,7 +245,8 @@ impl<'a> MessageView<'a> {
             }
         }
         Ok(())
-    }}
+    }
+}
 
 /// Iterator over the records of a message.
 #[derive(Debug)]

@@ -130,6 +130,7 @@ mod build_mut;
 mod copy;
 mod decode;
 mod encode;
+mod inline;
 
 pub(crate) use copy::copy_for_parse;
 #[cfg(feature = "unstable-internals")]
@@ -464,39 +465,3 @@ pub(crate) enum Place {
 pub(crate) const NEW_BLOCK: u32 = u32::MAX;
 /// [`Place::Block`] of an array still to be copied into a new extent of the large size class.
 pub(crate) const NEW_EXTENT: u32 = u32::MAX - 1;
-
-/// A message outside a channel: encoded into one self-contained byte string (every array
-/// inline), for another transport (a socket, a file), and decoded back with
-/// [`MessageView::decode`].
-impl MessageBuilder<'_> {
-    /// Encodes the message with every array inline into a fresh, 8-aligned buffer; returns the
-    /// buffer and the length of the body in bytes (the buffer is padded to whole words).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a loaned array (it lives in a channel's pool) and for a
-    /// message over the encoding's limits.
-    ///
-    /// # Examples
-    /// ```
-    /// use shm_ring::{MessageBuilder, MessageView};
-    /// let (words, len) = MessageBuilder::new().tag(3).meta_i64("n", 7).encode_inline()?;
-    /// let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
-    /// let m = MessageView::decode(body)?;
-    /// assert_eq!((m.tag(), m.record(0)?.meta_i64("n")), (3, Some(7)));
-    /// # Ok::<(), shm_ring::Error>(())
-    /// ```
-    pub fn encode_inline(&self) -> Result<(Vec<u64>, usize), Error> {
-        encode::encode_inline(self)
-    }
-}
-
-impl<'a> MessageView<'a> {
-    /// Decodes a body made by [`MessageBuilder::encode_inline`] (as read from a socket or a
-    /// file); a body that refers to pool blocks is refused.
-    ///
-    /// # Errors
-    /// [`Error::Corrupt`] on any invalid encoding.
-    pub fn decode(body: &'a [u8]) -> Result<MessageView<'a>, Error> {
-        decode::decode(body)
-    }
-}
