@@ -15,8 +15,11 @@
 //! unpublished, for the next commit); a [`ReadChunk`] (from [`Consumer::read_chunk`]) hands out
 //! published slots, and its `release(k)` gives `k` of them back with one store of `head`. The
 //! chunks read and write slots through bounds-checked volatile copies (`read_pod`,
-//! `write_pod`), so the raw slot pointers and their `unsafe` stay in this module; only code
-//! that encodes or decodes a body in place asks a chunk for a raw pointer.
+//! `write_pod`), so the raw slot pointers and their `unsafe` stay in this module. The channel
+//! encodes and reads bodies in place through checked byte views of the slots
+//! (`WriteChunkUninit::bytes_mut`, `Consumer::slot_bytes`: the link's `ShmBytes`), never
+//! through a raw pointer; the raw pointers (`as_mut_ptr`, `as_ptr`, `slot`) remain for users of
+//! the public ring API.
 //!
 //! # Waiting
 //! A side that finds nothing to do may sleep on the *other* side's index word with a futex.

@@ -8,7 +8,8 @@ use smallvec::SmallVec;
 use super::errors::{RecvError, RecvTimeoutError, TryRecvError};
 use super::{ChannelHeader, Message, ShmRing, WaitConfig, channel_header};
 use crate::error::Error;
-use crate::message::{self, DataRef, MessageView, PoolRef};
+use crate::link::bytes::ShmBytes;
+use crate::message::{self, MessageView, PoolRef};
 use crate::ring::{self, Storage};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
@@ -123,26 +124,19 @@ impl<P> Receiver<P> {
             _ => 1,
         };
         // Copy the body out of shared memory: validation then works on private bytes that no
-        // other process can change, and the slots (or body block) go back at once.
-        let (src, body_len) = self.body_src(&rec);
-        // Not zero-filled first (a pass over every received body, ~4k instructions per
-        // 16 KiB batch): only the padding of the last word is, the copy fills the rest.
-        let words = body_len.div_ceil(8);
-        let mut body: Vec<u64> = Vec::with_capacity(words);
-        // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, which
-        // `self.shared.seg` keeps alive; the destination has room for `words * 8 >= body_len`
-        // bytes and is ours. The last word is zeroed before the copy overwrites its first
-        // bytes, so all `words` words are initialised (any bit pattern is a valid u64) before
-        // `set_len`. The source may change under the copy (a hostile producer): we only get
-        // different bytes, which are then validated as private data.
-        unsafe {
-            if words > 0 {
-                body.as_mut_ptr().add(words - 1).write(0);
-            }
-            std::ptr::copy_nonoverlapping(src, body.as_mut_ptr().cast::<u8>(), body_len);
-            body.set_len(words);
-        }
+        // other process can change, and the slots (or body block) go back at once. (Not
+        // zero-filled first: a pass over every received body, ~4k instructions per 16 KiB
+        // batch; only the padding of the last word is.)
+        let copied = Self::body_bytes(&self.desc, &self.shared.seg, &rec)
+            .map(|src| (src.len(), src.to_words()));
         self.finish(&rec);
+        let (body_len, body) = match copied {
+            Ok(c) => c,
+            Err(e) => {
+                self.shared.dropped(pos, n_slots);
+                return Err(e);
+            }
+        };
         let mut blocks: SmallVec<[u32; 4]> = SmallVec::new();
         let mut large_bytes = 0usize;
         let first_extent = self.shared.pool.blocks;
@@ -190,7 +184,7 @@ impl<P> Receiver<P> {
         timeout: Option<Duration>,
         mut each: impl FnMut(
             &[u8],
-            DataRef<'_>,
+            ShmBytes<'_>,
             PoolRef<'_>,
             &mut SmallVec<[u32; 16]>,
         ) -> Result<(), Error>,
@@ -208,21 +202,22 @@ impl<P> Receiver<P> {
                 Rec::Pad(n) => (n, None),
             };
             if !matches!(rec, Rec::Pad(_)) {
-                let (src, len) = self.body_src(&rec);
-                if self.scratch.len() < len.div_ceil(8) {
-                    self.scratch.resize(len.div_ceil(8), 0);
-                }
-                let body = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.scratch)[..len];
-                // SAFETY: `body_src` bounds (validated in `peek`) lie inside the mapping, kept
-                // alive by `self.shared`; `body` is private and `len` bytes long. A producer
-                // writing the source meanwhile only changes the bytes we copy, which are then
-                // validated as private data.
-                unsafe { message::copy_for_parse(src, len, body) };
-                let body: &[u8] = body;
-                // SAFETY: the `len` body bytes at `src` stay mapped while `self` is borrowed;
-                // inline array ranges read through it are checked against `len` by the parser.
-                let data = unsafe { DataRef::shared(src) };
-                let ok = each(body, data, self.shared.pool(), &mut blocks);
+                let ok = match Self::body_bytes(&self.desc, &self.shared.seg, &rec) {
+                    Ok(src) => {
+                        let len = src.len();
+                        if self.scratch.len() < len.div_ceil(8) {
+                            self.scratch.resize(len.div_ceil(8), 0);
+                        }
+                        let body =
+                            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut self.scratch)[..len];
+                        // A producer writing the source meanwhile only changes the bytes we
+                        // copy, which are then validated as private data; inline array data
+                        // is read through `src`'s checked zero-copy view.
+                        message::copy_for_parse(src, body);
+                        each(body, src, self.shared.pool(), &mut blocks)
+                    }
+                    Err(e) => Err(e),
+                };
                 if let Some(b) = block {
                     blocks.push(b);
                 }

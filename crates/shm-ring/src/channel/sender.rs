@@ -17,7 +17,7 @@ use crate::message::{self, FieldSrc, MessageBuilder, Place};
 use crate::pool::alloc::BlockPool;
 use crate::pool::{ArrayLoanUninit, LoanToken};
 use crate::ring::{self, Storage};
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Ordering;
 use crate::sys;
 
 /// Counters of a sender.
@@ -183,16 +183,16 @@ impl<P> Sender<P> {
         // Publish what we batched before we wait: the consumer may need it to free blocks.
         self.flush();
         let wait = self.cfg.wait;
-        let this = std::cell::RefCell::new(self);
         block_on(
+            self,
             false,
             &wait,
             deadline,
-            || this.borrow_mut().pool.try_alloc(len),
-            || this.borrow().pool.peer_word(),
-            || this.borrow().pool.begin_wait(),
-            || this.borrow().pool.end_wait(),
-            || this.borrow_mut().consumer_gone(),
+            |s| s.pool.try_alloc(len),
+            |s| s.pool.peer_word(),
+            |s| s.pool.begin_wait(),
+            |s| s.pool.end_wait(),
+            |s| s.consumer_gone(),
         )
     }
 }
@@ -477,31 +477,22 @@ impl<P> Sender<P> {
     ) -> Result<(), Error> {
         self.flush();
         let wait = self.cfg.wait;
-        let this = std::cell::RefCell::new(self);
         block_on(
+            self,
             false,
             &wait,
             deadline,
-            || {
-                let mut s = this.borrow_mut();
+            |s| {
                 if s.header().consumer_closed.load(Ordering::Relaxed) != 0 {
                     return Err(Error::Disconnected);
                 }
                 let free = s.desc.free(need)?;
                 Ok((free >= need).then_some(()))
             },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.peer_word();
-                (w as *const AtomicU32, v)
-            },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.begin_wait();
-                (w as *const AtomicU32, v)
-            },
-            || this.borrow().desc.end_wait(),
-            || this.borrow_mut().consumer_gone(),
+            |s| s.desc.peer_word().0,
+            |s| s.desc.begin_wait().1,
+            |s| s.desc.end_wait(),
+            |s| s.consumer_gone(),
         )
     }
 
@@ -545,10 +536,7 @@ impl<P> Sender<P> {
             inline,
             body_len,
             deadline,
-            // SAFETY: `write_record` hands `dst` with `body_len` writable 8-aligned bytes of
-            // a record or block of ours; written through pointers only (a hostile consumer
-            // scribbling there meanwhile only spoils the message it is about to read).
-            |dst, places| unsafe { message::encode_raw(m, places, dst, body_len) },
+            |dst, places| message::encode(m, places, dst),
         )?;
         for (f, p) in msg.fields.iter_mut().zip(&places) {
             if let FieldSrc::Array { data, .. } = &mut f.src {

@@ -17,7 +17,7 @@ use super::{Receiver, Sender, ShmRing};
 use crate::error::Error;
 use crate::link::wait::block_on;
 use crate::ring::WriteChunkUninit;
-use crate::sync::{AtomicU32, Ordering};
+use crate::sync::Ordering;
 
 /// A ring slot loaned for one value of a channel of values ([`Sender::loan`]): written in
 /// place (zeroed first), then sent. Dropping it unsent sends nothing.
@@ -282,24 +282,16 @@ impl<T: Pod> Receiver<T> {
             return Ok(n);
         }
         let wait = self.wait;
-        let this = std::cell::RefCell::new(self);
         block_on(
+            self,
             true,
             &wait,
             deadline,
-            || this.borrow_mut().poll(max),
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.peer_word();
-                (w as *const AtomicU32, v)
-            },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.begin_wait();
-                (w as *const AtomicU32, v)
-            },
-            || this.borrow().desc.end_wait(),
-            || this.borrow().producer_alive(),
+            |s| s.poll(max),
+            |s| s.desc.peer_word().0,
+            |s| s.desc.begin_wait().1,
+            |s| s.desc.end_wait(),
+            |s| s.producer_alive(),
         )
     }
 

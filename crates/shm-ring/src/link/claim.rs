@@ -26,7 +26,9 @@
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, corrupt};
-use crate::link::layout::ChannelHeader;
+use crate::link::layout::{ChannelHeader, ShmRing, channel_header};
+use crate::link::segment::Segment;
+use crate::ring;
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
 
@@ -172,5 +174,124 @@ pub(crate) fn claim(h: &ChannelHeader, mine: u64, ident: (u64, u64)) -> Result<C
             return Err(Error::Busy(pid));
         }
         std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Proof that the consumer a claim word named is dead and that no consumer can attach while
+/// this lives: the producer's licence to take back everything that consumer held (every
+/// block in flight: `BlockPool::reclaim_all`; the unread records: [`DeadConsumer::reset_ring`]).
+///
+/// Made only by [`DeadConsumer::take`], which judges the word dead itself (definite evidence,
+/// as [`judge`]) and swaps it for [`RECLAIMING`], which only the holder of this value
+/// replaces: openers wait while they see it. Dropping it releases the claim (the word becomes
+/// 0), so a new consumer may attach.
+#[derive(Debug)]
+pub(crate) struct DeadConsumer<'a> {
+    seg: &'a Segment,
+    pid: u32,
+}
+
+impl<'a> DeadConsumer<'a> {
+    /// Takes the claim `word` (a private copy of the channel's claim) of the channel in `seg`
+    /// (whose file is `ident`) from its consumer if that one is dead: `None` if it is not
+    /// (or cannot be judged), or if the word changed meanwhile (a new consumer took the dead
+    /// one's claim over first: it reads on from where the dead one stopped).
+    pub(crate) fn take(seg: &'a Segment, word: u64, ident: (u64, u64)) -> Option<Self> {
+        if word == RECLAIMING || !judge(word, ident).is_ok_and(|w| w.is_dead()) {
+            return None;
+        }
+        // SYNC POINT (SeqCst CAS from the dead consumer's exact word): one winner between this
+        // reclaim and openers taking the claim over (`claim`). While the word is RECLAIMING
+        // no opener attaches.
+        channel_header(seg)
+            .consumer
+            .compare_exchange(word, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
+            .ok()?;
+        Some(DeadConsumer {
+            seg,
+            pid: consumer_claim(word).0,
+        })
+    }
+
+    /// The dead consumer's pid.
+    pub(crate) fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Whether this is the claim of the channel in `seg`.
+    pub(crate) fn is_of(&self, seg: &Segment) -> bool {
+        std::ptr::eq(self.seg, seg)
+    }
+
+    /// Empties the descriptor ring `desc` of this channel: publishes the producer's staged
+    /// records, then discards everything not yet consumed (the dead consumer's `head` jumps
+    /// to our `tail`).
+    ///
+    /// # Panics
+    /// If `desc` is not a ring of this channel.
+    pub(crate) fn reset_ring(&self, desc: &mut ring::Producer<ShmRing>) {
+        assert!(
+            self.is_of(desc.storage().segment()),
+            "a dead consumer's claim resets its own channel's ring"
+        );
+        // SAFETY: the consumer of this channel is dead (judged on definite evidence in
+        // `take`) and no new one attaches before `self` is dropped (the word is RECLAIMING,
+        // which only we replace): nobody reads the ring any more. A hostile process that
+        // still maps the segment may write the ring's words, which the ring validates.
+        unsafe { desc.reset_consumer() };
+    }
+}
+
+impl Drop for DeadConsumer<'_> {
+    fn drop(&mut self) {
+        // SYNC POINT (SeqCst): publishes the emptied ring (head = tail) and the reclaimed
+        // pool before an opener's claiming CAS from 0 (Acquire) attaches at that head.
+        let _ = channel_header(self.seg).consumer.compare_exchange(
+            RECLAIMING,
+            0,
+            Ordering::SeqCst,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A segment with room for a channel header (all zero: no consumer).
+    fn segment() -> Segment {
+        Segment::anonymous(4096).expect("anonymous segment")
+    }
+
+    #[test]
+    fn only_a_dead_consumers_claim_is_taken_and_dropping_it_frees_the_claim() {
+        let seg = segment();
+        let h = channel_header(&seg);
+        // A live process (our parent, with its start time): not taken, the word unchanged.
+        let parent = std::os::unix::process::parent_id();
+        let start = sys::process_start_time(parent).expect("our parent is visible");
+        let live = consumer_word(parent, start);
+        h.consumer.store(live, Ordering::SeqCst);
+        assert!(DeadConsumer::take(&seg, live, (0, 0)).is_none());
+        assert_eq!(h.consumer.load(Ordering::SeqCst), live);
+        // A process that exited (a reaped child): taken, the word is RECLAIMING until dropped.
+        let mut child = std::process::Command::new("true").spawn().expect("spawn");
+        let pid = child.id();
+        child.wait().expect("wait");
+        let dead = consumer_word(pid, 0);
+        h.consumer.store(dead, Ordering::SeqCst);
+        let gone = DeadConsumer::take(&seg, dead, (0, 0)).expect("a dead consumer");
+        assert_eq!(gone.pid(), pid);
+        assert!(gone.is_of(&seg) && !gone.is_of(&segment()));
+        assert_eq!(h.consumer.load(Ordering::SeqCst), RECLAIMING);
+        // Nobody else takes it meanwhile (RECLAIMING is never judged dead).
+        assert!(DeadConsumer::take(&seg, RECLAIMING, (0, 0)).is_none());
+        drop(gone);
+        assert_eq!(h.consumer.load(Ordering::SeqCst), 0);
+        // A word that changed meanwhile (a new consumer took over first): not taken.
+        h.consumer.store(live, Ordering::SeqCst);
+        assert!(DeadConsumer::take(&seg, dead, (0, 0)).is_none());
+        assert_eq!(h.consumer.load(Ordering::SeqCst), live);
     }
 }

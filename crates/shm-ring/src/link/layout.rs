@@ -7,8 +7,8 @@ use std::sync::Arc;
 use crate::error::Error;
 use crate::link::geometry::{LARGE_OUT, MAX_LARGE_POOL, PAGE, PoolGeom};
 use crate::link::segment::Segment;
-use crate::ring::{RingHeader, RingShape, Storage};
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::ring::{self, RingHeader, RingShape, Storage};
+use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 /// `kind` of a channel segment.
 pub(crate) const KIND_CHANNEL: u32 = 1;
@@ -180,17 +180,96 @@ impl Layout {
     }
 }
 
-/// A ring inside a channel segment.
+/// A ring inside a channel segment: made only by [`ShmRing::producer`] /
+/// [`ShmRing::consumer`], which check that its header and slots (for the shape the ring end
+/// is attached with) lie inside the segment, aligned.
 #[derive(Debug)]
 pub(crate) struct ShmRing {
-    pub(crate) seg: Arc<Segment>,
-    pub(crate) header: usize,
-    pub(crate) slots: usize,
+    seg: Arc<Segment>,
+    /// Offset of the ring header: 128-aligned, `size_of::<RingHeader>()` bytes inside `seg`.
+    header: usize,
+    /// Offset of the slots: 8-aligned, `capacity * slot_size` bytes inside `seg`.
+    slots: usize,
 }
 
-// SAFETY: `Layout::new` places the header (512 B, 128-aligned) and the slots (8-aligned,
-// capacity * slot_size bytes) inside the segment, whose size was checked against the layout;
-// the Arc keeps the mapping alive as long as this storage exists.
+impl ShmRing {
+    /// The ring of `shape` with its header at `header` and its slots at `slots` in `seg`.
+    fn new(
+        seg: &Arc<Segment>,
+        header: usize,
+        slots: usize,
+        shape: RingShape,
+    ) -> Result<ShmRing, Error> {
+        let len = seg.len();
+        let slot_bytes = (shape.capacity as usize).checked_mul(shape.slot_size as usize);
+        let fits = |at: usize, n: Option<usize>| {
+            n.and_then(|n| at.checked_add(n))
+                .is_some_and(|end| end <= len)
+        };
+        if !shape.is_valid()
+            || !header.is_multiple_of(std::mem::align_of::<RingHeader>())
+            || !fits(header, Some(std::mem::size_of::<RingHeader>()))
+            || !slots.is_multiple_of(8)
+            || !fits(slots, slot_bytes)
+        {
+            return Err(crate::error::corrupt(format!(
+                "a ring of {shape:?} with its header at {header} and slots at {slots} does not \
+                 lie in a segment of {len} bytes"
+            )));
+        }
+        Ok(ShmRing {
+            seg: seg.clone(),
+            header,
+            slots,
+        })
+    }
+
+    /// The producer end of the ring of `shape` at `header` / `slots` in `seg`.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] if the ring does not lie inside the segment, aligned, or the shape
+    /// is invalid.
+    pub(crate) fn producer(
+        seg: &Arc<Segment>,
+        header: usize,
+        slots: usize,
+        shape: RingShape,
+    ) -> Result<ring::Producer<ShmRing>, Error> {
+        Ok(ring::Producer::attach(
+            Self::new(seg, header, slots, shape)?,
+            shape,
+        ))
+    }
+
+    /// The consumer end of the ring of `shape` at `header` / `slots` in `seg`, reading on
+    /// from the ring's `head`.
+    ///
+    /// # Errors
+    /// As [`ShmRing::producer`].
+    pub(crate) fn consumer(
+        seg: &Arc<Segment>,
+        header: usize,
+        slots: usize,
+        shape: RingShape,
+    ) -> Result<ring::Consumer<ShmRing>, Error> {
+        let ring = Self::new(seg, header, slots, shape)?;
+        // SYNC POINT (Acquire): pairs with the last Release store of the ring's head by the
+        // consumer before us (a dead one we took over from, or the producer's reset after a
+        // reclaim): we read on from there.
+        let _ = ring.header().head.0.load(Ordering::Acquire);
+        Ok(ring::Consumer::attach(ring, shape))
+    }
+
+    /// The segment the ring lies in.
+    pub(crate) fn segment(&self) -> &Segment {
+        &self.seg
+    }
+}
+
+// SAFETY: `ShmRing::new` checked that the header (128-aligned) and the slots (8-aligned,
+// capacity * slot_size bytes, for the shape the ring end is attached with: `producer` and
+// `consumer` attach with the shape they checked) lie inside the segment; the Arc keeps the
+// mapping alive as long as this storage exists.
 unsafe impl Storage for ShmRing {
     fn header(&self) -> &RingHeader {
         // SAFETY: see the impl: in bounds and aligned. RingHeader is atomics only, so a peer
@@ -203,10 +282,61 @@ unsafe impl Storage for ShmRing {
     }
 }
 
+/// The channel header of `seg`.
+///
+/// # Panics
+/// If `seg` is too small to hold one (no channel segment is: checked at open and creation).
+#[inline]
 pub(crate) fn channel_header(seg: &Segment) -> &ChannelHeader {
-    // SAFETY: every channel segment is larger than CHANNEL_HEADER_AT + size_of::<ChannelHeader>()
-    // (checked at open) and the offset is 128-aligned. Every field is an atomic, so a peer
+    if seg.len() < CHANNEL_HEADER_AT + std::mem::size_of::<ChannelHeader>() {
+        too_small_for_a_header(seg.len());
+    }
+    // SAFETY: the header lies inside the mapping (checked above), which lives as long as
+    // `seg`, and the offset is 128-aligned (the mapping is page-aligned). Every field is an atomic, so a peer
     // writing any of them at any time is not a data race: we only ever load and store them
     // (each value read once and validated by its user), never take a plain reference inside.
     unsafe { &*seg.as_ptr().add(CHANNEL_HEADER_AT).cast::<ChannelHeader>() }
+}
+
+#[cold]
+#[inline(never)]
+fn too_small_for_a_header(len: usize) -> ! {
+    panic!("a segment of {len} bytes is too small for a channel header")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `channel_header` is a safe function of any `&Segment`: on a segment too small to hold
+    /// the header (a plain `Segment::anonymous(64)`) it must refuse, not hand out a
+    /// reference past the end of the segment.
+    #[test]
+    fn a_ring_outside_its_segment_is_refused() {
+        let seg = Arc::new(Segment::anonymous(8192).expect("anonymous segment"));
+        let shape = RingShape {
+            capacity: 8,
+            slot_size: 64,
+        };
+        assert!(ShmRing::producer(&seg, DESC_RING_AT, 1024, shape).is_ok());
+        assert!(ShmRing::consumer(&seg, DESC_RING_AT, 1024, shape).is_ok());
+        // Slots past the end, a header past the end, misaligned, an invalid shape.
+        assert!(ShmRing::producer(&seg, DESC_RING_AT, 8192 - 256, shape).is_err());
+        assert!(ShmRing::consumer(&seg, 8192 - 128, 1024, shape).is_err());
+        assert!(ShmRing::producer(&seg, DESC_RING_AT + 8, 1024, shape).is_err());
+        assert!(ShmRing::producer(&seg, DESC_RING_AT, 1028, shape).is_err());
+        assert!(ShmRing::producer(&seg, DESC_RING_AT, usize::MAX - 8, shape).is_err());
+        let bad = RingShape {
+            capacity: 3,
+            slot_size: 64,
+        };
+        assert!(ShmRing::consumer(&seg, DESC_RING_AT, 1024, bad).is_err());
+    }
+
+    #[test]
+    #[should_panic(expected = "too small for a channel header")]
+    fn a_segment_too_small_for_a_channel_header_is_refused() {
+        let seg = Segment::anonymous(64).expect("anonymous segment");
+        let _ = channel_header(&seg);
+    }
 }

@@ -27,6 +27,7 @@ use memmap2::{MmapOptions, MmapRaw};
 use rustix::io::Errno;
 
 use crate::error::Error;
+use crate::link::bytes::{ShmBytes, ShmBytesMut};
 use crate::sys;
 
 /// First bytes of every segment: `b"SHMPIPE\0"` read as a little-endian `u64`.
@@ -405,6 +406,22 @@ impl Segment {
     /// type's documentation for what may happen to this memory.
     pub fn as_ptr(&self) -> *mut u8 {
         self.map.as_mut_ptr()
+    }
+
+    /// The whole mapping, to read (copies of checked ranges; see [`ShmBytes`]).
+    pub(crate) fn bytes(&self) -> ShmBytes<'_> {
+        // SAFETY: the mapping is `len()` bytes long and stays mapped while `self` lives (it
+        // is unmapped only on drop; sealed, so its size cannot change).
+        unsafe { ShmBytes::from_raw_parts(self.map.as_mut_ptr(), self.map.len()) }
+    }
+
+    /// The whole mapping, to write while this process holds the only handle (a creator
+    /// filling a segment before it publishes and shares it).
+    pub(crate) fn init_bytes(&mut self) -> ShmBytesMut<'_> {
+        // SAFETY: mapped for `len()` bytes while `self` lives; `&mut self` means no reference
+        // of this process into the mapping lives meanwhile (every one is derived from a
+        // borrow of the segment).
+        unsafe { ShmBytesMut::from_raw_parts(self.map.as_mut_ptr(), self.map.len()) }
     }
 
     /// Total size in bytes, header included.

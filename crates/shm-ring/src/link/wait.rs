@@ -46,35 +46,41 @@ impl Default for WaitConfig {
 /// clock and two unconditional attempts.
 pub(crate) const SPINS_PER_CHECK: u32 = 128;
 
-/// Waits for `attempt` to return `Some`: spins while watching the word `watch` returns (the
-/// peer's index: any change runs `attempt` at once), then sleeps on the word `sleep_on` returns
-/// (after raising our waiting flag) in slices of at most `wait.liveness_check`, checking
-/// `alive` after every slice. With `recheck_on_death` (the consumer side), a dead peer's last
-/// messages and clean close are still delivered: `attempt` runs once more after `alive` fails.
+/// Waits for `attempt` to return `Some`: spins while watching the peer's index word (the
+/// one `peer_word` returns: any change runs `attempt` at once), then sleeps on that word
+/// (after `begin_wait` raised our waiting flag and read the value to sleep on) in slices of at
+/// most `wait.liveness_check`, checking `alive` after every slice. With `recheck_on_death`
+/// (the consumer side), a dead peer's last messages and clean close are still delivered:
+/// `attempt` runs once more after `alive` fails.
 ///
 /// Callers try their fast path first and come here only when it found nothing; this function
 /// tries once more before spinning.
 ///
-/// The words must stay valid for the whole call: they live in a ring header of a segment the
-/// caller keeps mapped.
+/// Every step is a function of the caller's `state` (its channel end), borrowed only for
+/// that step: `attempt` and `alive` mutably, the others shared. The word is a reference
+/// derived from `state`, so it is valid while it is used, by construction; it is taken again
+/// after every attempt.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-pub(crate) fn block_on<T>(
+pub(crate) fn block_on<S, T>(
+    state: &mut S,
     recheck_on_death: bool,
     wait: &WaitConfig,
     deadline: Option<Instant>,
-    mut attempt: impl FnMut() -> Result<Option<T>, Error>,
-    mut watch: impl FnMut() -> (*const AtomicU32, u32),
-    mut sleep_on: impl FnMut() -> (*const AtomicU32, u32),
-    mut end_sleep: impl FnMut(),
-    mut alive: impl FnMut() -> Result<(), Error>,
+    mut attempt: impl FnMut(&mut S) -> Result<Option<T>, Error>,
+    peer_word: impl for<'s> Fn(&'s S) -> &'s AtomicU32,
+    begin_wait: impl Fn(&S) -> u32,
+    end_wait: impl Fn(&S),
+    mut alive: impl FnMut(&mut S) -> Result<(), Error>,
 ) -> Result<T, Error> {
     // The peer's word is read *before* the attempt: a store that lands after this load is
     // seen by the spinner below as movement. (Read after the attempt, a store landing between
     // the two was missed, and the answer waited for the next unconditional attempt,
     // SPINS_PER_CHECK spins later: ~3 us, the tail of a near-placement ping-pong.)
-    let (word, mut seen) = watch();
-    if let Some(v) = attempt()? {
+    // Relaxed: this only notices movement; `attempt` loads the index again with Acquire
+    // before it reads anything the index publishes.
+    let mut seen = peer_word(state).load(Ordering::Relaxed);
+    if let Some(v) = attempt(state)? {
         return Ok(v);
     }
     if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -86,24 +92,19 @@ pub(crate) fn block_on<T>(
         if let Some(d) = deadline {
             spin_until = spin_until.min(d);
         }
-        // SAFETY: `word` points at an index word inside a ring header of a segment the caller
-        // keeps mapped for the whole call (see above); it is an atomic, so a peer storing to
-        // it at any time is no data race, and we only compare what we load.
-        let word = unsafe { &*word };
         loop {
             for _ in 0..SPINS_PER_CHECK {
                 crate::sync::spin_hint();
-                // Relaxed: this only notices movement; `attempt` loads the index again with
-                // Acquire before it reads anything the index publishes.
-                let now = word.load(Ordering::Relaxed);
+                // Relaxed: as above, movement only.
+                let now = peer_word(state).load(Ordering::Relaxed);
                 if now != seen {
                     seen = now;
-                    if let Some(v) = attempt()? {
+                    if let Some(v) = attempt(state)? {
                         return Ok(v);
                     }
                 }
             }
-            if let Some(v) = attempt()? {
+            if let Some(v) = attempt(state)? {
                 return Ok(v);
             }
             if Instant::now() > spin_until {
@@ -120,26 +121,24 @@ pub(crate) fn block_on<T>(
             }
             slice = slice.min(d - now);
         }
-        let (word, expected) = sleep_on();
-        let got = attempt();
+        let expected = begin_wait(state);
+        let got = attempt(state);
         if !matches!(got, Ok(None)) {
-            end_sleep();
+            end_wait(state);
             return got.map(|v| v.expect("checked"));
         }
-        // SAFETY: `word` points at a futex word inside a ring header of a segment that the
-        // caller keeps mapped for the whole call.
-        sys::futex_wait(unsafe { &*word }, expected, slice);
-        end_sleep();
-        if let Some(v) = attempt()? {
+        sys::futex_wait(peer_word(state), expected, slice);
+        end_wait(state);
+        if let Some(v) = attempt(state)? {
             return Ok(v);
         }
-        if let Err(dead) = alive() {
+        if let Err(dead) = alive(state) {
             if !recheck_on_death {
                 return Err(dead);
             }
             // The peer may have finished its work (last commit, clean close) and exited
             // between our attempt and the liveness check: look once more before blaming it.
-            return match attempt()? {
+            return match attempt(state)? {
                 Some(v) => Ok(v),
                 None => Err(dead),
             };
@@ -154,47 +153,57 @@ mod tests {
 
     use super::*;
 
+    /// What the test's closures see: the peer's word and two counters.
+    struct Probe {
+        word: AtomicU32,
+        calls: u32,
+        sleeps: Cell<u32>,
+    }
+
     /// The peer stores to its word just after our first attempt looked (simulated by the
     /// attempt itself): the spinner must see that store as movement and look again while it
     /// spins. It used to read the word only after the attempt, took the new value as "seen",
     /// missed the store, and (with a spin budget this short) went to sleep for it.
     #[test]
     fn a_store_racing_the_first_attempt_is_seen_while_spinning() {
-        let word = AtomicU32::new(7);
-        let calls = Cell::new(0u32);
-        let sleeps = Cell::new(0u32);
+        let mut probe = Probe {
+            word: AtomicU32::new(7),
+            calls: 0,
+            sleeps: Cell::new(0),
+        };
         let wait = WaitConfig {
             spin: Duration::from_nanos(1),
             liveness_check: Duration::from_millis(20),
         };
         let got = block_on(
+            &mut probe,
             true,
             &wait,
             None,
-            || {
-                calls.set(calls.get() + 1);
-                match calls.get() {
+            |p| {
+                p.calls += 1;
+                match p.calls {
                     1 => {
-                        word.store(8, Ordering::Relaxed); // the peer's publish
+                        p.word.store(8, Ordering::Relaxed); // the peer's publish
                         Ok(None)
                     }
                     // The look the movement triggers finds nothing new yet (e.g. the value
                     // is still being checked); the next unconditional one finds it.
                     2 => Ok(None),
-                    _ => Ok(Some(calls.get())),
+                    n => Ok(Some(n)),
                 }
             },
-            || (&word as *const AtomicU32, word.load(Ordering::Relaxed)),
-            || {
-                sleeps.set(sleeps.get() + 1);
-                (&word as *const AtomicU32, word.load(Ordering::Relaxed))
+            |p| &p.word,
+            |p| {
+                p.sleeps.set(p.sleeps.get() + 1);
+                p.word.load(Ordering::Relaxed)
             },
-            || {},
-            || Ok(()),
+            |_| {},
+            |_| Ok(()),
         );
         assert_eq!(got.unwrap(), 3);
         assert_eq!(
-            sleeps.get(),
+            probe.sleeps.get(),
             0,
             "the store was missed: the waiter went to sleep"
         );

@@ -2,52 +2,39 @@
 
 use super::decode::{rd_u32, rd_u64};
 use super::*;
+use crate::link::bytes::ShmBytes;
 
 /// Bodies up to this size are copied whole for an in-place read; larger ones get their
 /// headers copied and their inline array data read in place.
 const COPY_WHOLE: usize = 4096;
 
-/// Copies a message body of `len` bytes at `src` (memory another process may write) into
-/// `dst` for parsing: every header, name, string and shape byte is copied, each read once;
-/// the data of large inline arrays is not (it is read in place, through [`DataRef`]). If the
-/// source is inconsistent, the walk stops and the parser reports what it finds in `dst`
-/// (private bytes either way).
+/// Copies a message body (`src`, memory another process may write) into `dst` for parsing:
+/// every header, name, string and shape byte is copied, each read once; the data of large
+/// inline arrays is not (it is read in place, through `src`'s zero-copy view). If the source
+/// is inconsistent, the walk stops and the parser reports what it finds in `dst` (private
+/// bytes either way).
 ///
-/// # Safety
-/// `src` must be valid for reads of `len` bytes; `dst.len() == len`.
+/// # Panics
+/// If `dst` is not as long as `src`.
 #[inline]
-pub(crate) unsafe fn copy_for_parse(src: *const u8, len: usize, dst: &mut [u8]) {
-    debug_assert_eq!(dst.len(), len);
-    let cp = |dst: &mut [u8], from: usize, to: usize| {
-        let to = to.min(len);
-        if from < to {
-            // SAFETY: from < to <= len: inside both buffers (caller's contract).
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.add(from), dst.as_mut_ptr().add(from), to - from)
-            };
-        }
-    };
-    if len <= COPY_WHOLE {
-        cp(dst, 0, len);
+pub(crate) fn copy_for_parse(src: ShmBytes<'_>, dst: &mut [u8]) {
+    assert_eq!(dst.len(), src.len(), "a body copy is as long as the body");
+    if src.len() <= COPY_WHOLE {
+        src.copy_to(0, dst);
         return;
     }
-    // SAFETY: forwarded contract.
-    unsafe { copy_headers(src, len, dst) }
+    copy_headers(src, dst)
 }
 
 /// The large-body half of [`copy_for_parse`].
-///
-/// # Safety
-/// As [`copy_for_parse`].
 #[inline(never)]
-unsafe fn copy_headers(src: *const u8, len: usize, dst: &mut [u8]) {
+fn copy_headers(src: ShmBytes<'_>, dst: &mut [u8]) {
+    let len = src.len();
+    // Copies bytes `from..to` of the body (clipped to it) to the same place in `dst`.
     let cp = |dst: &mut [u8], from: usize, to: usize| {
         let to = to.min(len);
         if from < to {
-            // SAFETY: from < to <= len: inside both buffers (caller's contract).
-            unsafe {
-                std::ptr::copy_nonoverlapping(src.add(from), dst.as_mut_ptr().add(from), to - from)
-            };
+            src.copy_to(from, &mut dst[from..to]);
         }
     };
     cp(dst, 0, BODY_HEADER);
@@ -85,7 +72,7 @@ unsafe fn copy_headers(src: *const u8, len: usize, dst: &mut [u8]) {
             q = head_end;
             if kind == KIND_ARRAY && loc == LOC_INLINE {
                 let data = pad8(b.min(rend as u64) as usize);
-                // The data itself is read in place (`DataRef`), never from the copy.
+                // The data itself is read in place (the zero-copy view), never from the copy.
                 q = q.saturating_add(data).min(rend);
             }
         }
@@ -103,10 +90,9 @@ unsafe fn copy_headers(src: *const u8, len: usize, dst: &mut [u8]) {
 pub fn read_in_place(body: &[u8]) -> Result<usize, Error> {
     let mut scratch = vec![0u64; body.len().div_ceil(8)];
     let copy = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..body.len()];
-    // SAFETY: `body` is valid for its length; `copy` has the same length.
-    unsafe { copy_for_parse(body.as_ptr(), body.len(), copy) };
+    copy_for_parse(ShmBytes::private(body), copy);
     let copy: &[u8] = copy;
-    let v = MessageView::parse_with(copy, DataRef::private(body), PoolRef::empty())?;
+    let v = MessageView::parse_with(copy, ShmBytes::private(body), PoolRef::empty())?;
     let mut n = 0;
     for r in v.records() {
         let r = r?;

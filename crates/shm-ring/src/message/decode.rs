@@ -1,63 +1,19 @@
 //! Reading a message body: validated views over private bytes (array data may be zero-copy).
 
 use std::borrow::Cow;
-use std::marker::PhantomData;
 
 use smallvec::SmallVec;
 
 use super::*;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, corrupt};
+use crate::link::bytes::ShmBytes;
+use crate::pool::PoolRef;
 
 mod record;
 
 // ------------------------------------------------------------------------------------------
 // Decoding
-
-/// The pool a message's block references resolve against: `base` is the segment's start,
-/// `geom` where the blocks and the large size class's area lie in it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PoolRef<'a> {
-    pub base: *const u8,
-    pub geom: crate::pool::PoolGeom,
-    pub _life: PhantomData<&'a [u8]>,
-}
-
-impl<'a> PoolRef<'a> {
-    /// A pool with no blocks (messages that reference one are corrupt).
-    pub(crate) fn empty() -> Self {
-        PoolRef {
-            base: std::ptr::null(),
-            geom: crate::pool::PoolGeom {
-                off: 0,
-                block_size: 0,
-                blocks: 0,
-                large_off: 0,
-                large_len: 0,
-            },
-            _life: PhantomData,
-        }
-    }
-
-    /// The `len` bytes of block index `idx`: a block (up to `block_size` bytes) or an extent
-    /// of the large size class (index `blocks + page`, up to the end of its area).
-    pub(crate) fn block(&self, idx: u64, len: u64) -> Result<&'a [u8], Error> {
-        let Some(at) = self.geom.locate(idx, len) else {
-            return Err(corrupt(format!(
-                "array in block {idx} of {len} bytes (pool: {} blocks of {} bytes, large \
-                 area of {} bytes)",
-                self.geom.blocks, self.geom.block_size, self.geom.large_len
-            )));
-        };
-        // SAFETY: `locate` checked (with checked arithmetic) that the range lies inside the
-        // pool's blocks or its large area, both inside the segment, which is mapped for 'a
-        // (the lifetime of the guard or receiver that made this PoolRef). This is the
-        // documented zero-copy array view: the producer may still change the bytes (any value
-        // is a valid u8, and only element types valid for every bit pattern are viewed), never
-        // the range, which was validated on a private copy of the message.
-        Ok(unsafe { std::slice::from_raw_parts(self.base.add(at), len as usize) })
-    }
-}
 
 #[inline]
 pub(super) fn rd_u32(b: &[u8], at: usize) -> u32 {
@@ -80,7 +36,7 @@ pub struct MessageView<'a> {
     body: &'a [u8],
     /// Where inline array data is read: `body.len()` bytes, the body itself or the
     /// peer-writable original it was copied from.
-    data: DataRef<'a>,
+    data: ShmBytes<'a>,
     pool: PoolRef<'a>,
     tag: u32,
     records: u32,
@@ -88,63 +44,19 @@ pub struct MessageView<'a> {
     block_refs: u32,
 }
 
-/// Where inline array data is read from: as many bytes as the body at `ptr`, valid for `'a`
-/// (the body itself, or the peer-writable original it was copied from). Only the pointer is
-/// kept: every range read through it was checked against the body's length.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DataRef<'a> {
-    ptr: *const u8,
-    _life: PhantomData<&'a [u8]>,
-}
-
-impl<'a> DataRef<'a> {
-    /// Array data read from `body` itself (private bytes).
-    #[inline]
-    pub(crate) fn private(body: &'a [u8]) -> Self {
-        DataRef {
-            ptr: body.as_ptr(),
-            _life: PhantomData,
-        }
-    }
-
-    /// Array data read from the bytes at `ptr`, which another process may write.
-    ///
-    /// # Safety
-    /// `ptr` must be valid for reads, for `'a`, of as many bytes as the body parsed with it.
-    #[inline]
-    pub(crate) unsafe fn shared(ptr: *const u8) -> Self {
-        DataRef {
-            ptr,
-            _life: PhantomData,
-        }
-    }
-
-    /// The array bytes `at..at + len`.
-    ///
-    /// # Safety
-    /// `at + len` must not exceed the length of the body this data belongs to.
-    #[inline]
-    pub(crate) unsafe fn slice(&self, at: usize, len: usize) -> &'a [u8] {
-        // SAFETY: inside the body's length (caller), for which `ptr` is readable for 'a
-        // (constructor). This is a zero-copy array view: a hostile producer may change the
-        // values while they are read (documented on `MessageView`); bounds and layout were
-        // validated on private bytes.
-        unsafe { std::slice::from_raw_parts(self.ptr.add(at), len) }
-    }
-}
-
 impl<'a> MessageView<'a> {
     /// Validates the body header (private bytes; inline array data is read from them too).
     pub(crate) fn parse(body: &'a [u8], pool: PoolRef<'a>) -> Result<Self, Error> {
-        Self::parse_with(body, DataRef::private(body), pool)
+        Self::parse_with(body, ShmBytes::private(body), pool)
     }
 
     /// Validates the body header of `body` (private bytes); inline array data is read from
-    /// `data` (see [`DataRef`]: as many bytes as `body`, laid out the same).
+    /// `data` (as many bytes as `body`, laid out the same: the body itself or the
+    /// peer-writable original it was copied from).
     #[inline]
     pub(crate) fn parse_with(
         body: &'a [u8],
-        data: DataRef<'a>,
+        data: ShmBytes<'a>,
         pool: PoolRef<'a>,
     ) -> Result<Self, Error> {
         if body.len() < BODY_HEADER {
@@ -252,7 +164,7 @@ impl<'a> MessageView<'a> {
 #[derive(Debug)]
 pub struct Records<'a> {
     body: &'a [u8],
-    data: DataRef<'a>,
+    data: ShmBytes<'a>,
     pool: PoolRef<'a>,
     pos: usize,
     left: u32,
@@ -295,7 +207,7 @@ impl<'a> Iterator for Records<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct RecordView<'a> {
     body: &'a [u8],
-    data: DataRef<'a>,
+    data: ShmBytes<'a>,
     start: usize,
     end: usize,
     fields: u32,
@@ -496,8 +408,12 @@ impl<'a> Fields<'a> {
                         if self.pos > end {
                             return Err(corrupt(format!("array '{name}' overruns its record")));
                         }
-                        // SAFETY: at + blen <= end <= body length (checked just above).
-                        (unsafe { self.rec.data.slice(at, blen as usize) }, None)
+                        // at + blen <= end <= body length (checked just above); the view
+                        // checks it again against the data's own bounds.
+                        let bytes = self.rec.data.view(at, blen as usize).ok_or_else(|| {
+                            corrupt(format!("array '{name}': inline data outside the body"))
+                        })?;
+                        (bytes, None)
                     }
                     LOC_BLOCK => (self.rec.pool.block(a, blen)?, Some(a as u32)),
                     _ => return Err(corrupt(format!("array '{name}': location {loc}"))),

@@ -4,6 +4,7 @@ use smallvec::SmallVec;
 
 use super::*;
 use crate::error::Error;
+use crate::link::bytes::ShmBytesMut;
 
 fn field_size(f: &FieldB<'_>, place: Place) -> usize {
     let name = f.name.len();
@@ -82,30 +83,15 @@ pub(crate) fn body_len(m: &MessageBuilder<'_>, places: &[Place]) -> usize {
             .sum::<usize>()
 }
 
-/// Writes the body into `dst` (exactly `body_len` bytes, 8-aligned). Arrays placed in blocks
-/// are only referenced here; the caller copies their data.
-pub(crate) fn encode(m: &MessageBuilder<'_>, places: &[Place], dst: &mut [u8]) {
-    // SAFETY: a private slice is valid for writes of its length.
-    unsafe { encode_raw(m, places, dst.as_mut_ptr(), dst.len()) }
-}
-
-/// [`encode`] into `total` bytes at `dst`, which may be shared memory the peer can write (it
-/// is only ever written through the pointer, never referenced).
+/// Writes the body into `dst`: exactly the message's `body_len` bytes, which may be shared
+/// memory the peer can write (they are only ever written, never read back). Arrays placed in
+/// blocks are only referenced here; the caller copies their data.
 ///
-/// # Safety
-/// `dst` must be valid for writes of `total` bytes, 8-aligned, and `total` must be the
-/// message's `body_len`.
-pub(crate) unsafe fn encode_raw(
-    m: &MessageBuilder<'_>,
-    places: &[Place],
-    dst: *mut u8,
-    total: usize,
-) {
-    let mut w = Writer {
-        dst,
-        len: total,
-        pos: 0,
-    };
+/// # Panics
+/// If `dst` is shorter than the body (a bug of the caller: it is `body_len` bytes).
+pub(crate) fn encode(m: &MessageBuilder<'_>, places: &[Place], dst: ShmBytesMut<'_>) {
+    let total = dst.len();
+    let mut w = Writer { dst, pos: 0 };
     w.u32(BODY_MAGIC);
     w.u32(m.tag);
     w.u32(m.len() as u32);
@@ -181,20 +167,17 @@ pub(crate) unsafe fn encode_raw(
     debug_assert_eq!(w.pos, total);
 }
 
-/// Writes a body through a raw pointer (the destination may be shared memory).
-pub(super) struct Writer {
-    dst: *mut u8,
-    len: usize,
+/// Writes a body, front to back, through a checked view (the destination may be shared
+/// memory).
+pub(super) struct Writer<'a> {
+    dst: ShmBytesMut<'a>,
     pos: usize,
 }
 
-impl Writer {
+impl Writer<'_> {
     #[inline]
     pub(super) fn bytes(&mut self, b: &[u8]) {
-        assert!(b.len() <= self.len - self.pos, "encoder overran its body");
-        // SAFETY: `pos + b.len() <= len` (checked), and `dst` is valid for `len` bytes of
-        // writes (`encode_raw`'s contract); `b` is our own memory, not the destination.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), self.dst.add(self.pos), b.len()) };
+        self.dst.write_from(self.pos, b);
         self.pos += b.len();
     }
     #[inline]
@@ -208,9 +191,7 @@ impl Writer {
     #[inline]
     pub(super) fn align8(&mut self) {
         let n = pad8(self.pos) - self.pos;
-        assert!(n <= self.len - self.pos, "encoder overran its body");
-        // SAFETY: in bounds (checked), see `bytes`.
-        unsafe { std::ptr::write_bytes(self.dst.add(self.pos), 0, n) };
+        self.dst.zero(self.pos, n);
         self.pos += n;
     }
 }
@@ -242,6 +223,10 @@ pub fn encode_inline(m: &MessageBuilder<'_>) -> Result<(Vec<u64>, usize), Error>
         .collect();
     let len = body_len(m, &places);
     let mut buf = vec![0u64; len.div_ceil(8)];
-    encode(m, &places, &mut bytemuck::cast_slice_mut(&mut buf)[..len]);
+    encode(
+        m,
+        &places,
+        ShmBytesMut::private(&mut bytemuck::cast_slice_mut(&mut buf)[..len]),
+    );
     Ok((buf, len))
 }

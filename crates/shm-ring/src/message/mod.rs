@@ -132,12 +132,12 @@ mod decode;
 mod encode;
 mod inline;
 
+pub(crate) use crate::pool::PoolRef;
 pub(crate) use copy::copy_for_parse;
 #[cfg(feature = "unstable-internals")]
 pub use copy::read_in_place;
 pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records};
-pub(crate) use decode::{DataRef, PoolRef};
-pub(crate) use encode::{body_len, check_limits, encode_raw};
+pub(crate) use encode::{body_len, check_limits, encode};
 
 #[inline]
 const fn pad8(n: usize) -> usize {

@@ -16,6 +16,8 @@
 use std::sync::Arc;
 
 use crate::error::{Error, corrupt};
+use crate::link::bytes::ShmBytesMut;
+use crate::link::claim::DeadConsumer;
 use crate::link::layout::{DROPPED_MARK, ShmRing};
 use crate::pool::PoolHome;
 use crate::pool::large::LargePool;
@@ -210,24 +212,37 @@ impl BlockPool {
     /// Copies `src` to the start of block `b`, which must be ours (just allocated).
     ///
     /// # Panics
-    /// If `src` is longer than a block or `b` is out of range.
+    /// As [`BlockPool::block_mut`].
     pub(crate) fn write_block(&mut self, b: u32, src: &[u8]) {
-        let room = match &self.large {
-            Some(l) if l.owns(b) => l.capacity_of(b).unwrap_or(0),
-            _ if b < self.home.geom.blocks => self.home.geom.block_size,
-            _ => 0,
+        self.block_mut(b, src.len()).write_from(0, src);
+    }
+
+    /// The first `len` bytes of block (or extent) `b`, to write: a block this sender just
+    /// allocated for them (not loaned, not yet sent).
+    ///
+    /// # Panics
+    /// If `b` is out of range or in flight, or `len` exceeds it.
+    pub(crate) fn block_mut(&mut self, b: u32, len: usize) -> ShmBytesMut<'_> {
+        let (room, in_flight) = match &self.large {
+            Some(l) if l.owns(b) => (l.capacity_of(b).unwrap_or(0), false),
+            _ if b < self.home.geom.blocks => {
+                (self.home.geom.block_size, self.in_flight[b as usize])
+            }
+            _ => (0, false),
         };
         assert!(
-            src.len() <= room,
-            "block {b} holds {room} bytes, not {}",
-            src.len()
+            len <= room && !in_flight,
+            "block {b} holds {room} bytes, not {len}, or is in flight ({in_flight})"
         );
-        // SAFETY: block (or extent) b lies inside the mapping (a block below `blocks`, or an
-        // extent we handed out inside the area; the layout was checked) and `src` fits in it
-        // (asserted); `src` is private memory, so they cannot overlap. The
-        // consumer's process maps the pool too: a hostile consumer writing the block only
-        // changes what it reads itself.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.home.block_ptr(b), src.len()) };
+        let at = self.home.geom.locate(u64::from(b), len as u64);
+        let at = at.unwrap_or_else(|| panic!("block {b} of {len} bytes outside the pool"));
+        // SAFETY: `locate` checked the range against the pool's geometry, which the layout
+        // placed inside the mapping (its size checked against the layout); `home.seg` keeps
+        // it mapped while `self` is borrowed. The block is ours: allocated to this sender,
+        // not in flight (checked), so no receiver of this process views it, and `&mut self`
+        // keeps anything else of ours from writing it meanwhile. The consumer's process maps
+        // the pool too: a hostile consumer writing the block only changes what it reads.
+        unsafe { ShmBytesMut::from_raw_parts(self.home.seg.as_ptr().add(at), len) }
     }
 
     /// Takes back blocks from the completion ring and from dropped loans.
@@ -300,12 +315,17 @@ impl BlockPool {
     /// Takes back every block in flight and empties the completion ring; returns how many
     /// blocks came back.
     ///
-    /// # Safety
-    /// The consumer must be gone (dead, its claim to be released) and no new one attached
-    /// yet: a live consumer may still be reading those blocks, which the producer would then
-    /// overwrite (changed values under its views), and its later returns of them would be
-    /// reported as corrupt.
-    pub(crate) unsafe fn reclaim_all(&mut self) -> usize {
+    /// `gone` proves the consumer is dead and that no new one attaches meanwhile (a live
+    /// consumer may still be reading those blocks, which the producer would then overwrite,
+    /// and its later returns of them would be reported as corrupt).
+    ///
+    /// # Panics
+    /// If `gone` is the claim of another channel.
+    pub(crate) fn reclaim_all(&mut self, gone: &DeadConsumer<'_>) -> usize {
+        assert!(
+            gone.is_of(&self.home.seg),
+            "a dead consumer's claim reclaims its own channel's pool"
+        );
         let _ = self.collect_returns();
         let mut reclaimed = 0;
         for (b, f) in self.in_flight.iter_mut().enumerate() {
@@ -327,17 +347,16 @@ impl BlockPool {
         reclaimed
     }
 
-    /// Raises our waiting flag on the completion ring (see `ring::Consumer::begin_wait`).
-    pub(crate) fn begin_wait(&self) -> (*const AtomicU32, u32) {
-        let (w, v) = self.comp.begin_wait();
-        (w as *const AtomicU32, v)
+    /// Raises our waiting flag on the completion ring and returns the value of its tail word
+    /// to sleep on (see `ring::Consumer::begin_wait`).
+    pub(crate) fn begin_wait(&self) -> u32 {
+        self.comp.begin_wait().1
     }
 
-    /// The completion ring's tail word and its value, for a spinning waiter.
+    /// The completion ring's tail word: a waiter watches it and sleeps on it.
     #[inline]
-    pub(crate) fn peer_word(&self) -> (*const AtomicU32, u32) {
-        let (w, v) = self.comp.peer_word();
-        (w as *const AtomicU32, v)
+    pub(crate) fn peer_word(&self) -> &AtomicU32 {
+        self.comp.peer_word().0
     }
 
     /// Lowers our waiting flag.

@@ -3,6 +3,8 @@
 pub(crate) mod alloc;
 pub(crate) mod large;
 mod loan;
+mod view;
 
 pub use loan::{ArrayLoan, ArrayLoanUninit, BlockPin};
 pub(crate) use loan::{LoanToken, PoolGeom, PoolHome};
+pub(crate) use view::PoolRef;

@@ -14,7 +14,6 @@ use crate::error::{Error, corrupt};
 use crate::link::claim::{self, Claimed};
 use crate::link::segment::{Reached, Segment};
 use crate::rendezvous::{self, Rendezvous, Served};
-use crate::ring::{self, Storage};
 use crate::schema::{SchemaError, ValueType, wire};
 use crate::sync::Ordering;
 use crate::sys::{self, PeerProcess};
@@ -210,24 +209,11 @@ impl<P> Receiver<P> {
         let producer = PeerProcess::watch(header.creator_pid, header.creator_start);
         let (ident, claimed) = claim_consumer(&seg)?;
         let seg = Arc::new(seg);
-        let desc_ring = ShmRing {
-            seg: seg.clone(),
-            header: DESC_RING_AT,
-            slots: layout.desc_slots,
-        };
-        // SYNC POINT (Acquire): pairs with the last Release store of the ring's head by the
-        // consumer before us (a dead one we took over from, or the producer's reset after a
-        // reclaim): we read on from there.
-        let _ = desc_ring.header().head.0.load(Ordering::Acquire);
-        let desc = ring::Consumer::attach(desc_ring, layout.desc);
-        let comp = ring::Producer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: layout.comp_ring,
-                slots: layout.comp_slots,
-            },
-            layout.comp,
-        );
+        // Reads on from the ring's head, as the consumer before us left it (see `consumer`).
+        // The rings lie in the segment (`read_layout` checked the layout against its size), so
+        // these checks do not fail once the claim is ours.
+        let desc = ShmRing::consumer(&seg, DESC_RING_AT, layout.desc_slots, layout.desc)?;
+        let comp = ShmRing::producer(&seg, layout.comp_ring, layout.comp_slots, layout.comp)?;
         let shared = Arc::new(RxShared {
             owner: crate::fork::Owner::current(),
             seg,
@@ -305,18 +291,16 @@ fn read_schema(seg: &Segment, layout: &Layout) -> Result<Option<ValueType>, Erro
     let schema = if layout.schema_len == 0 {
         None
     } else {
+        // The layout, checked against the segment's size above, places the region inside
+        // the mapping (the view checks it again). The producer may write the region
+        // meanwhile: we only get other bytes, which are validated as private data (read
+        // once, then never again).
+        let region = seg
+            .bytes()
+            .sub(layout.schema, layout.schema_len)
+            .ok_or_else(|| corrupt("the schema region lies outside the segment"))?;
         let mut copy = vec![0u8; layout.schema_len];
-        // SAFETY: the layout, checked against the segment's size above, places
-        // `schema_len` bytes at `layout.schema` inside the mapping; the destination is
-        // private. The producer may write the region meanwhile: we only get other bytes,
-        // which are validated as private data (read once, then never again).
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                seg.as_ptr().add(layout.schema),
-                copy.as_mut_ptr(),
-                copy.len(),
-            )
-        };
+        region.copy_to(0, &mut copy);
         Some(wire::decode(&copy)?)
     };
     Ok(schema)

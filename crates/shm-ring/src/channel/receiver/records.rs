@@ -5,10 +5,14 @@ use std::time::Instant;
 
 use super::Receiver;
 use super::record_header::{Rec, n_of};
+use crate::channel::ShmRing;
 use crate::channel::{REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::{Error, corrupt};
+use crate::link::bytes::ShmBytes;
+use crate::link::segment::Segment;
 use crate::link::wait::block_on;
-use crate::sync::{AtomicU32, Ordering};
+use crate::ring;
+use crate::sync::Ordering;
 
 impl<P> Receiver<P> {
     /// Reads and validates the record header at our read position, if a record is there.
@@ -138,44 +142,42 @@ impl<P> Receiver<P> {
     #[cold]
     fn wait_rec(&mut self, deadline: Option<Instant>) -> Result<Rec, Error> {
         let wait = self.wait;
-        let this = std::cell::RefCell::new(self);
         block_on(
+            self,
             true,
             &wait,
             deadline,
-            || this.borrow_mut().poll_rec(),
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.peer_word();
-                (w as *const AtomicU32, v)
-            },
-            || {
-                let s = this.borrow();
-                let (w, v) = s.desc.begin_wait();
-                (w as *const AtomicU32, v)
-            },
-            || this.borrow().desc.end_wait(),
-            || this.borrow().producer_alive(),
+            |s| s.poll_rec(),
+            |s| s.desc.peer_word().0,
+            |s| s.desc.begin_wait().1,
+            |s| s.desc.end_wait(),
+            |s| s.producer_alive(),
         )
     }
 
-    /// Where the body of a record at our read position lies: `len` bytes at the pointer, in
-    /// memory the producer can write at any time (so: never a reference, only copies and the
-    /// documented zero-copy array views).
+    /// The body of a record at our read position: `body_len` bytes in memory the producer
+    /// can write at any time (so: read as copies, and the documented zero-copy array views).
+    /// A function of the two fields it reads (not of `self`), so the caller may borrow its
+    /// other fields meanwhile.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] if the body does not lie in the slots or the mapping (`peek`
+    /// validated it already: this is the view's own check).
     #[inline]
-    pub(super) fn body_src(&self, rec: &Rec) -> (*const u8, usize) {
-        match *rec {
+    pub(super) fn body_bytes<'a>(
+        desc: &'a ring::Consumer<ShmRing>,
+        seg: &'a Segment,
+        rec: &Rec,
+    ) -> Result<ShmBytes<'a>, Error> {
+        let bytes = match *rec {
             // Validated in `peek`: the record's slots are published, contiguous, and hold
             // RECORD_HEADER + body_len bytes.
-            Rec::Inline { body_len, .. } => {
-                (self.desc.slot(0).wrapping_add(RECORD_HEADER), body_len)
-            }
+            Rec::Inline { body_len, .. } => desc.slot_bytes(0).sub(RECORD_HEADER, body_len),
             // Validated in `peek`: `at + body_len` lies inside a block or the large area.
-            Rec::Block { at, body_len, .. } => {
-                (self.shared.seg.as_ptr().wrapping_add(at), body_len)
-            }
-            Rec::Pad(_) => (std::ptr::null(), 0),
-        }
+            Rec::Block { at, body_len, .. } => seg.bytes().sub(at, body_len),
+            Rec::Pad(_) => Some(ShmBytes::private(&[])),
+        };
+        bytes.ok_or_else(|| corrupt("a record's body lies outside its slots or the pool"))
     }
 
     pub(super) fn finish(&mut self, rec: &Rec) {

@@ -27,11 +27,7 @@ pub(in crate::channel) struct RxShared {
 
 impl RxShared {
     pub(in crate::channel) fn pool(&self) -> PoolRef<'_> {
-        PoolRef {
-            base: self.seg.as_ptr(),
-            geom: self.pool,
-            _life: std::marker::PhantomData,
-        }
+        PoolRef::new(&self.seg, self.pool)
     }
 
     /// Hands blocks back to the producer. The completion ring holds every block index at

@@ -8,17 +8,15 @@ use std::time::Instant;
 use super::{Sender, SenderStats};
 use crate::channel::errors::CreateError;
 use crate::channel::payload::Payload;
-use crate::channel::{
-    CHANNEL_HEADER_AT, ChannelConfig, ChannelHeader, DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing,
-};
+use crate::channel::{ChannelConfig, DESC_RING_AT, KIND_CHANNEL, Layout, ShmRing};
 use crate::error::Error;
+use crate::link::layout::channel_header;
 use crate::link::segment::Segment;
 use crate::pool::PoolHome;
 use crate::pool::alloc::BlockPool;
 use crate::rendezvous::{NameServer, SocketDir};
-use crate::ring;
 use crate::schema::{ValueType, wire};
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::Ordering;
 
 impl<P: Payload> Sender<P> {
     /// Creates the channel `name` of payload `P` and returns its producer end: a sealed memfd
@@ -84,19 +82,12 @@ impl<P> Sender<P> {
         };
         // Headers, rings and schema now; each pool block when first loaned
         // (`BlockPool::try_alloc`).
-        let seg =
+        let mut seg =
             Segment::anonymous_reserving(name.unwrap_or("anon"), layout.total, layout.pool.off)?;
         if let Some(bytes) = &schema {
-            // SAFETY: the segment is fresh and unpublished (no opener reads it before
-            // `publish` in `init`); the layout placed `schema_len` bytes at `layout.schema`
-            // inside it.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    bytes.as_ptr(),
-                    seg.as_ptr().add(layout.schema),
-                    bytes.len(),
-                )
-            };
+            // The segment is fresh and unpublished (no opener reads it before `publish` in
+            // `init`); the layout placed `schema_len` bytes at `layout.schema` inside it.
+            seg.init_bytes().write_from(layout.schema, bytes);
         }
         let mut tx = Self::init(seg, layout, cfg)?;
         if let Some(mut server) = server {
@@ -107,46 +98,25 @@ impl<P> Sender<P> {
     }
 
     fn init(seg: Segment, layout: Layout, cfg: &ChannelConfig) -> Result<Sender<P>, Error> {
-        let header = ChannelHeader {
-            slots: AtomicU32::new(layout.desc.capacity),
-            slot_size: AtomicU32::new(layout.desc.slot_size),
-            blocks: AtomicU32::new(layout.pool.blocks),
-            comp_slots: AtomicU32::new(layout.comp.capacity),
-            block_size: AtomicU64::new(layout.pool.block_size as u64),
-            producer_closed: AtomicU32::new(0),
-            consumer_closed: AtomicU32::new(0),
-            consumer: AtomicU64::new(0),
-            schema_len: AtomicU32::new(layout.schema_len as u32),
-            _reserved: AtomicU32::new(0),
-            large_pool: AtomicU64::new(layout.pool.large_len as u64),
-        };
-        // SAFETY: the segment is fresh (zero-filled), unpublished (no opener reads past the
-        // segment header before `publish`), large enough (layout) and 128-aligned here.
-        unsafe {
-            seg.as_ptr()
-                .add(CHANNEL_HEADER_AT)
-                .cast::<ChannelHeader>()
-                .write(header)
-        };
+        // The segment is fresh (zero-filled) and unpublished: no opener reads past the segment
+        // header before `publish` below, whose Release store publishes these Relaxed ones.
+        let h = channel_header(&seg);
+        h.slots.store(layout.desc.capacity, Ordering::Relaxed);
+        h.slot_size.store(layout.desc.slot_size, Ordering::Relaxed);
+        h.blocks.store(layout.pool.blocks, Ordering::Relaxed);
+        h.comp_slots.store(layout.comp.capacity, Ordering::Relaxed);
+        h.block_size
+            .store(layout.pool.block_size as u64, Ordering::Relaxed);
+        h.schema_len
+            .store(layout.schema_len as u32, Ordering::Relaxed);
+        h.large_pool
+            .store(layout.pool.large_len as u64, Ordering::Relaxed);
+        // The closed flags, the consumer claim and the reserved word start at 0 (zero-filled).
         // Ring headers are all-zero atomics: the zero-filled segment is already their initial state.
         let seg = Arc::new(seg);
         seg.publish(KIND_CHANNEL);
-        let desc = ring::Producer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: DESC_RING_AT,
-                slots: layout.desc_slots,
-            },
-            layout.desc,
-        );
-        let comp = ring::Consumer::attach(
-            ShmRing {
-                seg: seg.clone(),
-                header: layout.comp_ring,
-                slots: layout.comp_slots,
-            },
-            layout.comp,
-        );
+        let desc = ShmRing::producer(&seg, DESC_RING_AT, layout.desc_slots, layout.desc)?;
+        let comp = ShmRing::consumer(&seg, layout.comp_ring, layout.comp_slots, layout.comp)?;
         let owner = crate::fork::Owner::current();
         let home = Arc::new(PoolHome::new(owner, seg.clone(), layout.pool));
         let ident = crate::channel::file_ident(&seg);

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use super::Sender;
 use crate::channel::errors::SendError;
 use crate::error::Error;
-use crate::link::claim::{self, RECLAIMING, Watch, consumer_claim};
+use crate::link::claim::{self, DeadConsumer, Watch, consumer_claim};
 use crate::sync::Ordering;
 
 impl<P> Sender<P> {
@@ -55,35 +55,16 @@ impl<P> Sender<P> {
     /// consumer may attach. `None` if a new consumer took the dead one's claim over first (it
     /// reads on from where the dead one stopped and hands its blocks back: `claim.rs`).
     fn reclaim_dead_consumer(&mut self, word: u64) -> Option<Error> {
-        let pid = consumer_claim(word).0;
         self.consumer = None;
-        // SYNC POINT (SeqCst CAS from the dead consumer's exact word): one winner between this
-        // reclaim and openers taking the claim over (`claim::claim`). While the word is
-        // RECLAIMING no opener attaches.
-        if self
-            .header()
-            .consumer
-            .compare_exchange(word, RECLAIMING, Ordering::SeqCst, Ordering::Relaxed)
-            .is_err()
-        {
-            return None;
-        }
-        // SAFETY: the consumer named by `word` is dead (judged from pid and start time, or a
-        // definite "no such process"), and no new one attaches before we release the claim
-        // below (the word is RECLAIMING, which only we replace): nobody reads the blocks or
-        // the ring any more.
-        let reclaimed = unsafe { self.pool.reclaim_all() };
-        // SAFETY: as above; `reset_consumer` publishes our staged records first, then drops them.
-        unsafe { self.desc.reset_consumer() };
+        // Holding `gone`, no consumer reads the blocks or the ring, and none attaches.
+        let gone = DeadConsumer::take(&self.seg, word, self.ident)?;
+        let reclaimed = self.pool.reclaim_all(&gone);
+        // Publishes our staged records first, then drops them.
+        gone.reset_ring(&mut self.desc);
         self.unattached_since = Some(Instant::now());
-        // SYNC POINT (SeqCst): publishes the emptied ring (head = tail) before an opener's
-        // claiming CAS from 0 (Acquire) attaches at that head.
-        let _ = self.header().consumer.compare_exchange(
-            RECLAIMING,
-            0,
-            Ordering::SeqCst,
-            Ordering::Relaxed,
-        );
+        let pid = gone.pid();
+        // Releases the claim: a new consumer may attach at the emptied ring.
+        drop(gone);
         Some(Error::PeerDied { pid, reclaimed })
     }
 

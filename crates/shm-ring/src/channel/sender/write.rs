@@ -12,6 +12,7 @@ use smallvec::SmallVec;
 use super::Sender;
 use crate::channel::{LARGE_OUT, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::Error;
+use crate::link::bytes::ShmBytesMut;
 use crate::message::{ArraySrc, NEW_BLOCK, NEW_EXTENT, Place};
 
 /// Whether `p` is an array still to be copied into a new block or extent.
@@ -141,9 +142,9 @@ impl<P> Sender<P> {
 
     /// Allocates and fills a block for every array placed `Block(u32::MAX)` (`bytes_of(i)`
     /// gives array `i`'s bytes), a block for the body if it does not travel inline, waits for
-    /// ring slots, writes the record header and lets `encode(dst, places)` write the body of
-    /// `body_len` bytes at `dst` (8-aligned, `body_len` writable bytes that only this sender
-    /// writes, though a hostile consumer may scribble on them). Stages the record (the caller
+    /// ring slots, writes the record header and lets `encode(dst, places)` write the body
+    /// into `dst` (8-aligned, exactly `body_len` bytes that only this sender writes, though a
+    /// hostile consumer may scribble on them). Stages the record (the caller
     /// publishes) and returns its ring position. On error every block taken goes back.
     pub(super) fn write_record<'s>(
         &mut self,
@@ -152,7 +153,7 @@ impl<P> Sender<P> {
         inline: bool,
         body_len: usize,
         deadline: Option<Instant>,
-        encode: impl FnOnce(*mut u8, &[Place]),
+        encode: impl FnOnce(ShmBytesMut<'_>, &[Place]),
     ) -> Result<u32, Error> {
         let mut taken: SmallVec<[u32; 4]> = SmallVec::new();
         self.pool.new_message();
@@ -206,13 +207,14 @@ impl<P> Sender<P> {
             None => {
                 chunk.write_pod(pad, 0, [n_slots, REC_INLINE, body_len as u32, 0]);
                 // The chunk's n_slots contiguous free slots start here and hold
-                // RECORD_HEADER + body_len bytes; slot memory is 8-aligned.
-                encode(chunk.as_mut_ptr(pad).wrapping_add(RECORD_HEADER), places);
+                // RECORD_HEADER + body_len bytes (`place_record`); slot memory is 8-aligned.
+                let dst = chunk.bytes_mut(pad).into_sub(RECORD_HEADER, body_len);
+                encode(dst.expect("a record's slots hold its body"), places);
             }
             Some(b) => {
                 // Block (or extent) b is ours, just allocated for body_len bytes (checked by
                 // `check_body`), 64-aligned.
-                encode(self.pool.home().block_ptr(b), places);
+                encode(self.pool.block_mut(b, body_len), places);
                 chunk.write_pod(pad, 0, [1, REC_BLOCK, body_len as u32, b]);
             }
         }
