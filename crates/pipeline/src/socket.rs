@@ -109,7 +109,8 @@ impl Tx for SockTx {
     fn send(&mut self, frames: &[Frame]) -> Result<(), TransportError> {
         for seg in wire::segments(frames) {
             let b = wire::build(seg).map_err(TransportError::Other)?;
-            let (words, len) = shm_ring::message::encode_inline(&b)
+            let (words, len) = b
+                .encode_inline()
                 .map_err(|e| TransportError::Other(e.to_string()))?;
             if len > self.max {
                 return Err(TransportError::Other(format!(
@@ -237,8 +238,8 @@ impl SockRx {
         let len = self.len.take().unwrap_or(0);
         self.have = 0;
         let body = &bytemuck::cast_slice::<u64, u8>(&self.buf)[..len];
-        let view =
-            shm_ring::message::decode(body).map_err(|e| TransportError::Other(e.to_string()))?;
+        let view = shm_ring::MessageView::decode(body)
+            .map_err(|e| TransportError::Other(e.to_string()))?;
         let mut frames = Vec::new();
         wire::decode(view, &mut frames, None).map_err(TransportError::Other)?;
         Ok(frames)

@@ -8,7 +8,7 @@
 //! fields are the item's arrays and metadata, nothing reserved. The end of stream
 //! ([`TAG_EOS`]) and an error report ([`TAG_ERROR`]) are messages of their own whose fields
 //! are the counters / the report (no JSON). The socket transport sends the same messages,
-//! encoded with `shm_ring::message::encode_inline`.
+//! encoded with `shm_ring::MessageBuilder::encode_inline`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -605,9 +605,9 @@ mod tests {
         let mut out = Vec::new();
         for seg in segments(frames) {
             let b = build(seg).unwrap();
-            let (words, len) = shm_ring::message::encode_inline(&b).unwrap();
+            let (words, len) = b.encode_inline().unwrap();
             let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
-            decode(shm_ring::message::decode(body).unwrap(), &mut out, None).unwrap();
+            decode(shm_ring::MessageView::decode(body).unwrap(), &mut out, None).unwrap();
         }
         out
     }

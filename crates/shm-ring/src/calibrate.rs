@@ -27,7 +27,7 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
         ..ChannelConfig::default()
     };
     let mut tx = Sender::<Message>::anonymous(&cfg)?;
-    let mut rx = Receiver::<Message>::from_fd(tx.segment().file().try_clone()?.into())?;
+    let mut rx = Receiver::<Message>::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
     let src = vec![1u8; bytes];
     let consumer = std::thread::spawn(move || -> Result<u64, Error> {
         let mut sum = 0u64;

@@ -63,7 +63,7 @@ impl DType {
     }
 
     /// The dtype of a code byte, if valid.
-    pub const fn from_code(code: u8) -> Option<DType> {
+    pub(crate) const fn from_code(code: u8) -> Option<DType> {
         if code >= 1 && code <= 13 {
             Some(DType::ALL[code as usize - 1])
         } else {

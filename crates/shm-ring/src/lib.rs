@@ -85,12 +85,16 @@ mod fork;
 #[cfg(not(loom))]
 mod link;
 #[cfg(not(loom))]
-pub mod message;
+mod message;
 #[cfg(not(loom))]
 mod pool;
 #[cfg(not(loom))]
-pub mod rendezvous;
+mod rendezvous;
+// The SPSC ring: public only for the loom models, the ring conformance tests and the harness.
+#[cfg(any(loom, feature = "unstable-internals"))]
 pub mod ring;
+#[cfg(not(any(loom, feature = "unstable-internals")))]
+mod ring;
 #[cfg(not(loom))]
 mod schema;
 mod sync;
@@ -113,19 +117,28 @@ pub use channel::{ChannelLayout, SchemaWire, channel_layout, typed_channel_layou
 #[cfg(not(loom))]
 pub use dtype::{DType, Element};
 #[cfg(not(loom))]
-pub use error::{BLOCK_OR_LARGE_POOL, Error};
+pub use error::Error;
 #[cfg(not(loom))]
 pub use fork::Owner;
-#[cfg(not(loom))]
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
 pub use link::segment::{Segment, SegmentInfo};
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
+pub use message::read_in_place;
 #[cfg(not(loom))]
-pub use message::{ArrayInfo, FieldRef, MessageBuilder, MessageView, MetaValue, RecordView};
+pub use message::{
+    ArrayInfo, FieldRef, Fields, MessageBuilder, MessageView, MetaValue, RecordView, Records,
+};
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};
 #[cfg(not(loom))]
 pub use rendezvous::Rendezvous;
+#[cfg(all(not(loom), feature = "unstable-internals"))]
+#[doc(hidden)]
+pub use rendezvous::fetch_descriptor;
 #[cfg(not(loom))]
-pub use schema::{FieldError, SchemaError, ValueType};
+pub use schema::{FieldError, SchemaError};
 #[cfg(not(loom))]
 pub use transfer::{DEFAULT_THRESHOLD, Transfer};
 

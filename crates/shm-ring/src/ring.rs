@@ -43,9 +43,12 @@ use std::fmt;
 use crate::sync::{AtomicU32, Ordering, fence};
 
 mod chunks;
+// A ring on the heap: for the loom models and the conformance tests, not used by the channel.
+#[cfg(any(loom, test, feature = "unstable-internals"))]
 mod heap;
 
 pub use chunks::{ReadChunk, WriteChunkUninit};
+#[cfg(any(loom, test, feature = "unstable-internals"))]
 pub use heap::{HeapStorage, heap_ring};
 
 /// A value padded and aligned to 128 bytes (two cache lines, against adjacent-line prefetch),
@@ -179,6 +182,7 @@ pub struct Consumer<S> {
 ///
 /// # Panics
 /// If the shape is invalid.
+#[cfg(any(loom, test, feature = "unstable-internals"))]
 pub fn split<S: Storage>(a: S, b: S, shape: RingShape) -> (Producer<S>, Consumer<S>) {
     (Producer::attach(a, shape), Consumer::attach(b, shape))
 }
@@ -224,6 +228,7 @@ impl<S: Storage> Producer<S> {
 
     /// Slots written but not yet published (see [`WriteChunkUninit::stage`]).
     #[inline]
+    #[cfg(any(loom, test, feature = "unstable-internals"))]
     pub fn staged(&self) -> u32 {
         self.staged
     }

@@ -490,7 +490,7 @@ fn exported_offsets_are_where_the_code_writes() {
     tx.send(msg()).unwrap();
     let r = l.record_wire;
     let rec = peek(&mem, l.desc_slots, l.record_header);
-    let (encoded, len) = shm_ring::message::encode_inline(&msg()).unwrap();
+    let (encoded, len) = msg().encode_inline().unwrap();
     assert_eq!(u32_at(&rec, r.kind), r.kind_inline);
     assert_eq!(u32_at(&rec, r.body_len) as usize, len);
     assert_eq!(

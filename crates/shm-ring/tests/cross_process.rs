@@ -172,7 +172,7 @@ fn clean_close_drains_then_disconnects() {
     for i in 0..10 {
         tx.send(MessageBuilder::new().meta_i64("i", i)).unwrap();
     }
-    tx.close();
+    drop(tx); // closes the channel
     for i in 0..10 {
         assert_eq!(rx.recv().unwrap().record(0).unwrap().meta_i64("i"), Some(i));
     }

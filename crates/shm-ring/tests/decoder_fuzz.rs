@@ -5,8 +5,8 @@
 #![cfg(not(loom))]
 
 use proptest::prelude::*;
-use shm_ring::message::{decode, encode_inline, read_in_place};
-use shm_ring::{DType, MessageBuilder};
+use shm_ring::read_in_place;
+use shm_ring::{DType, MessageBuilder, MessageView};
 
 /// A valid body: `records` records of `fields` fields (arrays of all dtypes and metadata),
 /// with arrays large enough that some bodies take the header-copy path (> 4 KiB).
@@ -48,7 +48,7 @@ fn valid_body(seed: u64, records: usize, fields: usize, big: bool) -> Vec<u8> {
             };
         }
     }
-    let (buf, len) = encode_inline(&b).unwrap();
+    let (buf, len) = b.encode_inline().unwrap();
     bytemuck::cast_slice::<u64, u8>(&buf)[..len].to_vec()
 }
 
@@ -92,7 +92,7 @@ fn apply(body: &mut Vec<u8>, m: &Mutation) {
 
 fn read_all(body: &[u8]) {
     // Owned path: the body is private; then the in-place path.
-    if let Ok(v) = decode(body) {
+    if let Ok(v) = MessageView::decode(body) {
         for r in v.records().flatten() {
             for f in r.fields().flatten() {
                 let _ = r.array_bytes(f.name());
@@ -122,7 +122,7 @@ proptest! {
         let mut body = valid_body(seed, records, fields, big);
         let n = read_in_place(&body).unwrap();
         prop_assert_eq!(n, records * fields);
-        prop_assert!(decode(&body).is_ok());
+        prop_assert!(MessageView::decode(&body).is_ok());
         for m in &muts {
             apply(&mut body, m);
             read_all(&body);

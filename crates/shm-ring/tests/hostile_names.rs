@@ -186,7 +186,7 @@ fn a_server_that_is_not_the_channels_creator_is_refused() {
     let guard = common::name_guard(&[&name]);
     let mut creator = common::Peer::spawn(&["produce-hang", &name]);
     assert_eq!(creator.line(), "ready");
-    let theirs = shm_ring::rendezvous::fetch_descriptor(&Rendezvous::default(), &name).unwrap();
+    let theirs = shm_ring::fetch_descriptor(&Rendezvous::default(), &name).unwrap();
     let (err, _) = open_against(Some((HELLO.to_vec(), vec![theirs])));
     assert!(
         err.contains(&format!("served by pid {}", std::process::id()))

@@ -3,8 +3,7 @@
 #![cfg(not(loom))]
 
 use proptest::prelude::*;
-use shm_ring::message::{decode, encode_inline};
-use shm_ring::{DType, MessageBuilder, MetaValue};
+use shm_ring::{DType, FieldRef, MessageBuilder, MessageView, MetaValue};
 
 #[derive(Debug, Clone)]
 enum Field {
@@ -67,14 +66,14 @@ proptest! {
                 };
             }
         }
-        let (buf, len) = encode_inline(&b).unwrap();
+        let (buf, len) = b.encode_inline().unwrap();
         let body = &bytemuck::cast_slice::<u64, u8>(&buf)[..len];
-        let m = decode(body).unwrap();
+        let m = MessageView::decode(body).unwrap();
         prop_assert_eq!(m.tag(), tag);
         prop_assert_eq!(m.len(), records.len());
         for (ri, rec) in records.iter().enumerate() {
             let r = m.record(ri).unwrap();
-            prop_assert_eq!(r.len(), rec.len());
+            prop_assert_eq!(r.fields().count(), rec.len());
             for (fi, f) in rec.iter().enumerate() {
                 let name = names[ri][fi].as_str();
                 match f {
@@ -110,7 +109,7 @@ proptest! {
         let mut aligned = vec![0u64; bytes.len().div_ceil(8)];
         bytemuck::cast_slice_mut::<u64, u8>(&mut aligned)[..bytes.len()].copy_from_slice(&bytes);
         let body = &bytemuck::cast_slice::<u64, u8>(&aligned)[..bytes.len()];
-        if let Ok(m) = decode(body) {
+        if let Ok(m) = MessageView::decode(body) {
             for r in m.records().flatten() {
                 for f in r.fields() {
                     let _ = f;
@@ -127,15 +126,16 @@ proptest! {
             .meta_str("id", "abc")
             .array_slice("x", &[4, 4], &data)
             .unwrap();
-        let (mut buf, len) = encode_inline(&b).unwrap();
+        let (mut buf, len) = b.encode_inline().unwrap();
         let bytes = bytemuck::cast_slice_mut::<u64, u8>(&mut buf);
         let at = flip_at % len;
         bytes[at] ^= 1 << bit;
         let body = &bytemuck::cast_slice::<u64, u8>(&buf)[..len];
         // Either an error, or a message whose arrays are all within the body.
-        if let Ok(m) = decode(body) {
+        if let Ok(m) = MessageView::decode(body) {
             for r in m.records().flatten() {
-                for a in r.arrays().flatten() {
+                for f in r.fields().flatten() {
+                    let FieldRef::Array(a) = f else { continue };
                     let start = a.bytes.as_ptr() as usize - body.as_ptr() as usize;
                     prop_assert!(start + a.bytes.len() <= len);
                 }
@@ -156,9 +156,9 @@ fn record_tags_round_trip_and_default_to_zero() {
         .meta_i64("n", 1)
         .next_record()
         .record_tag(1 << 40);
-    let (words, len) = encode_inline(&m).expect("encode");
+    let (words, len) = m.encode_inline().expect("encode");
     let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
-    let view = decode(body).expect("decode");
+    let view = MessageView::decode(body).expect("decode");
     let tags: Vec<u64> = view.records().map(|r| r.expect("record").tag()).collect();
     assert_eq!(tags, [u64::MAX, 0, 1 << 40]);
 }

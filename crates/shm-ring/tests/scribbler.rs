@@ -82,7 +82,7 @@ fn consume(mut rx: Receiver, until: Instant) -> (u64, u64, Duration, Vec<(String
             match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(m) => {
                     ok += 1;
-                    for r in 0..m.len() {
+                    for r in 0..m.view().len() {
                         if let Ok(rec) = m.record(r) {
                             let _ = rec.array::<f32>("x").map(|a| a.sum());
                             let _ = rec.array::<f32>("y").map(|a| a.sum());

@@ -75,7 +75,7 @@ fn try_recv_recv_batch_and_timeouts() {
     let mut seen = Vec::new();
     assert_eq!(rx.recv_batch(8, None, |v| seen.push(v * 2)).unwrap(), 1);
     assert_eq!(seen, [16]);
-    tx.close();
+    drop(tx); // closes the channel
     assert!(matches!(
         rx.try_recv(),
         Err(TryRecvError::Failed(RecvError::Disconnected))

@@ -82,7 +82,7 @@ pub fn produce(
         tx.send(msg)?;
         seq += 1;
     }
-    tx.close();
+    drop(tx); // closes the channel: the consumer drains, then sees Disconnected
     Ok(())
 }
 

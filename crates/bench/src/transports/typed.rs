@@ -59,7 +59,7 @@ fn produce_n<const N: usize>(name: &str, run: Duration) -> Result<(), BoxError> 
         tx.send(&value)?;
         seq += 1;
     }
-    tx.close();
+    drop(tx); // closes the channel: the consumer drains, then sees Disconnected
     Ok(())
 }
 

@@ -27,7 +27,7 @@ pub(super) fn pythonize(text: &str) -> String {
         .replace("send_timeout", "send(..., timeout=...)")
         .replace(
             "ChannelConfig::rendezvous",
-            &format!("${}", shm_ring::rendezvous::DIR_ENV),
+            &format!("${}", shm_ring::Rendezvous::DIR_ENV),
         );
     while let Some(i) = s.find("ChannelConfig::") {
         let rest = &s[i + "ChannelConfig::".len()..];
@@ -76,7 +76,7 @@ pub fn ring_err(py: Python<'_>, e: impl Into<shm_ring::Error>) -> PyErr {
             "no channel named {n:?}: its producer has not created it yet, or closed it, or \
              died; start the producer first, or wait for it with Receiver.open(name, \
              timeout=seconds) (both processes must use the same socket directory: ${})",
-            shm_ring::rendezvous::DIR_ENV
+            shm_ring::Rendezvous::DIR_ENV
         )),
         E::Busy(pid) => {
             let err = ShmpipeError::new_err(format!(

@@ -1,6 +1,6 @@
 //! `Sender`: the producer end of a channel.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -369,7 +369,7 @@ impl Sender {
         }
         lock(&self.inner)
             .as_ref()
-            .map(|t| t.segment().file().as_raw_fd())
+            .map(|t| t.as_fd().as_raw_fd())
             .ok_or_else(closed)
     }
 

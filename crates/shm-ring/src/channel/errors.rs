@@ -325,11 +325,6 @@ impl<T> TrySendError<T> {
         }
     }
 
-    /// Whether there was no room.
-    pub fn is_full(&self) -> bool {
-        matches!(self, TrySendError::Full(_))
-    }
-
     /// From the internal error of a send, giving `v` back (`Timeout`: no room).
     pub(crate) fn from_internal(e: Error, v: T) -> TrySendError<T> {
         match e {
@@ -348,11 +343,6 @@ impl<T> SendTimeoutError<T> {
             | SendTimeoutError::Disconnected(v)
             | SendTimeoutError::Failed(_, v) => v,
         }
-    }
-
-    /// Whether the time ran out.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, SendTimeoutError::Timeout(_))
     }
 
     /// From the internal error of a send with a deadline, giving `v` back.
@@ -394,16 +384,6 @@ impl TryRecvError {
             e => TryRecvError::Failed(RecvError::from_internal(e)),
         }
     }
-
-    /// Whether the channel was merely empty.
-    pub fn is_empty(&self) -> bool {
-        matches!(self, TryRecvError::Empty)
-    }
-
-    /// Whether the producer closed and everything was received.
-    pub fn is_disconnected(&self) -> bool {
-        matches!(self, TryRecvError::Failed(RecvError::Disconnected))
-    }
 }
 
 impl RecvTimeoutError {
@@ -412,16 +392,6 @@ impl RecvTimeoutError {
             Error::Timeout => RecvTimeoutError::Timeout,
             e => RecvTimeoutError::Failed(RecvError::from_internal(e)),
         }
-    }
-
-    /// Whether the time ran out.
-    pub fn is_timeout(&self) -> bool {
-        matches!(self, RecvTimeoutError::Timeout)
-    }
-
-    /// Whether the producer closed and everything was received.
-    pub fn is_disconnected(&self) -> bool {
-        matches!(self, RecvTimeoutError::Failed(RecvError::Disconnected))
     }
 }
 
@@ -460,7 +430,7 @@ impl fmt::Display for CreateError {
                 f,
                 "cannot serve the name '{n}': the socket directory cannot be used (set ${} \
                  or ChannelConfig::rendezvous to a directory of this user)",
-                crate::rendezvous::DIR_ENV
+                crate::sys::dir::DIR_ENV
             ),
             CreateError::Untrusted(w) => f.write_str(w),
             CreateError::NoSpace {

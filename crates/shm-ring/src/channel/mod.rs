@@ -19,6 +19,7 @@
 
 mod config;
 pub(crate) mod errors;
+mod into_error;
 mod owned;
 mod payload;
 mod receiver;

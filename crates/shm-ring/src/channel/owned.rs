@@ -32,16 +32,6 @@ impl Message {
         self.view().tag()
     }
 
-    /// Number of records.
-    pub fn len(&self) -> usize {
-        self.view().len()
-    }
-
-    /// Whether the message has no record.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// Record `i`.
     ///
     /// # Errors

@@ -12,27 +12,29 @@ use super::{ChannelConfig, Message};
 use crate::error::Error;
 use crate::schema::ValueType;
 
-mod sealed {
-    pub trait Sealed {}
+pub(super) mod sealed {
+    use super::{ChannelConfig, Error, ValueType};
+
+    /// What the crate needs of a payload; private, so that `Payload` is sealed and these stay
+    /// out of the public API.
+    pub trait Sealed {
+        /// The value type written into a typed channel's segment (`None`: messages).
+        fn value_type() -> Option<ValueType>;
+
+        /// The geometry a channel of this payload is created with, from the user's `cfg`.
+        fn channel_config(cfg: &ChannelConfig) -> Result<ChannelConfig, Error>;
+    }
 }
 
 /// The payload of a channel: [`Message`] (named n-d arrays, self-describing) or any
 /// `T: bytemuck::Pod` (a fixed-size value written straight into a ring slot). Sealed: the two
 /// kinds are the crate's, the value type is yours.
-pub trait Payload: sealed::Sealed {
-    /// The value type written into a typed channel's segment (`None`: messages).
-    #[doc(hidden)]
-    fn value_type() -> Option<ValueType>;
+pub trait Payload: sealed::Sealed {}
 
-    /// The geometry a channel of this payload is created with, from the user's `cfg`.
-    #[doc(hidden)]
-    fn channel_config(cfg: &ChannelConfig) -> Result<ChannelConfig, Error>;
-}
+impl Payload for Message {}
+impl<T: Pod> Payload for T {}
 
-impl sealed::Sealed for Message {}
-impl<T: Pod> sealed::Sealed for T {}
-
-impl Payload for Message {
+impl sealed::Sealed for Message {
     fn value_type() -> Option<ValueType> {
         None
     }
@@ -42,7 +44,7 @@ impl Payload for Message {
     }
 }
 
-impl<T: Pod> Payload for T {
+impl<T: Pod> sealed::Sealed for T {
     fn value_type() -> Option<ValueType> {
         Some(ValueType::of::<T>())
     }

@@ -54,10 +54,11 @@ impl<P> std::fmt::Debug for Receiver<P> {
 }
 
 mod open;
+mod record_header;
 mod records;
 mod returns;
 
-use records::{Rec, n_of};
+use record_header::{Rec, n_of};
 pub(super) use returns::RxShared;
 
 impl<P> Receiver<P> {

@@ -109,12 +109,17 @@ impl<P> Sender<P> {
         self.server.as_ref().map(|s| s.name())
     }
 
-    /// The segment (e.g. to pass an anonymous channel's file to a child).
+    /// The segment, for tests that look at its memory file. Not a stable API: to pass an
+    /// anonymous channel to a child, use the sender's `AsFd`.
+    #[cfg(feature = "unstable-internals")]
+    #[doc(hidden)]
     pub fn segment(&self) -> &Segment {
         &self.seg
     }
 
-    /// The configuration.
+    /// The configuration, as adjusted at creation (for tests). Not a stable API.
+    #[cfg(feature = "unstable-internals")]
+    #[doc(hidden)]
     pub fn config(&self) -> &ChannelConfig {
         &self.cfg
     }
@@ -137,10 +142,13 @@ impl<P> Sender<P> {
         free().map_err(SendError::from_internal)
     }
 
-    /// Number of descriptor slots in use (messages sent and not yet consumed): queue occupancy.
+    /// Number of descriptor slots in use (messages sent and not yet consumed): queue occupancy,
+    /// for the harness. Not a stable API.
     ///
     /// # Errors
     /// [`SendError::Corrupt`] for an impossible ring index.
+    #[cfg(feature = "unstable-internals")]
+    #[doc(hidden)]
     pub fn queued_slots(&mut self) -> Result<u32, SendError> {
         let cap = self.desc.shape().capacity;
         let free = self
@@ -329,7 +337,7 @@ impl Sender<Message> {
     ///     }
     /// };
     /// assert_eq!(sent, 2);
-    /// assert_eq!(back.len(), 1); // the message that did not fit, whole
+    /// let _unsent: MessageBuilder<'_> = back; // the message that did not fit, whole
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
     #[allow(clippy::result_large_err)]
@@ -538,10 +546,6 @@ impl<P> Sender<P> {
         self.stats.messages += 1;
         Ok(())
     }
-
-    /// Closes the channel: the consumer receives everything sent so far, then
-    /// [`Error::Disconnected`]. Same as dropping the sender.
-    pub fn close(self) {}
 }
 
 impl<P> Drop for Sender<P> {

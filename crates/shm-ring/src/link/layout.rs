@@ -5,9 +5,8 @@
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::link::geometry::{LARGE_OUT, MAX_LARGE_POOL, PAGE, PoolGeom};
 use crate::link::segment::Segment;
-use crate::pool::PoolGeom;
-use crate::pool::large::{LARGE_OUT, MAX_LARGE_POOL, PAGE};
 use crate::ring::{self, RingHeader, RingShape, Storage};
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 

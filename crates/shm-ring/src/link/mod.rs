@@ -3,6 +3,7 @@
 
 pub(crate) mod bytes;
 pub(crate) mod claim;
+pub(crate) mod geometry;
 pub(crate) mod layout;
 pub(crate) mod segment;
 pub(crate) mod wait;

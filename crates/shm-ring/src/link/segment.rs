@@ -131,6 +131,8 @@ pub struct Segment {
     info: SegmentInfo,
     map: MmapRaw,
     file: File,
+    // Read only by `is_owner`, for tests (unstable-internals).
+    #[cfg_attr(not(feature = "unstable-internals"), allow(dead_code))]
     owner: bool,
 }
 
@@ -228,6 +230,7 @@ impl Segment {
     /// assert_eq!(seg.len(), 4096);
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
+    #[cfg_attr(not(feature = "unstable-internals"), allow(dead_code))]
     pub fn anonymous(size: usize) -> Result<Segment, Error> {
         Self::anonymous_reserving("anon", size, size)
     }
@@ -427,6 +430,7 @@ impl Segment {
     }
 
     /// Always false: a segment holds at least its header.
+    #[cfg_attr(not(feature = "unstable-internals"), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         false
     }
@@ -437,6 +441,7 @@ impl Segment {
     }
 
     /// Whether this handle created the segment.
+    #[cfg_attr(not(feature = "unstable-internals"), allow(dead_code))]
     pub fn is_owner(&self) -> bool {
         self.owner
     }

@@ -79,11 +79,10 @@ impl<'a> MessageBuilder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::message::{decode, encode_inline};
     use crate::{FieldRef, MessageView};
 
     fn body(b: &MessageBuilder<'_>) -> Vec<u8> {
-        let (words, len) = encode_inline(b).unwrap();
+        let (words, len) = b.encode_inline().unwrap();
         bytemuck::cast_slice::<u64, u8>(&words)[..len].to_vec()
     }
 
@@ -112,7 +111,7 @@ mod tests {
         assert_eq!(body(&in_place), body(&by_value));
 
         let bytes = body(&in_place);
-        let m: MessageView<'_> = decode(&bytes).unwrap();
+        let m: MessageView<'_> = MessageView::decode(&bytes).unwrap();
         assert_eq!((m.tag(), m.len()), (9, 2));
         let r0 = m.record(0).unwrap();
         assert_eq!((r0.tag(), r0.meta_i64("i")), (5, Some(-3)));

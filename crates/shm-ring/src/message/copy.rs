@@ -2,8 +2,6 @@
 
 use super::decode::{rd_u32, rd_u64};
 use super::*;
-use crate::dtype::DType;
-use crate::error::Error;
 use crate::link::bytes::ShmBytes;
 
 /// Bodies up to this size are copied whole for an in-place read; larger ones get their
@@ -88,7 +86,7 @@ fn copy_headers(src: ShmBytes<'_>, dst: &mut [u8]) {
 ///
 /// # Errors
 /// [`Error::Corrupt`] (or a lookup error) on an invalid encoding.
-#[doc(hidden)]
+#[cfg(feature = "unstable-internals")]
 pub fn read_in_place(body: &[u8]) -> Result<usize, Error> {
     let mut scratch = vec![0u64; body.len().div_ceil(8)];
     let copy = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..body.len()];

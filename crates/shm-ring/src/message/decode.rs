@@ -158,11 +158,6 @@ impl<'a> MessageView<'a> {
         }
         Ok(())
     }
-
-    /// The raw body bytes (a private copy: no other process can change them).
-    pub fn body(&self) -> &'a [u8] {
-        self.body
-    }
 }
 
 /// Iterator over the records of a message.

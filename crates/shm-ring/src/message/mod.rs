@@ -130,13 +130,13 @@ mod build_mut;
 mod copy;
 mod decode;
 mod encode;
+mod inline;
 
 pub(crate) use crate::pool::PoolRef;
 pub(crate) use copy::copy_for_parse;
-#[doc(hidden)]
+#[cfg(feature = "unstable-internals")]
 pub use copy::read_in_place;
-pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records, decode};
-pub use encode::encode_inline;
+pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records};
 pub(crate) use encode::{body_len, check_limits, encode};
 
 #[inline]
@@ -194,8 +194,8 @@ pub(crate) struct FieldB<'a> {
 ///     .meta_i64("start", 1_700_000_000)
 ///     .array("x", &x)
 ///     .next_record()
-///     .meta_i64("start", 1_700_003_600);
-/// assert_eq!(msg.len(), 2);
+///     .meta_i64("start", 1_700_003_600); // two records
+/// # drop(msg);
 /// ```
 #[derive(Debug, Default)]
 pub struct MessageBuilder<'a> {
@@ -221,17 +221,10 @@ impl<'a> MessageBuilder<'a> {
         self
     }
 
-    /// Number of records so far (as [`MessageView::len`](crate::MessageView::len) on the
-    /// receiving side).
+    /// Number of records so far.
     #[inline]
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.record_starts.len() + 1
-    }
-
-    /// Always false: a message has at least one record (it may have no field).
-    #[inline]
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Sets the tag of the current record (free for the application, like the message tag;

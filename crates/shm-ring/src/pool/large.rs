@@ -23,15 +23,8 @@ use std::time::{Duration, Instant};
 use crate::error::{Error, corrupt};
 use crate::link::segment::Segment;
 
-/// Largest [`ChannelConfig::large_pool`](crate::ChannelConfig::large_pool): 1 TiB.
-pub const MAX_LARGE_POOL: usize = 1 << 40;
-
-/// Bytes of a page: the granularity of commits and of the large size class's extents.
-pub(crate) const PAGE: usize = 4096;
-
-/// Most extents of the large size class out at once (in flight or loaned); the completion
-/// ring has room for all of them besides every block.
-pub(crate) const LARGE_OUT: u32 = 64;
+pub use crate::link::geometry::MAX_LARGE_POOL;
+pub(crate) use crate::link::geometry::{LARGE_OUT, PAGE};
 
 /// Most bytes of extents of the large size class a producer has out at once (in flight or
 /// loaned), unless a single item is larger: then it goes alone, once at most half of this

@@ -15,38 +15,7 @@ use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn};
 use crate::dtype::{DType, Element};
 use crate::link::segment::Segment;
 
-/// Geometry of a pool inside a mapped segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct PoolGeom {
-    /// Offset of block 0 from the start of the segment (64-byte aligned).
-    pub off: usize,
-    /// Bytes per block (a multiple of 64).
-    pub block_size: usize,
-    /// Number of blocks.
-    pub blocks: u32,
-    /// Offset of the large size class's area (page-aligned, after the blocks).
-    pub large_off: usize,
-    /// Bytes of that area (0: no large size class). Extent `page` is block index
-    /// `blocks + page`.
-    pub large_len: usize,
-}
-
-impl PoolGeom {
-    /// Where `len` bytes of block index `idx` (a block, or an extent of the large size class)
-    /// start in the segment, if they lie inside the pool: blocks hold at most `block_size`
-    /// bytes, extents anything up to the end of the area. Checked arithmetic: `idx` and `len`
-    /// may come from a hostile peer.
-    #[inline]
-    pub(crate) fn locate(&self, idx: u64, len: u64) -> Option<usize> {
-        if idx < u64::from(self.blocks) {
-            return (len <= self.block_size as u64)
-                .then(|| self.off + idx as usize * self.block_size);
-        }
-        let at = (idx - u64::from(self.blocks)).checked_mul(4096)?;
-        let end = at.checked_add(len)?;
-        (end <= self.large_len as u64).then(|| self.large_off + at as usize)
-    }
-}
+pub(crate) use crate::link::geometry::PoolGeom;
 
 /// Shared by a [`crate::Sender`] and every loan it handed out.
 #[derive(Debug)]
@@ -228,16 +197,6 @@ impl<T: Element> ArrayLoanUninit<T> {
     /// The array's shape.
     pub fn shape(&self) -> &[usize] {
         &self.token.shape
-    }
-
-    /// Number of elements.
-    pub fn len(&self) -> usize {
-        self.token.len
-    }
-
-    /// Whether the array has no element.
-    pub fn is_empty(&self) -> bool {
-        self.token.len == 0
     }
 
     /// The elements, in row-major order, to be written.

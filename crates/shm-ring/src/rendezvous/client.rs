@@ -49,6 +49,8 @@ impl Rendezvous {
     /// # Errors
     /// [`Error::InvalidArgument`] for a bad name, [`Error::Untrusted`] for a socket directory
     /// we do not trust.
+    #[cfg(feature = "unstable-internals")]
+    #[doc(hidden)]
     pub fn remove_stale(&self, name: &str) -> Result<bool, Error> {
         check_name(name)?;
         let Some(dir) = SocketDir::open(self, false)? else {

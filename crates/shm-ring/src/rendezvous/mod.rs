@@ -51,9 +51,7 @@ pub(crate) use server::NameServer;
 
 use crate::error::Error;
 
-/// The environment variable that overrides the socket directory of named channels (when
-/// [`Rendezvous::dir`] is not set).
-pub const DIR_ENV: &str = "SHMPIPE_DIR";
+pub(crate) use crate::sys::dir::DIR_ENV;
 
 /// The greeting every answer of a name server starts with (and, with the descriptor, is):
 /// it names the protocol and its version.
@@ -100,6 +98,14 @@ pub struct Rendezvous {
 }
 
 impl Rendezvous {
+    /// The environment variable that overrides the socket directory of named channels (when
+    /// [`Rendezvous::dir`] is not set): `SHMPIPE_DIR`.
+    pub const DIR_ENV: &str = DIR_ENV;
+
+    /// Longest channel name: `bind`/`connect` take paths of at most 107 bytes, and names are
+    /// reached as `/proc/self/fd/<dir>/<name>` (at most 25 bytes before the name).
+    pub const MAX_NAME: usize = MAX_NAME;
+
     /// Whether `uid` may be at the other end of a named channel.
     pub(crate) fn allows(&self, uid: u32) -> bool {
         uid == crate::sys::euid() || self.peer_uid == Some(uid)
@@ -117,9 +123,8 @@ pub fn fetch_descriptor(rdv: &Rendezvous, name: &str) -> Result<std::os::fd::Own
     fetch(rdv, name, std::time::Instant::now() + ANSWER_TIMEOUT).map(|f| f.fd)
 }
 
-/// Longest channel name: `bind`/`connect` take paths of at most 107 bytes, and names are
-/// reached as `/proc/self/fd/<dir>/<name>` (at most 25 bytes before the name).
-pub const MAX_NAME: usize = 80;
+/// Longest channel name (see [`Rendezvous::MAX_NAME`]).
+pub(crate) const MAX_NAME: usize = 80;
 
 /// Checks a channel name: 1 to [`MAX_NAME`] characters from `[A-Za-z0-9._-]`, not starting
 /// with '.'.

@@ -90,6 +90,7 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
 
     /// Whether the chunk has no slot (the ring is full).
     #[inline]
+    #[cfg_attr(not(any(loom, feature = "unstable-internals")), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -211,6 +212,7 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
 
     /// Publishes every slot of the chunk: `commit(len)`.
     #[inline]
+    #[cfg_attr(not(any(loom, feature = "unstable-internals")), allow(dead_code))]
     pub fn commit_all(self) -> bool {
         let k = self.len;
         self.commit(k)
@@ -245,12 +247,14 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
 
     /// Whether the chunk has no slot (nothing published).
     #[inline]
+    #[cfg_attr(not(any(loom, feature = "unstable-internals")), allow(dead_code))]
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
     /// Number of slots of the chunk from slot `i` on that are adjacent in memory.
     #[inline]
+    #[cfg_attr(not(any(loom, feature = "unstable-internals")), allow(dead_code))]
     pub fn contiguous(&self, i: u32) -> u32 {
         if i >= self.len {
             return 0;
@@ -272,6 +276,7 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
     /// If `i >= len`.
     #[inline]
     #[track_caller]
+    #[cfg_attr(not(any(loom, feature = "unstable-internals")), allow(dead_code))]
     pub fn as_ptr(&self, i: u32) -> *const u8 {
         if i >= self.len {
             bad_access(i, self.len, 0, 0);

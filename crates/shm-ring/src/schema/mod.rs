@@ -7,4 +7,4 @@ mod value;
 pub(crate) mod wire;
 
 pub use error::{FieldError, SchemaError};
-pub use value::ValueType;
+pub(crate) use value::ValueType;

@@ -13,17 +13,8 @@ use crate::dtype::DType;
 ///
 /// Two values match when their size, alignment and (if known) dtype and shape agree; the type
 /// name is recorded for error messages only (two programs defining the same struct in
-/// different modules can share a channel).
-///
-/// # Examples
-/// ```
-/// use shm_ring::{DType, ValueType};
-/// let v = ValueType::of::<[f32; 16]>();
-/// assert_eq!(v.dtype(), Some(DType::F32));
-/// assert_eq!(v.shape(), Some(&[16][..]));
-/// assert_eq!(v.to_string(), "f32 array of shape [16] (64 bytes)");
-/// assert!(!v.matches(&ValueType::of::<[u32; 16]>()));
-/// ```
+/// different modules can share a channel). Internal: users see it only in the texts of
+/// [`SchemaError::Mismatch`](crate::SchemaError::Mismatch).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValueType {
     pub(crate) size: u32,
@@ -168,5 +159,8 @@ mod tests {
         assert!(!v.matches(&ValueType::of::<[u64; 2]>()));
         assert!(!ValueType::of::<[f32; 16]>().matches(&ValueType::of::<[f64; 8]>()));
         assert!(ValueType::of::<[f32; 16]>().matches(&ValueType::of::<[f32; 16]>()));
+        let v = ValueType::of::<[f32; 16]>();
+        assert_eq!(v.to_string(), "f32 array of shape [16] (64 bytes)");
+        assert!(!v.matches(&ValueType::of::<[u32; 16]>()));
     }
 }

@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
+/// The environment variable that overrides the socket directory of named channels
+/// (`Rendezvous::DIR_ENV`). Here, below both, because the rendezvous reads it and the
+/// errors' texts name it.
+pub(crate) const DIR_ENV: &str = "SHMPIPE_DIR";
+
 /// Makes the directory `path` with mode 0700 (less the umask); `Ok(false)` if something of
 /// that name exists already (not followed, not checked: the caller opens and checks it).
 pub(crate) fn make_private_dir(path: &Path) -> rustix::io::Result<bool> {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use shm_ring::{ChannelConfig, Message, OpenError, Receiver, RecvTimeoutError, Sender};
 
-use crate::real::{exit_child, exit_this_thread_only, fork_now, reap, say, stdin_lines, sum_x};
+use crate::process::{exit_child, exit_this_thread_only, fork_now, reap, say, stdin_lines, sum_x};
 
 pub(super) fn hold_leaderless(arg: &dyn Fn(usize) -> String) -> Result<(), String> {
     let mut rx = Receiver::<Message>::open_timeout(&arg(1), Duration::from_secs(10))

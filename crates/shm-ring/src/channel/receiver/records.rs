@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use super::Receiver;
+use super::record_header::{Rec, n_of};
 use crate::channel::ShmRing;
 use crate::channel::{REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::{Error, corrupt};
@@ -12,29 +13,6 @@ use crate::link::segment::Segment;
 use crate::link::wait::block_on;
 use crate::ring;
 use crate::sync::Ordering;
-
-pub(super) fn n_of(rec: &Rec) -> u32 {
-    match *rec {
-        Rec::Inline { n_slots, .. } => n_slots,
-        Rec::Block { .. } => 1,
-        Rec::Pad(n) => n,
-    }
-}
-
-/// A received record header, validated.
-pub(super) enum Rec {
-    Pad(u32),
-    Inline {
-        n_slots: u32,
-        body_len: usize,
-    },
-    /// A body in block (or large extent) `block`, at `at` in the segment.
-    Block {
-        block: u32,
-        at: usize,
-        body_len: usize,
-    },
-}
 
 impl<P> Receiver<P> {
     /// Reads and validates the record header at our read position, if a record is there.

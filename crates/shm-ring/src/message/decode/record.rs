@@ -21,16 +21,6 @@ impl<'a> RecordView<'a> {
         self.tag
     }
 
-    /// Number of fields.
-    pub fn len(&self) -> usize {
-        self.fields as usize
-    }
-
-    /// Whether the record has no field.
-    pub fn is_empty(&self) -> bool {
-        self.fields == 0
-    }
-
     fn find(&self, name: &str) -> Result<FieldRef<'a>, Error> {
         let mut fields = self.fields();
         while let Some(f) = fields.find(name) {
@@ -76,24 +66,6 @@ impl<'a> RecordView<'a> {
             });
         }
         bytemuck::try_cast_slice(a.bytes).map_err(|e| corrupt(format!("array '{name}': {e:?}")))
-    }
-
-    /// Every array of the record.
-    pub fn arrays(&self) -> impl Iterator<Item = Result<ArrayInfo<'a>, Error>> + 'a {
-        self.fields().filter_map(|f| match f {
-            Ok(FieldRef::Array(a)) => Some(Ok(a)),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        })
-    }
-
-    /// Every metadata value of the record.
-    pub fn metas(&self) -> impl Iterator<Item = Result<(&'a str, MetaValue<'a>), Error>> + 'a {
-        self.fields().filter_map(|f| match f {
-            Ok(FieldRef::Meta(n, v)) => Some(Ok((n, v))),
-            Ok(_) => None,
-            Err(e) => Some(Err(e)),
-        })
     }
 
     /// The array `name` and its description.

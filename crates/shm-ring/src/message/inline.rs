@@ -1,0 +1,38 @@
+//! A message outside a channel: encoded into one self-contained byte string (every array
+//! inline), for another transport (a socket, a file), and decoded back.
+
+use super::{MessageBuilder, MessageView, decode, encode};
+use crate::error::Error;
+
+impl MessageBuilder<'_> {
+    /// Encodes the message with every array inline into a fresh, 8-aligned buffer; returns the
+    /// buffer and the length of the body in bytes (the buffer is padded to whole words).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a loaned array (it lives in a channel's pool) and for a
+    /// message over the encoding's limits.
+    ///
+    /// # Examples
+    /// ```
+    /// use shm_ring::{MessageBuilder, MessageView};
+    /// let (words, len) = MessageBuilder::new().tag(3).meta_i64("n", 7).encode_inline()?;
+    /// let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+    /// let m = MessageView::decode(body)?;
+    /// assert_eq!((m.tag(), m.record(0)?.meta_i64("n")), (3, Some(7)));
+    /// # Ok::<(), shm_ring::Error>(())
+    /// ```
+    pub fn encode_inline(&self) -> Result<(Vec<u64>, usize), Error> {
+        encode::encode_inline(self)
+    }
+}
+
+impl<'a> MessageView<'a> {
+    /// Decodes a body made by [`MessageBuilder::encode_inline`] (as read from a socket or a
+    /// file); a body that refers to pool blocks is refused.
+    ///
+    /// # Errors
+    /// [`Error::Corrupt`] on any invalid encoding.
+    pub fn decode(body: &'a [u8]) -> Result<MessageView<'a>, Error> {
+        decode::decode(body)
+    }
+}
