@@ -42,6 +42,9 @@ use std::fmt;
 
 use crate::sync::{AtomicU32, Ordering, fence};
 
+// Bounds-checked views of shared-memory bytes: the one way the layers above touch them.
+#[cfg(not(loom))]
+pub(crate) mod bytes;
 mod chunks;
 // A ring on the heap: for the loom models and the conformance tests, not used by the channel.
 #[cfg(any(loom, test, feature = "unstable-internals"))]

@@ -28,9 +28,11 @@ mod values;
 
 #[cfg(feature = "unstable-internals")]
 use crate::error::Error;
+#[cfg(feature = "unstable-internals")]
+use crate::link::layout::CHANNEL_HEADER_AT;
 use crate::link::layout::{
-    CHANNEL_HEADER_AT, ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL, Layout, REC_BLOCK,
-    REC_INLINE, REC_PAD, RECORD_HEADER, ShmRing, channel_header,
+    ChannelHeader, DESC_RING_AT, DROPPED_MARK, KIND_CHANNEL, Layout, REC_BLOCK, REC_INLINE,
+    REC_PAD, RECORD_HEADER, ShmRing, channel_header,
 };
 use crate::link::segment::Segment;
 pub use crate::pool::large::LARGE_IN_FLIGHT;

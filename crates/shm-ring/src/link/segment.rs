@@ -27,7 +27,7 @@ use memmap2::{MmapOptions, MmapRaw};
 use rustix::io::Errno;
 
 use crate::error::Error;
-use crate::link::bytes::{ShmBytes, ShmBytesMut};
+use crate::ring::bytes::{ShmBytes, ShmBytesMut};
 use crate::sys;
 
 /// First bytes of every segment: `b"SHMPIPE\0"` read as a little-endian `u64`.

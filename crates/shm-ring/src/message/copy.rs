@@ -2,7 +2,7 @@
 
 use super::decode::{rd_u32, rd_u64};
 use super::*;
-use crate::link::bytes::ShmBytes;
+use crate::ring::bytes::ShmBytes;
 
 /// Bodies up to this size are copied whole for an in-place read; larger ones get their
 /// headers copied and their inline array data read in place.

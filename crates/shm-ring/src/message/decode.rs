@@ -7,8 +7,8 @@ use smallvec::SmallVec;
 use super::*;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, corrupt};
-use crate::link::bytes::ShmBytes;
 use crate::pool::PoolRef;
+use crate::ring::bytes::ShmBytes;
 
 mod record;
 

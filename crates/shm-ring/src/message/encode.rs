@@ -4,7 +4,7 @@ use smallvec::SmallVec;
 
 use super::*;
 use crate::error::Error;
-use crate::link::bytes::ShmBytesMut;
+use crate::ring::bytes::ShmBytesMut;
 
 fn field_size(f: &FieldB<'_>, place: Place) -> usize {
     let name = f.name.len();

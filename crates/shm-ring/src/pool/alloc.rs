@@ -16,13 +16,13 @@
 use std::sync::Arc;
 
 use crate::error::{Error, corrupt};
-use crate::link::bytes::ShmBytesMut;
 use crate::link::claim::DeadConsumer;
 use crate::link::layout::{DROPPED_MARK, ShmRing};
 use crate::pool::PoolHome;
 use crate::pool::large::LargePool;
 use crate::pool::large::PAGE;
 use crate::ring;
+use crate::ring::bytes::ShmBytesMut;
 use crate::sync::AtomicU32;
 
 /// The producer's block allocator and the consumer end of the completion ring.

@@ -2,9 +2,9 @@
 //! the pool's geometry and the mapping before any byte is viewed.
 
 use crate::error::{Error, corrupt};
-use crate::link::bytes::ShmBytes;
 use crate::link::segment::Segment;
 use crate::pool::PoolGeom;
+use crate::ring::bytes::ShmBytes;
 
 /// The pool a message's block references resolve against: where the blocks and the large
 /// size class's area lie (`geom`) in the mapped segment (`seg`, valid for `'a`). Made only

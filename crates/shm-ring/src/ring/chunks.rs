@@ -16,7 +16,7 @@
 //! volatile copies ([`ReadChunk::read_pod`], [`WriteChunkUninit::write_pod`]), each read once
 //! into a private value the caller validates. The channel, which encodes and reads bodies in
 //! place, asks for a checked byte view of the contiguous slots (`WriteChunkUninit::bytes_mut`,
-//! `Consumer::slot_bytes`; see `link::bytes`); other users of the ring may ask for a raw
+//! `Consumer::slot_bytes`; see `ring::bytes`); other users of the ring may ask for a raw
 //! pointer ([`WriteChunkUninit::as_mut_ptr`], [`ReadChunk::as_ptr`]) and the number of bytes
 //! they may touch there.
 
@@ -128,14 +128,14 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
 
     /// The bytes of the contiguous slots of the chunk from slot `i` on
     /// (`contiguous(i) * slot_size` bytes), to write while the chunk lives: for a body
-    /// encoded in place. (The link's byte views are not part of the loom build.)
+    /// encoded in place. (The byte views are not part of the loom build.)
     ///
     /// # Panics
     /// If `i >= len`.
     #[cfg(not(loom))]
     #[inline]
     #[track_caller]
-    pub(crate) fn bytes_mut(&mut self, i: u32) -> crate::link::bytes::ShmBytesMut<'_> {
+    pub(crate) fn bytes_mut(&mut self, i: u32) -> crate::ring::bytes::ShmBytesMut<'_> {
         let len = self.contiguous(i) as usize * self.slot_size();
         let p = self.as_mut_ptr(i);
         // SAFETY: slots `i .. i + contiguous(i)` are free slots of this chunk (between our
@@ -143,7 +143,7 @@ impl<'a, S: Storage> WriteChunkUninit<'a, S> {
         // keeps valid while the producer lives; the chunk borrows the producer mutably for
         // the view's lifetime, so nothing else of ours writes or reads them, and a consumer
         // never reads a free slot (a hostile one writing there only spoils what it reads).
-        unsafe { crate::link::bytes::ShmBytesMut::from_raw_parts(p, len) }
+        unsafe { crate::ring::bytes::ShmBytesMut::from_raw_parts(p, len) }
     }
 
     /// Writes `value` at byte `off` of slot `i`, with a volatile store.
@@ -361,14 +361,14 @@ impl<'a, S: Storage> ReadChunk<'a, S> {
 impl<S: Storage> Consumer<S> {
     /// The bytes of the slots from the one `i` positions after our read position up to the
     /// end of the slot array (`contiguous(i) * slot_size` bytes), to read (copies of checked
-    /// ranges, see `link::bytes`). Whether they hold a published record is the caller's
+    /// ranges, see `ring::bytes`). Whether they hold a published record is the caller's
     /// business; the view only promises that the bytes are mapped.
     #[inline]
-    pub(crate) fn slot_bytes(&self, i: u32) -> crate::link::bytes::ShmBytes<'_> {
+    pub(crate) fn slot_bytes(&self, i: u32) -> crate::ring::bytes::ShmBytes<'_> {
         let len = self.contiguous(i) as usize * self.shape.slot_size as usize;
         // SAFETY: the slot of position `head + i` and the ones after it up to the end of the
         // slot array lie in the `capacity * slot_size` bytes of slot memory the storage keeps
         // valid while it lives (the `Storage` contract), and `&self` keeps it alive.
-        unsafe { crate::link::bytes::ShmBytes::from_raw_parts(self.slot(i), len) }
+        unsafe { crate::ring::bytes::ShmBytes::from_raw_parts(self.slot(i), len) }
     }
 }

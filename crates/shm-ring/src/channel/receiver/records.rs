@@ -8,10 +8,10 @@ use super::record_header::{Rec, n_of};
 use crate::channel::ShmRing;
 use crate::channel::{REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::{Error, corrupt};
-use crate::link::bytes::ShmBytes;
 use crate::link::segment::Segment;
 use crate::link::wait::block_on;
 use crate::ring;
+use crate::ring::bytes::ShmBytes;
 use crate::sync::Ordering;
 
 impl<P> Receiver<P> {

@@ -12,8 +12,8 @@ use smallvec::SmallVec;
 use super::Sender;
 use crate::channel::{LARGE_OUT, REC_BLOCK, REC_INLINE, REC_PAD, RECORD_HEADER};
 use crate::error::Error;
-use crate::link::bytes::ShmBytesMut;
 use crate::message::{ArraySrc, NEW_BLOCK, NEW_EXTENT, Place};
+use crate::ring::bytes::ShmBytesMut;
 
 /// Whether `p` is an array still to be copied into a new block or extent.
 fn is_new(p: Place) -> bool {
