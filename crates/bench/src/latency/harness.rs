@@ -8,9 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::idle::IdleCpu;
-use super::{Peer, Samples, Side};
+use super::{LatencyArgs, Peer, Samples, Side};
 use crate::BoxError;
-use crate::cli::LatencyArgs;
 use crate::goals::Goal;
 use crate::pingpong::{self, Placement};
 use crate::runner::{self, PROBE_BATCHES, PROBE_TRIPS, Proc, rotated, unique_name};

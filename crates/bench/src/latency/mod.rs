@@ -21,12 +21,14 @@ pub mod shm;
 
 use std::fmt;
 use std::io::Write;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::BoxError;
 use crate::kernel;
+use crate::parse::parse_duration_or_zero;
 use crate::sys;
 
 /// Floats in the ping-pong message.
@@ -207,6 +209,32 @@ pub fn echo<P: PingPong>(p: &mut P, total: u64) -> Result<(), BoxError> {
         p.echo(seq)?;
     }
     Ok(())
+}
+
+/// `latency` options.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LatencyArgs {
+    /// Measured round trips per peer, split evenly over the rounds.
+    #[arg(long, default_value_t = 20_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub trips: u64,
+    /// Interleaved rounds (fresh processes per peer and round, peers rotated each round).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..))]
+    pub rounds: u32,
+    /// Unmeasured round trips at the start of each peer's round.
+    #[arg(long, default_value_t = 1_000)]
+    pub warmup: u64,
+    /// Peers, comma-separated (default: every one this binary was built with).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub peers: Vec<Peer>,
+    /// How long the idle shm-ring receiver stays blocked (`0` skips it).
+    #[arg(long, default_value = "2s", value_parser = parse_duration_or_zero)]
+    pub idle: Duration,
+    /// Write one row per peer (percentiles) to this CSV file.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Do not print a line per round.
+    #[arg(long)]
+    pub no_progress: bool,
 }
 
 /// Arguments of one latency worker process (the hidden `latency-worker` subcommand).
