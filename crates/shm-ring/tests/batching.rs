@@ -9,6 +9,28 @@ use std::time::{Duration, Instant};
 use common::{name_guard, unique};
 use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
+/// Waits until the `sender` thread, blocked on a full ring, sleeps on the futex; takes one
+/// message with `take_one`; then joins the thread and asserts its send succeeded within 2 s of
+/// that (`what` names the sender in the failure). Returns the sender.
+fn join_after_one_taken<T, E: std::fmt::Debug>(
+    sender: std::thread::JoinHandle<(Result<(), E>, Instant, T)>,
+    take_one: impl FnOnce(),
+    what: &str,
+) -> T {
+    // Long enough for the sender to stop spinning and sleep on the futex.
+    std::thread::sleep(Duration::from_millis(200));
+    take_one();
+    let took_one = Instant::now();
+    let (r, done, tx) = sender.join().unwrap();
+    r.unwrap();
+    let lag = done.saturating_duration_since(took_one);
+    assert!(
+        lag < Duration::from_secs(2),
+        "{what} went on {lag:?} after a slot was taken"
+    );
+    tx
+}
+
 /// A sender blocked on a full ring goes on as soon as the receiver takes one message, although
 /// the receiver hands slots back only in batches of a quarter of the ring otherwise.
 #[test]
@@ -30,16 +52,12 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
         let r = tx.send_timeout(MessageBuilder::new().tag(64), Duration::from_secs(10));
         (r, Instant::now(), tx)
     });
-    // Long enough for the sender to stop spinning and sleep on the futex.
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(rx.recv().unwrap().tag(), 0);
-    let took_one = Instant::now();
-    let (r, done, tx) = sender.join().unwrap();
-    r.unwrap();
-    let lag = done.saturating_duration_since(took_one);
-    assert!(
-        lag < Duration::from_secs(2),
-        "the sender went on {lag:?} after a slot was taken"
+    let tx = join_after_one_taken(
+        sender,
+        || {
+            assert_eq!(rx.recv().unwrap().tag(), 0);
+        },
+        "the sender",
     );
     for i in 1..=64 {
         assert_eq!(rx.recv().unwrap().tag(), i);
@@ -96,16 +114,12 @@ fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
         let r = tx.send_timeout([64.0; 16], Duration::from_secs(10));
         (r, Instant::now(), tx)
     });
-    // Long enough for the sender to stop spinning and sleep on the futex.
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(rx.recv().unwrap()[0], 0.0);
-    let took_one = Instant::now();
-    let (r, done, tx) = sender.join().unwrap();
-    r.unwrap();
-    let lag = done.saturating_duration_since(took_one);
-    assert!(
-        lag < Duration::from_secs(2),
-        "the typed sender went on {lag:?} after a slot was taken"
+    let tx = join_after_one_taken(
+        sender,
+        || {
+            assert_eq!(rx.recv().unwrap()[0], 0.0);
+        },
+        "the typed sender",
     );
     for i in 1..=64 {
         assert_eq!(rx.recv().unwrap()[0], i as f32);

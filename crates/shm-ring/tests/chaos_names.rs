@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, checksum, name_guard, unique};
+use common::{Peer, checksum, name_guard, open_fds, unique};
 use shm_ring::{
     ChannelConfig, Error, Message, MessageBuilder, Receiver, SendError, SendTimeoutError, Sender,
 };
@@ -18,10 +18,6 @@ const RUNS: u32 = 200;
 /// More messages than the ring holds (1024 slots, one per message): a producer must wait for
 /// its consumer, so it meets a killed consumer too.
 const COUNT: u64 = 3000;
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
 
 /// xorshift64: the instants, reproducible from the seed printed on failure.
 struct Rng(u64);

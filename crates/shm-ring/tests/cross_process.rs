@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, checksum, name_guard, unique};
+use common::{Peer, checksum, name_guard, send_filled, unique};
 use shm_ring::{
     ChannelConfig, CreateError, LoanError, Message, MessageBuilder, OpenError, Receiver, RecvError,
     RecvTimeoutError, SendError, Sender, Transfer,
@@ -98,11 +98,7 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
     };
     let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mut consumer = Peer::spawn(&["hold", &name, "5"]);
-    for i in 0..5 {
-        let loan = tx.loan::<u32>(&[1000]).unwrap().fill(i);
-        tx.send(MessageBuilder::new().array_loan("x", loan))
-            .unwrap();
-    }
+    send_filled(&mut tx, 0..5);
     assert_eq!(consumer.line(), "held 5");
     assert_eq!(tx.free_blocks().unwrap(), 3);
     consumer.kill();

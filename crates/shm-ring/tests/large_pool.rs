@@ -42,6 +42,22 @@ fn data(n: usize, seed: u32) -> Vec<f32> {
     (0..n).map(|i| (i as u32 ^ seed) as f32).collect()
 }
 
+/// Sends `x` as array "x" and receives it within `limit` (its length checked), dropping the
+/// message at once.
+fn send_x_and_receive_it(tx: &mut Sender, rx: &mut Receiver, x: &[f32], limit: Duration) {
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("x", &[x.len()], x)
+            .unwrap(),
+    )
+    .unwrap();
+    let m = rx.recv_timeout(limit).unwrap();
+    assert_eq!(
+        m.record(0).unwrap().array::<f32>("x").unwrap().len(),
+        x.len()
+    );
+}
+
 #[test]
 fn arrays_bodies_and_loans_larger_than_a_block_round_trip() {
     for transfer in [Transfer::default(), Transfer::ZeroCopy, Transfer::Copy] {
@@ -120,18 +136,7 @@ fn memory_follows_large_items_and_is_given_back_after() {
     let x = data(3 * MIB, 7);
     let mut peak = 0;
     for _ in 0..60 {
-        tx.send(
-            MessageBuilder::new()
-                .array_slice("x", &[x.len()], &x)
-                .unwrap(),
-        )
-        .unwrap();
-        let m = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(
-            m.record(0).unwrap().array::<f32>("x").unwrap().len(),
-            x.len()
-        );
-        drop(m);
+        send_x_and_receive_it(&mut tx, &mut rx, &x, Duration::from_secs(5));
         peak = peak.max(held(&tx));
     }
     assert!(
@@ -349,18 +354,7 @@ fn a_record_body_past_the_large_area_is_corrupt() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
     // The extent came back through the "dropped" note: the channel goes on.
-    tx.send(
-        MessageBuilder::new()
-            .array_slice("x", &[x.len()], &x)
-            .unwrap(),
-    )
-    .unwrap();
-    let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
-    assert_eq!(
-        m.record(0).unwrap().array::<f32>("x").unwrap().len(),
-        x.len()
-    );
-    drop(m);
+    send_x_and_receive_it(&mut tx, &mut rx, &x, Duration::from_secs(2));
     assert_eq!(tx.trim_memory(Duration::ZERO).unwrap(), 0, "no extent lost");
     drop((tx, rx));
     guard.assert_gone();

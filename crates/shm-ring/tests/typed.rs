@@ -271,19 +271,25 @@ fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
     guard.assert_gone();
 }
 
-#[test]
-fn closed_producer_in_another_process_drains_then_disconnected() {
-    let name = unique("typed-drain");
-    let guard = name_guard(&[&name]);
-    let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
-    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
-    for i in 0..300 {
+/// Opens channel `name` of the typed producer `peer` (`typed-produce <name> <n> close`) and
+/// receives its `n` values (`[i; 16]` for i in 0..n), then `Disconnected`; the producer
+/// exits successfully, saying it closed.
+fn receive_all_then_disconnected(name: &str, peer: Peer, n: usize) {
+    let mut rx = Receiver::<[f32; 16]>::open_timeout(name, Duration::from_secs(10)).unwrap();
+    for i in 0..n {
         assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
     }
     assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
     let (ok, out, err) = peer.finish(Duration::from_secs(10));
     assert!(ok && out.contains("closed"), "{out} {err}");
-    drop(rx);
+}
+
+#[test]
+fn closed_producer_in_another_process_drains_then_disconnected() {
+    let name = unique("typed-drain");
+    let guard = name_guard(&[&name]);
+    let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
+    receive_all_then_disconnected(&name, peer, 300);
     guard.assert_gone();
 }
 
@@ -295,14 +301,7 @@ fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
     assert_eq!(peer.line(), "sent");
     // The producer has dropped its sender and lingers for a consumer.
     std::thread::sleep(Duration::from_millis(100));
-    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
-    for i in 0..5 {
-        assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
-    }
-    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
-    let (ok, out, err) = peer.finish(Duration::from_secs(10));
-    assert!(ok && out.contains("closed"), "{out} {err}");
-    drop(rx);
+    receive_all_then_disconnected(&name, peer, 5);
     guard.assert_gone();
 }
 
