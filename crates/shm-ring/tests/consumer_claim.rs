@@ -46,6 +46,20 @@ fn consumer_holding_two(tag: &str, cmd: &str) -> (String, NameGuard, Sender, Pee
     (name, guard, tx, peer)
 }
 
+/// A channel (no linger) named after `tag` and its guard, whose consumer (the peer
+/// `hold <name> 1`) has been sent one message (tag 1).
+fn consumer_holding_one(tag: &str) -> (String, NameGuard, Sender, Peer) {
+    let name = unique(tag);
+    let guard = name_guard(&[&name]);
+    let (mut tx, peer) = producer_and_consumer_peer(
+        &name,
+        &no_linger(Rendezvous::default()),
+        &["hold", &name, "1"],
+    );
+    tx.send(MessageBuilder::new().tag(1)).unwrap();
+    (name, guard, tx, peer)
+}
+
 /// Sum of the u32 array "x" of a message.
 fn sum_x(m: &shm_ring::Message) -> u64 {
     let r = m.record(0).unwrap();
@@ -80,14 +94,7 @@ fn a_dead_process() -> (u32, u64) {
 /// that sends now and then into a ring with room, forever.
 #[test]
 fn a_dead_consumers_claim_does_not_keep_a_new_consumer_out() {
-    let name = unique("rv-busy");
-    let guard = name_guard(&[&name]);
-    let (mut tx, mut old) = producer_and_consumer_peer(
-        &name,
-        &no_linger(Rendezvous::default()),
-        &["hold", &name, "1"],
-    );
-    tx.send(MessageBuilder::new().tag(1)).unwrap();
+    let (name, guard, mut tx, mut old) = consumer_holding_one("rv-busy");
     assert_eq!(old.line(), "held 0");
     let dead = old.pid();
     old.kill();
@@ -201,14 +208,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_claim() {
 #[test]
 fn new_consumers_racing_for_a_dead_claim_get_one_winner() {
     for round in 0..5 {
-        let name = unique("claim-race");
-        let guard = name_guard(&[&name]);
-        let (mut tx, mut old) = producer_and_consumer_peer(
-            &name,
-            &no_linger(Rendezvous::default()),
-            &["hold", &name, "1"],
-        );
-        tx.send(MessageBuilder::new().tag(1)).unwrap();
+        let (name, guard, mut tx, mut old) = consumer_holding_one("claim-race");
         assert_eq!(old.line(), "held 0");
         old.kill();
         tx.send(MessageBuilder::new().tag(2)).unwrap();

@@ -283,11 +283,19 @@ fn the_header_area_size_is_checked_against_the_segment() {
 /// A named channel with a large pool, holding one message whose 2 MiB array lies in the
 /// first extent (block index `blocks`).
 fn named_with_extent(tag: &str) -> (String, Sender, Receiver, shm_ring::ChannelLayout) {
+    named_with_half_mib_array(tag, &cfg())
+}
+
+/// A named channel of config `c` (and its layout) into which one message with a 2 MiB array
+/// "x" (`data(MIB / 2, 1)`) has been sent.
+fn named_with_half_mib_array(
+    tag: &str,
+    c: &ChannelConfig,
+) -> (String, Sender, Receiver, shm_ring::ChannelLayout) {
     let name = unique(tag);
-    let c = cfg();
-    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let mut tx = Sender::<Message>::create(&name, c).unwrap();
     let rx = Receiver::<Message>::open(&name).unwrap();
-    let l = shm_ring::channel_layout(&c).unwrap();
+    let l = shm_ring::channel_layout(c).unwrap();
     let x = data(MIB / 2, 1);
     tx.send(
         MessageBuilder::new()
@@ -324,24 +332,15 @@ fn an_array_reference_past_the_large_area_is_corrupt() {
 
 #[test]
 fn a_record_body_past_the_large_area_is_corrupt() {
-    let name = unique("large-rec");
-    let guard = name_guard(&[&name]);
     let c = ChannelConfig {
         transfer: Transfer::Copy,
         ..cfg()
     };
-    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
-    let mut rx = Receiver::<Message>::open(&name).unwrap();
-    let l = shm_ring::channel_layout(&c).unwrap();
-    let w = l.record_wire;
     // A 2 MiB body (Copy: the array is in it) lies in the first extent.
+    let (name, mut tx, mut rx, l) = named_with_half_mib_array("large-rec", &c);
+    let guard = name_guard(&[&name]);
     let x = data(MIB / 2, 1);
-    tx.send(
-        MessageBuilder::new()
-            .array_slice("x", &[x.len()], &x)
-            .unwrap(),
-    )
-    .unwrap();
+    let w = l.record_wire;
     let pages = (l.large_len / 4096) as u32;
     let blocks = c.blocks;
     // The body's extent moved to the last page: its 2 MiB would run past the area.
