@@ -56,6 +56,23 @@ fn reg() -> Registry {
         })
 }
 
+/// Starts `b` with one worker of `read_shared` reading `data` and runs one item through it
+/// (at most 20 s), the pipeline guarded meanwhile.
+fn run_read_shared_once(
+    b: shmpipe::PipelineBuilder,
+    data: serde_json::Value,
+) -> Result<Vec<Item>, Error> {
+    let p = b
+        .step_with("read_shared", serde_json::json!({ "data": data }))
+        .workers(1)
+        .start()
+        .unwrap();
+    let _g = guarded(&p);
+    within(Duration::from_secs(20), "the run", move || {
+        p.run([Item::new().with_meta("n", 0)])
+    })
+}
+
 fn memfds_named(pid: u32) -> usize {
     proc::fd_links(pid)
         .iter()
@@ -163,16 +180,7 @@ fn unsealed_files_and_unknown_handles_are_refused() {
         matches!(&e, Error::Config(m) if m.contains("did not share")),
         "{e}"
     );
-    let p = b
-        .step_with("read_shared", serde_json::json!({"data": 3}))
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
-    let e = within(Duration::from_secs(20), "the run", move || {
-        p.run([Item::new().with_meta("n", 0)])
-    })
-    .unwrap_err();
+    let e = run_read_shared_once(b, serde_json::json!(3)).unwrap_err();
     assert!(
         e.to_string().contains("not a shared descriptor handle"),
         "{e}"
@@ -235,16 +243,7 @@ fn handles_made_after_a_clone_belong_to_one_clone() {
         "{e}"
     );
     // The handle made before the clone names X in both.
-    let p = b
-        .step_with("read_shared", serde_json::json!({"data": hx}))
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
-    let out = within(Duration::from_secs(20), "the run", move || {
-        p.run([Item::new().with_meta("n", 0)])
-    })
-    .unwrap();
+    let out = run_read_shared_once(b, serde_json::json!(hx)).unwrap();
     assert_eq!(out[0].str("data"), Some("X"));
 }
 
