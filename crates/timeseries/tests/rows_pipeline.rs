@@ -31,15 +31,21 @@ fn fixture_copy(name: &str, tag: &str) -> shmpipe_test_kit::TempFile {
     copy
 }
 
+/// The rows registry (after `shmpipe::init`), the daily frequency and a copy of the daily
+/// fixture (tagged `tag`) that the test may change.
+fn daily_copy(tag: &str) -> (shmpipe::Registry, Freq, shmpipe_test_kit::TempFile) {
+    let reg = register_rows(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let freq: Freq = "D".parse().unwrap();
+    (reg, freq, fixture_copy("daily.feather", tag))
+}
+
 fn workload(freq: Freq, transform: bool) -> RowsWorkload {
     RowsWorkload {
+        // Every admissible point: an exact count.
         chain: ChainConfig {
             freq,
-            context_length: 12,
-            prediction_length: 4,
-            // Far above the series lengths: every admissible point, an exact count.
-            num_instances: 1e6,
-            ..ChainConfig::default()
+            ..common::exhaustive_chain()
         },
         batch_size: 1,
         epochs: 2,
@@ -184,10 +190,7 @@ fn a_store_dropped_after_start_is_still_the_one_the_workers_read() {
 #[test]
 fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
     use shmpipe::ndarray::Array1;
-    let reg = register_rows(shmpipe::Registry::new());
-    shmpipe::init(&reg);
-    let freq: Freq = "D".parse().unwrap();
-    let copy = fixture_copy("daily.feather", "mapped-arrow");
+    let (reg, freq, copy) = daily_copy("mapped-arrow");
     let rows = ArrowDataset::open(&copy.0, freq).unwrap().len();
     assert!(rows >= 3, "{rows} rows");
     let mut args = ChainConfig {
@@ -245,10 +248,7 @@ fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
 /// truncated in the middle of the run changes nothing for the workers.
 #[test]
 fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
-    let reg = register_rows(shmpipe::Registry::new());
-    shmpipe::init(&reg);
-    let freq: Freq = "D".parse().unwrap();
-    let copy = fixture_copy("daily.feather", "shared-arrow");
+    let (reg, freq, copy) = daily_copy("shared-arrow");
     let entries = ArrowDataset::open(&copy.0, freq)
         .unwrap()
         .entries()
