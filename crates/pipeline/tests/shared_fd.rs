@@ -62,12 +62,10 @@ fn run_read_shared_once(
     b: shmpipe::PipelineBuilder,
     data: serde_json::Value,
 ) -> Result<Vec<Item>, Error> {
-    let p = b
-        .step_with("read_shared", serde_json::json!({ "data": data }))
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
+    let (p, _g) = start_guarded(
+        b.step_with("read_shared", serde_json::json!({ "data": data }))
+            .workers(1),
+    );
     within(Duration::from_secs(20), "the run", move || {
         p.run([Item::new().with_meta("n", 0)])
     })
@@ -133,15 +131,13 @@ fn a_dropped_descriptor_and_a_new_one_with_its_number_are_not_confused() {
     let a = sealed("dataset A");
     let mut b = Pipeline::builder(&reg);
     let h = b.share_fd(a.as_fd()).unwrap();
-    let p = b
-        .step_with(
+    let (p, _g) = start_guarded(
+        b.step_with(
             "read_shared",
             serde_json::json!({"data": h, "build_delay_ms": 300}),
         )
-        .workers(2)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
+        .workers(2),
+    );
     let number = a.as_raw_fd();
     drop(a);
     let b_fd = sealed("dataset B");

@@ -40,6 +40,16 @@ fn daily_copy(tag: &str) -> (shmpipe::Registry, Freq, shmpipe_test_kit::TempFile
     (reg, freq, fixture_copy("daily.feather", tag))
 }
 
+/// Cuts the file at `path` to nothing (under a reader that may have it mapped).
+fn truncate(path: &std::path::Path) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
 fn workload(freq: Freq, transform: bool) -> RowsWorkload {
     RowsWorkload {
         // Every admissible point: an exact count.
@@ -218,12 +228,7 @@ fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
     outcome.push(p.dequeue());
     if matches!(outcome[0], Ok(Some(_))) {
         // The worker has the file open (mapped, before the fix) and has read row 0.
-        std::fs::File::options()
-            .write(true)
-            .open(&copy.0)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        truncate(&copy.0);
         for r in 1..rows as i64 {
             p.enqueue(row(r)).unwrap();
         }
@@ -262,12 +267,7 @@ fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
     let mut seen = 0;
     while let Some(item) = p.dequeue().unwrap() {
         if seen == 0 {
-            std::fs::File::options()
-                .write(true)
-                .open(&copy.0)
-                .unwrap()
-                .set_len(0)
-                .unwrap();
+            truncate(&copy.0);
         }
         let row = item.i64(ROW_META).unwrap() as usize;
         assert!(same(&item_to_entry(item, freq).unwrap(), &entries[row]));

@@ -110,6 +110,20 @@ pub fn guarded(p: &Pipeline) -> (String, Vec<u32>, (ShmGuard, KillOnDrop)) {
     (id, pids, g)
 }
 
+/// Starts `b` (it must start), with [`guarded`]'s id, pids and guards.
+pub fn start_guarded(b: PipelineBuilder) -> (Pipeline, (String, Vec<u32>, (ShmGuard, KillOnDrop))) {
+    let p = b.start().unwrap();
+    let g = guarded(&p);
+    (p, g)
+}
+
+/// Starts `b` (it must start), with a guard that kills its processes when the test ends.
+pub fn start_killing_on_drop(b: PipelineBuilder) -> (Pipeline, KillOnDrop) {
+    let p = b.start().unwrap();
+    let g = KillOnDrop(p.pids());
+    (p, g)
+}
+
 /// The first error the pipeline's outputs end with; panics with `why` if they end without
 /// one.
 pub fn first_error(p: Pipeline, why: &str) -> shmpipe::Error {
