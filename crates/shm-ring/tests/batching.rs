@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{name_guard, unique};
+use common::named;
 use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
 
 /// Waits until the `sender` thread, blocked on a full ring, sleeps on the futex; takes one
@@ -35,8 +35,7 @@ fn join_after_one_taken<T, E: std::fmt::Debug>(
 /// the receiver hands slots back only in batches of a quarter of the ring otherwise.
 #[test]
 fn a_blocked_sender_proceeds_when_one_message_is_taken() {
-    let name = unique("batch-full");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("batch-full");
     let cfg = ChannelConfig {
         slots: 64,
         ..ChannelConfig::default()
@@ -70,8 +69,7 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
 /// a burst sent with `send_batch` arrives whole and in order.
 #[test]
 fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
-    let name = unique("batch-lone");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("batch-lone");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     for i in 0..10 {
@@ -97,8 +95,7 @@ fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
 /// hand them back once per quarter of the ring, so this sender timed out).
 #[test]
 fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
-    let name = unique("batch-typed-full");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("batch-typed-full");
     let cfg = ChannelConfig {
         slots: 64,
         ..ChannelConfig::default()

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, checksum, name_guard, open_fds, unique};
+use common::{Peer, checksum, named, open_fds};
 use shm_ring::{
     ChannelConfig, Error, Message, MessageBuilder, Receiver, SendError, SendTimeoutError, Sender,
 };
@@ -148,8 +148,7 @@ fn sigkill_of_either_side_of_a_named_channel_at_a_random_instant_200_times() {
     let mut ends = std::collections::BTreeMap::<String, u32>::new();
     let t0 = Instant::now();
     for run in 0..RUNS {
-        let name = unique("chaos");
-        let guard = name_guard(&[&name]);
+        let (name, guard) = named("chaos");
         // One run in ten (both sides) is not killed: the clean end is covered by design.
         let delay = (run % 10 >= 2).then(|| Duration::from_micros(rng.below(80_000)));
         let side = if run % 2 == 0 { "consumer" } else { "producer" };

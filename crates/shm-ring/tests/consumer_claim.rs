@@ -10,8 +10,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use common::{
-    NameGuard, Peer, name_guard, poke, producer_and_consumer_peer, send_filled, unique,
-    zero_copy_blocks,
+    NameGuard, Peer, named, poke, producer_and_consumer_peer, send_filled, zero_copy_blocks,
 };
 use shm_ring::{
     ChannelConfig, LoanError, Message, MessageBuilder, OpenError, Receiver, Rendezvous, SendError,
@@ -39,8 +38,7 @@ fn send_two(tx: &mut Sender, first: u32) {
 /// A channel of [`two_blocks`] named after `tag` and its guard, whose consumer (the peer
 /// `cmd <name> 2`) has been sent the two messages of `send_two(tx, 1)`.
 fn consumer_holding_two(tag: &str, cmd: &str) -> (String, NameGuard, Sender, Peer) {
-    let name = unique(tag);
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named(tag);
     let (mut tx, peer) = producer_and_consumer_peer(&name, &two_blocks(), &[cmd, &name, "2"]);
     send_two(&mut tx, 1);
     (name, guard, tx, peer)
@@ -49,8 +47,7 @@ fn consumer_holding_two(tag: &str, cmd: &str) -> (String, NameGuard, Sender, Pee
 /// A channel (no linger) named after `tag` and its guard, whose consumer (the peer
 /// `hold <name> 1`) has been sent one message (tag 1).
 fn consumer_holding_one(tag: &str) -> (String, NameGuard, Sender, Peer) {
-    let name = unique(tag);
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named(tag);
     let (mut tx, peer) = producer_and_consumer_peer(
         &name,
         &no_linger(Rendezvous::default()),

@@ -7,13 +7,12 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Peer, name_guard, producer_and_consumer_peer, send_filled, unique, zero_copy_blocks};
+use common::{Peer, named, producer_and_consumer_peer, send_filled, zero_copy_blocks};
 use shm_ring::{LoanError, Message, MessageBuilder, Receiver};
 
 #[test]
 fn a_forked_childs_drops_do_not_free_what_the_parent_holds() {
-    let name = unique("fork-drop");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("fork-drop");
     let cfg = zero_copy_blocks(1);
     let (mut tx, mut consumer) = producer_and_consumer_peer(&name, &cfg, &["fork-drop", &name]);
     send_filled(&mut tx, [1]);
@@ -46,8 +45,7 @@ fn a_forked_childs_drops_do_not_free_what_the_parent_holds() {
 
 #[test]
 fn a_forked_child_cannot_send_on_an_inherited_sender() {
-    let name = unique("fork-send");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("fork-send");
     let mut producer = Peer::spawn(&["fork-send", &name]);
     let mut rx = Receiver::<Message>::open_timeout(&name, Duration::from_secs(20)).unwrap();
     let child = producer.line();
@@ -67,8 +65,7 @@ fn a_forked_child_cannot_send_on_an_inherited_sender() {
 
 #[test]
 fn a_forked_child_can_neither_send_nor_receive_on_typed_ends() {
-    let name = unique("fork-typed");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("fork-typed");
     let peer = Peer::spawn(&["fork-typed", &name]);
     let (ok, out, err) = peer.finish(Duration::from_secs(20));
     assert!(ok, "{err}");

@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::{name_guard, poke, unique};
+use common::{name_guard, named, poke, unique};
 use shm_ring::{
     ChannelConfig, CreateError, Message, MessageBuilder, OpenError, Receiver, RecvError,
     RecvTimeoutError, SendError, Sender, Transfer,
@@ -261,8 +261,7 @@ fn le64(v: u64) -> Vec<u8> {
 
 #[test]
 fn the_header_area_size_is_checked_against_the_segment() {
-    let name = unique("large-hdr");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large-hdr");
     let c = cfg();
     let tx = Sender::<Message>::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
@@ -361,8 +360,7 @@ fn a_record_body_past_the_large_area_is_corrupt() {
 
 #[test]
 fn a_consumer_returning_an_extent_not_in_flight_is_corrupt() {
-    let name = unique("large-comp");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large-comp");
     let c = cfg();
     let mut tx = Sender::<Message>::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
@@ -438,8 +436,7 @@ fn a_producer_ahead_of_its_consumer_holds_at_most_large_in_flight() {
 /// large area to a consumer in another process: 12 MiB arrays in extents, read in place there.
 #[test]
 fn a_named_channel_carries_large_items_to_another_process() {
-    let name = unique("large-named");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large-named");
     let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
     let peer = common::Peer::spawn(&["sink", &name]);
     let len = 3 * MIB;

@@ -8,15 +8,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Peer, name_guard, producer_and_consumer_peer, send_filled, unique, zero_copy_blocks};
+use common::{Peer, named, producer_and_consumer_peer, send_filled, zero_copy_blocks};
 use shm_ring::{
     LoanError, Message, MessageBuilder, Receiver, RecvError, RecvTimeoutError, SendError,
 };
 
 #[test]
 fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
-    let name = unique("leaderless-c");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("leaderless-c");
     let cfg = zero_copy_blocks(2);
     let (mut tx, mut consumer) =
         producer_and_consumer_peer(&name, &cfg, &["hold-leaderless", &name, "2"]);
@@ -52,8 +51,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
 
 #[test]
 fn a_producer_whose_main_thread_ended_is_not_reported_dead() {
-    let name = unique("leaderless-p");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("leaderless-p");
     let mut producer = Peer::spawn(&["produce-leaderless", &name]);
     assert_eq!(producer.line(), "ready");
     let mut rx = Receiver::<Message>::open(&name).unwrap();

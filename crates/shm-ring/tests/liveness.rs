@@ -10,7 +10,7 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{name_guard, producer_and_consumer_peer, send_filled, unique, zero_copy_blocks};
+use common::{named, producer_and_consumer_peer, send_filled, zero_copy_blocks};
 use rustix::process::{Resource, Rlimit};
 use shm_ring::{ChannelConfig, LoanError, Message, Receiver, RecvTimeoutError, Sender};
 
@@ -43,8 +43,7 @@ fn restore((hog, old): (Vec<std::fs::File>, Rlimit)) {
 #[test]
 fn out_of_file_descriptors_is_not_a_dead_producer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
-    let name = unique("emfile");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("emfile");
     let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     let hog = exhaust_descriptors();
@@ -65,8 +64,7 @@ fn out_of_file_descriptors_is_not_a_dead_producer() {
 #[test]
 fn out_of_file_descriptors_is_not_a_dead_consumer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
-    let name = unique("emfile-c");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("emfile-c");
     let cfg = zero_copy_blocks(2);
     let (mut tx, mut consumer) = producer_and_consumer_peer(&name, &cfg, &["hold", &name, "2"]);
     send_filled(&mut tx, 0..2);

@@ -50,6 +50,13 @@ pub fn name_guard(names: &[&str]) -> NameGuard {
     }
 }
 
+/// A channel name unique to this call (see [`unique`]) and the [`NameGuard`] over it.
+pub fn named(tag: &str) -> (String, NameGuard) {
+    let name = unique(tag);
+    let guard = name_guard(&[&name]);
+    (name, guard)
+}
+
 /// A private socket directory (mode 0700; removed with everything in it on drop) and the
 /// [`shm_ring::Rendezvous`] that points both ends of a channel to it.
 pub fn private_rendezvous(tag: &str) -> (shmpipe_test_kit::TempDir, shm_ring::Rendezvous) {
