@@ -102,16 +102,20 @@ pub fn registry() -> Registry {
         })
 }
 
+/// A pipeline's id and pids, with guards that kill its processes and remove its `/dev/shm`
+/// entries when dropped.
+pub type Guarded = (String, Vec<u32>, (ShmGuard, KillOnDrop));
+
 /// The pipeline's id and pids, with guards that kill its processes and remove its `/dev/shm`
 /// entries when the test ends, whether it passes or fails.
-pub fn guarded(p: &Pipeline) -> (String, Vec<u32>, (ShmGuard, KillOnDrop)) {
+pub fn guarded(p: &Pipeline) -> Guarded {
     let (id, pids) = (p.id().to_owned(), p.pids());
     let g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     (id, pids, g)
 }
 
 /// Starts `b` (it must start), with [`guarded`]'s id, pids and guards.
-pub fn start_guarded(b: PipelineBuilder) -> (Pipeline, (String, Vec<u32>, (ShmGuard, KillOnDrop))) {
+pub fn start_guarded(b: PipelineBuilder) -> (Pipeline, Guarded) {
     let p = b.start().unwrap();
     let g = guarded(&p);
     (p, g)
