@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use shmpipe::{Item, Step, StepContext, StepError};
 
 use super::convert::{batch_to_item, entry_to_item, item_to_entry, split_group};
-use super::{GROUP_META, LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
+use super::names::{GROUP_META, LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
 use crate::batch::Batcher;
 use crate::entry::DataEntry;
 use crate::jsonl::{parse_entry, split_lines};
