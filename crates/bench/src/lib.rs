@@ -22,6 +22,7 @@ pub mod kernel;
 pub mod latency;
 pub mod memory;
 pub mod meter;
+pub mod parse;
 pub mod pingpong;
 pub mod pipebench;
 pub mod plot;

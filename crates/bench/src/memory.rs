@@ -334,6 +334,50 @@ pub fn goals(rows: &[MemoryRow], small: usize, large: usize) -> Vec<Goal> {
     g
 }
 
+/// The lines under the table: blocks committed by the large items, `start()` time per child
+/// process, and how the staged layout's idle commit grows from 4 to 8 workers.
+fn print_findings(a: &MemoryArgs, rows: &[MemoryRow]) {
+    for r in rows.iter().filter(|r| r.elements == a.large) {
+        let block = (a.large * 4) as f64;
+        println!(
+            "{} W={} with {} f32 items: committed {:.1} blocks of {:.1} MB while moving, \
+             {:.1} when full ({:.1} MiB over {} memfds)",
+            topo_label(r.topology),
+            r.workers,
+            a.large,
+            r.moving.committed as f64 / block,
+            block / 1e6,
+            r.full.committed as f64 / block,
+            mib(r.full.committed),
+            r.full.memfds
+        );
+    }
+    if let Some(w) = a.workers.iter().copied().max() {
+        for t in &a.topology {
+            if let Some(r) = find(rows, *t, w, a.small) {
+                println!(
+                    "{} start(): {:.2} ms per child process (emitter and workers) at W={w}",
+                    topo_label(*t),
+                    r.start.as_secs_f64() * 1e3 / (r.full.processes - 1).max(1) as f64
+                );
+            }
+        }
+    }
+    if let (Some(a), Some(b)) = (
+        find(rows, TopologyKind::Staged, 8, a.small),
+        find(rows, TopologyKind::Staged, 4, a.small),
+    ) {
+        println!(
+            "staged idle commit W=4 -> W=8: {:.3} -> {:.3} MiB ({:.2}x) over {} -> {} channels",
+            mib(b.idle.committed),
+            mib(a.idle.committed),
+            a.idle.committed as f64 / b.idle.committed.max(1) as f64,
+            b.idle.memfds,
+            a.idle.memfds
+        );
+    }
+}
+
 /// `memory`: runs every configuration and prints the table, the block count of the large
 /// items and the goals.
 ///
@@ -379,45 +423,7 @@ pub fn report(a: &MemoryArgs) -> Result<(), BoxError> {
          /proc/<pid>/smaps_rollup over the same processes; Shmem = system-wide /proc/meminfo \
          Shmem when full minus a reading just before start(), noisy)"
     );
-    for r in rows.iter().filter(|r| r.elements == a.large) {
-        let block = (a.large * 4) as f64;
-        println!(
-            "{} W={} with {} f32 items: committed {:.1} blocks of {:.1} MB while moving, \
-             {:.1} when full ({:.1} MiB over {} memfds)",
-            topo_label(r.topology),
-            r.workers,
-            a.large,
-            r.moving.committed as f64 / block,
-            block / 1e6,
-            r.full.committed as f64 / block,
-            mib(r.full.committed),
-            r.full.memfds
-        );
-    }
-    if let Some(w) = a.workers.iter().copied().max() {
-        for t in &a.topology {
-            if let Some(r) = find(&rows, *t, w, a.small) {
-                println!(
-                    "{} start(): {:.2} ms per child process (emitter and workers) at W={w}",
-                    topo_label(*t),
-                    r.start.as_secs_f64() * 1e3 / (r.full.processes - 1).max(1) as f64
-                );
-            }
-        }
-    }
-    if let (Some(a), Some(b)) = (
-        find(&rows, TopologyKind::Staged, 8, a.small),
-        find(&rows, TopologyKind::Staged, 4, a.small),
-    ) {
-        println!(
-            "staged idle commit W=4 -> W=8: {:.3} -> {:.3} MiB ({:.2}x) over {} -> {} channels",
-            mib(b.idle.committed),
-            mib(a.idle.committed),
-            a.idle.committed as f64 / b.idle.committed.max(1) as f64,
-            b.idle.memfds,
-            a.idle.memfds
-        );
-    }
+    print_findings(a, &rows);
     println!("\nGoals:");
     print!(
         "{}",

@@ -10,10 +10,10 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::BoxError;
-use crate::cli::Role;
 use crate::meter::Outcome;
 use crate::pingpong;
 use crate::transport::{Layout, Transport};
+use crate::worker::Role;
 
 /// One measurement: a transport moving arrays of one size for one round.
 #[derive(Debug, Clone)]

@@ -2,6 +2,9 @@
 
 use std::fmt;
 
+/// Array sizes (f32 elements) the typed transport (`shm-typed`) is built for.
+pub const TYPED_SIZES: [usize; 9] = [16, 64, 256, 1000, 1024, 4000, 4096, 16_000, 16_384];
+
 /// One way of moving an `f32` array from a producer to a consumer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, clap::ValueEnum)]
 pub enum Transport {
@@ -101,7 +104,7 @@ impl Transport {
     /// Whether the transport can move arrays of `elements` floats (the typed path is built
     /// for a few sizes only; other rows are left out).
     pub fn supports(self, elements: usize) -> bool {
-        self != Transport::ShmTyped || crate::transports::typed::supports(elements)
+        self != Transport::ShmTyped || TYPED_SIZES.contains(&elements)
     }
 
     /// Process layout of the measurement.

@@ -6,13 +6,57 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::time::Duration;
 
+use clap::{Args, ValueEnum};
+
 use crate::BoxError;
-use crate::cli::{Role, WorkerArgs};
 use crate::kernel;
 use crate::meter::{Deadline, Meter, Outcome, stride_for};
 use crate::sys;
 use crate::transport::{Layout, Transport};
 use crate::transports::{channel, stream};
+
+/// Role of a worker process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    /// Sends messages until the time is up, then closes.
+    Producer,
+    /// Receives, sums and checks every message; prints the outcome.
+    Consumer,
+    /// Runs a single-process transport (memcpy, channel); prints the outcome.
+    Solo,
+}
+
+/// Arguments of the hidden `worker` subcommand.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// Which side this process plays.
+    #[arg(long, value_enum)]
+    pub role: Role,
+    /// Transport under test.
+    #[arg(long, value_enum)]
+    pub transport: Transport,
+    /// f32 elements per message.
+    #[arg(long)]
+    pub elements: usize,
+    /// Measured time in milliseconds (after the warm-up).
+    #[arg(long)]
+    pub duration_ms: u64,
+    /// Warm-up in milliseconds (not measured).
+    #[arg(long)]
+    pub warmup_ms: u64,
+    /// Rendezvous name (segment, socket or service name).
+    #[arg(long)]
+    pub name: String,
+    /// CPU this process (or its producer thread) is pinned to.
+    #[arg(long)]
+    pub core: usize,
+    /// CPU of the consumer thread of a solo two-thread transport.
+    #[arg(long)]
+    pub peer_core: usize,
+    /// Pid of the producer (given to the consumer: its CPU waits count against the window).
+    #[arg(long)]
+    pub peer_pid: Option<u32>,
+}
 
 /// Extra time a worker allows itself beyond its run before it gives up and exits (status 3),
 /// so that no worker can outlive a stuck measurement.

@@ -67,6 +67,25 @@ fn leaked_segments(pid: u32) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that harness `pid` succeeded and left no worker process and no shared memory.
+fn assert_succeeded_and_clean(ok: bool, out: &str, err: &str, pid: u32) {
+    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
+    assert!(stray_workers(pid).is_empty(), "{:?}", stray_workers(pid));
+    assert!(
+        leaked_segments(pid).is_empty(),
+        "{:?}",
+        leaked_segments(pid)
+    );
+}
+
+/// The header and the rows of a CSV text (no quoting: the harness writes none).
+fn csv_table(text: &str) -> (Vec<&str>, Vec<Vec<&str>>) {
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    (header, rows)
+}
+
 fn column(header: &[&str], name: &str) -> usize {
     header
         .iter()
@@ -96,18 +115,10 @@ fn transport_smoke_writes_csv_and_plot() {
         ],
         Duration::from_secs(90),
     );
-    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
-    assert!(stray_workers(pid).is_empty(), "{:?}", stray_workers(pid));
-    assert!(
-        leaked_segments(pid).is_empty(),
-        "{:?}",
-        leaked_segments(pid)
-    );
+    assert_succeeded_and_clean(ok, &out, &err, pid);
 
     let text = std::fs::read_to_string(&csv).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let (header, rows) = csv_table(&text);
     let transports = [
         "memcpy",
         "channel",
@@ -124,15 +135,30 @@ fn transport_smoke_writes_csv_and_plot() {
         2 * transports.len(),
         "one row per (transport, size)\n{text}"
     );
+    check_transport_rows(&header, &rows, &text, &transports);
+    let placement = column(&header, "placement");
+    assert!(
+        rows.iter()
+            .all(|row| ["near", "far", "mixed"].contains(&row[placement]))
+    );
+    assert!(out.contains("ping-pong"), "{out}");
+    check_transport_legends(&out, &transports);
+    let plot = std::fs::read_to_string(&svg).unwrap();
+    assert!(plot.starts_with("<svg") && plot.contains("shm-zero-copy"));
+}
+
+/// Every (transport, size) row of `transport`'s CSV: positive rates, GB/s equal to msgs/s times
+/// the bytes, memcpy's ratio exactly 1.
+fn check_transport_rows(header: &[&str], rows: &[Vec<&str>], text: &str, transports: &[&str]) {
     let (t, e, m, g, r) = (
-        column(&header, "transport"),
-        column(&header, "elements"),
-        column(&header, "msgs_per_s"),
-        column(&header, "gb_per_s"),
-        column(&header, "ratio_to_memcpy"),
+        column(header, "transport"),
+        column(header, "elements"),
+        column(header, "msgs_per_s"),
+        column(header, "gb_per_s"),
+        column(header, "ratio_to_memcpy"),
     );
     for size in ["16", "1000"] {
-        for name in transports {
+        for &name in transports {
             let row = rows
                 .iter()
                 .find(|row| row[t] == name && row[e] == size)
@@ -153,13 +179,10 @@ fn transport_smoke_writes_csv_and_plot() {
             }
         }
     }
-    let placement = column(&header, "placement");
-    assert!(
-        rows.iter()
-            .all(|row| ["near", "far", "mixed"].contains(&row[placement]))
-    );
-    assert!(out.contains("ping-pong"), "{out}");
-    // The table explains itself: a legend of the columns and one of the rows.
+}
+
+/// The table explains itself: a legend of the columns and one of the rows.
+fn check_transport_legends(out: &str, transports: &[&str]) {
     assert!(
         out.contains("(msgs/s: median over the rounds") && out.contains("x <peer>:"),
         "{out}"
@@ -170,8 +193,6 @@ fn transport_smoke_writes_csv_and_plot() {
             "no legend for {name}: {out}"
         );
     }
-    let plot = std::fs::read_to_string(&svg).unwrap();
-    assert!(plot.starts_with("<svg") && plot.contains("shm-zero-copy"));
 }
 
 #[test]
@@ -257,9 +278,7 @@ fn pipeline_smoke_writes_csv() {
         .collect();
     assert!(leaked.is_empty(), "{leaked:?}");
     let text = std::fs::read_to_string(&csv).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let (header, rows) = csv_table(&text);
     let (t, m, r) = (
         column(&header, "transport"),
         column(&header, "msgs_per_s"),
@@ -298,13 +317,7 @@ fn latency_smoke_prints_every_peer_with_ordered_percentiles() {
         ],
         Duration::from_secs(90),
     );
-    assert!(ok, "harness failed\nstdout:\n{out}\nstderr:\n{err}");
-    assert!(stray_workers(pid).is_empty(), "{:?}", stray_workers(pid));
-    assert!(
-        leaked_segments(pid).is_empty(),
-        "{:?}",
-        leaked_segments(pid)
-    );
+    assert_succeeded_and_clean(ok, &out, &err, pid);
     let mut peers = vec![
         "cache-line",
         "futex-spin",
@@ -318,20 +331,27 @@ fn latency_smoke_prints_every_peer_with_ordered_percentiles() {
         peers.extend(["iceoryx2-poll", "iceoryx2-event"]);
     }
     let text = std::fs::read_to_string(&csv).unwrap();
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    let (header, rows) = csv_table(&text);
     assert_eq!(rows.len(), peers.len(), "{text}");
+    check_latency_rows(&header, &rows, &text, &out, &peers);
+    assert!(out.contains("placement"), "{out}");
+    assert!(out.contains("idle: a blocked shm-ring receiver"), "{out}");
+    check_latency_goals(&out);
+}
+
+/// Each peer's row of `latency`'s CSV: its trips, positive percentiles in order, and the same
+/// p50 in the table on stdout.
+fn check_latency_rows(header: &[&str], rows: &[Vec<&str>], text: &str, out: &str, peers: &[&str]) {
     let cols: Vec<usize> = ["p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"]
         .iter()
-        .map(|c| column(&header, c))
+        .map(|c| column(header, c))
         .collect();
-    for name in &peers {
+    for name in peers {
         let row = rows
             .iter()
-            .find(|r| r[column(&header, "peer")] == *name)
+            .find(|r| r[column(header, "peer")] == *name)
             .unwrap_or_else(|| panic!("no row for {name}\n{text}"));
-        assert_eq!(row[column(&header, "trips")], "400", "{row:?}");
+        assert_eq!(row[column(header, "trips")], "400", "{row:?}");
         let p: Vec<f64> = cols.iter().map(|&c| row[c].parse().unwrap()).collect();
         assert!(p[0] > 0.0, "{name}: {p:?}");
         assert!(
@@ -345,8 +365,10 @@ fn latency_smoke_prints_every_peer_with_ordered_percentiles() {
             .unwrap_or_else(|| panic!("{name} not in the table\n{out}"));
         assert!(line.contains(row[cols[0]]), "{line} vs {row:?}");
     }
-    assert!(out.contains("placement"), "{out}");
-    assert!(out.contains("idle: a blocked shm-ring receiver"), "{out}");
+}
+
+/// Every goal line of `latency`'s output says met, NOT met or not measured.
+fn check_latency_goals(out: &str) {
     let goals = out
         .split("Goals")
         .nth(1)

@@ -86,65 +86,82 @@ fn run(reg: &Registry) -> Result<(), Box<dyn std::error::Error>> {
     ];
     let mut rows = Vec::new();
     for (name, transfer) in modes {
-        let p = Pipeline::builder(reg)
-            .source_named("big", serde_json::json!({"n": n}))
-            .step("scale")
-            .step("offset")
-            .workers(2)
-            .transfer(transfer)
-            .batch_bytes(1)
-            // One 4 MB array (or one 4 MB message body) per pool block.
-            .channel(shmpipe::ChannelGeometry {
-                blocks: 6,
-                block_size: (LEN * 4) + (64 << 10),
-                ..Default::default()
-            })
-            .child_args(Vec::<String>::new())
-            .start()?;
-        let bar = ProgressBar::new(n).with_style(
-            ProgressStyle::with_template("{prefix:>18} {bar:40} {pos}/{len} {per_sec}")
-                .expect("template"),
-        );
-        bar.set_prefix(name);
-        let t0 = Instant::now();
-        let mut p = p;
-        let mut checked = 0u64;
-        while let Some(it) = p.dequeue()? {
-            let i = it.i64("i").unwrap_or(-1) as f32;
-            let x = it
-                .array::<f32>("x")
-                .ok_or("an output item has no f32 array x")?;
-            if x[LEN - 1] != i * 2.0 + 1.0 {
-                let want = i * 2.0 + 1.0;
-                return Err(
-                    format!("item {i}: x[{}] is {}, not {want}", LEN - 1, x[LEN - 1]).into(),
-                );
-            }
-            checked += 1;
-            bar.inc(1);
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        bar.finish_and_clear();
-        let m = p.metrics();
-        if checked != n {
-            return Err(format!("{checked} outputs for {n} inputs").into());
-        }
-        let per_item = |step: &str| {
-            m.steps
-                .iter()
-                .find(|s| s.0 == step)
-                .map_or(0.0, |s| s.2.as_secs_f64() * 1e3 / s.1.max(1) as f64)
-        };
-        rows.push((
-            name,
-            n as f64 / secs,
-            n as f64 * (LEN * 4) as f64 / secs / 1e9,
-            m.arrays_zero_copy,
-            m.arrays_copied,
-            per_item("scale"),
-            per_item("offset"),
-        ));
+        rows.push(run_mode(reg, n, name, transfer)?);
     }
+    print_table(n, &rows);
+    Ok(())
+}
+
+/// One row of the table: mode, items/s, GB/s, arrays zero-copied, arrays copied, ms per item
+/// in `scale`, ms per item in `offset`.
+type Row = (&'static str, f64, f64, u64, u64, f64, f64);
+
+/// Runs `n` items through the pipeline with arrays moved by `transfer`, checking every output.
+fn run_mode(
+    reg: &Registry,
+    n: u64,
+    name: &'static str,
+    transfer: Transfer,
+) -> Result<Row, Box<dyn std::error::Error>> {
+    let mut p = Pipeline::builder(reg)
+        .source_named("big", serde_json::json!({"n": n}))
+        .step("scale")
+        .step("offset")
+        .workers(2)
+        .transfer(transfer)
+        .batch_bytes(1)
+        // One 4 MB array (or one 4 MB message body) per pool block.
+        .channel(shmpipe::ChannelGeometry {
+            blocks: 6,
+            block_size: (LEN * 4) + (64 << 10),
+            ..Default::default()
+        })
+        .child_args(Vec::<String>::new())
+        .start()?;
+    let bar = ProgressBar::new(n).with_style(
+        ProgressStyle::with_template("{prefix:>18} {bar:40} {pos}/{len} {per_sec}")
+            .expect("template"),
+    );
+    bar.set_prefix(name);
+    let t0 = Instant::now();
+    let mut checked = 0u64;
+    while let Some(it) = p.dequeue()? {
+        let i = it.i64("i").unwrap_or(-1) as f32;
+        let x = it
+            .array::<f32>("x")
+            .ok_or("an output item has no f32 array x")?;
+        if x[LEN - 1] != i * 2.0 + 1.0 {
+            let want = i * 2.0 + 1.0;
+            return Err(format!("item {i}: x[{}] is {}, not {want}", LEN - 1, x[LEN - 1]).into());
+        }
+        checked += 1;
+        bar.inc(1);
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let m = p.metrics();
+    if checked != n {
+        return Err(format!("{checked} outputs for {n} inputs").into());
+    }
+    let per_item = |step: &str| {
+        m.steps
+            .iter()
+            .find(|s| s.0 == step)
+            .map_or(0.0, |s| s.2.as_secs_f64() * 1e3 / s.1.max(1) as f64)
+    };
+    Ok((
+        name,
+        n as f64 / secs,
+        n as f64 * (LEN * 4) as f64 / secs / 1e9,
+        m.arrays_zero_copy,
+        m.arrays_copied,
+        per_item("scale"),
+        per_item("offset"),
+    ))
+}
+
+/// Prints the table of `rows` and its legend.
+fn print_table(n: u64, rows: &[Row]) {
     println!("{n} items of {LEN} f32 through 2 steps, 2 workers");
     println!(
         "{:<18} {:>9} {:>7} {:>12} {:>7} {:>12} {:>13} {:>8}",
@@ -158,7 +175,7 @@ fn run(reg: &Registry) -> Result<(), Box<dyn std::error::Error>> {
         "vs copy"
     );
     let base = rows[0].1;
-    for (name, ips, gbs, zc, cp, sc, off) in &rows {
+    for (name, ips, gbs, zc, cp, sc, off) in rows {
         println!(
             "{name:<18} {ips:>9.1} {gbs:>7.2} {zc:>12} {cp:>7} {sc:>12.2} {off:>13.2} {:>7.2}x",
             ips / base
@@ -170,5 +187,4 @@ fn run(reg: &Registry) -> Result<(), Box<dyn std::error::Error>> {
          per item inside the steps `scale` (x*2) and `offset` (x+1); vs copy: items/s over the \
          copy row)"
     );
-    Ok(())
 }

@@ -100,159 +100,210 @@ fn run(reg: &Registry) -> Result<(), BoxError> {
             .get(i + 1)
             .and_then(|s| s.parse().ok())
             .unwrap_or(200_000);
-        let r = best(3, || {
-            measure(
-                Pipeline::builder(reg)
-                    .source_named("gen", serde_json::json!({"n": n, "len": 16}))
-                    .child_args(vec!["small".to_owned(), n.to_string()])
-                    .step("burn")
-                    .workers(2),
-                n,
-            )
-        })?;
-        println!("small items (16 floats, trivial step, 2 workers, {n} items): {r:.0} items/s");
-        return Ok(());
+        return small_items(reg, n);
     }
     let quick = args.iter().any(|a| a == "quick");
-    let reps = if quick { 1 } else { 3 };
-    let base = |n: usize, len: usize| {
-        Pipeline::builder(reg)
+    let b = Bench {
+        reg,
+        quick,
+        reps: if quick { 1 } else { 3 },
+    };
+    b.worker_scaling()?;
+    b.fused_vs_staged()?;
+    b.batch_sizes()?;
+    b.transfer_modes()
+}
+
+/// The small-item figure alone: 16-float items, one trivial step, 2 workers, best of 3.
+fn small_items(reg: &Registry, n: usize) -> Result<(), BoxError> {
+    let r = best(3, || {
+        measure(
+            Pipeline::builder(reg)
+                .source_named("gen", serde_json::json!({"n": n, "len": 16}))
+                .child_args(vec!["small".to_owned(), n.to_string()])
+                .step("burn")
+                .workers(2),
+            n,
+        )
+    })?;
+    println!("small items (16 floats, trivial step, 2 workers, {n} items): {r:.0} items/s");
+    Ok(())
+}
+
+/// The settings every table shares.
+struct Bench<'a> {
+    reg: &'a Registry,
+    /// Fewer items and one run per figure.
+    quick: bool,
+    /// Runs per figure (the best is kept).
+    reps: usize,
+}
+
+impl Bench<'_> {
+    /// A pipeline over `n` generated items of `len` floats.
+    fn base(&self, n: usize, len: usize) -> PipelineBuilder {
+        Pipeline::builder(self.reg)
             .source_named("gen", serde_json::json!({"n": n, "len": len}))
             .child_args(Vec::<String>::new())
-    };
-
-    // 1. Worker scaling, CPU-bound steps (~0.3 ms per item).
-    let n = if quick { 1000 } else { 4000 };
-    let cpu = |w: usize| {
-        best(reps, || {
-            measure(
-                base(n, 256)
-                    .step_with("burn", serde_json::json!({"iters": 200}))
-                    .workers(w),
-                n,
-            )
-        })
-    };
-    let (w1, w2) = (cpu(1)?, cpu(2)?);
-    println!("## worker scaling (CPU-bound step, {n} items)");
-    println!(
-        "(items/s: outputs per second at the consumer from the first output to the last, best \
-         of {reps} runs, here and below; the step `burn` maps sin over 256 floats 200 times)"
-    );
-    println!("| workers | items/s | vs 1 worker |\n|---|---|---|");
-    println!("| 1 | {w1:.0} | 1.00x |\n| 2 | {w2:.0} | {:.2}x |", w2 / w1);
-
-    // 2. Fused vs staged: two steps of equal cost, two worker processes either way.
-    let two = |topo: Topology| {
-        best(reps, || {
-            measure(
-                base(n, 256)
-                    .step_with("burn", serde_json::json!({"iters": 100}))
-                    .step_with("burn", serde_json::json!({"iters": 100}))
-                    .workers(2)
-                    .topology(topo.clone()),
-                n,
-            )
-        })
-    };
-    let fused = two(Topology::Fused)?;
-    let staged = two(Topology::Staged {
-        workers: vec![1, 1],
-    })?;
-    let light = if quick { 20_000 } else { 100_000 };
-    let cheap = |topo: Topology| {
-        best(reps, || {
-            measure(
-                base(light, 16)
-                    .step("burn")
-                    .step("burn")
-                    .workers(2)
-                    .topology(topo.clone()),
-                light,
-            )
-        })
-    };
-    let fused_l = cheap(Topology::Fused)?;
-    let staged_l = cheap(Topology::Staged {
-        workers: vec![1, 1],
-    })?;
-    println!("\n## fused vs staged (2 steps, 2 worker processes)");
-    println!(
-        "(fused: each worker runs both steps; staged: one worker per step, with a queue between \
-         them)"
-    );
-    println!("| workload | fused items/s | staged items/s | staged / fused |\n|---|---|---|---|");
-    println!(
-        "| CPU-bound ({n} items) | {fused:.0} | {staged:.0} | {:.2}x |",
-        staged / fused
-    );
-    println!(
-        "| trivial steps, 16 floats ({light} items) | {fused_l:.0} | {staged_l:.0} | {:.2}x |",
-        staged_l / fused_l
-    );
-
-    // 3. Batch size sweep: trivial step, small items (overhead-bound).
-    println!("\n## batch size (trivial step, 16-float items, {light} items, 2 workers)");
-    println!(
-        "(batch bytes: items cross processes in batches of about this many bytes; vs best: \
-         items/s over the fastest batch size)"
-    );
-    println!("| batch bytes | items/s | vs best |\n|---|---|---|");
-    let sizes = [256usize, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10];
-    let rates: Vec<f64> = sizes
-        .iter()
-        .map(|&bb| {
-            best(reps, || {
-                measure(
-                    base(light, 16).step("burn").workers(2).batch_bytes(bb),
-                    light,
-                )
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    let top = rates.iter().copied().fold(0.0, f64::max);
-    for (bb, r) in sizes.iter().zip(&rates) {
-        println!("| {bb} | {r:.0} | {:.2}x |", r / top);
     }
 
-    // 4. Transfer mode by array size (trivial step).
-    println!("\n## transfer mode by array size (trivial step, 2 workers)");
-    println!(
-        "(copy: arrays copied into the channel; zero-copy: written once into a shared pool block \
-         and read in place; adaptive: zero-copy from 64 KiB up; adaptive / best: adaptive over \
-         the better of copy and zero-copy)"
-    );
-    println!(
-        "| floats per array | copy items/s | zero-copy | adaptive (64 KiB) | zero-copy / copy | adaptive / best |"
-    );
-    println!("|---|---|---|---|---|---|");
-    for len in [256usize, 4096, 65_536, 262_144] {
-        let m = (if quick { 4_000_000 } else { 16_000_000 } / len).clamp(200, 20_000);
-        let run = |t: Transfer| {
+    /// Items of the CPU-bound tables.
+    fn cpu_items(&self) -> usize {
+        if self.quick { 1000 } else { 4000 }
+    }
+
+    /// Items of the trivial-step tables.
+    fn light_items(&self) -> usize {
+        if self.quick { 20_000 } else { 100_000 }
+    }
+
+    /// 1. Worker scaling, CPU-bound steps (~0.3 ms per item).
+    fn worker_scaling(&self) -> Result<(), BoxError> {
+        let (n, reps) = (self.cpu_items(), self.reps);
+        let cpu = |w: usize| {
             best(reps, || {
                 measure(
-                    base(m, len)
-                        .step("burn")
-                        .workers(2)
-                        .transfer(t)
-                        .channel(ChannelGeometry {
-                            block_size: (len * 4 + 4096).max(1 << 20),
-                            ..ChannelGeometry::default()
-                        }),
-                    m,
+                    self.base(n, 256)
+                        .step_with("burn", serde_json::json!({"iters": 200}))
+                        .workers(w),
+                    n,
                 )
             })
         };
-        let c = run(Transfer::Copy)?;
-        let z = run(Transfer::ZeroCopy)?;
-        let a = run(Transfer::Adaptive {
-            threshold: 64 << 10,
-        })?;
+        let (w1, w2) = (cpu(1)?, cpu(2)?);
+        println!("## worker scaling (CPU-bound step, {n} items)");
         println!(
-            "| {len} | {c:.0} | {z:.0} | {a:.0} | {:.2}x | {:.2}x |",
-            z / c,
-            a / c.max(z)
+            "(items/s: outputs per second at the consumer from the first output to the last, \
+             best of {reps} runs, here and below; the step `burn` maps sin over 256 floats 200 \
+             times)"
         );
+        println!("| workers | items/s | vs 1 worker |\n|---|---|---|");
+        println!("| 1 | {w1:.0} | 1.00x |\n| 2 | {w2:.0} | {:.2}x |", w2 / w1);
+        Ok(())
     }
-    Ok(())
+
+    /// 2. Fused vs staged: two steps of equal cost, two worker processes either way.
+    fn fused_vs_staged(&self) -> Result<(), BoxError> {
+        let (n, light, reps) = (self.cpu_items(), self.light_items(), self.reps);
+        let two = |topo: Topology| {
+            best(reps, || {
+                measure(
+                    self.base(n, 256)
+                        .step_with("burn", serde_json::json!({"iters": 100}))
+                        .step_with("burn", serde_json::json!({"iters": 100}))
+                        .workers(2)
+                        .topology(topo.clone()),
+                    n,
+                )
+            })
+        };
+        let fused = two(Topology::Fused)?;
+        let staged = two(Topology::Staged {
+            workers: vec![1, 1],
+        })?;
+        let cheap = |topo: Topology| {
+            best(reps, || {
+                measure(
+                    self.base(light, 16)
+                        .step("burn")
+                        .step("burn")
+                        .workers(2)
+                        .topology(topo.clone()),
+                    light,
+                )
+            })
+        };
+        let fused_l = cheap(Topology::Fused)?;
+        let staged_l = cheap(Topology::Staged {
+            workers: vec![1, 1],
+        })?;
+        println!("\n## fused vs staged (2 steps, 2 worker processes)");
+        println!(
+            "(fused: each worker runs both steps; staged: one worker per step, with a queue \
+             between them)"
+        );
+        println!(
+            "| workload | fused items/s | staged items/s | staged / fused |\n|---|---|---|---|"
+        );
+        println!(
+            "| CPU-bound ({n} items) | {fused:.0} | {staged:.0} | {:.2}x |",
+            staged / fused
+        );
+        println!(
+            "| trivial steps, 16 floats ({light} items) | {fused_l:.0} | {staged_l:.0} | {:.2}x |",
+            staged_l / fused_l
+        );
+        Ok(())
+    }
+
+    /// 3. Batch size sweep: trivial step, small items (overhead-bound).
+    fn batch_sizes(&self) -> Result<(), BoxError> {
+        let light = self.light_items();
+        println!("\n## batch size (trivial step, 16-float items, {light} items, 2 workers)");
+        println!(
+            "(batch bytes: items cross processes in batches of about this many bytes; vs best: \
+             items/s over the fastest batch size)"
+        );
+        println!("| batch bytes | items/s | vs best |\n|---|---|---|");
+        let sizes = [256usize, 1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10];
+        let rates: Vec<f64> = sizes
+            .iter()
+            .map(|&bb| {
+                best(self.reps, || {
+                    measure(
+                        self.base(light, 16).step("burn").workers(2).batch_bytes(bb),
+                        light,
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let top = rates.iter().copied().fold(0.0, f64::max);
+        for (bb, r) in sizes.iter().zip(&rates) {
+            println!("| {bb} | {r:.0} | {:.2}x |", r / top);
+        }
+        Ok(())
+    }
+
+    /// 4. Transfer mode by array size (trivial step).
+    fn transfer_modes(&self) -> Result<(), BoxError> {
+        println!("\n## transfer mode by array size (trivial step, 2 workers)");
+        println!(
+            "(copy: arrays copied into the channel; zero-copy: written once into a shared pool \
+             block and read in place; adaptive: zero-copy from 64 KiB up; adaptive / best: \
+             adaptive over the better of copy and zero-copy)"
+        );
+        println!(
+            "| floats per array | copy items/s | zero-copy | adaptive (64 KiB) | zero-copy / copy | adaptive / best |"
+        );
+        println!("|---|---|---|---|---|---|");
+        for len in [256usize, 4096, 65_536, 262_144] {
+            let m = (if self.quick { 4_000_000 } else { 16_000_000 } / len).clamp(200, 20_000);
+            let run = |t: Transfer| {
+                best(self.reps, || {
+                    measure(
+                        self.base(m, len)
+                            .step("burn")
+                            .workers(2)
+                            .transfer(t)
+                            .channel(ChannelGeometry {
+                                block_size: (len * 4 + 4096).max(1 << 20),
+                                ..ChannelGeometry::default()
+                            }),
+                        m,
+                    )
+                })
+            };
+            let c = run(Transfer::Copy)?;
+            let z = run(Transfer::ZeroCopy)?;
+            let a = run(Transfer::Adaptive {
+                threshold: 64 << 10,
+            })?;
+            println!(
+                "| {len} | {c:.0} | {z:.0} | {a:.0} | {:.2}x | {:.2}x |",
+                z / c,
+                a / c.max(z)
+            );
+        }
+        Ok(())
+    }
 }

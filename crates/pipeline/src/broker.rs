@@ -14,7 +14,7 @@ use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use crate::error::Error;
 use crate::handover::{CtrlError, Kind};
 use crate::node::{self, Plan, Role, START_TIMEOUT};
-use crate::supervisor::{Shared, describe_status};
+use crate::supervisor::{ChildProc, Shared, describe_status};
 use crate::wire::Rx;
 
 /// Connects a pipeline whose children were just spawned. `own`: the parent's own outgoing
@@ -127,72 +127,90 @@ fn gather(
         }
         let mut kids = shared.children.lock().unwrap_or_else(|e| e.into_inner());
         let pending: Vec<usize> = (0..n).filter(|&i| got[i].is_none()).collect();
-        let mut fds: Vec<PollFd<'_>> = pending
-            .iter()
-            .map(|&i| PollFd::new(&kids[i].ctrl, PollFlags::IN))
-            .collect();
-        let ts = Timespec {
-            tv_sec: 0,
-            tv_nsec: 10_000_000,
-        };
-        match poll(&mut fds, Some(&ts)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-            Ok(_) => {}
-            Err(e) => return Err(Error::transport(format!("start-up: poll: {e}"))),
-        }
-        let ready: Vec<usize> = pending
-            .iter()
-            .zip(&fds)
-            .filter(|(_, f)| !f.revents().is_empty())
-            .map(|(&i, _)| i)
-            .collect();
-        drop(fds);
-        for i in ready {
-            let c = &mut kids[i];
-            match c
-                .ctrl
-                .recv_msg(Some(Duration::ZERO))
-                .map(|m| (m.kind, m.fds, m.value))
-            {
-                Ok((k, fds, _)) if k == want && fds.len() == count(c.role) => got[i] = Some(fds),
-                Ok((Kind::Exit, _, code)) => {
-                    // It gave up (its stderr says why) and exits.
-                    c.announced = i32::try_from(code).ok();
-                    let (role, pid) = (c.role.describe(), c.child.id());
+        for i in readable(&kids, &pending)? {
+            match read_reply(&mut kids[i], want, &count)? {
+                Reply::Got(fds) => got[i] = Some(fds),
+                Reply::Nothing => {}
+                Reply::Gone(role, pid) => {
                     drop(kids);
                     return Err(died(shared, role, pid));
-                }
-                Ok((k, fds, _)) => {
-                    return Err(Error::transport(format!(
-                        "start-up: {} sent {k:?} with {} descriptors, expected {want:?} with {}",
-                        c.role.describe(),
-                        fds.len(),
-                        count(c.role)
-                    )));
-                }
-                Err(CtrlError::Timeout) => {}
-                Err(CtrlError::Failed(why)) => {
-                    return Err(Error::transport(format!(
-                        "start-up: {} (pid {}) could not start: {why}",
-                        c.role.describe(),
-                        c.child.id()
-                    )));
-                }
-                Err(CtrlError::Eof) => {
-                    let (role, pid) = (c.role.describe(), c.child.id());
-                    drop(kids);
-                    return Err(died(shared, role, pid));
-                }
-                Err(e) => {
-                    return Err(Error::transport(format!(
-                        "start-up: {}: {e}",
-                        c.role.describe()
-                    )));
                 }
             }
         }
     }
     Ok(got.into_iter().map(Option::unwrap_or_default).collect())
+}
+
+/// The children of `pending` whose control socket is readable within 10 ms (none after a
+/// timeout or a signal).
+fn readable(kids: &[ChildProc], pending: &[usize]) -> Result<Vec<usize>, Error> {
+    let mut fds: Vec<PollFd<'_>> = pending
+        .iter()
+        .map(|&i| PollFd::new(&kids[i].ctrl, PollFlags::IN))
+        .collect();
+    let ts = Timespec {
+        tv_sec: 0,
+        tv_nsec: 10_000_000,
+    };
+    match poll(&mut fds, Some(&ts)) {
+        Ok(0) | Err(rustix::io::Errno::INTR) => return Ok(Vec::new()),
+        Ok(_) => {}
+        Err(e) => return Err(Error::transport(format!("start-up: poll: {e}"))),
+    }
+    Ok(pending
+        .iter()
+        .zip(&fds)
+        .filter(|(_, f)| !f.revents().is_empty())
+        .map(|(&i, _)| i)
+        .collect())
+}
+
+/// What a child's control message during start-up says.
+enum Reply {
+    /// The message wanted, with its descriptors.
+    Got(Vec<OwnedFd>),
+    /// No message yet.
+    Nothing,
+    /// The child exits (it gave up, or closed its socket): its role and pid.
+    Gone(String, u32),
+}
+
+/// Reads child `c`'s control message, if one is there: `want` with `count(role)` descriptors,
+/// or the news that the child is gone; any other message is an error.
+fn read_reply(
+    c: &mut ChildProc,
+    want: Kind,
+    count: impl Fn(Role) -> usize,
+) -> Result<Reply, Error> {
+    match c
+        .ctrl
+        .recv_msg(Some(Duration::ZERO))
+        .map(|m| (m.kind, m.fds, m.value))
+    {
+        Ok((k, fds, _)) if k == want && fds.len() == count(c.role) => Ok(Reply::Got(fds)),
+        Ok((Kind::Exit, _, code)) => {
+            // It gave up (its stderr says why) and exits.
+            c.announced = i32::try_from(code).ok();
+            Ok(Reply::Gone(c.role.describe(), c.child.id()))
+        }
+        Ok((k, fds, _)) => Err(Error::transport(format!(
+            "start-up: {} sent {k:?} with {} descriptors, expected {want:?} with {}",
+            c.role.describe(),
+            fds.len(),
+            count(c.role)
+        ))),
+        Err(CtrlError::Timeout) => Ok(Reply::Nothing),
+        Err(CtrlError::Failed(why)) => Err(Error::transport(format!(
+            "start-up: {} (pid {}) could not start: {why}",
+            c.role.describe(),
+            c.child.id()
+        ))),
+        Err(CtrlError::Eof) => Ok(Reply::Gone(c.role.describe(), c.child.id())),
+        Err(e) => Err(Error::transport(format!(
+            "start-up: {}: {e}",
+            c.role.describe()
+        ))),
+    }
 }
 
 /// A child closed its control socket during start-up: it exited; name how.

@@ -566,22 +566,7 @@ impl PipelineBuilder {
             interrupt_flag(true).store(false, Ordering::SeqCst);
         }
         let shared = Arc::new(Shared::default());
-        // Ordered mode: the consumer grants each emitter what it may issue; in enqueue mode
-        // the parent's own input thread is emitter 0, with a gate in this process.
-        // `workers(0)` needs neither: its outputs are in order as they are made.
-        let reorders = plan.ordered && plan.stages[0].workers > 0;
-        let gate = (reorders && plan.source.is_none())
-            .then(|| Arc::new(Gate::new(crate::credit::initial(plan.reorder_window))));
-        let reorder = reorders.then(|| {
-            let to = match &gate {
-                Some(g) => Grantee::Local(Arc::clone(g)),
-                None => Grantee::Emitters(Arc::clone(&shared)),
-            };
-            Reorder::new(
-                plan.emitters,
-                Credit::new(plan.emitters, plan.reorder_window, to),
-            )
-        });
+        let (reorder, gate) = reorder_and_gate(&plan, &shared);
         let mut p = Pipeline {
             inputs: None,
             feeder: None,
@@ -617,22 +602,11 @@ impl PipelineBuilder {
             return Ok(p);
         }
         let plan = &p.plan;
-        // Enqueue mode: the parent is emitter 0 and creates its channels itself.
         let mut own_outputs = Vec::new();
-        let cancel = Arc::new(AtomicBool::new(false));
         if plan.source.is_none() {
-            let mut txs = Vec::new();
-            for _ in 0..plan.stages[0].workers {
-                let (tx, fd) = node::create_tx(plan, Some(Arc::clone(&cancel)))?;
-                txs.push(tx);
-                own_outputs.push(Some(fd));
-            }
-            p.feeder = Some(Feeder::start(
-                Outputs::new(txs, plan),
-                plan.stages[0].workers,
-                cancel,
-                gate,
-            ));
+            let (feeder, fds) = feed_from_parent(plan, gate)?;
+            p.feeder = Some(feeder);
+            own_outputs = fds;
         }
         self.spawn_children(plan, &shared)?;
         p.supervisor = Some(supervisor::supervise(Arc::clone(&shared)));
@@ -641,6 +615,49 @@ impl PipelineBuilder {
         p.started = Instant::now();
         Ok(p)
     }
+}
+
+/// Ordered mode: the consumer grants each emitter what it may issue; in enqueue mode the
+/// parent's own input thread is emitter 0, with a gate in this process (returned beside the
+/// reorder). `workers(0)` needs neither: its outputs are in order as they are made.
+fn reorder_and_gate(plan: &Plan, shared: &Arc<Shared>) -> (Option<Reorder>, Option<Arc<Gate>>) {
+    let reorders = plan.ordered && plan.stages[0].workers > 0;
+    let gate = (reorders && plan.source.is_none())
+        .then(|| Arc::new(Gate::new(crate::credit::initial(plan.reorder_window))));
+    let reorder = reorders.then(|| {
+        let to = match &gate {
+            Some(g) => Grantee::Local(Arc::clone(g)),
+            None => Grantee::Emitters(Arc::clone(shared)),
+        };
+        Reorder::new(
+            plan.emitters,
+            Credit::new(plan.emitters, plan.reorder_window, to),
+        )
+    });
+    (reorder, gate)
+}
+
+/// Enqueue mode: the parent is emitter 0 and creates its channels to the first stage itself.
+/// Returns the input thread feeding them and the channels' descriptors (for the workers).
+fn feed_from_parent(
+    plan: &Plan,
+    gate: Option<Arc<Gate>>,
+) -> Result<(Feeder, Vec<Option<OwnedFd>>), Error> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let mut txs = Vec::new();
+    let mut fds = Vec::new();
+    for _ in 0..plan.stages[0].workers {
+        let (tx, fd) = node::create_tx(plan, Some(Arc::clone(&cancel)))?;
+        txs.push(tx);
+        fds.push(Some(fd));
+    }
+    let feeder = Feeder::start(
+        Outputs::new(txs, plan),
+        plan.stages[0].workers,
+        cancel,
+        gate,
+    );
+    Ok((feeder, fds))
 }
 
 #[cfg(test)]

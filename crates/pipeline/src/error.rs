@@ -3,7 +3,7 @@
 use std::fmt;
 
 use crate::source::SourceError;
-use crate::wire::Report;
+use crate::wire::{Report, TransportError};
 
 /// What can go wrong in a pipeline. The consumer gets it from
 /// [`Pipeline::dequeue`](crate::Pipeline::dequeue) (or the iterator); the pipeline is then
@@ -226,5 +226,34 @@ impl From<Report> for Error {
             Report::Other { role, message } => Error::transport(format!("{role}: {message}")),
             Report::TooLarge { role, message } => Error::TooLarge { role, message },
         }
+    }
+}
+
+impl TransportError {
+    /// The pipeline's error for this failure of the connection `context`: the typed error
+    /// behind it kept as the source when there is one, the text otherwise.
+    pub(crate) fn to_error(&self, context: String) -> Error {
+        match self {
+            TransportError::Channel(e) => Error::transport_from(context, SharedError(e.clone())),
+            other => Error::transport(format!("{context}: {other}")),
+        }
+    }
+}
+
+/// A shared shm-ring error as an error of its own (the `source` of an
+/// [`Error::Transport`](crate::Error::Transport)) (its `Display` and `source` are the
+/// inner error's), so that one failure can be both kept and reported.
+#[derive(Debug)]
+pub(crate) struct SharedError(pub std::sync::Arc<shm_ring::Error>);
+
+impl std::fmt::Display for SharedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for SharedError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
     }
 }

@@ -239,87 +239,114 @@ impl Feeder {
     /// `gate` (ordered mode): the consumer's grant, waited for before each item goes out, as
     /// an emitter does.
     pub(crate) fn start(
-        mut out: Outputs,
+        out: Outputs,
         workers: usize,
         cancel: Arc<AtomicBool>,
         gate: Option<Arc<Gate>>,
     ) -> Feeder {
         let (mut f, rx) = Feeder::inline(cancel);
-        let stop = Arc::clone(&f.cancel);
-        let st = Arc::clone(&f.state);
+        let mut thread = FeedThread {
+            out,
+            workers,
+            stop: Arc::clone(&f.cancel),
+            st: Arc::clone(&f.state),
+            gate,
+            k: 0,
+        };
         let handle = std::thread::spawn(move || {
-            let mut k = 0u64;
-            let r: Result<(), TransportError> = (|| loop {
-                let Some(msg) = next_feed(&rx, &mut out, &stop)? else {
-                    return Ok(());
-                };
-                if stop.load(Ordering::Relaxed) {
-                    return Ok(());
-                }
-                // Sends one item; `Ok(false)`: the pipeline is stopping (nothing sent).
-                let mut push = |item: Item| -> Result<bool, TransportError> {
-                    if let Some(g) = &gate {
-                        while !g.allows(k) {
-                            // What was sent must reach the consumer, whose grants follow
-                            // what it delivers.
-                            out.flush_all()?;
-                            if stop.load(Ordering::Relaxed) {
-                                return Ok(false);
-                            }
-                            g.park();
-                        }
-                    }
-                    let bytes = item.nbytes();
-                    let sent = out.push(
-                        (k % workers as u64) as usize,
-                        Frame::Item {
-                            e: 0,
-                            k,
-                            last: true,
-                            item,
-                        },
-                    );
-                    st.dequeued(bytes);
-                    k += 1;
-                    sent.map(|()| true)
-                };
-                match msg {
-                    Feed::Item(item) => {
-                        if !push(item)? {
-                            return Ok(());
-                        }
-                    }
-                    Feed::Items(items) => {
-                        let mut items = items.into_iter();
-                        for item in items.by_ref() {
-                            match push(item) {
-                                Ok(true) => {}
-                                r => {
-                                    // What was not sent is no longer queued.
-                                    for it in items {
-                                        st.dequeued(it.nbytes());
-                                    }
-                                    return r.map(|_| ());
-                                }
-                            }
-                        }
-                    }
-                    Feed::Close => {
-                        out.broadcast(&Frame::EmitterDone { e: 0, n: k })?;
-                        out.broadcast(&Frame::Eos(Stats::default()))?;
-                        return out.flush_all();
-                    }
-                }
-            })();
-            if let Err(e) = r
-                && !stop.load(Ordering::Relaxed)
+            if let Err(e) = thread.run(&rx)
+                && !thread.stop.load(Ordering::Relaxed)
             {
-                let mut f = st.failure.lock().unwrap_or_else(|e| e.into_inner());
+                let mut f = thread.st.failure.lock().unwrap_or_else(|e| e.into_inner());
                 f.get_or_insert((Instant::now(), e.to_string()));
             }
         });
         f.handle = Some(handle);
         f
+    }
+}
+
+/// The feeder thread's state: where items go and how many went.
+struct FeedThread {
+    out: Outputs,
+    workers: usize,
+    /// Raised at teardown.
+    stop: Arc<AtomicBool>,
+    st: Arc<InputState>,
+    /// Ordered mode: the consumer's grant.
+    gate: Option<Arc<Gate>>,
+    /// Items sent so far (the next item's `k`).
+    k: u64,
+}
+
+impl FeedThread {
+    /// Sends what comes from `rx` until the input closes (then the end of stream), the
+    /// pipeline stops, or a send fails.
+    fn run(&mut self, rx: &mpsc::Receiver<Feed>) -> Result<(), TransportError> {
+        loop {
+            let Some(msg) = next_feed(rx, &mut self.out, &self.stop)? else {
+                return Ok(());
+            };
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            match msg {
+                Feed::Item(item) => {
+                    if !self.push(item)? {
+                        return Ok(());
+                    }
+                }
+                Feed::Items(items) => {
+                    let mut items = items.into_iter();
+                    for item in items.by_ref() {
+                        match self.push(item) {
+                            Ok(true) => {}
+                            r => {
+                                // What was not sent is no longer queued.
+                                for it in items {
+                                    self.st.dequeued(it.nbytes());
+                                }
+                                return r.map(|_| ());
+                            }
+                        }
+                    }
+                }
+                Feed::Close => {
+                    let k = self.k;
+                    self.out.broadcast(&Frame::EmitterDone { e: 0, n: k })?;
+                    self.out.broadcast(&Frame::Eos(Stats::default()))?;
+                    return self.out.flush_all();
+                }
+            }
+        }
+    }
+
+    /// Sends one item; `Ok(false)`: the pipeline is stopping (nothing sent).
+    fn push(&mut self, item: Item) -> Result<bool, TransportError> {
+        if let Some(g) = &self.gate {
+            while !g.allows(self.k) {
+                // What was sent must reach the consumer, whose grants follow what it delivers.
+                self.out.flush_all()?;
+                if self.stop.load(Ordering::Relaxed) {
+                    return Ok(false);
+                }
+                g.park();
+            }
+        }
+        let bytes = item.nbytes();
+        let k = self.k;
+        let sent = self.out.push(
+            (k % self.workers as u64) as usize,
+            Frame::Item {
+                e: 0,
+                k,
+                last: true,
+                item,
+            },
+        );
+        self.st.dequeued(bytes);
+        self.k += 1;
+        sent.map(|()| true)
     }
 }
 

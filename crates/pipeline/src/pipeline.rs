@@ -13,13 +13,13 @@ pub use crate::config::{
 };
 use crate::error::Error;
 use crate::inline::{Inline, Progress};
-use crate::input::{Feeder, Input};
+use crate::input::{Feeder, Input, InputState};
 use crate::item::Item;
 use crate::node::{Inputs, NextError, Plan};
 use crate::ready::Ready;
 pub(crate) use crate::reorder::Reorder;
 use crate::supervisor::Shared;
-use crate::wire::{Frame, Stats};
+use crate::wire::{Frame, Stats, TransportError};
 
 /// A running pipeline: the consumer end. Iterate it (or call [`Pipeline::dequeue`]) to get
 /// the outputs; dropping it shuts every process down.
@@ -276,32 +276,12 @@ impl Pipeline {
                     && st.idle_for() >= warn_idle
                 {
                     *warned = true;
-                    eprintln!(
-                        "shmpipe: pipeline {id} has been waiting for input for {:.1} s while \
-                         its consumer waits for output; if the input is complete, call \
-                         close_input() (or drop the Input handle)",
-                        st.idle_for().min(since.elapsed()).as_secs_f64()
-                    );
+                    warn_forgotten_close(id, st, since);
                 }
-                if ctrl_c && interrupt_flag(false).load(Ordering::Relaxed) {
-                    return Err(Error::Interrupted);
+                match stop_waiting(ctrl_c, &shared, input.as_deref(), deadline) {
+                    Some(e) => Err(e),
+                    None => Ok(()),
                 }
-                // Only primary failures here: a secondary one (a child that lost a peer) may
-                // race with the error report that explains it, which is still in a ring.
-                if let Some(e) = shared.take_primary() {
-                    return Err(e);
-                }
-                // The input thread stopped (the first stage cannot take more): after a moment
-                // for the supervisor to name a dead process behind it, that is the error.
-                if let Some((at, m)) = input.as_ref().and_then(|st| st.failure())
-                    && at.elapsed() > Duration::from_millis(500)
-                {
-                    return Err(Error::transport(format!("enqueue: {m}")));
-                }
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(Error::Timeout);
-                }
-                Ok(())
             };
             match inputs.next(&mut idle) {
                 Ok(Some((i, frames))) => self.handle(i, frames)?,
@@ -314,30 +294,40 @@ impl Pipeline {
                 Err(NextError::Idle(Error::Timeout)) => return Err(Error::Timeout),
                 Err(NextError::Idle(e)) => return Err(self.fail(e)),
                 Err(NextError::Input(i, e)) => {
-                    // A lost connection is usually the consequence of a dead process: give the
-                    // supervisor a moment to name it.
-                    let deadline = Instant::now() + Duration::from_millis(500);
-                    let err = loop {
-                        self.shared.poll_children();
-                        if let Some(err) = self.shared.take_primary() {
-                            break err;
-                        }
-                        // Enqueue mode: the input thread failed (e.g. an item too large for
-                        // the channels), and the workers it fed lost their peer.
-                        if let Some((_, m)) = input.as_ref().and_then(|st| st.failure()) {
-                            break Error::transport(format!("enqueue: {m}"));
-                        }
-                        if Instant::now() > deadline {
-                            let last = self.plan.stages.len() - 1;
-                            break self.shared.take_secondary().unwrap_or_else(|| {
-                                e.to_error(format!("connection from worker {i} (stage {last})"))
-                            });
-                        }
-                        std::thread::sleep(Duration::from_millis(5));
-                    };
+                    let err = self.connection_lost(i, &e, input.as_deref());
                     return Err(self.fail(err));
                 }
             }
+        }
+    }
+
+    /// The error for the lost connection from worker `i` (of the last stage): a lost
+    /// connection is usually the consequence of a dead process, so the supervisor gets a
+    /// moment (500 ms) to name it; `e` is the error only when nothing better is known.
+    fn connection_lost(
+        &mut self,
+        i: usize,
+        e: &TransportError,
+        input: Option<&InputState>,
+    ) -> Error {
+        let deadline = Instant::now() + Duration::from_millis(500);
+        loop {
+            self.shared.poll_children();
+            if let Some(err) = self.shared.take_primary() {
+                return err;
+            }
+            // Enqueue mode: the input thread failed (e.g. an item too large for the channels),
+            // and the workers it fed lost their peer.
+            if let Some((_, m)) = input.and_then(|st| st.failure()) {
+                return Error::transport(format!("enqueue: {m}"));
+            }
+            if Instant::now() > deadline {
+                let last = self.plan.stages.len() - 1;
+                return self.shared.take_secondary().unwrap_or_else(|| {
+                    e.to_error(format!("connection from worker {i} (stage {last})"))
+                });
+            }
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
@@ -507,6 +497,46 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// Why a consumer waiting for output must stop waiting, if it must: Ctrl-C (with `ctrl_c`), a
+/// primary failure, the input thread stopped, the `deadline` passed.
+fn stop_waiting(
+    ctrl_c: bool,
+    shared: &Shared,
+    input: Option<&InputState>,
+    deadline: Option<Instant>,
+) -> Option<Error> {
+    if ctrl_c && interrupt_flag(false).load(Ordering::Relaxed) {
+        return Some(Error::Interrupted);
+    }
+    // Only primary failures here: a secondary one (a child that lost a peer) may race with
+    // the error report that explains it, which is still in a ring.
+    if let Some(e) = shared.take_primary() {
+        return Some(e);
+    }
+    // The input thread stopped (the first stage cannot take more): after a moment for the
+    // supervisor to name a dead process behind it, that is the error.
+    if let Some((at, m)) = input.and_then(|st| st.failure())
+        && at.elapsed() > Duration::from_millis(500)
+    {
+        return Some(Error::transport(format!("enqueue: {m}")));
+    }
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Some(Error::Timeout);
+    }
+    None
+}
+
+/// A forgotten `close_input()` must not be a silent hang: says so (once; the caller keeps
+/// count) when pipeline `id` has waited for input while its consumer waits for output.
+fn warn_forgotten_close(id: &str, st: &InputState, since: Instant) {
+    eprintln!(
+        "shmpipe: pipeline {id} has been waiting for input for {:.1} s while its consumer \
+         waits for output; if the input is complete, call close_input() (or drop the Input \
+         handle)",
+        st.idle_for().min(since.elapsed()).as_secs_f64()
+    );
 }
 
 impl Iterator for Pipeline {

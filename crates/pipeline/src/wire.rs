@@ -142,37 +142,6 @@ impl PartialEq for TransportError {
     }
 }
 
-impl TransportError {
-    /// The pipeline's error for this failure of the connection `context`: the typed error
-    /// behind it kept as the source when there is one, the text otherwise.
-    pub(crate) fn to_error(&self, context: String) -> crate::Error {
-        match self {
-            TransportError::Channel(e) => {
-                crate::Error::transport_from(context, SharedError(e.clone()))
-            }
-            other => crate::Error::transport(format!("{context}: {other}")),
-        }
-    }
-}
-
-/// A shared shm-ring error as an error of its own (the `source` of an
-/// [`Error::Transport`](crate::Error::Transport)) (its `Display` and `source` are the
-/// inner error's), so that one failure can be both kept and reported.
-#[derive(Debug)]
-pub(crate) struct SharedError(pub std::sync::Arc<shm_ring::Error>);
-
-impl std::fmt::Display for SharedError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl std::error::Error for SharedError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&*self.0)
-    }
-}
-
 impl std::fmt::Display for TransportError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -164,6 +164,69 @@ impl Drop for Run {
     }
 }
 
+/// Picks the process to SIGKILL in helper run `h` of `mode`, and waits for the moment: half
+/// of the kills land during start-up (children found through /proc), half after READY, at a
+/// random instant within the run. Returns the victim's pid and kind (0: parent, 1: emitter,
+/// 2: worker; as drawn, before a missing emitter makes it a worker).
+fn pick_victim(h: &mut Run, rng: &mut Rng, mode: &str) -> (u32, u64) {
+    let during_startup = rng.below(2) == 0;
+    let victim_kind = rng.below(3); // 0: parent, 1: emitter, 2: worker
+    let delay = Duration::from_micros(rng.below(if during_startup { 5_000 } else { 80_000 }));
+    let victim = if during_startup {
+        let t0 = Instant::now();
+        let mut kids = Vec::new();
+        while kids.is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            kids = proc::children_of(h.child.id());
+            std::thread::yield_now();
+        }
+        std::thread::sleep(delay);
+        match victim_kind {
+            0 => h.child.id(),
+            _ if kids.is_empty() => h.child.id(),
+            _ => kids[rng.below(kids.len() as u64) as usize],
+        }
+    } else if !h.wait_ready() {
+        // Ended before READY (e.g. a start-up error): nothing to kill.
+        h.child.id()
+    } else {
+        std::thread::sleep(delay);
+        let emitters = match mode {
+            "fused-e2" => 2,
+            "enqueue" | "enqueue-staged" => 0,
+            _ => 1,
+        };
+        let victim_kind = if emitters == 0 && victim_kind == 1 {
+            2
+        } else {
+            victim_kind
+        };
+        match victim_kind {
+            0 => h.child.id(),
+            1 => h.pids[rng.below(emitters) as usize],
+            _ => {
+                h.pids[emitters as usize
+                    + rng.below((h.pids.len() - emitters as usize) as u64) as usize]
+            }
+        }
+    };
+    (victim, victim_kind)
+}
+
+/// Asserts that within 2 s no process of helper run `run` (`mode`) is left: none carries
+/// `RUN_ENV=token`.
+fn assert_runs_processes_gone(token: &str, run: u32, mode: &str) {
+    let t0 = Instant::now();
+    let mut left = proc::processes_with_env(RUN_ENV, token);
+    while !left.is_empty() && t0.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(5));
+        left = proc::processes_with_env(RUN_ENV, token);
+    }
+    assert!(
+        left.is_empty(),
+        "run {run} ({mode}): stray processes {left:?}"
+    );
+}
+
 /// Issue 8: 200 pipeline runs, each SIGKILLing one process (the pipeline's parent, an
 /// emitter or a worker, chosen with a fixed seed) at a random instant, during start-up or
 /// while data flows. Every run ends within 2 s of the kill with an error or with exactly the
@@ -198,48 +261,7 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
         cmd.env(RUN_ENV, &token).stderr(Stdio::null());
         let mut h = Run::spawn(cmd);
         helpers.push(h.child.id());
-        // Half of the kills land during start-up (children found through /proc), half after
-        // READY, at a random instant within the run.
-        let during_startup = rng.below(2) == 0;
-        let victim_kind = rng.below(3); // 0: parent, 1: emitter, 2: worker
-        let delay = Duration::from_micros(rng.below(if during_startup { 5_000 } else { 80_000 }));
-        let victim = if during_startup {
-            let t0 = Instant::now();
-            let mut kids = Vec::new();
-            while kids.is_empty() && t0.elapsed() < Duration::from_secs(5) {
-                kids = proc::children_of(h.child.id());
-                std::thread::yield_now();
-            }
-            std::thread::sleep(delay);
-            match victim_kind {
-                0 => h.child.id(),
-                _ if kids.is_empty() => h.child.id(),
-                _ => kids[rng.below(kids.len() as u64) as usize],
-            }
-        } else if !h.wait_ready() {
-            // Ended before READY (e.g. a start-up error): nothing to kill.
-            h.child.id()
-        } else {
-            std::thread::sleep(delay);
-            let emitters = match mode {
-                "fused-e2" => 2,
-                "enqueue" | "enqueue-staged" => 0,
-                _ => 1,
-            };
-            let victim_kind = if emitters == 0 && victim_kind == 1 {
-                2
-            } else {
-                victim_kind
-            };
-            match victim_kind {
-                0 => h.child.id(),
-                1 => h.pids[rng.below(emitters) as usize],
-                _ => {
-                    h.pids[emitters as usize
-                        + rng.below((h.pids.len() - emitters as usize) as u64) as usize]
-                }
-            }
-        };
+        let (victim, victim_kind) = pick_victim(&mut h, &mut rng, mode);
         signal(victim, Signal::KILL);
         let t_kill = Instant::now();
         if victim == h.child.id() {
@@ -269,16 +291,7 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
             other => panic!("run {run} ({mode}): no verdict: {other:?} ({status})"),
         }
         // Whatever happened, the pipeline's processes are gone within 2 s of the kill.
-        let t0 = Instant::now();
-        let mut left = proc::processes_with_env(RUN_ENV, &token);
-        while !left.is_empty() && t0.elapsed() < Duration::from_secs(2) {
-            std::thread::sleep(Duration::from_millis(5));
-            left = proc::processes_with_env(RUN_ENV, &token);
-        }
-        assert!(
-            left.is_empty(),
-            "run {run} ({mode}): stray processes {left:?}"
-        );
+        assert_runs_processes_gone(&token, run, mode);
     }
     eprintln!(
         "200 runs in {:?}: {ended} complete, {failed} errors, {killed_parent} parents killed",
@@ -291,6 +304,55 @@ fn sigkill_one_process_at_a_random_instant_200_times() {
         .collect();
     assert!(ours.is_empty(), "left in /dev/shm: {ours:?}");
     assert!(ended > 0 && failed > 0, "{ended} complete, {failed} errors");
+}
+
+/// The channels mapped by `workers`, opened for writing: the emitter's channels to them (their
+/// inputs) and their own channels to us.
+fn worker_channels(workers: &[u32]) -> Vec<std::fs::File> {
+    workers
+        .iter()
+        .flat_map(|&w| proc::memfds(w))
+        .filter_map(|p| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(p)
+                .ok()
+        })
+        .collect()
+}
+
+/// A thread that writes 1 to 16 random bytes at random offsets of `files` (mostly their first
+/// 64 KiB: headers and rings) until `stop`, counting its writes in `writes`.
+fn scribble(
+    files: Vec<std::fs::File>,
+    stop: Arc<AtomicBool>,
+    writes: Arc<AtomicU64>,
+    mut rng: Rng,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            let f = &files[rng.below(files.len() as u64) as usize];
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            if len == 0 {
+                break;
+            }
+            // Mostly the first 64 KiB (headers and rings), sometimes anywhere.
+            let span = if rng.below(4) == 0 {
+                len
+            } else {
+                len.min(64 << 10)
+            };
+            let at = rng.below(span);
+            let n = (1 + rng.below(16)).min(len - at) as usize;
+            let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+            let _ = f.write_all_at(&bytes, at);
+            writes.fetch_add(1, Ordering::Relaxed);
+            if rng.below(8) == 0 {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    })
 }
 
 /// Issue 8: a hostile process writes random bytes at random offsets of live pipeline channels
@@ -315,19 +377,7 @@ fn scribbling_on_live_channels_gives_data_or_errors() {
             .start()
             .unwrap();
         let (_, pids, _g) = guarded(&p);
-        // Channels mapped by the workers: the emitter's channels to them (their inputs) and
-        // their own channels to us.
-        let files: Vec<std::fs::File> = pids[1..]
-            .iter()
-            .flat_map(|&w| proc::memfds(w))
-            .filter_map(|p| {
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(p)
-                    .ok()
-            })
-            .collect();
+        let files = worker_channels(&pids[1..]);
         assert!(!files.is_empty(), "no channel found to scribble on");
         // Sealed: nobody can shrink (SIGBUS for the other side) or grow a live channel.
         for f in &files {
@@ -337,33 +387,12 @@ fn scribbling_on_live_channels_gives_data_or_errors() {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let writes = Arc::new(AtomicU64::new(0));
-        let scribbler = {
-            let (stop, writes) = (Arc::clone(&stop), Arc::clone(&writes));
-            let mut rng = Rng(rng.next() | 1);
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    let f = &files[rng.below(files.len() as u64) as usize];
-                    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-                    if len == 0 {
-                        break;
-                    }
-                    // Mostly the first 64 KiB (headers and rings), sometimes anywhere.
-                    let span = if rng.below(4) == 0 {
-                        len
-                    } else {
-                        len.min(64 << 10)
-                    };
-                    let at = rng.below(span);
-                    let n = (1 + rng.below(16)).min(len - at) as usize;
-                    let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
-                    let _ = f.write_all_at(&bytes, at);
-                    writes.fetch_add(1, Ordering::Relaxed);
-                    if rng.below(8) == 0 {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                }
-            })
-        };
+        let scribbler = scribble(
+            files,
+            Arc::clone(&stop),
+            Arc::clone(&writes),
+            Rng(rng.next() | 1),
+        );
         // Receive for up to a second per pipeline; no call may hang.
         let (n, err) = within(
             Duration::from_secs(10),

@@ -93,12 +93,7 @@ fn a_program_started_by_a_step_is_not_a_pipeline_child() {
         std::process::exit(0);
     }
     shmpipe::init(&reg);
-    let p = Pipeline::builder(&reg)
-        .step("spawn_init")
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
+    let (p, _g) = start_guarded(Pipeline::builder(&reg).step("spawn_init").workers(1));
     let out = within(Duration::from_secs(60), "the run", move || {
         p.run([Item::new().with_meta("n", 1)])
     })

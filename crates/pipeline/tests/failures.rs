@@ -205,9 +205,8 @@ fn sigkilled_emitter_is_an_error_within_a_second() {
 #[test]
 fn sigkilled_parent_takes_its_workers_down() {
     let reg = registry();
-    shmpipe::init(&reg);
-    if std::env::var_os(HELPER).is_some() {
-        return helper_parent(helper_mode().as_deref() == Some("enqueue"));
+    if init_or_run_helper(&reg) {
+        return;
     }
     let mut h = Helper::start_with("sigkilled_parent_takes_its_workers_down", "source");
     // READY comes after start(): every channel exists and is attached.
@@ -226,9 +225,8 @@ fn sigkilled_parent_takes_its_workers_down() {
 #[test]
 fn ctrl_c_shuts_down_cleanly() {
     let reg = registry();
-    shmpipe::init(&reg);
-    if std::env::var_os(HELPER).is_some() {
-        return helper_parent(helper_mode().as_deref() == Some("enqueue"));
+    if init_or_run_helper(&reg) {
+        return;
     }
     let mut h = Helper::start_with("ctrl_c_shuts_down_cleanly", "source");
     kill(h.child.id(), Signal::INT);
@@ -250,9 +248,8 @@ fn ctrl_c_shuts_down_cleanly() {
 #[test]
 fn a_sigkilled_enqueue_parent_leaves_nothing_and_the_next_start_works() {
     let reg = registry();
-    shmpipe::init(&reg);
-    if std::env::var_os(HELPER).is_some() {
-        return helper_parent(helper_mode().as_deref() == Some("enqueue"));
+    if init_or_run_helper(&reg) {
+        return;
     }
     // Enqueue mode: the parent itself owns the channels to the workers.
     let mut h = Helper::start_with(

@@ -174,14 +174,13 @@ fn a_forked_child_dropping_the_pipeline_leaves_it_running() {
 fn a_forked_child_cannot_take_the_outputs() {
     let reg = registry();
     shmpipe::init(&reg);
-    let mut p = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": 20, "len": 4}))
-        .ordered(true)
-        .step("inc")
-        .workers(2)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
+    let (mut p, _g) = start_guarded(
+        Pipeline::builder(&reg)
+            .source_named("range", serde_json::json!({"n": 20, "len": 4}))
+            .ordered(true)
+            .step("inc")
+            .workers(2),
+    );
     assert_eq!(p.dequeue().unwrap().unwrap().i64("n"), Some(1));
     let r = within(Duration::from_secs(30), "the fork", move || {
         let mut p = p;

@@ -180,13 +180,12 @@ fn pools_larger_than_dev_shm_work() {
 fn socket_transport_binds_no_name() {
     let reg = registry();
     shmpipe::init(&reg);
-    let mut p = Pipeline::builder(&reg)
-        .step("inc")
-        .workers(2)
-        .socket_transport(true)
-        .start()
-        .unwrap();
-    let _g = KillOnDrop(p.pids());
+    let (mut p, _g) = start_killing_on_drop(
+        Pipeline::builder(&reg)
+            .step("inc")
+            .workers(2)
+            .socket_transport(true),
+    );
     for n in 0..10 {
         p.enqueue(Item::new().with_meta("n", n)).unwrap();
     }

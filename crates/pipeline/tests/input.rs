@@ -14,12 +14,7 @@ use shmpipe::{Error, Item, Pipeline};
 fn dropping_the_input_handle_closes_the_input() {
     let reg = registry();
     shmpipe::init(&reg);
-    let mut p = Pipeline::builder(&reg)
-        .step("inc")
-        .workers(2)
-        .start()
-        .unwrap();
-    let _g = KillOnDrop(p.pids());
+    let (mut p, _g) = start_killing_on_drop(Pipeline::builder(&reg).step("inc").workers(2));
     let mut input = p.input().unwrap();
     // A second handle, or enqueue beside the handle, is refused.
     assert!(matches!(p.input(), Err(Error::Closed(_))));
@@ -43,12 +38,7 @@ fn dropping_the_input_handle_closes_the_input() {
 fn run_feeds_closes_and_collects() {
     let reg = registry();
     shmpipe::init(&reg);
-    let p = Pipeline::builder(&reg)
-        .step("inc")
-        .workers(2)
-        .start()
-        .unwrap();
-    let _g = KillOnDrop(p.pids());
+    let (p, _g) = start_killing_on_drop(Pipeline::builder(&reg).step("inc").workers(2));
     let items = (0..50).map(|n| Item::new().with_meta("n", n));
     let out = within(Duration::from_secs(10), "run", move || p.run(items));
     let mut got: Vec<i64> = out.unwrap().iter().map(|i| i.i64("n").unwrap()).collect();
@@ -106,19 +96,18 @@ fn queued_items_count_what_the_input_thread_has_not_yet_sent() {
     let reg = registry();
     shmpipe::init(&reg);
     // One slow worker, small batches: its channel fills after a few items.
-    let mut p = Pipeline::builder(&reg)
-        .step_with("sleep_ms", serde_json::json!({"ms": 10}))
-        .workers(1)
-        .batch_bytes(64)
-        .channel(shmpipe::ChannelGeometry {
-            slots: 4,
-            blocks: 2,
-            block_size: 4096,
-            large_pool: 0,
-        })
-        .start()
-        .unwrap();
-    let _g = KillOnDrop(p.pids());
+    let (mut p, _g) = start_killing_on_drop(
+        Pipeline::builder(&reg)
+            .step_with("sleep_ms", serde_json::json!({"ms": 10}))
+            .workers(1)
+            .batch_bytes(64)
+            .channel(shmpipe::ChannelGeometry {
+                slots: 4,
+                blocks: 2,
+                block_size: 4096,
+                large_pool: 0,
+            }),
+    );
     let mut input = p.input().unwrap();
     assert_eq!((input.queued_items(), input.queued_bytes()), (0, 0));
     let item = |n: i64| {
@@ -154,19 +143,16 @@ fn an_item_the_input_cannot_send_is_the_error_not_the_worker_it_starved() {
     let reg = registry();
     shmpipe::init(&reg);
     for _ in 0..5 {
-        let mut p = Pipeline::builder(&reg)
-            .step("inc")
-            .workers(1)
-            .channel(shmpipe::ChannelGeometry {
-                slots: 0,
-                blocks: 4,
-                block_size: 64 << 10,
-                // No large size class: the item cannot travel at all.
-                large_pool: 0,
-            })
-            .start()
-            .unwrap();
-        let _g = KillOnDrop(p.pids());
+        let (mut p, _g) =
+            start_killing_on_drop(Pipeline::builder(&reg).step("inc").workers(1).channel(
+                shmpipe::ChannelGeometry {
+                    slots: 0,
+                    blocks: 4,
+                    block_size: 64 << 10,
+                    // No large size class: the item cannot travel at all.
+                    large_pool: 0,
+                },
+            ));
         let big = ndarray::Array1::<f32>::zeros(100_000);
         p.enqueue(Item::new().with_meta("n", 1).with("x", big))
             .unwrap();

@@ -13,19 +13,18 @@ use shmpipe::{Epochs, Pipeline, Topology};
 
 fn draws(workers: usize, topology: Topology, seed: u64) -> Vec<(i64, i64, i64)> {
     let reg = registry();
-    let p = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": 300}))
-        .emitters(2)
-        .epochs(Epochs::Finite(2))
-        .shuffle(true)
-        .seed(seed)
-        .step_with("fan", serde_json::json!({"max": 3}))
-        .step("tag_seed")
-        .workers(workers)
-        .topology(topology)
-        .start()
-        .unwrap();
-    let _k = KillOnDrop(p.pids());
+    let (p, _k) = start_killing_on_drop(
+        Pipeline::builder(&reg)
+            .source_named("range", serde_json::json!({"n": 300}))
+            .emitters(2)
+            .epochs(Epochs::Finite(2))
+            .shuffle(true)
+            .seed(seed)
+            .step_with("fan", serde_json::json!({"max": 3}))
+            .step("tag_seed")
+            .workers(workers)
+            .topology(topology),
+    );
     within(Duration::from_secs(60), "run", move || {
         let mut v: Vec<(i64, i64, i64)> = p
             .map(|r| {

@@ -119,15 +119,14 @@ fn the_reorder_bound_lives_in_nothing_a_worker_can_open() {
     let reg = reg();
     shmpipe::init(&reg);
     for emitters in [1, 2] {
-        let mut p = Pipeline::builder(&reg)
-            .source_named("range", serde_json::json!({"n": 8, "len": 1}))
-            .emitters(emitters)
-            .ordered(true)
-            .step("scribble")
-            .workers(1)
-            .start()
-            .unwrap();
-        let _g = guarded(&p);
+        let (mut p, _g) = start_guarded(
+            Pipeline::builder(&reg)
+                .source_named("range", serde_json::json!({"n": 8, "len": 1}))
+                .emitters(emitters)
+                .ordered(true)
+                .step("scribble")
+                .workers(1),
+        );
         let out = within(Duration::from_secs(20), "the run", move || {
             p.by_ref().collect::<Result<Vec<Item>, _>>()
         })
@@ -209,19 +208,18 @@ fn a_slow_emitter_does_not_grow_the_consumer_past_the_bound() {
     let delay = Duration::from_secs(8);
     let reg = reg();
     shmpipe::init(&reg);
-    let mut p = Pipeline::builder(&reg)
-        .source_named(
-            "slow_start",
-            serde_json::json!({"delay_ms": delay.as_millis() as u64}),
-        )
-        .emitters(2)
-        .epochs(Epochs::Cycle)
-        .ordered(true)
-        .step("inc")
-        .workers(2)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
+    let (mut p, _g) = start_guarded(
+        Pipeline::builder(&reg)
+            .source_named(
+                "slow_start",
+                serde_json::json!({"delay_ms": delay.as_millis() as u64}),
+            )
+            .emitters(2)
+            .epochs(Epochs::Cycle)
+            .ordered(true)
+            .step("inc")
+            .workers(2),
+    );
     // (k=0, e=0) comes at once; (0, 1) only after emitter 1's delay.
     assert!(p.dequeue().unwrap().is_some());
     let before = rss_kib();

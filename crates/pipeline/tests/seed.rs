@@ -21,13 +21,12 @@ fn inputs_done_counts_each_input_once_all_its_outputs_are_out() {
     let reg = registry();
     shmpipe::init(&reg);
     for ordered in [false, true] {
-        let mut p = Pipeline::builder(&reg)
-            .step_with("fan", serde_json::json!({"max": 2}))
-            .workers(2)
-            .ordered(ordered)
-            .start()
-            .unwrap();
-        let _g = KillOnDrop(p.pids());
+        let (mut p, _g) = start_killing_on_drop(
+            Pipeline::builder(&reg)
+                .step_with("fan", serde_json::json!({"max": 2}))
+                .workers(2)
+                .ordered(ordered),
+        );
         within(Duration::from_secs(30), "one input at a time", move || {
             for n in 0..40i64 {
                 p.enqueue(Item::new().with_meta("n", n)).unwrap();
@@ -57,12 +56,7 @@ fn inputs_done_counts_each_input_once_all_its_outputs_are_out() {
 fn dequeue_timeout_gives_up_without_harm() {
     let reg = registry();
     shmpipe::init(&reg);
-    let mut p = Pipeline::builder(&reg)
-        .step("inc")
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = KillOnDrop(p.pids());
+    let (mut p, _g) = start_killing_on_drop(Pipeline::builder(&reg).step("inc").workers(1));
     let t0 = Instant::now();
     assert!(matches!(
         p.dequeue_timeout(Duration::from_millis(100)),
@@ -178,19 +172,18 @@ fn item_seeds_do_not_depend_on_the_worker_count() {
     let reg = registry();
     shmpipe::init(&reg);
     let source_run = |workers: usize, ordered: bool| -> Vec<(i64, i64, i64)> {
-        let p = Pipeline::builder(&reg)
-            .source_named("range", serde_json::json!({"n": 40}))
-            .step_with("fan", serde_json::json!({"max": 2}))
-            .step("tag_seed")
-            .workers(workers)
-            .shuffle(true)
-            .seed(9)
-            .epochs(Epochs::Finite(2))
-            .ordered(ordered)
-            .batch_bytes(256)
-            .start()
-            .unwrap();
-        let _g = KillOnDrop(p.pids());
+        let (p, _g) = start_killing_on_drop(
+            Pipeline::builder(&reg)
+                .source_named("range", serde_json::json!({"n": 40}))
+                .step_with("fan", serde_json::json!({"max": 2}))
+                .step("tag_seed")
+                .workers(workers)
+                .shuffle(true)
+                .seed(9)
+                .epochs(Epochs::Finite(2))
+                .ordered(ordered)
+                .batch_bytes(256),
+        );
         within(Duration::from_secs(30), "run", move || {
             p.map(|r| {
                 let it = r.unwrap();
@@ -229,17 +222,16 @@ fn item_seeds_do_not_depend_on_the_worker_count() {
 fn records_read_a_part_in_the_order_an_emitter_sends_it() {
     let reg = registry();
     shmpipe::init(&reg);
-    let p = Pipeline::builder(&reg)
-        .source_named("range", serde_json::json!({"n": 50}))
-        .workers(2)
-        .shuffle(true)
-        .shuffle_buffer(8)
-        .seed(3)
-        .epochs(Epochs::Finite(2))
-        .ordered(true)
-        .start()
-        .unwrap();
-    let _g = KillOnDrop(p.pids());
+    let (p, _g) = start_killing_on_drop(
+        Pipeline::builder(&reg)
+            .source_named("range", serde_json::json!({"n": 50}))
+            .workers(2)
+            .shuffle(true)
+            .shuffle_buffer(8)
+            .seed(3)
+            .epochs(Epochs::Finite(2))
+            .ordered(true),
+    );
     let sent: Vec<i64> = within(Duration::from_secs(30), "run", move || {
         p.map(|r| r.unwrap().i64("n").unwrap()).collect()
     });

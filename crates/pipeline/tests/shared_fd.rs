@@ -56,6 +56,21 @@ fn reg() -> Registry {
         })
 }
 
+/// Starts `b` with one worker of `read_shared` reading `data` and runs one item through it
+/// (at most 20 s), the pipeline guarded meanwhile.
+fn run_read_shared_once(
+    b: shmpipe::PipelineBuilder,
+    data: serde_json::Value,
+) -> Result<Vec<Item>, Error> {
+    let (p, _g) = start_guarded(
+        b.step_with("read_shared", serde_json::json!({ "data": data }))
+            .workers(1),
+    );
+    within(Duration::from_secs(20), "the run", move || {
+        p.run([Item::new().with_meta("n", 0)])
+    })
+}
+
 fn memfds_named(pid: u32) -> usize {
     proc::fd_links(pid)
         .iter()
@@ -116,15 +131,13 @@ fn a_dropped_descriptor_and_a_new_one_with_its_number_are_not_confused() {
     let a = sealed("dataset A");
     let mut b = Pipeline::builder(&reg);
     let h = b.share_fd(a.as_fd()).unwrap();
-    let p = b
-        .step_with(
+    let (p, _g) = start_guarded(
+        b.step_with(
             "read_shared",
             serde_json::json!({"data": h, "build_delay_ms": 300}),
         )
-        .workers(2)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
+        .workers(2),
+    );
     let number = a.as_raw_fd();
     drop(a);
     let b_fd = sealed("dataset B");
@@ -163,16 +176,7 @@ fn unsealed_files_and_unknown_handles_are_refused() {
         matches!(&e, Error::Config(m) if m.contains("did not share")),
         "{e}"
     );
-    let p = b
-        .step_with("read_shared", serde_json::json!({"data": 3}))
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
-    let e = within(Duration::from_secs(20), "the run", move || {
-        p.run([Item::new().with_meta("n", 0)])
-    })
-    .unwrap_err();
+    let e = run_read_shared_once(b, serde_json::json!(3)).unwrap_err();
     assert!(
         e.to_string().contains("not a shared descriptor handle"),
         "{e}"
@@ -235,16 +239,7 @@ fn handles_made_after_a_clone_belong_to_one_clone() {
         "{e}"
     );
     // The handle made before the clone names X in both.
-    let p = b
-        .step_with("read_shared", serde_json::json!({"data": hx}))
-        .workers(1)
-        .start()
-        .unwrap();
-    let _g = guarded(&p);
-    let out = within(Duration::from_secs(20), "the run", move || {
-        p.run([Item::new().with_meta("n", 0)])
-    })
-    .unwrap();
+    let out = run_read_shared_once(b, serde_json::json!(hx)).unwrap();
     assert_eq!(out[0].str("data"), Some("X"));
 }
 

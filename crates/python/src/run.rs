@@ -358,10 +358,7 @@ impl Run {
                 Backend::Pump(p) => match py.detach(|| p.recv_into(wait, 8, |m| self.stash(m))) {
                     Ok(()) => {}
                     Err(RecvTimeoutError::Timeout) => {
-                        if stop_at.is_none() {
-                            self.idle_word(since);
-                        }
-                        if self.waited(py, deadline)? {
+                        if self.nothing_came(py, since, deadline, stop_at)? {
                             return Ok(Out::Timeout);
                         }
                     }
@@ -370,40 +367,69 @@ impl Run {
                 Backend::Inline(m) => {
                     let wait = if poll { Duration::ZERO } else { wait };
                     poll = false;
-                    let (r, done) = py.detach(|| {
-                        let mut g = lock(m);
-                        match g.as_mut() {
-                            Some(p) => (p.dequeue_timeout(wait), p.inputs_done()),
-                            None => (Ok(None), 0),
-                        }
-                    });
-                    {
-                        let mut st = lock(&self.state);
-                        st.user_done = st.user_done.max(done).min(st.fed);
-                        st.left = st.user_done;
-                    }
-                    match r {
-                        Ok(Some(it)) => return Ok(Out::Item(it)),
-                        Ok(None) => lock(&self.state).ended = true,
-                        Err(Error::Timeout) => {
-                            if stop_at.is_none() {
-                                self.idle_word(since);
-                            }
-                            if self.waited(py, deadline)? {
-                                return Ok(Out::Timeout);
-                            }
-                        }
-                        Err(e) => {
-                            let e = self.convert(py, e);
-                            if !e.is_instance_of::<PyException>(py) {
-                                // Ctrl-C (or `sys.exit`) in a step: stopped, not failed.
-                                self.close(py, Duration::ZERO);
-                                return Err(e);
-                            }
-                            return Err(self.fail(py, e));
-                        }
+                    if let Some(out) = self.next_inline(py, m, wait, since, deadline, stop_at)? {
+                        return Ok(out);
                     }
                 }
+            }
+        }
+    }
+
+    /// A wait of `next_out` in which nothing came: the idle word (unless an epoch is being
+    /// finished, `stop_at`), then whether the whole wait is over (`deadline`).
+    fn nothing_came(
+        &self,
+        py: Python<'_>,
+        since: Instant,
+        deadline: Option<Instant>,
+        stop_at: Option<u64>,
+    ) -> PyResult<bool> {
+        if stop_at.is_none() {
+            self.idle_word(since);
+        }
+        self.waited(py, deadline)
+    }
+
+    /// `workers=0`: one `wait` of `next_out` for the pipeline run in this thread; `None` when
+    /// the wait is to go on.
+    fn next_inline(
+        &self,
+        py: Python<'_>,
+        m: &Mutex<Option<Pipeline>>,
+        wait: Duration,
+        since: Instant,
+        deadline: Option<Instant>,
+        stop_at: Option<u64>,
+    ) -> PyResult<Option<Out>> {
+        let (r, done) = py.detach(|| {
+            let mut g = lock(m);
+            match g.as_mut() {
+                Some(p) => (p.dequeue_timeout(wait), p.inputs_done()),
+                None => (Ok(None), 0),
+            }
+        });
+        {
+            let mut st = lock(&self.state);
+            st.user_done = st.user_done.max(done).min(st.fed);
+            st.left = st.user_done;
+        }
+        match r {
+            Ok(Some(it)) => Ok(Some(Out::Item(it))),
+            Ok(None) => {
+                lock(&self.state).ended = true;
+                Ok(None)
+            }
+            Err(Error::Timeout) => Ok(self
+                .nothing_came(py, since, deadline, stop_at)?
+                .then_some(Out::Timeout)),
+            Err(e) => {
+                let e = self.convert(py, e);
+                if !e.is_instance_of::<PyException>(py) {
+                    // Ctrl-C (or `sys.exit`) in a step: stopped, not failed.
+                    self.close(py, Duration::ZERO);
+                    return Err(e);
+                }
+                Err(self.fail(py, e))
             }
         }
     }

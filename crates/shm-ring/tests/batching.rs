@@ -6,15 +6,36 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{name_guard, unique};
+use common::named;
 use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender};
+
+/// Waits until the `sender` thread, blocked on a full ring, sleeps on the futex; takes one
+/// message with `take_one`; then joins the thread and asserts its send succeeded within 2 s of
+/// that (`what` names the sender in the failure). Returns the sender.
+fn join_after_one_taken<T, E: std::fmt::Debug>(
+    sender: std::thread::JoinHandle<(Result<(), E>, Instant, T)>,
+    take_one: impl FnOnce(),
+    what: &str,
+) -> T {
+    // Long enough for the sender to stop spinning and sleep on the futex.
+    std::thread::sleep(Duration::from_millis(200));
+    take_one();
+    let took_one = Instant::now();
+    let (r, done, tx) = sender.join().unwrap();
+    r.unwrap();
+    let lag = done.saturating_duration_since(took_one);
+    assert!(
+        lag < Duration::from_secs(2),
+        "{what} went on {lag:?} after a slot was taken"
+    );
+    tx
+}
 
 /// A sender blocked on a full ring goes on as soon as the receiver takes one message, although
 /// the receiver hands slots back only in batches of a quarter of the ring otherwise.
 #[test]
 fn a_blocked_sender_proceeds_when_one_message_is_taken() {
-    let name = unique("batch-full");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("batch-full");
     let cfg = ChannelConfig {
         slots: 64,
         ..ChannelConfig::default()
@@ -30,16 +51,12 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
         let r = tx.send_timeout(MessageBuilder::new().tag(64), Duration::from_secs(10));
         (r, Instant::now(), tx)
     });
-    // Long enough for the sender to stop spinning and sleep on the futex.
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(rx.recv().unwrap().tag(), 0);
-    let took_one = Instant::now();
-    let (r, done, tx) = sender.join().unwrap();
-    r.unwrap();
-    let lag = done.saturating_duration_since(took_one);
-    assert!(
-        lag < Duration::from_secs(2),
-        "the sender went on {lag:?} after a slot was taken"
+    let tx = join_after_one_taken(
+        sender,
+        || {
+            assert_eq!(rx.recv().unwrap().tag(), 0);
+        },
+        "the sender",
     );
     for i in 1..=64 {
         assert_eq!(rx.recv().unwrap().tag(), i);
@@ -52,8 +69,7 @@ fn a_blocked_sender_proceeds_when_one_message_is_taken() {
 /// a burst sent with `send_batch` arrives whole and in order.
 #[test]
 fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
-    let name = unique("batch-lone");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("batch-lone");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     for i in 0..10 {
@@ -79,8 +95,7 @@ fn lone_messages_are_not_held_back_and_bursts_arrive_whole() {
 /// hand them back once per quarter of the ring, so this sender timed out).
 #[test]
 fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
-    let name = unique("batch-typed-full");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("batch-typed-full");
     let cfg = ChannelConfig {
         slots: 64,
         ..ChannelConfig::default()
@@ -96,16 +111,12 @@ fn a_blocked_typed_sender_proceeds_when_one_value_is_taken() {
         let r = tx.send_timeout([64.0; 16], Duration::from_secs(10));
         (r, Instant::now(), tx)
     });
-    // Long enough for the sender to stop spinning and sleep on the futex.
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(rx.recv().unwrap()[0], 0.0);
-    let took_one = Instant::now();
-    let (r, done, tx) = sender.join().unwrap();
-    r.unwrap();
-    let lag = done.saturating_duration_since(took_one);
-    assert!(
-        lag < Duration::from_secs(2),
-        "the typed sender went on {lag:?} after a slot was taken"
+    let tx = join_after_one_taken(
+        sender,
+        || {
+            assert_eq!(rx.recv().unwrap()[0], 0.0);
+        },
+        "the typed sender",
     );
     for i in 1..=64 {
         assert_eq!(rx.recv().unwrap()[0], i as f32);

@@ -9,7 +9,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, checksum, name_guard, unique};
+use common::{Peer, checksum, named, open_fds};
 use shm_ring::{
     ChannelConfig, Error, Message, MessageBuilder, Receiver, SendError, SendTimeoutError, Sender,
 };
@@ -18,10 +18,6 @@ const RUNS: u32 = 200;
 /// More messages than the ring holds (1024 slots, one per message): a producer must wait for
 /// its consumer, so it meets a killed consumer too.
 const COUNT: u64 = 3000;
-
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
 
 /// xorshift64: the instants, reproducible from the seed printed on failure.
 struct Rng(u64);
@@ -152,8 +148,7 @@ fn sigkill_of_either_side_of_a_named_channel_at_a_random_instant_200_times() {
     let mut ends = std::collections::BTreeMap::<String, u32>::new();
     let t0 = Instant::now();
     for run in 0..RUNS {
-        let name = unique("chaos");
-        let guard = name_guard(&[&name]);
+        let (name, guard) = named("chaos");
         // One run in ten (both sides) is not killed: the clean end is covered by design.
         let delay = (run % 10 >= 2).then(|| Duration::from_micros(rng.below(80_000)));
         let side = if run % 2 == 0 { "consumer" } else { "producer" };

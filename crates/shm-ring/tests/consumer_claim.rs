@@ -9,10 +9,12 @@ mod common;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use common::{Peer, name_guard, poke, unique};
+use common::{
+    NameGuard, Peer, named, poke, producer_and_consumer_peer, send_filled, zero_copy_blocks,
+};
 use shm_ring::{
     ChannelConfig, LoanError, Message, MessageBuilder, OpenError, Receiver, Rendezvous, SendError,
-    Sender, Transfer, channel_layout,
+    Sender, channel_layout,
 };
 
 fn no_linger(rdv: Rendezvous) -> ChannelConfig {
@@ -25,21 +27,34 @@ fn no_linger(rdv: Rendezvous) -> ChannelConfig {
 
 /// Two 64 KiB blocks, arrays always zero-copy: a consumer holding two messages holds the pool.
 fn two_blocks() -> ChannelConfig {
-    ChannelConfig {
-        blocks: 2,
-        block_size: 64 << 10,
-        transfer: Transfer::ZeroCopy,
-        ..no_linger(Rendezvous::default())
-    }
+    zero_copy_blocks(2)
 }
 
 /// Sends two messages whose u32 array "x" (1000 values) holds `first`, then `first + 1`.
 fn send_two(tx: &mut Sender, first: u32) {
-    for v in first..first + 2 {
-        let loan = tx.loan::<u32>(&[1000]).unwrap().fill(v);
-        tx.send(MessageBuilder::new().array_loan("x", loan))
-            .unwrap();
-    }
+    send_filled(tx, first..first + 2);
+}
+
+/// A channel of [`two_blocks`] named after `tag` and its guard, whose consumer (the peer
+/// `cmd <name> 2`) has been sent the two messages of `send_two(tx, 1)`.
+fn consumer_holding_two(tag: &str, cmd: &str) -> (String, NameGuard, Sender, Peer) {
+    let (name, guard) = named(tag);
+    let (mut tx, peer) = producer_and_consumer_peer(&name, &two_blocks(), &[cmd, &name, "2"]);
+    send_two(&mut tx, 1);
+    (name, guard, tx, peer)
+}
+
+/// A channel (no linger) named after `tag` and its guard, whose consumer (the peer
+/// `hold <name> 1`) has been sent one message (tag 1).
+fn consumer_holding_one(tag: &str) -> (String, NameGuard, Sender, Peer) {
+    let (name, guard) = named(tag);
+    let (mut tx, peer) = producer_and_consumer_peer(
+        &name,
+        &no_linger(Rendezvous::default()),
+        &["hold", &name, "1"],
+    );
+    tx.send(MessageBuilder::new().tag(1)).unwrap();
+    (name, guard, tx, peer)
 }
 
 /// Sum of the u32 array "x" of a message.
@@ -76,12 +91,7 @@ fn a_dead_process() -> (u32, u64) {
 /// that sends now and then into a ring with room, forever.
 #[test]
 fn a_dead_consumers_claim_does_not_keep_a_new_consumer_out() {
-    let name = unique("rv-busy");
-    let guard = name_guard(&[&name]);
-    let mut tx = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).unwrap();
-    let mut old = common::Peer::spawn(&["hold", &name, "1"]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    tx.send(MessageBuilder::new().tag(1)).unwrap();
+    let (name, guard, mut tx, mut old) = consumer_holding_one("rv-busy");
     assert_eq!(old.line(), "held 0");
     let dead = old.pid();
     old.kill();
@@ -114,12 +124,7 @@ fn a_dead_consumers_claim_does_not_keep_a_new_consumer_out() {
 /// the dead one held come back to the producer, which sees a live consumer (no `PeerDied`).
 #[test]
 fn a_new_consumer_reads_on_where_the_dead_one_stopped_and_its_blocks_come_back() {
-    let name = unique("claim-reads-on");
-    let guard = name_guard(&[&name]);
-    let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
-    let mut old = Peer::spawn(&["hold", &name, "2"]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    send_two(&mut tx, 1);
+    let (name, guard, mut tx, mut old) = consumer_holding_two("claim-reads-on", "hold");
     assert_eq!(old.line(), "held 2");
     assert_eq!(tx.free_blocks().unwrap(), 0);
     old.kill();
@@ -149,12 +154,7 @@ fn a_new_consumer_reads_on_where_the_dead_one_stopped_and_its_blocks_come_back()
 /// producer gets none of the blocks it holds.
 #[test]
 fn a_live_consumers_claim_is_never_taken() {
-    let name = unique("claim-live");
-    let guard = name_guard(&[&name]);
-    let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
-    let mut live = Peer::spawn(&["hold", &name, "2"]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    send_two(&mut tx, 1);
+    let (name, guard, mut tx, mut live) = consumer_holding_two("claim-live", "hold");
     assert_eq!(live.line(), "held 2");
     for _ in 0..3 {
         match Receiver::<Message>::open(&name) {
@@ -178,12 +178,8 @@ fn a_live_consumers_claim_is_never_taken() {
 /// its leader and is alive: its claim stays, and its arrays do not change.
 #[test]
 fn a_consumer_whose_main_thread_ended_keeps_its_claim() {
-    let name = unique("claim-leaderless");
-    let guard = name_guard(&[&name]);
-    let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
-    let mut live = Peer::spawn(&["hold-leaderless", &name, "2"]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    send_two(&mut tx, 1);
+    let (name, guard, mut tx, mut live) =
+        consumer_holding_two("claim-leaderless", "hold-leaderless");
     assert_eq!(live.line(), "held");
     live.wait_leader_zombie();
     let opened = Receiver::<Message>::open(&name);
@@ -209,12 +205,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_claim() {
 #[test]
 fn new_consumers_racing_for_a_dead_claim_get_one_winner() {
     for round in 0..5 {
-        let name = unique("claim-race");
-        let guard = name_guard(&[&name]);
-        let mut tx = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).unwrap();
-        let mut old = Peer::spawn(&["hold", &name, "1"]);
-        tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-        tx.send(MessageBuilder::new().tag(1)).unwrap();
+        let (name, guard, mut tx, mut old) = consumer_holding_one("claim-race");
         assert_eq!(old.line(), "held 0");
         old.kill();
         tx.send(MessageBuilder::new().tag(2)).unwrap();
@@ -251,12 +242,7 @@ fn new_consumers_racing_for_a_dead_claim_get_one_winner() {
 fn the_producers_reclaim_and_a_takeover_have_one_winner() {
     let mut outcomes = std::collections::BTreeMap::<&str, u32>::new();
     for round in 0..8u64 {
-        let name = unique("claim-reclaim");
-        let guard = name_guard(&[&name]);
-        let mut tx = Sender::<Message>::create(&name, &two_blocks()).unwrap();
-        let mut old = Peer::spawn(&["hold", &name, "2"]);
-        tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-        send_two(&mut tx, 1);
+        let (name, guard, mut tx, mut old) = consumer_holding_two("claim-reclaim", "hold");
         assert_eq!(old.line(), "held 2");
         old.kill();
         // The producer waits for a block (and so checks its consumer) while we open.

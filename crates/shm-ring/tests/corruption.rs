@@ -12,7 +12,7 @@
 
 mod common;
 
-use common::{Peer, mem_path, name_guard, unique};
+use common::{Peer, mem_path, named};
 use shm_ring::{
     ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
     RecvTimeoutError, SendError, Sender,
@@ -80,8 +80,7 @@ fn check(offset: u64, hex: &str, recovers: bool, expect: &str) {
 
 /// As [`check`], with several writes.
 fn check_all(pokes: &[(u64, &str)], recovers: bool, expect: &str) {
-    let name = unique("corrupt");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("corrupt");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     send_one(&mut tx, 1.0);
@@ -286,8 +285,7 @@ fn field_name_not_utf8() {
 
 #[test]
 fn segment_magic_and_version_are_checked() {
-    let name = unique("hdr");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("hdr");
     let tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     let w = layout().segment_wire;
     corrupt(&tx, w.version as u64, &le32(99));
@@ -328,8 +326,7 @@ fn expect_geometry(name: &str, what: &str) {
 
 #[test]
 fn channel_geometry_is_checked_against_the_segment() {
-    let name = unique("geom");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("geom");
     let tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     let l = layout();
     let w = l.channel_wire;
@@ -344,8 +341,7 @@ fn channel_geometry_is_checked_against_the_segment() {
 
 #[test]
 fn bogus_block_returned_by_consumer() {
-    let name = unique("comp");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("comp");
     let mut tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     // Completion slot 0 = block 5 (never sent), completion tail = 1.
     let l = shm_ring::channel_layout(&no_linger()).unwrap();
@@ -366,8 +362,7 @@ fn bogus_block_returned_by_consumer() {
 /// made to agree with it, by the bounds check.
 #[test]
 fn in_place_reads_validate_every_access() {
-    let name = unique("inplace");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("inplace");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     let l = layout();
@@ -441,8 +436,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// encoder (body, record and field headers).
 #[test]
 fn exported_offsets_are_where_the_code_writes() {
-    let name = unique("wire");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("wire");
     let cfg = no_linger();
     let l = shm_ring::channel_layout(&cfg).unwrap();
     let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();

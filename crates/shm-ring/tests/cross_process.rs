@@ -5,7 +5,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, checksum, name_guard, unique};
+use common::{Peer, checksum, named, send_filled};
 use shm_ring::{
     ChannelConfig, CreateError, LoanError, Message, MessageBuilder, OpenError, Receiver, RecvError,
     RecvTimeoutError, SendError, Sender, Transfer,
@@ -24,8 +24,7 @@ fn send_seq(tx: &mut Sender, seq: u64, data: &[f32]) {
 
 #[test]
 fn one_million_messages_arrive_in_order_with_checksums() {
-    let name = unique("million");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("million");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let consumer = Peer::spawn(&["consume", &name, "1000000"]);
     let mut data = [0f32; 16];
@@ -43,8 +42,7 @@ fn one_million_messages_arrive_in_order_with_checksums() {
 }
 
 fn large_arrays(transfer: Transfer) {
-    let name = unique("large");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large");
     let cfg = ChannelConfig {
         blocks: 4,
         block_size: 4 << 20,
@@ -88,8 +86,7 @@ fn million_element_arrays_are_byte_exact_adaptive() {
 
 #[test]
 fn producer_reclaims_every_block_of_a_killed_consumer() {
-    let name = unique("reclaim");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("reclaim");
     let cfg = ChannelConfig {
         blocks: 8,
         block_size: 64 << 10,
@@ -98,11 +95,7 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
     };
     let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mut consumer = Peer::spawn(&["hold", &name, "5"]);
-    for i in 0..5 {
-        let loan = tx.loan::<u32>(&[1000]).unwrap().fill(i);
-        tx.send(MessageBuilder::new().array_loan("x", loan))
-            .unwrap();
-    }
+    send_filled(&mut tx, 0..5);
     assert_eq!(consumer.line(), "held 5");
     assert_eq!(tx.free_blocks().unwrap(), 3);
     consumer.kill();
@@ -137,8 +130,7 @@ fn producer_reclaims_every_block_of_a_killed_consumer() {
 
 #[test]
 fn blocked_consumer_sees_a_killed_producer_within_a_second() {
-    let name = unique("prodkill");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("prodkill");
     let mut producer = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(producer.line(), "ready");
     let mut rx = Receiver::<Message>::open(&name).unwrap();
@@ -165,8 +157,7 @@ fn blocked_consumer_sees_a_killed_producer_within_a_second() {
 
 #[test]
 fn clean_close_drains_then_disconnects() {
-    let name = unique("close");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("close");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     for i in 0..10 {
@@ -186,8 +177,7 @@ fn clean_close_drains_then_disconnects() {
 
 #[test]
 fn the_socket_of_a_dead_creator_is_removed_by_the_next_open() {
-    let name = unique("stale");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("stale");
     let mut p = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(p.line(), "ready");
     assert!(common::socket_path(&name).exists());
@@ -208,8 +198,7 @@ fn the_socket_of_a_dead_creator_is_removed_by_the_next_open() {
 
 #[test]
 fn a_create_over_the_socket_of_a_dead_creator_takes_the_name() {
-    let name = unique("takeover");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("takeover");
     let mut p = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(p.line(), "ready");
     p.kill();
@@ -231,8 +220,7 @@ fn a_create_over_the_socket_of_a_dead_creator_takes_the_name() {
 
 #[test]
 fn idle_consumer_sleeps_instead_of_spinning() {
-    let name = unique("idle");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("idle");
     let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut consumer = Peer::spawn(&["consume", &name, "0"]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -258,8 +246,7 @@ fn a_named_channel_moves_a_64_mib_pool_under_a_16_mb_dev_shm() {
         eprintln!("SKIPPED: needs root for a private mount namespace (unshare)");
         return;
     }
-    let name = unique("tmpfs");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("tmpfs");
     let peer = env!("CARGO_BIN_EXE_shm-ring-peer");
     let script = format!(
         "{peer} fill-named 67108864 {name} & {peer} drain-named {name}; r=$?; wait $! || r=$?; \
@@ -287,8 +274,7 @@ fn calibrate_measures_both_modes_at_every_size() {
 
 #[test]
 fn non_blocking_calls_do_not_wait() {
-    let name = unique("nonblock");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("nonblock");
     let mut tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     let t0 = Instant::now();

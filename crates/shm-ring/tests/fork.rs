@@ -7,26 +7,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Peer, name_guard, unique};
-use shm_ring::{ChannelConfig, LoanError, Message, MessageBuilder, Receiver, Sender, Transfer};
+use common::{Peer, named, producer_and_consumer_peer, send_filled, zero_copy_blocks};
+use shm_ring::{LoanError, Message, MessageBuilder, Receiver};
 
 #[test]
 fn a_forked_childs_drops_do_not_free_what_the_parent_holds() {
-    let name = unique("fork-drop");
-    let guard = name_guard(&[&name]);
-    let cfg = ChannelConfig {
-        blocks: 1,
-        block_size: 64 << 10,
-        transfer: Transfer::ZeroCopy,
-        linger: Duration::ZERO,
-        ..ChannelConfig::default()
-    };
-    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
-    let mut consumer = Peer::spawn(&["fork-drop", &name]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    let loan = tx.loan::<u32>(&[1000]).unwrap().fill(1);
-    tx.send(MessageBuilder::new().array_loan("x", loan))
-        .unwrap();
+    let (name, guard) = named("fork-drop");
+    let cfg = zero_copy_blocks(1);
+    let (mut tx, mut consumer) = producer_and_consumer_peer(&name, &cfg, &["fork-drop", &name]);
+    send_filled(&mut tx, [1]);
     assert_eq!(consumer.line(), "got");
     assert_eq!(consumer.line(), "forked");
     // The child dropped its copy of the message and of the receiver, and exited. The parent
@@ -56,8 +45,7 @@ fn a_forked_childs_drops_do_not_free_what_the_parent_holds() {
 
 #[test]
 fn a_forked_child_cannot_send_on_an_inherited_sender() {
-    let name = unique("fork-send");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("fork-send");
     let mut producer = Peer::spawn(&["fork-send", &name]);
     let mut rx = Receiver::<Message>::open_timeout(&name, Duration::from_secs(20)).unwrap();
     let child = producer.line();
@@ -77,8 +65,7 @@ fn a_forked_child_cannot_send_on_an_inherited_sender() {
 
 #[test]
 fn a_forked_child_can_neither_send_nor_receive_on_typed_ends() {
-    let name = unique("fork-typed");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("fork-typed");
     let peer = Peer::spawn(&["fork-typed", &name]);
     let (ok, out, err) = peer.finish(Duration::from_secs(20));
     assert!(ok, "{err}");

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, name_guard, poke, unique};
+use common::{Peer, named, poke};
 use shm_ring::{
     ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
     RecvTimeoutError, SendError, SendTimeoutError, Sender, Transfer, channel_layout,
@@ -41,8 +41,7 @@ fn pad(l: &ChannelLayout, n: usize) -> usize {
 
 #[test]
 fn strings_read_in_place_do_not_change_under_the_reader() {
-    let name = unique("str");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("str");
     let c = cfg();
     let l = layout(&c);
     let mut tx = Sender::<Message>::create(&name, &c).unwrap();
@@ -72,8 +71,7 @@ fn strings_read_in_place_do_not_change_under_the_reader() {
 
 #[test]
 fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
-    let name = unique("busy");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("busy");
     let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap(); // consumer A: this process
     // Make sure B starts in another clock tick than this process.
@@ -92,8 +90,7 @@ fn a_rejected_opener_does_not_make_the_live_consumer_look_dead() {
 
 #[test]
 fn a_garbage_consumer_pid_does_not_disable_death_detection() {
-    let name = unique("garbage-pid");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("garbage-pid");
     let c = ChannelConfig { slots: 2, ..cfg() };
     let l = layout(&c);
     let mut tx = Sender::<Message>::create(&name, &c).unwrap();
@@ -136,8 +133,7 @@ fn a_garbage_consumer_pid_does_not_disable_death_detection() {
 
 #[test]
 fn a_sender_whose_consumer_never_attaches_gets_an_error() {
-    let name = unique("no-consumer");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("no-consumer");
     let c = ChannelConfig {
         slots: 2,
         attach_timeout: Duration::from_millis(300),
@@ -173,8 +169,7 @@ fn a_sender_whose_consumer_never_attaches_gets_an_error() {
 
 #[test]
 fn blocks_of_a_skipped_corrupt_record_come_back() {
-    let name = unique("skip-blocks");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("skip-blocks");
     let c = ChannelConfig {
         blocks: 1,
         block_size: 4096,
@@ -221,8 +216,7 @@ fn blocks_of_a_skipped_corrupt_record_come_back() {
 
 #[test]
 fn a_hostile_completion_head_is_an_error_not_a_panic() {
-    let name = unique("comp-head");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("comp-head");
     let c = ChannelConfig {
         transfer: Transfer::ZeroCopy,
         ..cfg()
@@ -255,8 +249,7 @@ fn a_hostile_completion_head_is_an_error_not_a_panic() {
 
 #[test]
 fn a_hostile_geometry_is_an_error_not_a_panic() {
-    let name = unique("geometry");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("geometry");
     let c = cfg();
     let l = layout(&c);
     let tx = Sender::<Message>::create(&name, &c).unwrap();
@@ -310,8 +303,7 @@ fn configurations_whose_lengths_do_not_fit_the_encoding_are_refused() {
 
 #[test]
 fn duplicate_field_names_are_refused_by_the_sender() {
-    let name = unique("dup-send");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("dup-send");
     let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
     let data = [1f32; 4];
     let msg = MessageBuilder::new()
@@ -336,8 +328,7 @@ fn duplicate_field_names_are_refused_by_the_sender() {
 
 #[test]
 fn duplicate_field_names_are_refused_by_the_receiver() {
-    let name = unique("dup-recv");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("dup-recv");
     let c = cfg();
     let l = layout(&c);
     let mut tx = Sender::<Message>::create(&name, &c).unwrap();

@@ -12,32 +12,14 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use common::{private_rendezvous, unique};
-use rustix::net::{
-    AddressFamily, SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix,
-    SocketFlags, SocketType,
-};
+use common::{open_fds, private_rendezvous, seqpacket, unique};
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketAddrUnix};
 use shm_ring::{
     ChannelConfig, CreateError, Message, MessageBuilder, OpenError, Receiver, Rendezvous, Sender,
 };
 use shmpipe_test_kit::within;
 
 const HELLO: &[u8; 16] = b"shmpipe-name-v1\0";
-
-fn seqpacket() -> OwnedFd {
-    rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap()
-}
-
-/// Open descriptors of this process.
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
 
 /// A fake server at `<dir>/<name>` that answers one connection with `bytes` and `fds` (or,
 /// with `None`, accepts and never answers), on a thread; returns when it is listening.

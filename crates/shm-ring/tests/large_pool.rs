@@ -11,7 +11,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
 
-use common::{name_guard, poke, unique};
+use common::{name_guard, named, poke, unique};
 use shm_ring::{
     ChannelConfig, CreateError, Message, MessageBuilder, OpenError, Receiver, RecvError,
     RecvTimeoutError, SendError, Sender, Transfer,
@@ -40,6 +40,22 @@ fn held(tx: &Sender) -> usize {
 
 fn data(n: usize, seed: u32) -> Vec<f32> {
     (0..n).map(|i| (i as u32 ^ seed) as f32).collect()
+}
+
+/// Sends `x` as array "x" and receives it within `limit` (its length checked), dropping the
+/// message at once.
+fn send_x_and_receive_it(tx: &mut Sender, rx: &mut Receiver, x: &[f32], limit: Duration) {
+    tx.send(
+        MessageBuilder::new()
+            .array_slice("x", &[x.len()], x)
+            .unwrap(),
+    )
+    .unwrap();
+    let m = rx.recv_timeout(limit).unwrap();
+    assert_eq!(
+        m.record(0).unwrap().array::<f32>("x").unwrap().len(),
+        x.len()
+    );
 }
 
 #[test]
@@ -120,18 +136,7 @@ fn memory_follows_large_items_and_is_given_back_after() {
     let x = data(3 * MIB, 7);
     let mut peak = 0;
     for _ in 0..60 {
-        tx.send(
-            MessageBuilder::new()
-                .array_slice("x", &[x.len()], &x)
-                .unwrap(),
-        )
-        .unwrap();
-        let m = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-        assert_eq!(
-            m.record(0).unwrap().array::<f32>("x").unwrap().len(),
-            x.len()
-        );
-        drop(m);
+        send_x_and_receive_it(&mut tx, &mut rx, &x, Duration::from_secs(5));
         peak = peak.max(held(&tx));
     }
     assert!(
@@ -256,8 +261,7 @@ fn le64(v: u64) -> Vec<u8> {
 
 #[test]
 fn the_header_area_size_is_checked_against_the_segment() {
-    let name = unique("large-hdr");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large-hdr");
     let c = cfg();
     let tx = Sender::<Message>::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
@@ -278,11 +282,19 @@ fn the_header_area_size_is_checked_against_the_segment() {
 /// A named channel with a large pool, holding one message whose 2 MiB array lies in the
 /// first extent (block index `blocks`).
 fn named_with_extent(tag: &str) -> (String, Sender, Receiver, shm_ring::ChannelLayout) {
+    named_with_half_mib_array(tag, &cfg())
+}
+
+/// A named channel of config `c` (and its layout) into which one message with a 2 MiB array
+/// "x" (`data(MIB / 2, 1)`) has been sent.
+fn named_with_half_mib_array(
+    tag: &str,
+    c: &ChannelConfig,
+) -> (String, Sender, Receiver, shm_ring::ChannelLayout) {
     let name = unique(tag);
-    let c = cfg();
-    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
+    let mut tx = Sender::<Message>::create(&name, c).unwrap();
     let rx = Receiver::<Message>::open(&name).unwrap();
-    let l = shm_ring::channel_layout(&c).unwrap();
+    let l = shm_ring::channel_layout(c).unwrap();
     let x = data(MIB / 2, 1);
     tx.send(
         MessageBuilder::new()
@@ -319,24 +331,15 @@ fn an_array_reference_past_the_large_area_is_corrupt() {
 
 #[test]
 fn a_record_body_past_the_large_area_is_corrupt() {
-    let name = unique("large-rec");
-    let guard = name_guard(&[&name]);
     let c = ChannelConfig {
         transfer: Transfer::Copy,
         ..cfg()
     };
-    let mut tx = Sender::<Message>::create(&name, &c).unwrap();
-    let mut rx = Receiver::<Message>::open(&name).unwrap();
-    let l = shm_ring::channel_layout(&c).unwrap();
-    let w = l.record_wire;
     // A 2 MiB body (Copy: the array is in it) lies in the first extent.
+    let (name, mut tx, mut rx, l) = named_with_half_mib_array("large-rec", &c);
+    let guard = name_guard(&[&name]);
     let x = data(MIB / 2, 1);
-    tx.send(
-        MessageBuilder::new()
-            .array_slice("x", &[x.len()], &x)
-            .unwrap(),
-    )
-    .unwrap();
+    let w = l.record_wire;
     let pages = (l.large_len / 4096) as u32;
     let blocks = c.blocks;
     // The body's extent moved to the last page: its 2 MiB would run past the area.
@@ -349,18 +352,7 @@ fn a_record_body_past_the_large_area_is_corrupt() {
         other => panic!("expected Corrupt, got {other:?}"),
     }
     // The extent came back through the "dropped" note: the channel goes on.
-    tx.send(
-        MessageBuilder::new()
-            .array_slice("x", &[x.len()], &x)
-            .unwrap(),
-    )
-    .unwrap();
-    let m = rx.recv_timeout(Duration::from_secs(2)).unwrap();
-    assert_eq!(
-        m.record(0).unwrap().array::<f32>("x").unwrap().len(),
-        x.len()
-    );
-    drop(m);
+    send_x_and_receive_it(&mut tx, &mut rx, &x, Duration::from_secs(2));
     assert_eq!(tx.trim_memory(Duration::ZERO).unwrap(), 0, "no extent lost");
     drop((tx, rx));
     guard.assert_gone();
@@ -368,8 +360,7 @@ fn a_record_body_past_the_large_area_is_corrupt() {
 
 #[test]
 fn a_consumer_returning_an_extent_not_in_flight_is_corrupt() {
-    let name = unique("large-comp");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large-comp");
     let c = cfg();
     let mut tx = Sender::<Message>::create(&name, &c).unwrap();
     let l = shm_ring::channel_layout(&c).unwrap();
@@ -445,8 +436,7 @@ fn a_producer_ahead_of_its_consumer_holds_at_most_large_in_flight() {
 /// large area to a consumer in another process: 12 MiB arrays in extents, read in place there.
 #[test]
 fn a_named_channel_carries_large_items_to_another_process() {
-    let name = unique("large-named");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("large-named");
     let mut tx = Sender::<Message>::create(&name, &cfg()).unwrap();
     let peer = common::Peer::spawn(&["sink", &name]);
     let len = 3 * MIB;

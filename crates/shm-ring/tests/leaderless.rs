@@ -8,31 +8,18 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Peer, name_guard, unique};
+use common::{Peer, named, producer_and_consumer_peer, send_filled, zero_copy_blocks};
 use shm_ring::{
-    ChannelConfig, LoanError, Message, MessageBuilder, Receiver, RecvError, RecvTimeoutError,
-    SendError, Sender, Transfer,
+    LoanError, Message, MessageBuilder, Receiver, RecvError, RecvTimeoutError, SendError,
 };
 
 #[test]
 fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
-    let name = unique("leaderless-c");
-    let guard = name_guard(&[&name]);
-    let cfg = ChannelConfig {
-        blocks: 2,
-        block_size: 64 << 10,
-        transfer: Transfer::ZeroCopy,
-        linger: Duration::ZERO,
-        ..ChannelConfig::default()
-    };
-    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
-    let mut consumer = Peer::spawn(&["hold-leaderless", &name, "2"]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    for i in 1..=2u32 {
-        let loan = tx.loan::<u32>(&[1000]).unwrap().fill(i);
-        tx.send(MessageBuilder::new().array_loan("x", loan))
-            .unwrap();
-    }
+    let (name, guard) = named("leaderless-c");
+    let cfg = zero_copy_blocks(2);
+    let (mut tx, mut consumer) =
+        producer_and_consumer_peer(&name, &cfg, &["hold-leaderless", &name, "2"]);
+    send_filled(&mut tx, 1..=2);
     assert_eq!(consumer.line(), "held");
     consumer.wait_leader_zombie();
     // The consumer lives on in its second thread and holds both blocks: no block may come
@@ -64,8 +51,7 @@ fn a_consumer_whose_main_thread_ended_keeps_its_blocks() {
 
 #[test]
 fn a_producer_whose_main_thread_ended_is_not_reported_dead() {
-    let name = unique("leaderless-p");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("leaderless-p");
     let mut producer = Peer::spawn(&["produce-leaderless", &name]);
     assert_eq!(producer.line(), "ready");
     let mut rx = Receiver::<Message>::open(&name).unwrap();

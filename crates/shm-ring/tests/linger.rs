@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Peer, name_guard, socket_path, unique};
+use common::{Peer, named, socket_path, unique};
 use shm_ring::{
     ChannelConfig, LoanError, Message, OpenError, Receiver, RecvError, SendError, Sender,
 };
@@ -15,8 +15,7 @@ const COUNT: &str = "200";
 
 #[test]
 fn producer_first_then_consumer_gets_every_message() {
-    let name = unique("linger-a-first");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("linger-a-first");
     // A creates, sends everything and drops its sender before B exists.
     let mut producer = Peer::spawn(&["produce", &name, COUNT]);
     assert_eq!(producer.line(), "sent");
@@ -33,8 +32,7 @@ fn producer_first_then_consumer_gets_every_message() {
 
 #[test]
 fn consumer_first_then_producer_gets_every_message() {
-    let name = unique("linger-b-first");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("linger-b-first");
     // B waits for a channel that does not exist yet.
     let consumer = Peer::spawn(&["consume", &name, COUNT, "10000"]);
     std::thread::sleep(Duration::from_millis(200));
@@ -50,8 +48,7 @@ fn consumer_first_then_producer_gets_every_message() {
 
 #[test]
 fn a_sender_nobody_opens_unlinks_after_its_linger() {
-    let name = unique("linger-alone");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("linger-alone");
     let cfg = ChannelConfig {
         linger: Duration::from_millis(300),
         ..ChannelConfig::default()
@@ -74,8 +71,7 @@ fn a_sender_nobody_opens_unlinks_after_its_linger() {
 
 #[test]
 fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
-    let name = unique("linger-zero");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("linger-zero");
     let cfg = ChannelConfig {
         linger: Duration::ZERO,
         ..ChannelConfig::default()
@@ -96,8 +92,7 @@ fn zero_linger_unlinks_at_once_and_open_timeout_gives_up() {
 
 #[test]
 fn an_attached_consumer_ends_the_linger_at_once() {
-    let name = unique("linger-attached");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("linger-attached");
     let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     let t0 = Instant::now();
@@ -115,8 +110,7 @@ fn errors_say_what_to_change() {
         .to_string();
     assert!(e.contains("Receiver::open_timeout"), "{e}");
     assert!(e.contains("not created it yet"), "{e}");
-    let name = unique("too-large");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("too-large");
     let cfg = ChannelConfig {
         blocks: 2,
         block_size: 4096,

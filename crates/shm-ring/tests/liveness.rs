@@ -10,11 +10,9 @@ mod common;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{Peer, name_guard, unique};
+use common::{named, producer_and_consumer_peer, send_filled, zero_copy_blocks};
 use rustix::process::{Resource, Rlimit};
-use shm_ring::{
-    ChannelConfig, LoanError, Message, MessageBuilder, Receiver, RecvTimeoutError, Sender, Transfer,
-};
+use shm_ring::{ChannelConfig, LoanError, Message, Receiver, RecvTimeoutError, Sender};
 
 static FDS: Mutex<()> = Mutex::new(());
 
@@ -45,8 +43,7 @@ fn restore((hog, old): (Vec<std::fs::File>, Rlimit)) {
 #[test]
 fn out_of_file_descriptors_is_not_a_dead_producer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
-    let name = unique("emfile");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("emfile");
     let tx = Sender::<Message>::create(&name, &ChannelConfig::default()).unwrap();
     let mut rx = Receiver::<Message>::open(&name).unwrap();
     let hog = exhaust_descriptors();
@@ -67,23 +64,10 @@ fn out_of_file_descriptors_is_not_a_dead_producer() {
 #[test]
 fn out_of_file_descriptors_is_not_a_dead_consumer() {
     let _turn = FDS.lock().unwrap_or_else(|e| e.into_inner());
-    let name = unique("emfile-c");
-    let guard = name_guard(&[&name]);
-    let cfg = ChannelConfig {
-        blocks: 2,
-        block_size: 64 << 10,
-        transfer: Transfer::ZeroCopy,
-        linger: Duration::ZERO,
-        ..ChannelConfig::default()
-    };
-    let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
-    let mut consumer = Peer::spawn(&["hold", &name, "2"]);
-    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
-    for i in 0..2 {
-        let loan = tx.loan::<u32>(&[1000]).unwrap().fill(i);
-        tx.send(MessageBuilder::new().array_loan("x", loan))
-            .unwrap();
-    }
+    let (name, guard) = named("emfile-c");
+    let cfg = zero_copy_blocks(2);
+    let (mut tx, mut consumer) = producer_and_consumer_peer(&name, &cfg, &["hold", &name, "2"]);
+    send_filled(&mut tx, 0..2);
     assert_eq!(consumer.line(), "held 2");
     // The consumer is alive and holds both blocks. Judge its claim with no descriptor left
     // (the claim is first judged here), then wait for a block a little.

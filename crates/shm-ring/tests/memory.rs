@@ -7,7 +7,7 @@ mod common;
 
 use std::os::unix::fs::MetadataExt;
 
-use common::{name_guard, unique};
+use common::named;
 use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender, Transfer};
 
 const MIB: u64 = 1 << 20;
@@ -96,8 +96,7 @@ fn config() -> ChannelConfig {
 
 #[test]
 fn named_channel_commits_blocks_as_they_are_first_used() {
-    let name = unique("lazy");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("lazy");
     let cfg = ChannelConfig {
         transfer: Transfer::Copy,
         ..config()

@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{Peer, mem_path, name_guard, peer_cmd, private_rendezvous, socket_dir, unique};
+use common::{Peer, mem_path, named, peer_cmd, private_rendezvous, socket_dir, unique};
 use shm_ring::{
     ChannelConfig, Message, MessageBuilder, OpenError, Receiver, Rendezvous, Sender, Transfer,
 };
@@ -40,8 +40,7 @@ fn another_user_can_neither_open_nor_squat_nor_break_a_named_channel() {
         eprintln!("SKIPPED: needs root to run a peer as uid {NOBODY} (nobody)");
         return;
     }
-    let name = unique("foreign");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("foreign");
     let mut tx = Sender::<Message>::create(&name, &no_linger(Rendezvous::default())).unwrap();
     let dir = socket_dir();
     let st = std::fs::metadata(&dir).unwrap();
@@ -200,8 +199,7 @@ fn scopeguard_remove(p: std::path::PathBuf) -> Remove {
 /// then touch every page of the pool and never see SIGBUS.
 #[test]
 fn a_same_user_process_cannot_resize_a_named_channel() {
-    let name = unique("resize");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("resize");
     let cfg = ChannelConfig {
         blocks: 4,
         block_size: 1 << 20,

@@ -10,7 +10,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use common::{Peer, name_guard, unique};
+use common::{Peer, name_guard, named, unique};
 
 const EXAMPLES: [&str; 2] = ["quickstart_send", "quickstart_recv"];
 
@@ -79,8 +79,7 @@ fn assert_b_got_the_frame(b: Peer) {
 
 #[test]
 fn quick_start_a_then_b() {
-    let name = unique("qs-ab");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("qs-ab");
     let mut a = spawn("quickstart_send", &name);
     // A has sent and now waits for B (with nothing to wait for, the line would say so).
     let line = a.line();
@@ -99,8 +98,7 @@ fn quick_start_a_then_b() {
 
 #[test]
 fn quick_start_b_then_a() {
-    let name = unique("qs-ba");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("qs-ba");
     let mut b = spawn("quickstart_recv", &name);
     assert_eq!(
         b.line(),
@@ -116,8 +114,7 @@ fn quick_start_b_then_a() {
 
 #[test]
 fn quick_start_both_at_once() {
-    let name = unique("qs-both");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("qs-both");
     let a = spawn("quickstart_send", &name);
     let b = spawn("quickstart_recv", &name);
     assert_b_got_the_frame(b);

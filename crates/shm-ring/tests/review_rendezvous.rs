@@ -4,26 +4,15 @@
 
 mod common;
 
-use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{private_rendezvous, unique};
-use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
+use common::{open_fds, private_rendezvous, seqpacket, unique};
+use rustix::net::SocketAddrUnix;
 use shm_ring::{ChannelConfig, Message, Sender};
 use shmpipe_test_kit::within;
-
-fn seqpacket() -> OwnedFd {
-    rustix::net::socket_with(
-        AddressFamily::UNIX,
-        SocketType::SEQPACKET,
-        SocketFlags::CLOEXEC,
-        None,
-    )
-    .unwrap()
-}
 
 /// Threads that connect to a name's socket and close at once, without pause, while the
 /// creator drops its sender: the server thread must still see its stop signal, so the drop
@@ -73,11 +62,6 @@ fn a_flood_of_connections_does_not_hold_the_senders_drop() {
         fds_before,
         "descriptors left open by the server"
     );
-}
-
-/// Open descriptors of this process.
-fn open_fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
 /// Root runs with the `$XDG_RUNTIME_DIR` of another user (as `sudo` may leave it). That is not

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{name_guard, unique};
+use common::named;
 use shm_ring::{
     ChannelConfig, CreateError, LoanError, Message, MessageBuilder, OpenError, Receiver,
     Rendezvous, SendError, Sender, Transfer,
@@ -111,8 +111,7 @@ fn review_a_forked_child_does_not_keep_a_dead_creators_name() {
             std::thread::sleep(Duration::from_secs(3600));
         }
     }
-    let name = unique("rv-forkhold");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("rv-forkhold");
     let mut creator = ChildGuard(
         helper(T, "fork-holder")
             .env("REVIEW_NAME", &name)
@@ -408,8 +407,7 @@ fn review_the_library_has_no_self_kill_hook() {
         say(&format!("created: {}", tx.is_ok()));
         return;
     }
-    let name = unique("rv-hook");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("rv-hook");
     let out = helper(T, "hook")
         .env("REVIEW_NAME", &name)
         .env("SHM_RING_TEST_KILL_AFTER_BIND", &name)

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{name_guard, poke, unique};
+use common::{named, poke};
 use shm_ring::{ChannelConfig, ChannelLayout, OpenError, Receiver, SchemaError, Sender};
 
 fn no_linger() -> ChannelConfig {
@@ -23,8 +23,7 @@ type V = [f32; 16];
 /// Creates a typed `[f32; 16]` channel, applies `pokes` (offsets from its layout) and returns
 /// what opening it gives.
 fn open_typed_after(pokes: impl Fn(&ChannelLayout) -> Vec<(usize, Vec<u8>)>) -> OpenError {
-    let name = unique("schema-typed");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("schema-typed");
     let l = shm_ring::typed_channel_layout::<V>(&no_linger()).unwrap();
     let tx = Sender::<V>::create(&name, &no_linger()).unwrap();
     for (at, bytes) in pokes(&l) {
@@ -44,8 +43,7 @@ fn value_entry(l: &ChannelLayout) -> usize {
 fn an_intact_typed_schema_opens() {
     let l = shm_ring::typed_channel_layout::<V>(&no_linger()).unwrap();
     assert!(l.schema_len > 16 && l.schema + l.schema_len <= l.pool);
-    let name = unique("schema-ok");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("schema-ok");
     let tx = Sender::<V>::create(&name, &no_linger()).unwrap();
     let rx = Receiver::<V>::open(&name).unwrap();
     drop((tx, rx));

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{Peer, name_guard, unique};
+use common::{Peer, named};
 use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender, Transfer};
 
 const RUN: Duration = Duration::from_secs(4);
@@ -122,8 +122,7 @@ fn consume(mut rx: Receiver, until: Instant) -> (u64, u64, Duration, Vec<(String
 
 #[test]
 fn random_writes_into_a_live_channel_give_data_or_errors() {
-    let name = unique("scribble");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("scribble");
     let c = cfg();
     let tx = Sender::<Message>::create(&name, &c).unwrap();
     let rx = Receiver::<Message>::open(&name).unwrap();

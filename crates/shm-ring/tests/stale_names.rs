@@ -11,7 +11,7 @@ mod common;
 use std::os::unix::fs::symlink;
 use std::time::Duration;
 
-use common::{Peer, channel_memfd, name_guard, private_rendezvous, socket_path, unique};
+use common::{Peer, channel_memfd, named, private_rendezvous, socket_path};
 use shm_ring::{ChannelConfig, CreateError, Message, OpenError, Receiver, Sender};
 use shmpipe_test_kit::within;
 
@@ -76,8 +76,7 @@ fn what_is_not_a_socket_at_a_name_is_refused_at_once_and_left_alone() {
 /// the stale socket.
 #[test]
 fn a_live_creator_is_never_taken_for_stale_whatever_its_header_says() {
-    let name = unique("bogus-pid");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("bogus-pid");
     let mut creator = Peer::spawn(&["produce-hang", &name]);
     assert_eq!(creator.line(), "ready");
     let mem = channel_memfd(creator.pid(), &name).expect("the creator's memfd");
@@ -123,8 +122,7 @@ fn a_live_creator_is_never_taken_for_stale_whatever_its_header_says() {
 #[test]
 fn a_creator_killed_between_bind_and_serve_leaves_the_name_free() {
     use rustix::net::{AddressFamily, SocketAddrUnix, SocketFlags, SocketType};
-    let name = unique("orphan");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("orphan");
     // The socket directory exists once a channel was made there.
     drop(Sender::<Message>::create(&name, &no_linger()).unwrap());
     let listener = rustix::net::socket_with(
@@ -150,8 +148,7 @@ fn a_creator_killed_between_bind_and_serve_leaves_the_name_free() {
 /// whose name a new sender took meanwhile leaves the new socket alone when dropped.
 #[test]
 fn a_name_is_removed_only_while_it_still_leads_to_the_same_socket() {
-    let name = unique("reused");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("reused");
     let old = Sender::<Message>::create(&name, &no_linger()).unwrap();
     std::fs::remove_file(socket_path(&name)).unwrap();
     let new = Sender::<Message>::create(&name, &no_linger()).unwrap();

@@ -9,7 +9,7 @@ mod common;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use common::{Peer, name_guard, unique};
+use common::{Peer, name_guard, named, unique};
 use shm_ring::{
     ChannelConfig, CreateError, Message, OpenError, Receiver, RecvError, RecvTimeoutError,
     SchemaError, SendError, SendTimeoutError, Sender, TryRecvError, TrySendError,
@@ -138,8 +138,7 @@ struct Point {
 
 #[test]
 fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
-    let name = unique("typed-mismatch");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("typed-mismatch");
     let mut tx = Sender::<[f32; 16]>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
         Receiver::<[f64; 16]>::open(&name),
@@ -171,8 +170,7 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     guard.assert_gone();
 
     // A user struct is opaque: size and alignment are what is checked.
-    let name = unique("typed-struct");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("typed-struct");
     let mut tx = Sender::<Point>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
         Receiver::<[u64; 2]>::open(&name),
@@ -199,8 +197,7 @@ fn opening_as_another_type_is_refused_and_leaves_the_channel_usable() {
     guard.assert_gone();
 
     // A channel of self-describing messages is not a typed one.
-    let name = unique("typed-plain");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("typed-plain");
     let tx = Sender::<Message>::create(&name, &no_linger()).unwrap();
     assert_mismatch(
         Receiver::<[f32; 16]>::open(&name),
@@ -244,8 +241,7 @@ fn killed_producer_is_peer_died_within_a_second_after_its_values() {
 
 #[test]
 fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
-    let name = unique("typed-kill-consumer");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("typed-kill-consumer");
     let cfg = ChannelConfig {
         slots: 4,
         ..no_linger()
@@ -271,38 +267,35 @@ fn killed_consumer_is_peer_died_within_a_second_for_a_blocked_sender() {
     guard.assert_gone();
 }
 
-#[test]
-fn closed_producer_in_another_process_drains_then_disconnected() {
-    let name = unique("typed-drain");
-    let guard = name_guard(&[&name]);
-    let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
-    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
-    for i in 0..300 {
+/// Opens channel `name` of the typed producer `peer` (`typed-produce <name> <n> close`) and
+/// receives its `n` values (`[i; 16]` for i in 0..n), then `Disconnected`; the producer
+/// exits successfully, saying it closed.
+fn receive_all_then_disconnected(name: &str, peer: Peer, n: usize) {
+    let mut rx = Receiver::<[f32; 16]>::open_timeout(name, Duration::from_secs(10)).unwrap();
+    for i in 0..n {
         assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
     }
     assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
     let (ok, out, err) = peer.finish(Duration::from_secs(10));
     assert!(ok && out.contains("closed"), "{out} {err}");
-    drop(rx);
+}
+
+#[test]
+fn closed_producer_in_another_process_drains_then_disconnected() {
+    let (name, guard) = named("typed-drain");
+    let peer = Peer::spawn(&["typed-produce", &name, "300", "close"]);
+    receive_all_then_disconnected(&name, peer, 300);
     guard.assert_gone();
 }
 
 #[test]
 fn a_typed_producer_that_finished_before_the_consumer_opened_still_delivers() {
-    let name = unique("typed-linger");
-    let guard = name_guard(&[&name]);
+    let (name, guard) = named("typed-linger");
     let mut peer = Peer::spawn(&["typed-produce", &name, "5", "close"]);
     assert_eq!(peer.line(), "sent");
     // The producer has dropped its sender and lingers for a consumer.
     std::thread::sleep(Duration::from_millis(100));
-    let mut rx = Receiver::<[f32; 16]>::open_timeout(&name, Duration::from_secs(10)).unwrap();
-    for i in 0..5 {
-        assert_eq!(rx.recv().unwrap(), [i as f32; 16]);
-    }
-    assert!(matches!(rx.recv(), Err(RecvError::Disconnected)));
-    let (ok, out, err) = peer.finish(Duration::from_secs(10));
-    assert!(ok && out.contains("closed"), "{out} {err}");
-    drop(rx);
+    receive_all_then_disconnected(&name, peer, 5);
     guard.assert_gone();
 }
 

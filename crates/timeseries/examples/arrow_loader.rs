@@ -85,44 +85,92 @@ fn bar(expected: u64, label: &str) -> ProgressBar {
     pb
 }
 
+/// The Arrow file to read: `--arrow`, or `--series` series generated as JSON lines and
+/// written as Arrow by GluonTS into a temporary directory (removed when the guard drops).
+fn arrow_file(a: &Args) -> Result<(PathBuf, Option<TempDir>), Box<dyn std::error::Error>> {
+    if let Some(p) = &a.arrow {
+        return Ok((p.clone(), None));
+    }
+    let dir = std::env::temp_dir().join(format!("shmpipe-ts-arrow-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let guard = TempDir(dir.clone());
+    let jsonl = dir.join("train.jsonl");
+    let g = GenConfig {
+        num_series: a.series,
+        min_len: 500,
+        max_len: 5000,
+        missing_prob: 0.01,
+        ..GenConfig::default()
+    };
+    let bytes = write_file(&g, &jsonl)?;
+    println!(
+        "generated {} hourly series (500..=5000 points, 1% missing), {:.1} MB of JSON",
+        g.num_series,
+        bytes as f64 / 1e6
+    );
+    let arrow = dir.join("train.feather");
+    let st = Command::new(&a.python)
+        .arg(tool("gluonts_arrow_bench.py"))
+        .args(["--write".as_ref(), jsonl.as_os_str(), arrow.as_os_str()])
+        .status()?;
+    if !st.success() {
+        return Err(
+            "GluonTS could not write the Arrow file (pip install gluonts==0.17.0 pyarrow pandas)"
+                .into(),
+        );
+    }
+    Ok((arrow, Some(guard)))
+}
+
+/// Runs GluonTS's own loader over the same file and prints both ratios to it.
+fn compare_with_gluonts(
+    a: &Args,
+    arrow: &Path,
+    mapped: &WorkloadStats,
+    shared: &WorkloadStats,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let out = Command::new(&a.python)
+        .arg(tool("gluonts_arrow_bench.py"))
+        .arg(arrow)
+        .args(["--seconds", &a.gluonts_seconds.to_string(), "--json"])
+        .output()?;
+    if !out.status.success() {
+        return Err(format!(
+            "GluonTS loader failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let g = v["arrow"]["windows_per_sec"].as_f64().unwrap_or(f64::NAN);
+    let gc = v["arrow"]["windows_per_cpu_sec"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    println!(
+        "{:>14}: {g:>9.0} windows/s ({gc:.0} per CPU-s)  (GluonTS {} ArrowFile, 1 process)",
+        "gluonts", v["gluonts"]
+    );
+    println!(
+        "ratio vs GluonTS ArrowFile, wall clock: arrow (memfd) {:.0}x, shared memfd {:.0}x  (goal >= 100x with {} workers)",
+        mapped.windows_per_sec() / g,
+        shared.windows_per_sec() / g,
+        a.workers
+    );
+    println!(
+        "ratio per CPU-second: arrow (memfd) {:.0}x, shared memfd {:.0}x",
+        mapped.windows_per_cpu_sec() / gc,
+        shared.windows_per_cpu_sec() / gc
+    );
+    Ok(())
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let reg = register_rows(shmpipe::Registry::new());
     shmpipe::init(&reg); // worker and emitter processes run here and exit
     let a = Args::parse();
     let chain = ChainConfig::default();
 
-    let _guard;
-    let arrow = match &a.arrow {
-        Some(p) => p.clone(),
-        None => {
-            let dir = std::env::temp_dir().join(format!("shmpipe-ts-arrow-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            _guard = TempDir(dir.clone());
-            let jsonl = dir.join("train.jsonl");
-            let g = GenConfig {
-                num_series: a.series,
-                min_len: 500,
-                max_len: 5000,
-                missing_prob: 0.01,
-                ..GenConfig::default()
-            };
-            let bytes = write_file(&g, &jsonl)?;
-            println!(
-                "generated {} hourly series (500..=5000 points, 1% missing), {:.1} MB of JSON",
-                g.num_series,
-                bytes as f64 / 1e6
-            );
-            let arrow = dir.join("train.feather");
-            let st = Command::new(&a.python)
-                .arg(tool("gluonts_arrow_bench.py"))
-                .args(["--write".as_ref(), jsonl.as_os_str(), arrow.as_os_str()])
-                .status()?;
-            if !st.success() {
-                return Err("GluonTS could not write the Arrow file (pip install gluonts==0.17.0 pyarrow pandas)".into());
-            }
-            arrow
-        }
-    };
+    let (arrow, _guard) = arrow_file(&a)?;
     let ds = ArrowDataset::open(&arrow, chain.freq)?;
     let series = ds.len();
     println!(
@@ -171,37 +219,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     if a.no_gluonts {
         return Ok(());
     }
-    let out = Command::new(&a.python)
-        .arg(tool("gluonts_arrow_bench.py"))
-        .arg(&arrow)
-        .args(["--seconds", &a.gluonts_seconds.to_string(), "--json"])
-        .output()?;
-    if !out.status.success() {
-        return Err(format!(
-            "GluonTS loader failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-        .into());
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let g = v["arrow"]["windows_per_sec"].as_f64().unwrap_or(f64::NAN);
-    let gc = v["arrow"]["windows_per_cpu_sec"]
-        .as_f64()
-        .unwrap_or(f64::NAN);
-    println!(
-        "{:>14}: {g:>9.0} windows/s ({gc:.0} per CPU-s)  (GluonTS {} ArrowFile, 1 process)",
-        "gluonts", v["gluonts"]
-    );
-    println!(
-        "ratio vs GluonTS ArrowFile, wall clock: arrow (memfd) {:.0}x, shared memfd {:.0}x  (goal >= 100x with {} workers)",
-        mapped.windows_per_sec() / g,
-        shared.windows_per_sec() / g,
-        a.workers
-    );
-    println!(
-        "ratio per CPU-second: arrow (memfd) {:.0}x, shared memfd {:.0}x",
-        mapped.windows_per_cpu_sec() / gc,
-        shared.windows_per_cpu_sec() / gc
-    );
-    Ok(())
+    compare_with_gluonts(&a, &arrow, &mapped, &shared)
 }

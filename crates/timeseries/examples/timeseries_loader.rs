@@ -151,6 +151,88 @@ fn report(label: &str, s: &WorkloadStats, workers: &str) {
     );
 }
 
+/// The JSON-lines file to read: `--data`, or `series` series generated into a temporary
+/// directory (removed when the returned guard drops).
+fn dataset(
+    a: &Args,
+    series: usize,
+) -> Result<(PathBuf, Option<TempDir>), Box<dyn std::error::Error>> {
+    if let Some(p) = &a.data {
+        return Ok((p.clone(), None));
+    }
+    let dir = std::env::temp_dir().join(format!("shmpipe-ts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let guard = TempDir(dir.clone());
+    let path = dir.join("train.jsonl");
+    let base = if a.long {
+        GenConfig::long_series()
+    } else {
+        GenConfig {
+            num_series: 4000,
+            ..GenConfig::default()
+        }
+    };
+    let g = GenConfig {
+        num_series: series,
+        seed: a.seed,
+        ..base
+    };
+    let bytes = write_file(&g, &path)?;
+    println!(
+        "generated {} hourly series ({}..={} points, {:.0}% missing, {}), {:.1} MB",
+        g.num_series,
+        g.min_len,
+        g.max_len,
+        g.missing_prob * 100.0,
+        if a.long {
+            "17-digit floats"
+        } else {
+            "3-decimal floats"
+        },
+        bytes as f64 / 1e6
+    );
+    Ok((path, Some(guard)))
+}
+
+/// The rows of the table to run (indices into [`ROWS`]): rows 2 and 4 equal rows 1 and 3 in
+/// one process; `--rows` picks some of them.
+fn chosen_rows(a: &Args) -> Vec<usize> {
+    let mut rows = if a.in_process {
+        vec![0, 2]
+    } else {
+        vec![0, 1, 2, 3]
+    };
+    if let Some(only) = &a.rows {
+        let all = rows.clone();
+        rows.retain(|r| {
+            let pos = all.iter().position(|x| x == r).expect("a row of the table");
+            only.contains(&(pos + 1))
+        });
+    }
+    rows
+}
+
+/// The legend line and one line per row to run.
+fn print_legend(in_process: bool, rows: &[usize]) {
+    println!(
+        "legend: windows/s of training windows (wall clock); MB/s of stacked batches and of JSON read; rows:"
+    );
+    for &r in rows {
+        let (label, what) = match (in_process, r) {
+            (true, 0) => (
+                "json: this process parses",
+                "this process reads and parses the file every pass",
+            ),
+            (true, _) => (
+                "memory: this process parsed once",
+                "this process parses the file once, then reads memory",
+            ),
+            (false, _) => ROWS[r],
+        };
+        println!("  {label}: {what}");
+    }
+}
+
 /// Prints the error's message (not its `Debug` form) and exits with status 1.
 fn main() {
     if let Err(e) = run() {
@@ -164,46 +246,9 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     shmpipe::init(&reg); // worker and emitter processes run here and exit
     let a = Args::parse();
 
-    let _guard;
     // Windows per pass, for the progress bars (about one per series).
     let series = a.series.unwrap_or(if a.long { 2000 } else { 4000 });
-    let path = match &a.data {
-        Some(p) => p.clone(),
-        None => {
-            let dir = std::env::temp_dir().join(format!("shmpipe-ts-{}", std::process::id()));
-            std::fs::create_dir_all(&dir)?;
-            _guard = TempDir(dir.clone());
-            let path = dir.join("train.jsonl");
-            let base = if a.long {
-                GenConfig::long_series()
-            } else {
-                GenConfig {
-                    num_series: 4000,
-                    ..GenConfig::default()
-                }
-            };
-            let g = GenConfig {
-                num_series: series,
-                seed: a.seed,
-                ..base
-            };
-            let bytes = write_file(&g, &path)?;
-            println!(
-                "generated {} hourly series ({}..={} points, {:.0}% missing, {}), {:.1} MB",
-                g.num_series,
-                g.min_len,
-                g.max_len,
-                g.missing_prob * 100.0,
-                if a.long {
-                    "17-digit floats"
-                } else {
-                    "3-decimal floats"
-                },
-                bytes as f64 / 1e6
-            );
-            path
-        }
-    };
+    let (path, _guard) = dataset(&a, series)?;
     let chain = ChainConfig {
         context_length: a.context,
         prediction_length: a.prediction,
@@ -240,36 +285,8 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     } else {
         format!("{} workers, {} emitter(s)", a.workers, a.emitters)
     };
-    // Rows 2 and 4 equal rows 1 and 3 in one process.
-    let mut rows = if a.in_process {
-        vec![0, 2]
-    } else {
-        vec![0, 1, 2, 3]
-    };
-    if let Some(only) = &a.rows {
-        let all = rows.clone();
-        rows.retain(|r| {
-            let pos = all.iter().position(|x| x == r).expect("a row of the table");
-            only.contains(&(pos + 1))
-        });
-    }
-    println!(
-        "legend: windows/s of training windows (wall clock); MB/s of stacked batches and of JSON read; rows:"
-    );
-    for &r in &rows {
-        let (label, what) = match (a.in_process, r) {
-            (true, 0) => (
-                "json: this process parses",
-                "this process reads and parses the file every pass",
-            ),
-            (true, _) => (
-                "memory: this process parsed once",
-                "this process parses the file once, then reads memory",
-            ),
-            (false, _) => ROWS[r],
-        };
-        println!("  {label}: {what}");
-    }
+    let rows = chosen_rows(&a);
+    print_legend(a.in_process, &rows);
     for r in rows {
         let label = match (a.in_process, r) {
             (true, 0) => "json: this process parses",

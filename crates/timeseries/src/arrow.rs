@@ -44,7 +44,7 @@ use arrow_buffer::Buffer;
 use arrow_schema::SchemaRef;
 
 mod columns;
-use columns::{list_values, read_array, read_item_id, read_start};
+use columns::{Dim, list_values, read_array, read_item_id, read_start};
 
 use crate::entry::{DataEntry, field};
 use crate::period::Freq;
@@ -62,13 +62,6 @@ const KNOWN_FIELDS: [(&str, Dim); 6] = [
     (field::FEAT_DYNAMIC_CAT, Dim::Two),
     (field::PAST_FEAT_DYNAMIC_REAL, Dim::Two),
 ];
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Dim {
-    One,
-    Two,
-    Either,
-}
 
 /// Reading an Arrow or Parquet dataset failed: where and what.
 #[derive(Debug, Clone, PartialEq)]

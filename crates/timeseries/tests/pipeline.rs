@@ -4,6 +4,8 @@
 //! Each test re-executes this test binary as worker and emitter processes
 //! (`shmpipe::init` diverts them), so every test calls `init` first.
 
+mod common;
+
 use shmpipe::{Epochs, Pipeline, Topology};
 use shmpipe_test_kit::{ShmGuard, TempFile};
 use shmpipe_timeseries::pipeline::{
@@ -11,9 +13,7 @@ use shmpipe_timeseries::pipeline::{
     run_workload, run_workload_with,
 };
 use shmpipe_timeseries::synth::{GenConfig, write_file};
-use shmpipe_timeseries::workload::{
-    ChainConfig, WorkloadConfig, WorkloadError, WorkloadSource, run_in_process,
-};
+use shmpipe_timeseries::workload::{WorkloadConfig, WorkloadError, WorkloadSource, run_in_process};
 
 fn small_dataset(tag: &str) -> (TempFile, GenConfig) {
     let f = TempFile::new(&format!("ts-test-{tag}"), "jsonl");
@@ -34,12 +34,7 @@ fn small_dataset(tag: &str) -> (TempFile, GenConfig) {
 fn exhaustive_config(source: WorkloadSource, workers: usize) -> WorkloadConfig {
     WorkloadConfig {
         source,
-        chain: ChainConfig {
-            context_length: 12,
-            prediction_length: 4,
-            num_instances: 1e6,
-            ..ChainConfig::default()
-        },
+        chain: common::exhaustive_chain(),
         batch_size: 1,
         epochs: 2,
         workers,

@@ -31,15 +31,31 @@ fn fixture_copy(name: &str, tag: &str) -> shmpipe_test_kit::TempFile {
     copy
 }
 
+/// The rows registry (after `shmpipe::init`), the daily frequency and a copy of the daily
+/// fixture (tagged `tag`) that the test may change.
+fn daily_copy(tag: &str) -> (shmpipe::Registry, Freq, shmpipe_test_kit::TempFile) {
+    let reg = register_rows(shmpipe::Registry::new());
+    shmpipe::init(&reg);
+    let freq: Freq = "D".parse().unwrap();
+    (reg, freq, fixture_copy("daily.feather", tag))
+}
+
+/// Cuts the file at `path` to nothing (under a reader that may have it mapped).
+fn truncate(path: &std::path::Path) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+}
+
 fn workload(freq: Freq, transform: bool) -> RowsWorkload {
     RowsWorkload {
+        // Every admissible point: an exact count.
         chain: ChainConfig {
             freq,
-            context_length: 12,
-            prediction_length: 4,
-            // Far above the series lengths: every admissible point, an exact count.
-            num_instances: 1e6,
-            ..ChainConfig::default()
+            ..common::exhaustive_chain()
         },
         batch_size: 1,
         epochs: 2,
@@ -184,10 +200,7 @@ fn a_store_dropped_after_start_is_still_the_one_the_workers_read() {
 #[test]
 fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
     use shmpipe::ndarray::Array1;
-    let reg = register_rows(shmpipe::Registry::new());
-    shmpipe::init(&reg);
-    let freq: Freq = "D".parse().unwrap();
-    let copy = fixture_copy("daily.feather", "mapped-arrow");
+    let (reg, freq, copy) = daily_copy("mapped-arrow");
     let rows = ArrowDataset::open(&copy.0, freq).unwrap().len();
     assert!(rows >= 3, "{rows} rows");
     let mut args = ChainConfig {
@@ -215,12 +228,7 @@ fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
     outcome.push(p.dequeue());
     if matches!(outcome[0], Ok(Some(_))) {
         // The worker has the file open (mapped, before the fix) and has read row 0.
-        std::fs::File::options()
-            .write(true)
-            .open(&copy.0)
-            .unwrap()
-            .set_len(0)
-            .unwrap();
+        truncate(&copy.0);
         for r in 1..rows as i64 {
             p.enqueue(row(r)).unwrap();
         }
@@ -245,10 +253,7 @@ fn safe_step_arguments_cannot_map_a_file_that_may_shrink() {
 /// truncated in the middle of the run changes nothing for the workers.
 #[test]
 fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
-    let reg = register_rows(shmpipe::Registry::new());
-    shmpipe::init(&reg);
-    let freq: Freq = "D".parse().unwrap();
-    let copy = fixture_copy("daily.feather", "shared-arrow");
+    let (reg, freq, copy) = daily_copy("shared-arrow");
     let entries = ArrowDataset::open(&copy.0, freq)
         .unwrap()
         .entries()
@@ -262,12 +267,7 @@ fn an_arrow_file_truncated_during_the_run_does_not_reach_the_workers() {
     let mut seen = 0;
     while let Some(item) = p.dequeue().unwrap() {
         if seen == 0 {
-            std::fs::File::options()
-                .write(true)
-                .open(&copy.0)
-                .unwrap()
-                .set_len(0)
-                .unwrap();
+            truncate(&copy.0);
         }
         let row = item.i64(ROW_META).unwrap() as usize;
         assert!(same(&item_to_entry(item, freq).unwrap(), &entries[row]));

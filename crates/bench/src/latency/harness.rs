@@ -8,9 +8,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use super::idle::IdleCpu;
-use super::{Peer, Samples, Side};
+use super::{LatencyArgs, Peer, Samples, Side};
 use crate::BoxError;
-use crate::cli::LatencyArgs;
 use crate::goals::Goal;
 use crate::pingpong::{self, Placement};
 use crate::runner::{self, PROBE_BATCHES, PROBE_TRIPS, Proc, rotated, unique_name};
@@ -384,6 +383,47 @@ pub fn goals(run: &LatencyRun) -> Vec<Goal> {
     g
 }
 
+/// The run's header line, the table with its legend and the idle receiver's line.
+fn print_report(a: &LatencyArgs, peers: &[Peer], per_round: u64, run: &LatencyRun) {
+    let probes: Vec<String> = run.probes_ns.iter().map(|p| format!("{p:.0}")).collect();
+    println!(
+        "one 16-float message there and back between two processes: pinger on CPU {}, echoer on \
+         CPU {}; {} rounds of {per_round} round trips per peer (+{} warm-up), peers rotated each \
+         round; cache-line ping-pong probe per round: {} ns -> placement {}; load average {:.2} \
+         at start, {:.2} at end",
+        run.cores.0,
+        run.cores.1,
+        a.rounds,
+        a.warmup,
+        probes.join(", "),
+        Placement::classify(&run.probes_ns).label(),
+        run.load.0,
+        run.load.1
+    );
+    println!();
+    print!("{}", table(run));
+    let legend: Vec<String> = peers
+        .iter()
+        .map(|p| format!("{} = {}", p.name(), p.describe()))
+        .collect();
+    println!(
+        "(percentiles over every round trip of every round, nearest rank, one clock read \
+         included; rows: {})",
+        legend.join("; ")
+    );
+    if let Some(c) = run.idle {
+        println!(
+            "\nidle: a blocked shm-ring receiver (default WaitConfig) used {:.3}% of a core over \
+             {:.2} s ({:.2} ms of CPU by /proc/thread-self/schedstat; {} clock ticks by \
+             /proc/self/stat)",
+            c.percent(),
+            c.wall_s,
+            c.cpu_ns as f64 / 1e6,
+            c.ticks
+        );
+    }
+}
+
 /// `latency`: prints the table, the idle line and the goals.
 ///
 /// # Errors
@@ -415,43 +455,7 @@ pub fn latency(a: &LatencyArgs) -> Result<(), BoxError> {
         a.idle
     );
     let run = run(&peers, a.trips, a.rounds, a.warmup, idle, !a.no_progress)?;
-    let probes: Vec<String> = run.probes_ns.iter().map(|p| format!("{p:.0}")).collect();
-    println!(
-        "one 16-float message there and back between two processes: pinger on CPU {}, echoer on \
-         CPU {}; {} rounds of {per_round} round trips per peer (+{} warm-up), peers rotated each \
-         round; cache-line ping-pong probe per round: {} ns -> placement {}; load average {:.2} \
-         at start, {:.2} at end",
-        run.cores.0,
-        run.cores.1,
-        a.rounds,
-        a.warmup,
-        probes.join(", "),
-        Placement::classify(&run.probes_ns).label(),
-        run.load.0,
-        run.load.1
-    );
-    println!();
-    print!("{}", table(&run));
-    let legend: Vec<String> = peers
-        .iter()
-        .map(|p| format!("{} = {}", p.name(), p.describe()))
-        .collect();
-    println!(
-        "(percentiles over every round trip of every round, nearest rank, one clock read \
-         included; rows: {})",
-        legend.join("; ")
-    );
-    if let Some(c) = run.idle {
-        println!(
-            "\nidle: a blocked shm-ring receiver (default WaitConfig) used {:.3}% of a core over \
-             {:.2} s ({:.2} ms of CPU by /proc/thread-self/schedstat; {} clock ticks by \
-             /proc/self/stat)",
-            c.percent(),
-            c.wall_s,
-            c.cpu_ns as f64 / 1e6,
-            c.ticks
-        );
-    }
+    print_report(a, &peers, per_round, &run);
     println!("\nGoals (p50 ratios: median over rounds of the ratio within each round):");
     print!("{}", crate::goals::goals_text(&goals(&run)));
     if let (Some(f), Some(path)) = (csv.as_mut(), &a.csv) {

@@ -15,7 +15,7 @@ use iceoryx2::port::publisher::Publisher;
 use iceoryx2::port::subscriber::Subscriber;
 use iceoryx2::prelude::*;
 
-use super::{ELEMENTS, Peer, PingPong, SPINS_PER_YIELD, Side, check_message};
+use super::peer::{ELEMENTS, Peer, PingPong, SPINS_PER_YIELD, Side, check_message};
 use crate::BoxError;
 use crate::kernel;
 use crate::transports::iox::{node, service_name};

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use rustix::thread::futex;
 
-use super::{ELEMENTS, Peer, PingPong, SPINS_PER_YIELD, Side, check_message};
+use super::peer::{ELEMENTS, Peer, PingPong, SPINS_PER_YIELD, Side, check_message};
 use crate::BoxError;
 use crate::kernel;
 use crate::sys::Mapping;

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use shm_ring::{ChannelConfig, Message, MessageBuilder, Receiver, Sender, Transfer, WaitConfig};
 
-use super::{ELEMENTS, Peer, PingPong, Side, check_message};
+use super::peer::{ELEMENTS, Peer, PingPong, Side, check_message};
 use crate::BoxError;
 use crate::kernel;
 

@@ -14,12 +14,11 @@ use crate::BoxError;
 use crate::kernel;
 use crate::meter::{Deadline, Meter, Outcome, stride_for};
 
-/// Array sizes (f32 elements) the typed transport is built for.
-pub const SIZES: [usize; 9] = [16, 64, 256, 1000, 1024, 4000, 4096, 16_000, 16_384];
+pub use crate::transport::TYPED_SIZES as SIZES;
 
 /// Whether arrays of `elements` floats can go through the typed transport.
 pub fn supports(elements: usize) -> bool {
-    SIZES.contains(&elements)
+    crate::transport::Transport::ShmTyped.supports(elements)
 }
 
 /// Calls `$f::<N>($args)` for the `N` equal to `$elements` (one of [`SIZES`]).

@@ -102,12 +102,30 @@ pub fn registry() -> Registry {
         })
 }
 
+/// A pipeline's id and pids, with guards that kill its processes and remove its `/dev/shm`
+/// entries when dropped.
+pub type Guarded = (String, Vec<u32>, (ShmGuard, KillOnDrop));
+
 /// The pipeline's id and pids, with guards that kill its processes and remove its `/dev/shm`
 /// entries when the test ends, whether it passes or fails.
-pub fn guarded(p: &Pipeline) -> (String, Vec<u32>, (ShmGuard, KillOnDrop)) {
+pub fn guarded(p: &Pipeline) -> Guarded {
     let (id, pids) = (p.id().to_owned(), p.pids());
     let g = (ShmGuard::containing(id.clone()), KillOnDrop(pids.clone()));
     (id, pids, g)
+}
+
+/// Starts `b` (it must start), with [`guarded`]'s id, pids and guards.
+pub fn start_guarded(b: PipelineBuilder) -> (Pipeline, Guarded) {
+    let p = b.start().unwrap();
+    let g = guarded(&p);
+    (p, g)
+}
+
+/// Starts `b` (it must start), with a guard that kills its processes when the test ends.
+pub fn start_killing_on_drop(b: PipelineBuilder) -> (Pipeline, KillOnDrop) {
+    let p = b.start().unwrap();
+    let g = KillOnDrop(p.pids());
+    (p, g)
 }
 
 /// The first error the pipeline's outputs end with; panics with `why` if they end without

@@ -50,6 +50,13 @@ pub fn name_guard(names: &[&str]) -> NameGuard {
     }
 }
 
+/// A channel name unique to this call (see [`unique`]) and the [`NameGuard`] over it.
+pub fn named(tag: &str) -> (String, NameGuard) {
+    let name = unique(tag);
+    let guard = name_guard(&[&name]);
+    (name, guard)
+}
+
 /// A private socket directory (mode 0700; removed with everything in it on drop) and the
 /// [`shm_ring::Rendezvous`] that points both ends of a channel to it.
 pub fn private_rendezvous(tag: &str) -> (shmpipe_test_kit::TempDir, shm_ring::Rendezvous) {
@@ -193,4 +200,55 @@ pub fn got<T>(r: Result<T, shm_ring::TryRecvError>) -> Option<T> {
         Err(shm_ring::TryRecvError::Empty) => None,
         Err(e) => panic!("try_recv failed: {e}"),
     }
+}
+
+/// `blocks` blocks of 64 KiB, arrays always zero-copy, no linger: a consumer holding `blocks`
+/// messages of [`send_filled`] holds the pool.
+pub fn zero_copy_blocks(blocks: u32) -> shm_ring::ChannelConfig {
+    shm_ring::ChannelConfig {
+        blocks,
+        block_size: 64 << 10,
+        transfer: shm_ring::Transfer::ZeroCopy,
+        linger: Duration::ZERO,
+        ..shm_ring::ChannelConfig::default()
+    }
+}
+
+/// Sends one message per value, its u32 array "x" (1000 values, loaned) filled with the value.
+pub fn send_filled(tx: &mut shm_ring::Sender, values: impl IntoIterator<Item = u32>) {
+    for v in values {
+        let loan = tx.loan::<u32>(&[1000]).unwrap().fill(v);
+        tx.send(shm_ring::MessageBuilder::new().array_loan("x", loan))
+            .unwrap();
+    }
+}
+
+/// Creates channel `name` with `cfg`, spawns the peer `args` and waits (at most 20 s) until it
+/// has opened the channel as its consumer.
+pub fn producer_and_consumer_peer(
+    name: &str,
+    cfg: &shm_ring::ChannelConfig,
+    args: &[&str],
+) -> (shm_ring::Sender, Peer) {
+    let tx = shm_ring::Sender::<shm_ring::Message>::create(name, cfg).unwrap();
+    let consumer = Peer::spawn(args);
+    tx.wait_for_consumer(Duration::from_secs(20)).unwrap();
+    (tx, consumer)
+}
+
+/// A new Unix `SOCK_SEQPACKET` socket (close-on-exec), as named channels use.
+pub fn seqpacket() -> std::os::fd::OwnedFd {
+    use rustix::net::{AddressFamily, SocketFlags, SocketType};
+    rustix::net::socket_with(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )
+    .unwrap()
+}
+
+/// Open descriptors of this process.
+pub fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
 }

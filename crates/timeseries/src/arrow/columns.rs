@@ -12,9 +12,16 @@ use arrow_array::types::{
 use arrow_array::{Array as ArrowArray, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
 
-use super::Dim;
 use crate::entry::{Array, MAX_NDIM};
 use crate::period::{DateTime, Freq, Period};
+
+/// How many dimensions a known field's arrays have.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Dim {
+    One,
+    Two,
+    Either,
+}
 
 /// The values child and the element range of row `r` of a list column; `None` for null.
 fn list_row(

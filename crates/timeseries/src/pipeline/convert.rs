@@ -4,7 +4,7 @@
 use shmpipe::ndarray::Array1;
 use shmpipe::{Item, Meta, StepError};
 
-use super::{
+use super::names::{
     FORECAST_START_FIELD, FORECAST_START_META, GROUP_META, ITEM_ID_META, ITEM_IDS_META,
     START_FIELD, START_META,
 };

@@ -13,7 +13,7 @@ use shmpipe::ndarray::Array1;
 use shmpipe::{Item, Source, SourceError};
 
 use super::convert::{entry_to_item, group_items};
-use super::{LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
+use super::names::{LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
 use crate::jsonl::parse_entry;
 use crate::period::Freq;
 

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use shmpipe::{Item, Step, StepContext, StepError};
 
 use super::convert::{batch_to_item, entry_to_item, item_to_entry, split_group};
-use super::{GROUP_META, LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
+use super::names::{GROUP_META, LINE_FIELD, LINE_NO_META, LINES_FIELD, RANGES_FIELD};
 use crate::batch::Batcher;
 use crate::entry::DataEntry;
 use crate::jsonl::{parse_entry, split_lines};
@@ -85,54 +85,13 @@ impl Step for TrainStep {
             .remove(RANGES_FIELD)
             .and_then(|a| a.into_typed::<i64>().ok())
         {
-            use std::os::unix::fs::FileExt;
-            let (file, path, mut buf) = self
-                .file
-                .take()
-                .ok_or_else(|| StepError::new("line_ranges needs the step arg read_path"))?;
             let ranges: Vec<i64> = ranges.iter().copied().collect();
-            let mut result = Ok(());
-            for r in ranges.chunks_exact(3) {
-                let (offset, len, line) = (r[0] as u64, r[1] as usize, r[2]);
-                buf.resize(len, 0);
-                let parsed = file
-                    .read_exact_at(&mut buf, offset)
-                    .map_err(|e| StepError::new(format!("{}: {e}", path.display())))
-                    .and_then(|()| {
-                        parse_entry(&buf, self.freq).map_err(|e| {
-                            StepError::new(format!("{}: line {line}: {e}", path.display()))
-                        })
-                    });
-                result = parsed.and_then(|e| self.run(e, out));
-                if result.is_err() {
-                    break;
-                }
-            }
-            self.file = Some((file, path, buf));
-            result?;
+            self.run_line_ranges(&ranges, out)?;
         } else if let Some(numbers) = item
             .remove(LINES_FIELD)
             .and_then(|a| a.into_typed::<i64>().ok())
         {
-            // Taken out for the loop (`run_ref` borrows `self`), put back after.
-            let cache = self
-                .cache
-                .take()
-                .ok_or_else(|| StepError::new("series_lines needs the step arg cache_path"))?;
-            let mut result = Ok(());
-            for &n in numbers.iter() {
-                result = match cache.get((n as usize).wrapping_sub(1)) {
-                    // Read in place: the worker's copy is not copied again each pass.
-                    Some(Some(Ok(e))) => self.run_ref(e, out),
-                    Some(Some(Err(msg))) => Err(StepError::new(format!("line {n}: {msg}"))),
-                    _ => Err(StepError::new(format!("no series on line {n}"))),
-                };
-                if result.is_err() {
-                    break;
-                }
-            }
-            self.cache = Some(cache);
-            result?;
+            self.run_cached_lines(numbers.iter().copied(), out)?;
         } else if let Some(lines) = item
             .remove(LINE_FIELD)
             .and_then(|a| a.into_typed::<u8>().ok())
@@ -168,6 +127,63 @@ impl Step for TrainStep {
 }
 
 impl TrainStep {
+    /// `line_ranges`: reads each (offset, length, line number) triple's line from the file of
+    /// the step arg `read_path` and runs its entry.
+    fn run_line_ranges(&mut self, ranges: &[i64], out: &mut Vec<Item>) -> Result<(), StepError> {
+        use std::os::unix::fs::FileExt;
+        let (file, path, mut buf) = self
+            .file
+            .take()
+            .ok_or_else(|| StepError::new("line_ranges needs the step arg read_path"))?;
+        let mut result = Ok(());
+        for r in ranges.chunks_exact(3) {
+            let (offset, len, line) = (r[0] as u64, r[1] as usize, r[2]);
+            buf.resize(len, 0);
+            let parsed = file
+                .read_exact_at(&mut buf, offset)
+                .map_err(|e| StepError::new(format!("{}: {e}", path.display())))
+                .and_then(|()| {
+                    parse_entry(&buf, self.freq).map_err(|e| {
+                        StepError::new(format!("{}: line {line}: {e}", path.display()))
+                    })
+                });
+            result = parsed.and_then(|e| self.run(e, out));
+            if result.is_err() {
+                break;
+            }
+        }
+        self.file = Some((file, path, buf));
+        result
+    }
+
+    /// `series_lines`: runs the entries of these line numbers from the cache of the step arg
+    /// `cache_path`.
+    fn run_cached_lines(
+        &mut self,
+        numbers: impl IntoIterator<Item = i64>,
+        out: &mut Vec<Item>,
+    ) -> Result<(), StepError> {
+        // Taken out for the loop (`run_ref` borrows `self`), put back after.
+        let cache = self
+            .cache
+            .take()
+            .ok_or_else(|| StepError::new("series_lines needs the step arg cache_path"))?;
+        let mut result = Ok(());
+        for n in numbers {
+            result = match cache.get((n as usize).wrapping_sub(1)) {
+                // Read in place: the worker's copy is not copied again each pass.
+                Some(Some(Ok(e))) => self.run_ref(e, out),
+                Some(Some(Err(msg))) => Err(StepError::new(format!("line {n}: {msg}"))),
+                _ => Err(StepError::new(format!("no series on line {n}"))),
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+        self.cache = Some(cache);
+        result
+    }
+
     /// Chain and batch one entry (each when configured).
     fn run(&mut self, entry: DataEntry, out: &mut Vec<Item>) -> Result<(), StepError> {
         self.windows.clear();

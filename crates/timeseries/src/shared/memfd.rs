@@ -11,7 +11,7 @@ use std::path::Path;
 
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 
-use super::SharedError;
+use super::error::SharedError;
 
 /// The seals of an immutable memfd.
 pub(crate) const SEALS: SealFlags = SealFlags::WRITE

@@ -113,3 +113,14 @@ pub fn same(a: &DataEntry, b: &DataEntry) -> bool {
                     .all(|(p, q)| p.to_bits() == q.to_bits())
         })
 }
+
+/// A DeepAR-style chain (context 12, prediction 4) whose sampler takes every admissible point
+/// (`num_instances` far above the series lengths), so the number of windows is exact.
+pub fn exhaustive_chain() -> shmpipe_timeseries::workload::ChainConfig {
+    shmpipe_timeseries::workload::ChainConfig {
+        context_length: 12,
+        prediction_length: 4,
+        num_instances: 1e6,
+        ..shmpipe_timeseries::workload::ChainConfig::default()
+    }
+}
