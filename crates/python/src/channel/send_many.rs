@@ -2,7 +2,7 @@
 //!
 //! A Python call costs about a microsecond; a 16-float record costs shm-ring a few hundred
 //! nanoseconds. So records travel as one message of many records (a Rust receiver sees them
-//! as such: `Message::len`, `records()`), built from stacked numpy arrays: one Python call for
+//! as such: `Message::records()`), built from stacked numpy arrays: one Python call for
 //! a whole batch. Like `send`, it reads numpy memory only with the GIL held: messages that
 //! must wait are built from private copies.
 
@@ -38,8 +38,22 @@ struct Column<'a> {
     bytes: &'a [u8],
 }
 
+impl Sender {
+    /// The body of `Sender.send_many` (the Python method lives with the others in
+    /// sender.rs; this file holds the batch encoding).
+    pub(super) fn send_many_records(
+        &self,
+        py: Python<'_>,
+        arrays: &Bound<'_, PyDict>,
+        meta: Option<&Bound<'_, PyDict>>,
+        end: Option<Instant>,
+    ) -> PyResult<usize> {
+        send_many(self, py, arrays, meta, end)
+    }
+}
+
 /// Sends the records `arrays[k][i]` / `meta[k][i]` (see `Sender.send_many`).
-pub(super) fn send_many(
+fn send_many(
     tx: &Sender,
     py: Python<'_>,
     arrays: &Bound<'_, PyDict>,

@@ -13,7 +13,7 @@ use shm_ring::{ChannelConfig, DType, MessageBuilder, SendTimeoutError, Transfer,
 use super::errors::ring_err;
 use super::loan::{AnyLoan, Loan};
 use super::outgoing::{Outgoing, Part};
-use super::{closed, deadline, lock, send_many, slice, view};
+use super::{closed, deadline, lock, slice, view};
 use crate::dtype;
 use crate::exceptions::PoolExhausted;
 
@@ -489,7 +489,7 @@ impl Sender {
         meta: Option<&Bound<'_, PyDict>>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        send_many::send_many(self, py, arrays, meta, deadline(timeout)?)
+        self.send_many_records(py, arrays, meta, deadline(timeout)?)
     }
 
     /// Closes the channel: the receiver drains what was sent, then gets `Disconnected`.
