@@ -44,7 +44,7 @@ fn forge_a_report_everywhere(stage: i64, worker: i64, emitter: i64) {
         .meta_str("message", "forged by a hostile worker")
         .meta_i64("emitter", emitter)
         .meta_i64("record", 0);
-    let (words, len) = shm_ring::message::encode_inline(&b).unwrap();
+    let (words, len) = b.encode_inline().unwrap();
     let mut msg = (len as u64).to_le_bytes().to_vec();
     msg.extend_from_slice(&bytemuck::cast_slice::<u64, u8>(&words)[..len]);
     for (fd, _) in proc::fd_links(std::process::id()) {
