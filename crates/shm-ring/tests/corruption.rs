@@ -441,9 +441,27 @@ fn exported_offsets_are_where_the_code_writes() {
     let l = shm_ring::channel_layout(&cfg).unwrap();
     let mut tx = Sender::<Message>::create(&name, &cfg).unwrap();
     let mem = tx.segment().file().try_clone().unwrap();
+    check_segment_header(&mem, &l);
+    check_channel_header(&mem, &l, &cfg);
+    let rx = Receiver::<Message>::open(&name).unwrap();
+    check_attached_consumer(&mem, &l);
+    let first_slots = check_inline_message(&mut tx, &mem, &l);
+    check_block_message(&mut tx, &mem, &l, &cfg, first_slots);
+    drop(rx);
+    assert_eq!(word(&mem, l.channel_wire.consumer_closed), 1);
+    drop(tx);
+    guard.assert_gone();
+}
 
+/// The u32 at `at` of a channel's memory.
+fn word(mem: &std::fs::File, at: usize) -> u32 {
+    u32_at(&peek(mem, at, 4), 0)
+}
+
+/// The segment header names the channel, its creator and its size, and says it is ready.
+fn check_segment_header(mem: &std::fs::File, l: &ChannelLayout) {
     let s = l.segment_wire;
-    let h = peek(&mem, 0, s.header);
+    let h = peek(mem, 0, s.header);
     assert_eq!(&h[s.magic..s.magic + 8], b"SHMPIPE\0");
     assert_eq!(u32_at(&h, s.version), s.layout_version);
     assert_ne!(u32_at(&h, s.kind), 0, "kind");
@@ -452,27 +470,38 @@ fn exported_offsets_are_where_the_code_writes() {
     assert_eq!(u64_at(&h, s.creator_start), start.start_time);
     assert_eq!(u64_at(&h, s.size), l.total as u64);
     assert_ne!(u32_at(&h, s.ready), 0, "ready");
+}
 
+/// The channel header holds the configured geometry, no schema, and (before a consumer
+/// attaches) the layout's own offsets for its words.
+fn check_channel_header(mem: &std::fs::File, l: &ChannelLayout, cfg: &ChannelConfig) {
     let c = l.channel_wire;
-    let word = |at: usize| u32_at(&peek(&mem, at, 4), 0);
-    assert_eq!(word(c.slots), cfg.slots);
-    assert_eq!(word(c.slot_size), cfg.slot_size);
-    assert_eq!(word(c.blocks), cfg.blocks);
-    assert!(word(c.comp_slots).is_power_of_two());
-    assert_eq!(u64_at(&peek(&mem, c.block_size, 8), 0), l.block_size as u64);
-    assert_eq!(word(c.schema_len), 0);
+    assert_eq!(word(mem, c.slots), cfg.slots);
+    assert_eq!(word(mem, c.slot_size), cfg.slot_size);
+    assert_eq!(word(mem, c.blocks), cfg.blocks);
+    assert!(word(mem, c.comp_slots).is_power_of_two());
+    assert_eq!(u64_at(&peek(mem, c.block_size, 8), 0), l.block_size as u64);
+    assert_eq!(word(mem, c.schema_len), 0);
     assert_eq!(c.schema_len, l.schema_len_word);
     assert_eq!(c.consumer, l.consumer);
     assert_eq!(c.slots, l.geometry);
-    let rx = Receiver::<Message>::open(&name).unwrap();
+}
+
+/// Once our receiver attached, the consumer word holds our pid and neither side is closed.
+fn check_attached_consumer(mem: &std::fs::File, l: &ChannelLayout) {
+    let c = l.channel_wire;
     assert_eq!(
-        u64_at(&peek(&mem, c.consumer, 8), 0) >> 32,
+        u64_at(&peek(mem, c.consumer, 8), 0) >> 32,
         u64::from(std::process::id())
     );
-    assert_eq!(word(c.consumer_closed), 0);
-    assert_eq!(word(c.producer_closed), 0);
+    assert_eq!(word(mem, c.consumer_closed), 0);
+    assert_eq!(word(mem, c.producer_closed), 0);
+}
 
-    // One message inline in the ring: its record header, then the body.
+/// Sends one message inline in the ring and checks its record header, then that the body is
+/// the encoder's bytes with each header field where the layout says. Returns the slots the
+/// message took.
+fn check_inline_message(tx: &mut Sender, mem: &std::fs::File, l: &ChannelLayout) -> usize {
     let data = [0.5f32; 3];
     let msg = || {
         MessageBuilder::new()
@@ -483,7 +512,7 @@ fn exported_offsets_are_where_the_code_writes() {
     };
     tx.send(msg()).unwrap();
     let r = l.record_wire;
-    let rec = peek(&mem, l.desc_slots, l.record_header);
+    let rec = peek(mem, l.desc_slots, l.record_header);
     let (encoded, len) = msg().encode_inline().unwrap();
     assert_eq!(u32_at(&rec, r.kind), r.kind_inline);
     assert_eq!(u32_at(&rec, r.body_len) as usize, len);
@@ -491,44 +520,61 @@ fn exported_offsets_are_where_the_code_writes() {
         u32_at(&rec, r.n_slots) as usize,
         (l.record_header + len).div_ceil(l.slot_size)
     );
-    let body = peek(&mem, l.desc_slots + l.record_header, len);
+    let body = peek(mem, l.desc_slots + l.record_header, len);
     let mine: Vec<u8> = encoded.iter().flat_map(|w| w.to_le_bytes()).collect();
     assert_eq!(body, mine[..len], "the ring holds the encoder's bytes");
+    check_inline_body(&body, l, len);
+    u32_at(&rec, r.n_slots) as usize
+}
 
+/// The body of [`check_inline_message`]'s message (`len` bytes): body header, record header,
+/// the field header of "abc", its shape, name and inline data.
+fn check_inline_body(body: &[u8], l: &ChannelLayout, len: usize) {
     let w = l.body_wire;
     assert_eq!(&body[w.magic..w.magic + 4], b"SRB2");
-    assert_eq!(u32_at(&body, w.tag), 0x0102_0304);
-    assert_eq!(u32_at(&body, w.n_records), 1);
-    assert_eq!(u32_at(&body, w.len) as usize, len);
-    assert_eq!(u32_at(&body, w.block_refs), 0);
+    assert_eq!(u32_at(body, w.tag), 0x0102_0304);
+    assert_eq!(u32_at(body, w.n_records), 1);
+    assert_eq!(u32_at(body, w.len) as usize, len);
+    assert_eq!(u32_at(body, w.block_refs), 0);
     let rec0 = w.header;
-    assert_eq!(u32_at(&body, rec0 + w.record_len) as usize, len - w.header);
-    assert_eq!(u32_at(&body, rec0 + w.record_fields), 1);
-    assert_eq!(u64_at(&body, rec0 + w.record_tag), 0x1122_3344_5566_7788);
+    assert_eq!(u32_at(body, rec0 + w.record_len) as usize, len - w.header);
+    assert_eq!(u32_at(body, rec0 + w.record_fields), 1);
+    assert_eq!(u64_at(body, rec0 + w.record_tag), 0x1122_3344_5566_7788);
     let f = rec0 + w.record_header;
     assert_eq!(body[f + w.field_name_len], 3);
     assert_eq!(body[f + w.field_ndim], 1);
     assert_eq!(body[f + w.field_dtype], shm_ring::DType::F32 as u8);
     assert_eq!(body[f + w.field_loc], w.loc_inline);
-    assert_eq!(u64_at(&body, f + w.field_b), 12);
-    assert_eq!(u64_at(&body, f + w.field_header), 3, "shape");
+    assert_eq!(u64_at(body, f + w.field_b), 12);
+    assert_eq!(u64_at(body, f + w.field_header), 3, "shape");
     let name_at = f + w.field_header + w.dim;
     assert_eq!(&body[name_at..name_at + 3], b"abc");
     let pad = |n: usize| n.div_ceil(w.align) * w.align;
     let data_at = name_at + pad(3);
-    assert_eq!(u64_at(&body, f + w.field_a) as usize, data_at);
+    assert_eq!(u64_at(body, f + w.field_a) as usize, data_at);
     assert_eq!(&body[data_at..data_at + 4], &0.5f32.to_le_bytes());
     assert_eq!(data_at + pad(12), len, "the body ends with the padded data");
+}
 
-    // A zero-copy array: its field says "in a block", and a names the block.
+/// Sends a zero-copy array (after the first message, `first_slots` slots): its field says
+/// "in a block", and a names the block.
+fn check_block_message(
+    tx: &mut Sender,
+    mem: &std::fs::File,
+    l: &ChannelLayout,
+    cfg: &ChannelConfig,
+    first_slots: usize,
+) {
+    let r = l.record_wire;
+    let w = l.body_wire;
     let loaned = tx.loan::<f32>(&[4]).unwrap().write_with(|i| i as f32);
     tx.send(MessageBuilder::new().array_loan("z", loaned))
         .unwrap();
-    let second = l.desc_slots + u32_at(&rec, r.n_slots) as usize * l.slot_size;
-    let rec = peek(&mem, second, l.record_header);
+    let second = l.desc_slots + first_slots * l.slot_size;
+    let rec = peek(mem, second, l.record_header);
     assert_eq!(u32_at(&rec, r.kind), r.kind_inline);
     let body = peek(
-        &mem,
+        mem,
         second + l.record_header,
         u32_at(&rec, r.body_len) as usize,
     );
@@ -537,8 +583,4 @@ fn exported_offsets_are_where_the_code_writes() {
     assert_eq!(body[f + w.field_loc], w.loc_block);
     assert!(u64_at(&body, f + w.field_a) < u64::from(cfg.blocks));
     assert_eq!(u64_at(&body, f + w.field_b), 16);
-    drop(rx);
-    assert_eq!(word(c.consumer_closed), 1);
-    drop(tx);
-    guard.assert_gone();
 }

@@ -462,19 +462,7 @@ fn review_a_trailing_slash_does_not_get_a_symlinked_directory_past_the_check() {
 #[test]
 fn review_a_forked_child_can_open_a_channel_while_the_parent_opens_others() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut hammers = Vec::new();
-    for _ in 0..2 {
-        let stop = stop.clone();
-        hammers.push(std::thread::spawn(move || {
-            let tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
-            let _first =
-                Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                // Busy: the attach pushes and pops our entry under OWN_RECEIVERS.
-                let _ = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap());
-            }
-        }));
-    }
+    let hammers: Vec<_> = (0..2).map(|_| hammer_own_receivers(stop.clone())).collect();
     std::thread::sleep(Duration::from_millis(100));
     let (mut hung, mut ok, mut other) = (0, 0, 0);
     let mut stacks = String::new();
@@ -483,54 +471,17 @@ fn review_a_forked_child_can_open_a_channel_while_the_parent_opens_others() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1500);
     for _ in 0..forks {
-        // SAFETY: the child only makes a channel, opens it and _exits (a hang is bounded by
-        // the parent, which SIGKILLs it after 3 s).
-        let pid = unsafe { fork() };
-        if pid == 0 {
-            let code = match Sender::<Message>::anonymous(&ChannelConfig::default()) {
-                Ok(tx) => {
-                    match Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()) {
-                        Ok(_) => 0,
-                        Err(_) => 2,
-                    }
-                }
-                Err(_) => 3,
-            };
-            // SAFETY: ends the forked child without running the parent's destructors.
-            unsafe { _exit(code) }
-        }
-        let p = rustix::process::Pid::from_raw(pid);
-        let deadline = Instant::now() + Duration::from_secs(3);
-        let status = loop {
-            if let Some((_, st)) =
-                rustix::process::waitpid(p, rustix::process::WaitOptions::NOHANG).unwrap()
-            {
-                break Some(st);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        match status.map(|st| st.exit_status()) {
+        let pid = fork_a_channel_opener();
+        match wait_up_to(pid, Duration::from_secs(3)).map(|st| st.exit_status()) {
             Some(Some(0)) => ok += 1,
             Some(_) => other += 1,
             None => {
                 hung += 1;
                 if stacks.is_empty() {
-                    let bt = Command::new("gdb")
-                        .args(["-p", &pid.to_string(), "-batch", "-ex", "bt"])
-                        .output()
-                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                        .unwrap_or_default();
-                    stacks = bt
-                        .lines()
-                        .filter(|l| l.starts_with('#'))
-                        .take(14)
-                        .collect::<Vec<_>>()
-                        .join("\n");
+                    stacks = stack_of(pid);
                 }
                 shmpipe_test_kit::signal(pid as u32, rustix::process::Signal::KILL);
+                let p = rustix::process::Pid::from_raw(pid);
                 let _ = rustix::process::waitpid(p, rustix::process::WaitOptions::empty());
             }
         }
@@ -544,6 +495,75 @@ fn review_a_forked_child_can_open_a_channel_while_the_parent_opens_others() {
         hung, 0,
         "{hung} of {forks} forked children hung ({ok} ok, {other} other); a hung child:\n{stacks}"
     );
+}
+
+/// A thread that attaches receivers to a channel of its own, over and over, until `stop`: it
+/// takes OWN_RECEIVERS all the time.
+fn hammer_own_receivers(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let tx = Sender::<Message>::anonymous(&ChannelConfig::default()).unwrap();
+        let _first =
+            Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()).unwrap();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // Busy: the attach pushes and pops our entry under OWN_RECEIVERS.
+            let _ = Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap());
+        }
+    })
+}
+
+/// Forks a child that makes a channel, opens it and exits: 0 if both worked, 2 if the open
+/// failed, 3 if the create did. Returns the child's pid.
+fn fork_a_channel_opener() -> i32 {
+    // SAFETY: the child only makes a channel, opens it and _exits (a hang is bounded by
+    // the parent, which SIGKILLs it after 3 s).
+    let pid = unsafe { fork() };
+    if pid == 0 {
+        let code = match Sender::<Message>::anonymous(&ChannelConfig::default()) {
+            Ok(tx) => {
+                match Receiver::<Message>::from_fd(tx.as_fd().try_clone_to_owned().unwrap()) {
+                    Ok(_) => 0,
+                    Err(_) => 2,
+                }
+            }
+            Err(_) => 3,
+        };
+        // SAFETY: ends the forked child without running the parent's destructors.
+        unsafe { _exit(code) }
+    }
+    pid
+}
+
+/// How child `pid` ended, or `None` if it still runs after `timeout` (it is left running).
+fn wait_up_to(pid: i32, timeout: Duration) -> Option<rustix::process::WaitStatus> {
+    let p = rustix::process::Pid::from_raw(pid);
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some((_, st)) =
+            rustix::process::waitpid(p, rustix::process::WaitOptions::NOHANG).unwrap()
+        {
+            return Some(st);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The top frames of the stack of (hung) process `pid`, from gdb (empty without gdb).
+fn stack_of(pid: i32) -> String {
+    let bt = Command::new("gdb")
+        .args(["-p", &pid.to_string(), "-batch", "-ex", "bt"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    bt.lines()
+        .filter(|l| l.starts_with('#'))
+        .take(14)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 // ---------------------------------------------------------------------------------------

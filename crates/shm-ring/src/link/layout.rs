@@ -76,6 +76,10 @@ pub(crate) const fn align_up(x: usize, a: usize) -> usize {
     (x + a - 1) & !(a - 1)
 }
 
+/// Body lengths travel as u32: a block, and a quarter of the ring (the largest inline body),
+/// must stay below 4 GiB.
+const MAX_BLOCK: usize = (1 << 32) - 64;
+
 impl Layout {
     /// The layout of a channel; `schema_len` bytes of schema (0 for none) sit between the
     /// completion ring and the pool, so a channel without a schema keeps the same offsets.
@@ -87,28 +91,7 @@ impl Layout {
         schema_len: u32,
         large_pool: usize,
     ) -> Result<Layout, Error> {
-        let bad = |why: String| Err(Error::InvalidArgument(why));
-        if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
-            return bad(format!(
-                "slots = {slots}: use a power of two from 2 to 2^20"
-            ));
-        }
-        if !slot_size.is_multiple_of(64) || !(64..=65536).contains(&slot_size) {
-            return bad(format!(
-                "slot_size = {slot_size}: use a multiple of 64 from 64 to 65536"
-            ));
-        }
-        if blocks > 1 << 20 {
-            return bad(format!("blocks = {blocks}: at most 2^20"));
-        }
-        // Body lengths travel as u32: a block, and a quarter of the ring (the largest inline
-        // body), must stay below 4 GiB.
-        const MAX_BLOCK: usize = (1 << 32) - 64;
-        if blocks > 0 && !(64..=MAX_BLOCK).contains(&block_size) {
-            return bad(format!(
-                "block_size = {block_size}: from 64 bytes to 4 GiB - 64 ({MAX_BLOCK})"
-            ));
-        }
+        check_geometry(slots, slot_size, blocks, block_size, schema_len, large_pool)?;
         // Without blocks the block size means nothing: normalise it (both sides agree).
         let block_size = if blocks == 0 {
             64
@@ -119,19 +102,6 @@ impl Layout {
             capacity: slots,
             slot_size,
         };
-        if desc.bytes() > 1 << 32 {
-            return bad(format!(
-                "slots x slot_size = {slots} x {slot_size}: at most 4 GiB"
-            ));
-        }
-        if large_pool > 0
-            && (blocks == 0 || !large_pool.is_multiple_of(PAGE) || large_pool > MAX_LARGE_POOL)
-        {
-            return bad(format!(
-                "large_pool = {large_pool}: a multiple of {PAGE} up to {MAX_LARGE_POOL}, and only \
-                 with blocks > 0"
-            ));
-        }
         let large_out = if large_pool > 0 { LARGE_OUT } else { 0 };
         // Room for every block index and every large extent at once, plus as many "records
         // dropped" notes.
@@ -142,24 +112,9 @@ impl Layout {
         let desc_slots = DESC_RING_AT + std::mem::size_of::<RingHeader>();
         let comp_ring = align_up(desc_slots + desc.bytes(), 128);
         let comp_slots = comp_ring + std::mem::size_of::<RingHeader>();
-        if schema_len > MAX_SCHEMA {
-            return bad(format!(
-                "schema of {schema_len} bytes: at most {MAX_SCHEMA} (fewer or shorter field names)"
-            ));
-        }
         let schema = align_up(comp_slots + comp.bytes(), 64);
         let pool_off = align_up(schema + schema_len as usize, 4096);
-        let pool_end = (blocks as usize)
-            .checked_mul(block_size)
-            .and_then(|p| p.checked_add(pool_off))
-            .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
-        // The large size class: `large_pool` bytes of address space, page-aligned, after the
-        // blocks. Its extents are named by block indices `blocks + page` (below 2^32 - 2:
-        // blocks <= 2^20 and pages <= 2^28).
-        let large_off = align_up(pool_end, PAGE);
-        let total = large_off
-            .checked_add(large_pool)
-            .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
+        let (large_off, total) = pool_end(pool_off, blocks, block_size, large_pool)?;
         Ok(Layout {
             desc,
             comp,
@@ -178,6 +133,82 @@ impl Layout {
             total,
         })
     }
+}
+
+/// Refuses a geometry [`Layout::new`] cannot place, naming the first bad parameter.
+fn check_geometry(
+    slots: u32,
+    slot_size: u32,
+    blocks: u32,
+    block_size: usize,
+    schema_len: u32,
+    large_pool: usize,
+) -> Result<(), Error> {
+    let bad = |why: String| Err(Error::InvalidArgument(why));
+    if !slots.is_power_of_two() || !(2..=1 << 20).contains(&slots) {
+        return bad(format!(
+            "slots = {slots}: use a power of two from 2 to 2^20"
+        ));
+    }
+    if !slot_size.is_multiple_of(64) || !(64..=65536).contains(&slot_size) {
+        return bad(format!(
+            "slot_size = {slot_size}: use a multiple of 64 from 64 to 65536"
+        ));
+    }
+    if blocks > 1 << 20 {
+        return bad(format!("blocks = {blocks}: at most 2^20"));
+    }
+    if blocks > 0 && !(64..=MAX_BLOCK).contains(&block_size) {
+        return bad(format!(
+            "block_size = {block_size}: from 64 bytes to 4 GiB - 64 ({MAX_BLOCK})"
+        ));
+    }
+    let desc = RingShape {
+        capacity: slots,
+        slot_size,
+    };
+    if desc.bytes() > 1 << 32 {
+        return bad(format!(
+            "slots x slot_size = {slots} x {slot_size}: at most 4 GiB"
+        ));
+    }
+    if large_pool > 0
+        && (blocks == 0 || !large_pool.is_multiple_of(PAGE) || large_pool > MAX_LARGE_POOL)
+    {
+        return bad(format!(
+            "large_pool = {large_pool}: a multiple of {PAGE} up to {MAX_LARGE_POOL}, and only \
+             with blocks > 0"
+        ));
+    }
+    if schema_len > MAX_SCHEMA {
+        return bad(format!(
+            "schema of {schema_len} bytes: at most {MAX_SCHEMA} (fewer or shorter field names)"
+        ));
+    }
+    Ok(())
+}
+
+/// Where the pool's regions end, the pool starting at `pool_off`: `blocks` blocks of
+/// `block_size`, then the large size class, page-aligned. Returns the large area's offset and
+/// the segment's total size; [`Error::InvalidArgument`] if either overflows.
+fn pool_end(
+    pool_off: usize,
+    blocks: u32,
+    block_size: usize,
+    large_pool: usize,
+) -> Result<(usize, usize), Error> {
+    let pool_end = (blocks as usize)
+        .checked_mul(block_size)
+        .and_then(|p| p.checked_add(pool_off))
+        .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
+    // The large size class: `large_pool` bytes of address space, page-aligned, after the
+    // blocks. Its extents are named by block indices `blocks + page` (below 2^32 - 2:
+    // blocks <= 2^20 and pages <= 2^28).
+    let large_off = align_up(pool_end, PAGE);
+    let total = large_off
+        .checked_add(large_pool)
+        .ok_or_else(|| Error::InvalidArgument("pool size overflows".into()))?;
+    Ok((large_off, total))
 }
 
 /// A ring inside a channel segment: made only by [`ShmRing::producer`] /

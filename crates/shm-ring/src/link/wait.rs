@@ -71,7 +71,7 @@ pub(crate) fn block_on<S, T>(
     peer_word: impl for<'s> Fn(&'s S) -> &'s AtomicU32,
     begin_wait: impl Fn(&S) -> u32,
     end_wait: impl Fn(&S),
-    mut alive: impl FnMut(&mut S) -> Result<(), Error>,
+    alive: impl FnMut(&mut S) -> Result<(), Error>,
 ) -> Result<T, Error> {
     // The peer's word is read *before* the attempt: a store that lands after this load is
     // seen by the spinner below as movement. (Read after the attempt, a store landing between
@@ -79,7 +79,7 @@ pub(crate) fn block_on<S, T>(
     // SPINS_PER_CHECK spins later: ~3 us, the tail of a near-placement ping-pong.)
     // Relaxed: this only notices movement; `attempt` loads the index again with Acquire
     // before it reads anything the index publishes.
-    let mut seen = peer_word(state).load(Ordering::Relaxed);
+    let seen = peer_word(state).load(Ordering::Relaxed);
     if let Some(v) = attempt(state)? {
         return Ok(v);
     }
@@ -88,39 +88,88 @@ pub(crate) fn block_on<S, T>(
         return Err(Error::Timeout);
     }
     if !wait.spin.is_zero() {
-        let mut spin_until = Instant::now() + wait.spin;
-        if let Some(d) = deadline {
-            spin_until = spin_until.min(d);
-        }
-        loop {
-            for _ in 0..SPINS_PER_CHECK {
-                crate::sync::spin_hint();
-                // Relaxed: as above, movement only.
-                let now = peer_word(state).load(Ordering::Relaxed);
-                if now != seen {
-                    seen = now;
-                    if let Some(v) = attempt(state)? {
-                        return Ok(v);
-                    }
-                }
-            }
-            if let Some(v) = attempt(state)? {
-                return Ok(v);
-            }
-            if Instant::now() > spin_until {
-                break;
-            }
+        let spin_until = spin_deadline(wait, deadline);
+        if let Some(v) = spin_phase(state, seen, spin_until, &mut attempt, &peer_word)? {
+            return Ok(v);
         }
     }
+    sleep_phase(
+        state,
+        recheck_on_death,
+        wait,
+        deadline,
+        attempt,
+        peer_word,
+        begin_wait,
+        end_wait,
+        alive,
+    )
+}
+
+/// When the spin phase ends: `wait.spin` from now, or the caller's deadline if sooner.
+#[inline(always)]
+fn spin_deadline(wait: &WaitConfig, deadline: Option<Instant>) -> Instant {
+    let mut spin_until = Instant::now() + wait.spin;
+    if let Some(d) = deadline {
+        spin_until = spin_until.min(d);
+    }
+    spin_until
+}
+
+/// The spin phase of [`block_on`]: watches the peer's word (last seen as `seen`), runs
+/// `attempt` whenever it moved and unconditionally every [`SPINS_PER_CHECK`] spins, until
+/// `spin_until`. `None`: nothing came, go to sleep.
+#[inline(always)]
+fn spin_phase<S, T>(
+    state: &mut S,
+    mut seen: u32,
+    spin_until: Instant,
+    attempt: &mut impl FnMut(&mut S) -> Result<Option<T>, Error>,
+    peer_word: &impl for<'s> Fn(&'s S) -> &'s AtomicU32,
+) -> Result<Option<T>, Error> {
     loop {
-        let now = Instant::now();
-        let mut slice = wait.liveness_check;
-        if let Some(d) = deadline {
-            if now >= d {
-                return Err(Error::Timeout);
+        for _ in 0..SPINS_PER_CHECK {
+            crate::sync::spin_hint();
+            // Relaxed: as in `block_on`, movement only.
+            let now = peer_word(state).load(Ordering::Relaxed);
+            if now != seen {
+                seen = now;
+                if let Some(v) = attempt(state)? {
+                    return Ok(Some(v));
+                }
             }
-            slice = slice.min(d - now);
         }
+        if let Some(v) = attempt(state)? {
+            return Ok(Some(v));
+        }
+        if Instant::now() > spin_until {
+            return Ok(None);
+        }
+    }
+}
+
+/// The sleep phase of [`block_on`] (the arguments are its own): raises our waiting flag,
+/// tries once more, sleeps on the peer's word for one slice, tries again, then checks the
+/// peer's liveness; until `attempt` answers, the deadline passes or the peer is dead.
+///
+/// Out of line and cold: it runs only after the spin phase found nothing, and each of its
+/// rounds costs a futex call, far more than the call into it.
+#[allow(clippy::too_many_arguments)]
+#[cold]
+#[inline(never)]
+fn sleep_phase<S, T>(
+    state: &mut S,
+    recheck_on_death: bool,
+    wait: &WaitConfig,
+    deadline: Option<Instant>,
+    mut attempt: impl FnMut(&mut S) -> Result<Option<T>, Error>,
+    peer_word: impl for<'s> Fn(&'s S) -> &'s AtomicU32,
+    begin_wait: impl Fn(&S) -> u32,
+    end_wait: impl Fn(&S),
+    mut alive: impl FnMut(&mut S) -> Result<(), Error>,
+) -> Result<T, Error> {
+    loop {
+        let slice = next_slice(wait, deadline)?;
         let expected = begin_wait(state);
         let got = attempt(state);
         if !matches!(got, Ok(None)) {
@@ -133,16 +182,42 @@ pub(crate) fn block_on<S, T>(
             return Ok(v);
         }
         if let Err(dead) = alive(state) {
-            if !recheck_on_death {
-                return Err(dead);
-            }
-            // The peer may have finished its work (last commit, clean close) and exited
-            // between our attempt and the liveness check: look once more before blaming it.
-            return match attempt(state)? {
-                Some(v) => Ok(v),
-                None => Err(dead),
-            };
+            return after_death(state, recheck_on_death, dead, &mut attempt);
         }
+    }
+}
+
+/// How long the next sleep may last: one liveness-check slice, cut short by the deadline;
+/// [`Error::Timeout`] once the deadline has passed.
+fn next_slice(wait: &WaitConfig, deadline: Option<Instant>) -> Result<Duration, Error> {
+    let now = Instant::now();
+    let mut slice = wait.liveness_check;
+    if let Some(d) = deadline {
+        if now >= d {
+            return Err(Error::Timeout);
+        }
+        slice = slice.min(d - now);
+    }
+    Ok(slice)
+}
+
+/// What a waiter whose peer is `dead` answers: that error, or (with `recheck_on_death`, the
+/// consumer side) what one last `attempt` finds.
+#[cold]
+fn after_death<S, T>(
+    state: &mut S,
+    recheck_on_death: bool,
+    dead: Error,
+    attempt: &mut impl FnMut(&mut S) -> Result<Option<T>, Error>,
+) -> Result<T, Error> {
+    if !recheck_on_death {
+        return Err(dead);
+    }
+    // The peer may have finished its work (last commit, clean close) and exited
+    // between our attempt and the liveness check: look once more before blaming it.
+    match attempt(state)? {
+        Some(v) => Ok(v),
+        None => Err(dead),
     }
 }
 

@@ -348,90 +348,157 @@ impl<'a> Fields<'a> {
                 "field header at {p} past record end {end}"
             )));
         }
-        let h = &b[p..p + FIELD_HEADER];
-        let (kind, name_len, ndim, dtype, loc) = (h[0], h[1] as usize, h[2] as usize, h[3], h[4]);
-        let a = rd_u64(h, 8);
-        let blen = rd_u64(h, 16);
-        let name_at = p + FIELD_HEADER + if kind == KIND_ARRAY { 8 * ndim } else { 0 };
-        let str_len = if kind == KIND_STR { blen as usize } else { 0 };
-        if kind == KIND_STR && blen > 65535 {
-            return Err(corrupt(format!("string of {blen} bytes")));
+        let h = FieldHeader::read(&b[p..p + FIELD_HEADER]);
+        let name_at = p + FIELD_HEADER + if h.kind == KIND_ARRAY { 8 * h.ndim } else { 0 };
+        let str_len = if h.kind == KIND_STR {
+            h.blen as usize
+        } else {
+            0
+        };
+        if h.kind == KIND_STR && h.blen > 65535 {
+            return Err(corrupt(format!("string of {} bytes", h.blen)));
         }
-        let after = name_at + pad8(name_len + str_len);
+        let after = name_at + pad8(h.name_len + str_len);
         if after > end {
             return Err(corrupt(format!("field at {p} overruns its record")));
         }
-        let name = std::str::from_utf8(&b[name_at..name_at + name_len])
+        let name = std::str::from_utf8(&b[name_at..name_at + h.name_len])
             .map_err(|_| corrupt(format!("field name at {p} is not UTF-8")))?;
         self.pos = after;
-        match kind {
-            KIND_I64 => Ok(FieldRef::Meta(name, MetaValue::I64(a as i64))),
-            KIND_F64 => Ok(FieldRef::Meta(name, MetaValue::F64(f64::from_bits(a)))),
+        match h.kind {
+            KIND_I64 => Ok(FieldRef::Meta(name, MetaValue::I64(h.a as i64))),
+            KIND_F64 => Ok(FieldRef::Meta(name, MetaValue::F64(f64::from_bits(h.a)))),
             KIND_STR => {
-                let s = std::str::from_utf8(&b[name_at + name_len..name_at + name_len + str_len])
+                let at = name_at + h.name_len;
+                let s = std::str::from_utf8(&b[at..at + str_len])
                     .map_err(|_| corrupt(format!("string '{name}' is not UTF-8")))?;
                 Ok(FieldRef::Meta(name, MetaValue::Str(Cow::Borrowed(s))))
             }
-            KIND_ARRAY => {
-                let dtype = DType::from_code(dtype)
-                    .ok_or_else(|| corrupt(format!("array '{name}': dtype code {dtype}")))?;
-                if ndim > MAX_NDIM {
-                    return Err(corrupt(format!("array '{name}': {ndim} dimensions")));
-                }
-                let mut shape = SmallVec::<[usize; 4]>::new();
-                let mut n: u64 = 1;
-                for d in 0..ndim {
-                    let v = rd_u64(b, p + FIELD_HEADER + 8 * d);
-                    n = n
-                        .checked_mul(v)
-                        .ok_or_else(|| corrupt(format!("array '{name}': shape overflows")))?;
-                    shape.push(
-                        usize::try_from(v)
-                            .map_err(|_| corrupt(format!("array '{name}': dim {v}")))?,
-                    );
-                }
-                if n.checked_mul(dtype.size() as u64) != Some(blen) {
-                    return Err(corrupt(format!(
-                        "array '{name}': shape {shape:?} of {dtype} does not match {blen} bytes"
-                    )));
-                }
-                let (bytes, block) = match loc {
-                    LOC_INLINE => {
-                        let at = a as usize;
-                        if a != after as u64 || blen > (end - after) as u64 || !a.is_multiple_of(8)
-                        {
-                            return Err(corrupt(format!(
-                                "array '{name}': inline data at {a} (+{blen}) outside its record"
-                            )));
-                        }
-                        self.pos = after + pad8(blen as usize);
-                        if self.pos > end {
-                            return Err(corrupt(format!("array '{name}' overruns its record")));
-                        }
-                        // at + blen <= end <= body length (checked just above); the view
-                        // checks it again against the data's own bounds.
-                        let bytes = self.rec.data.view(at, blen as usize).ok_or_else(|| {
-                            corrupt(format!("array '{name}': inline data outside the body"))
-                        })?;
-                        (bytes, None)
-                    }
-                    LOC_BLOCK => (self.rec.pool.block(a, blen)?, Some(a as u32)),
-                    _ => return Err(corrupt(format!("array '{name}': location {loc}"))),
-                };
-                Ok(FieldRef::Array(ArrayInfo {
-                    name,
-                    dtype,
-                    shape,
-                    zero_copy: block.is_some(),
-                    bytes,
-                    block,
-                }))
-            }
-            _ => Err(corrupt(format!("field kind {kind} at {p}"))),
+            KIND_ARRAY => self.parse_array(&h, name, p, after),
+            kind => Err(corrupt(format!("field kind {kind} at {p}"))),
         }
+    }
+
+    /// The rest of an array field whose header `h` is at `p` and whose name (`name`) ends at
+    /// `after`: its dtype, its shape (checked against its byte length), and where its data is.
+    /// It and its helpers are always inlined into `parse`, their only caller, as when they
+    /// were part of it (out of line, they cost one 16-float message ~28-54 instructions more).
+    #[inline(always)]
+    fn parse_array(
+        &mut self,
+        h: &FieldHeader,
+        name: &'a str,
+        p: usize,
+        after: usize,
+    ) -> Result<FieldRef<'a>, Error> {
+        let dtype = DType::from_code(h.dtype)
+            .ok_or_else(|| corrupt(format!("array '{name}': dtype code {}", h.dtype)))?;
+        if h.ndim > MAX_NDIM {
+            return Err(corrupt(format!("array '{name}': {} dimensions", h.ndim)));
+        }
+        let (shape, n) = self.array_shape(name, p, h.ndim)?;
+        let blen = h.blen;
+        if n.checked_mul(dtype.size() as u64) != Some(blen) {
+            return Err(corrupt(format!(
+                "array '{name}': shape {shape:?} of {dtype} does not match {blen} bytes"
+            )));
+        }
+        let (bytes, block) = match h.loc {
+            LOC_INLINE => (self.inline_data(name, after, h.a, blen)?, None),
+            LOC_BLOCK => (self.rec.pool.block(h.a, blen)?, Some(h.a as u32)),
+            loc => return Err(corrupt(format!("array '{name}': location {loc}"))),
+        };
+        Ok(FieldRef::Array(ArrayInfo {
+            name,
+            dtype,
+            shape,
+            zero_copy: block.is_some(),
+            bytes,
+            block,
+        }))
+    }
+
+    /// The shape of the array field at `p` (`ndim` dimensions, at most [`MAX_NDIM`]) and its
+    /// element count, which must not overflow.
+    #[inline(always)]
+    fn array_shape(
+        &self,
+        name: &str,
+        p: usize,
+        ndim: usize,
+    ) -> Result<(SmallVec<[usize; 4]>, u64), Error> {
+        let b = self.rec.body;
+        let mut shape = SmallVec::<[usize; 4]>::new();
+        let mut n: u64 = 1;
+        for d in 0..ndim {
+            let v = rd_u64(b, p + FIELD_HEADER + 8 * d);
+            n = n
+                .checked_mul(v)
+                .ok_or_else(|| corrupt(format!("array '{name}': shape overflows")))?;
+            shape
+                .push(usize::try_from(v).map_err(|_| corrupt(format!("array '{name}': dim {v}")))?);
+        }
+        Ok((shape, n))
+    }
+
+    /// The data of an inline array: `blen` bytes at `a`, which must be where its field's
+    /// name ends (`after`), 8-aligned, inside the record. Moves past the data.
+    #[inline(always)]
+    fn inline_data(
+        &mut self,
+        name: &str,
+        after: usize,
+        a: u64,
+        blen: u64,
+    ) -> Result<&'a [u8], Error> {
+        let end = self.rec.end;
+        let at = a as usize;
+        if a != after as u64 || blen > (end - after) as u64 || !a.is_multiple_of(8) {
+            return Err(corrupt(format!(
+                "array '{name}': inline data at {a} (+{blen}) outside its record"
+            )));
+        }
+        self.pos = after + pad8(blen as usize);
+        if self.pos > end {
+            return Err(corrupt(format!("array '{name}' overruns its record")));
+        }
+        // at + blen <= end <= body length (checked just above); the view
+        // checks it again against the data's own bounds.
+        self.rec
+            .data
+            .view(at, blen as usize)
+            .ok_or_else(|| corrupt(format!("array '{name}': inline data outside the body")))
     }
 }
 
+/// The words of a field header, as read (nothing checked yet).
+struct FieldHeader {
+    kind: u8,
+    name_len: usize,
+    ndim: usize,
+    dtype: u8,
+    loc: u8,
+    /// The value of a number, or where an array's data is (inline offset or block index).
+    a: u64,
+    /// A string's or an array's byte length.
+    blen: u64,
+}
+
+impl FieldHeader {
+    /// Reads the `FIELD_HEADER` bytes `h`.
+    #[inline(always)]
+    fn read(h: &[u8]) -> FieldHeader {
+        FieldHeader {
+            kind: h[0],
+            name_len: h[1] as usize,
+            ndim: h[2] as usize,
+            dtype: h[3],
+            loc: h[4],
+            a: rd_u64(h, 8),
+            blen: rd_u64(h, 16),
+        }
+    }
+}
 /// Decodes a body made by [`encode_inline`] (or received): arrays in blocks are refused.
 ///
 /// # Errors

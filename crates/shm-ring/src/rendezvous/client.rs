@@ -116,31 +116,58 @@ fn remove_if_stale(dir: &SocketDir, name: &str, ident: (u64, u64)) -> bool {
 /// [`Error::Timeout`] when the server accepted but did not answer in time.
 pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<Fetched, Error> {
     check_name(name)?;
-    let not_found = || Error::NotFound(name.to_string());
     let Some(dir) = SocketDir::open(rdv, false)? else {
-        return Err(not_found());
+        return Err(Error::NotFound(name.to_string()));
     };
-    let path = dir.path().join(name);
+    let ident = socket_of(&dir, name)?;
+    let conn = connect(&dir, name, ident, deadline)?;
+    let server_pid = check_server(rdv, &dir, name, ident, &conn)?;
+    let fd = receive_unless_gone(&dir, name, ident, &conn, server_pid, deadline)?;
+    Ok(Fetched {
+        fd,
+        server_pid,
+        served: Served {
+            dir,
+            name: name.to_string(),
+            ident,
+        },
+    })
+}
+
+/// Device and inode of the socket of `name` in `dir`: [`Error::NotFound`] if there is none,
+/// [`Error::Untrusted`] if the entry is not a socket.
+fn socket_of(dir: &SocketDir, name: &str) -> Result<(u64, u64), Error> {
     let Some(st) = dir.entry(name) else {
-        return Err(not_found());
+        return Err(Error::NotFound(name.to_string()));
     };
     if !dir::is_socket(&st) {
         return Err(Error::Untrusted(format!(
             "{} is {}, not the socket of a channel; refusing to open it",
-            path.display(),
+            dir.path().join(name).display(),
             dir::kind_of(&st)
         )));
     }
-    let ident = (st.st_dev, st.st_ino);
-    let conn = loop {
+    Ok((st.st_dev, st.st_ino))
+}
+
+/// Connects to the socket of `name` (device and inode `ident`), retrying while the server's
+/// queue is full until `deadline`. Nobody listening: the socket is removed, and
+/// [`Error::NotFound`].
+fn connect(
+    dir: &SocketDir,
+    name: &str,
+    ident: (u64, u64),
+    deadline: Instant,
+) -> Result<OwnedFd, Error> {
+    loop {
         match socket::connect_at(&dir.socket_path(name)) {
-            Ok(c) => break c,
+            Ok(c) => return Ok(c),
             Err(rustix::io::Errno::CONNREFUSED) => {
                 // Nobody listens: its creator died without removing it.
-                let _ = remove_if_stale(&dir, name, ident);
-                return Err(not_found());
+                let _ = remove_if_stale(dir, name, ident);
+                return Err(Error::NotFound(name.to_string()));
             }
-            Err(rustix::io::Errno::NOENT) => return Err(not_found()),
+            Err(rustix::io::Errno::NOENT) => return Err(Error::NotFound(name.to_string())),
             // The server's queue is full: it is busy answering; try again shortly.
             Err(rustix::io::Errno::AGAIN) if Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(1));
@@ -148,8 +175,21 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
             Err(rustix::io::Errno::AGAIN) => return Err(Error::Timeout),
             Err(e) => return Err(e.into()),
         }
-    };
-    let (server_pid, uid) = socket::peer(&conn)?;
+    }
+}
+
+/// The pid of the process serving `conn`, once it is trusted (its uid allowed, its pid seen
+/// from here) and alive. A dead server (a forked child holds the socket of its dead creator):
+/// the socket is removed, and [`Error::NotFound`].
+fn check_server(
+    rdv: &Rendezvous,
+    dir: &SocketDir,
+    name: &str,
+    ident: (u64, u64),
+    conn: &OwnedFd,
+) -> Result<u32, Error> {
+    let path = dir.path().join(name);
+    let (server_pid, uid) = socket::peer(conn)?;
     if !rdv.allows(uid) {
         return Err(Error::Untrusted(format!(
             "channel '{name}' at {} is served by uid {uid} (pid {server_pid}); refusing it: only \
@@ -169,10 +209,24 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
     }
     if PeerProcess::watch(server_pid, 0).is_dead() {
         // Its creator is dead and a forked child holds the socket: nobody will answer.
-        let _ = remove_if_stale(&dir, name, ident);
-        return Err(not_found());
+        let _ = remove_if_stale(dir, name, ident);
+        return Err(Error::NotFound(name.to_string()));
     }
-    let fd = match receive(&conn, name, server_pid, deadline) {
+    Ok(server_pid)
+}
+
+/// [`receive`]s the answer of `server_pid`; a hang-up without a word from a server that is
+/// gone (its socket left the name, or it is dying) is [`Error::NotFound`], not a malformed
+/// answer.
+fn receive_unless_gone(
+    dir: &SocketDir,
+    name: &str,
+    ident: (u64, u64),
+    conn: &OwnedFd,
+    server_pid: u32,
+    deadline: Instant,
+) -> Result<OwnedFd, Error> {
+    match receive(conn, name, server_pid, deadline) {
         // It hung up without a word after its socket left the name: a sender dropped while we
         // connected (it unlinks its socket before it closes it), so the channel is gone.
         Err(Error::NotASegment(_))
@@ -180,7 +234,7 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
                 .entry(name)
                 .is_none_or(|st| (st.st_dev, st.st_ino) != ident) =>
         {
-            return Err(not_found());
+            Err(Error::NotFound(name.to_string()))
         }
         // It hung up without a word: if it is dying (killed between our connect and its
         // answer: its descriptors close before it is a zombie), the channel is gone, as for a
@@ -188,20 +242,11 @@ pub(crate) fn fetch(rdv: &Rendezvous, name: &str, deadline: Instant) -> Result<F
         Err(Error::NotASegment(_))
             if crate::sys::PeerProcess::watch(server_pid, 0).wait_dead(DYING) =>
         {
-            let _ = remove_if_stale(&dir, name, ident);
-            return Err(not_found());
+            let _ = remove_if_stale(dir, name, ident);
+            Err(Error::NotFound(name.to_string()))
         }
-        r => r?,
-    };
-    Ok(Fetched {
-        fd,
-        server_pid,
-        served: Served {
-            dir,
-            name: name.to_string(),
-            ident,
-        },
-    })
+        r => r,
+    }
 }
 
 /// Receives the one answer: exactly [`HELLO`] and one descriptor, nothing truncated.
