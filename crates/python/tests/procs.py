@@ -1,5 +1,30 @@
 """Process checks shared by the pipeline tests."""
 
+import os
+import subprocess
+import sys
+import textwrap
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_python(code=None, limit=60, env=None, path=None):
+    """Runs `code` (or the script at `path`) in a fresh interpreter in its own session (cwd:
+    the tests directory, so the step modules beside the tests import); (returncode, output
+    with stderr), returncode None if it was still running after `limit` seconds (then its
+    whole process group is killed)."""
+    args = [sys.executable, path] if path else [sys.executable, "-c", textwrap.dedent(code)]
+    full_env = dict(os.environ, **(env or {}))
+    p = subprocess.Popen(args, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True, env=full_env)
+    try:
+        out, _ = p.communicate(timeout=limit)
+        return p.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        return None, out
+
 
 def gone(pid: int) -> bool:
     """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped)."""

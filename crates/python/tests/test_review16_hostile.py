@@ -3,32 +3,16 @@
 These held on main (they pass): kept as guards of what a hostile step may do. Each test runs the pipeline in a subprocess with a time limit, so that a hang is a failure
 and not a stuck test run."""
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 import shmpipe
+from procs import run_python
 
-HERE = os.path.dirname(__file__)
 
-
-def run(code, limit=60):
-    """Runs `code` in a fresh interpreter (cwd: the tests directory); (returncode, output),
-    returncode None if it was still running after `limit` seconds (then killed)."""
-    p = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], cwd=HERE,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=limit)
-        return p.returncode, out
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        return None, out
+def run(code=None, limit=60, env=None, path=None):
+    """`procs.run_python` with this file's default time limit."""
+    return run_python(code, limit, env, path)
 
 
 PIPE = """

@@ -4,33 +4,21 @@ and the ``__main__``-guard check of steps. Each case that could abort or hang ru
 interpreter (a subprocess with a time limit), so an abort is a failure, not a lost run."""
 
 import os
-import subprocess
 import sys
 import textwrap
 
 import pytest
 
 import shmpipe
+from procs import run_python
 from shmpipe import _steps
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(code, limit=120, env=None, path=None):
-    """Runs `code` (or the script at `path`) in a fresh interpreter (cwd: the tests
-    directory); (returncode, output), returncode None if it was still running after `limit`
-    seconds (then killed)."""
-    args = [sys.executable, path] if path else [sys.executable, "-c", textwrap.dedent(code)]
-    full_env = dict(os.environ, **(env or {}))
-    p = subprocess.Popen(args, cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True, env=full_env)
-    try:
-        out, _ = p.communicate(timeout=limit)
-        return p.returncode, out
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        return None, out
+def run(code=None, limit=120, env=None, path=None):
+    """`procs.run_python` with this file's default time limit."""
+    return run_python(code, limit, env, path)
 
 
 # -- hole 1: a huge shuffle buffer ------------------------------------------------------------
