@@ -1,7 +1,6 @@
-//! The part of a send that both encodings share: where each array goes, the size checks, the
-//! blocks for arrays copied zero-copy, the ring slots, the record header, and the bookkeeping
-//! once the record is staged. `send_inner` (self-describing) and `send_data_inner` (data-only,
-//! by position) differ only in how they list their arrays and encode their body.
+//! The body of a message send: where each array goes, the size checks, the blocks for arrays
+//! copied zero-copy, the ring slots, the record header, and the bookkeeping once the record is
+//! staged (`send_inner`).
 
 use std::fmt::Display;
 use std::sync::Arc;
