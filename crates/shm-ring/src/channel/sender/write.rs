@@ -1,6 +1,6 @@
-//! The body of a message send: where each array goes, the size checks, the blocks for arrays
+//! The steps of a message send: where each array goes, the size checks, the blocks for arrays
 //! copied zero-copy, the ring slots, the record header, and the bookkeeping once the record is
-//! staged (`send_inner`).
+//! staged; `send_inner` (sender.rs) calls them in that order.
 
 use std::fmt::Display;
 use std::sync::Arc;
