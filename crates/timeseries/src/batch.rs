@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::entry::{Array, DataEntry};
+use crate::entry::{FieldArray, DataEntry};
 use crate::error::BatchError;
 use crate::period::Period;
 
@@ -19,12 +19,12 @@ pub struct Batch {
     /// `forecast_start` of each row.
     pub forecast_starts: Vec<Option<Period>>,
     /// Stacked arrays, shape `(len, ...)`, in the first entry's field order.
-    fields: Vec<(Arc<str>, Array)>,
+    fields: Vec<(Arc<str>, FieldArray)>,
 }
 
 impl Batch {
     /// The stacked array `name`.
-    pub fn get(&self, name: &str) -> Option<&Array> {
+    pub fn get(&self, name: &str) -> Option<&FieldArray> {
         self.fields
             .iter()
             .find(|(n, _)| &**n == name)
@@ -32,12 +32,12 @@ impl Batch {
     }
 
     /// The stacked arrays.
-    pub fn fields(&self) -> impl Iterator<Item = (&str, &Array)> {
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &FieldArray)> {
         self.fields.iter().map(|(n, a)| (&**n, a))
     }
 
     /// Moves the stacked arrays out.
-    pub fn into_fields(self) -> Vec<(Arc<str>, Array)> {
+    pub fn into_fields(self) -> Vec<(Arc<str>, FieldArray)> {
         self.fields
     }
 
@@ -55,8 +55,8 @@ impl Batch {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{batch::stack, Array, DataEntry};
-/// let mk = |v: f32| { let mut e = DataEntry::default(); e.insert("x", Array::from_vec(vec![v, v])); e };
+/// use shmpipe_timeseries::{batch::stack, FieldArray, DataEntry};
+/// let mk = |v: f32| { let mut e = DataEntry::default(); e.insert("x", FieldArray::from_vec(vec![v, v])); e };
 /// let b = stack(&[mk(1.0), mk(2.0)]).unwrap();
 /// assert_eq!(b.get("x").unwrap().shape(), &[2, 2]);
 /// assert_eq!(b.get("x").unwrap().data(), &[1.0, 1.0, 2.0, 2.0]);
@@ -81,7 +81,7 @@ pub fn stack(entries: &[DataEntry]) -> Result<Batch, BatchError> {
                 }
             }
         }
-        fields.push((Arc::<str>::from(name), Array::new(&shape, data)));
+        fields.push((Arc::<str>::from(name), FieldArray::new(&shape, data)));
     }
     Ok(Batch {
         len: n,
@@ -96,10 +96,10 @@ pub fn stack(entries: &[DataEntry]) -> Result<Batch, BatchError> {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{batch::Batcher, Array, DataEntry};
+/// use shmpipe_timeseries::{batch::Batcher, FieldArray, DataEntry};
 /// let mut b = Batcher::new(2);
 /// let mut e = DataEntry::default();
-/// e.insert("x", Array::from_vec(vec![1.0]));
+/// e.insert("x", FieldArray::from_vec(vec![1.0]));
 /// assert!(b.push(e.clone()).is_none());
 /// assert_eq!(b.push(e.clone()).unwrap().unwrap().len, 2);
 /// b.push(e);
@@ -160,7 +160,7 @@ mod tests {
     fn a_huge_batch_size_reserves_nothing_up_front() {
         let mut b = Batcher::new(1 << 40);
         let mut e = DataEntry::default();
-        e.insert("x", Array::from_vec(vec![1.0]));
+        e.insert("x", FieldArray::from_vec(vec![1.0]));
         assert!(b.push(e).is_none());
         assert_eq!(b.finish().unwrap().unwrap().len, 1);
     }

@@ -31,7 +31,7 @@ pub mod field {
     pub const FEAT_AGE: &str = "feat_dynamic_age";
 }
 
-/// Largest number of dimensions an [`Array`] can have.
+/// Largest number of dimensions a [`FieldArray`] can have.
 pub const MAX_NDIM: usize = 4;
 
 /// A dense row-major `f32` array of up to [`MAX_NDIM`] dimensions.
@@ -41,13 +41,13 @@ pub const MAX_NDIM: usize = 4;
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::Array;
-/// let a = Array::new(&[2, 3], vec![0., 1., 2., 3., 4., 5.]);
+/// use shmpipe_timeseries::FieldArray;
+/// let a = FieldArray::new(&[2, 3], vec![0., 1., 2., 3., 4., 5.]);
 /// assert_eq!(a.shape(), &[2, 3]);
 /// assert_eq!(a.view()[[1, 2]], 5.0);
 /// ```
 #[derive(Clone, PartialEq)]
-pub struct Array {
+pub struct FieldArray {
     /// Dimensions; only the first `ndim` are meaningful, the rest are 1.
     dims: [usize; MAX_NDIM],
     ndim: u8,
@@ -55,12 +55,12 @@ pub struct Array {
     data: Vec<f32>,
 }
 
-impl Array {
+impl FieldArray {
     /// An array of the given shape over `data`.
     ///
     /// # Panics
     /// If `shape` has more than [`MAX_NDIM`] dimensions or its product is not `data.len()`.
-    pub fn new(shape: &[usize], data: Vec<f32>) -> Array {
+    pub fn new(shape: &[usize], data: Vec<f32>) -> FieldArray {
         assert!(shape.len() <= MAX_NDIM, "at most {MAX_NDIM} dimensions");
         assert_eq!(
             shape.iter().product::<usize>(),
@@ -70,7 +70,7 @@ impl Array {
         );
         let mut dims = [1; MAX_NDIM];
         dims[..shape.len()].copy_from_slice(shape);
-        Array {
+        FieldArray {
             dims,
             ndim: shape.len() as u8,
             data,
@@ -78,13 +78,13 @@ impl Array {
     }
 
     /// A 1-D array.
-    pub fn from_vec(data: Vec<f32>) -> Array {
-        Array::new(&[data.len()], data)
+    pub fn from_vec(data: Vec<f32>) -> FieldArray {
+        FieldArray::new(&[data.len()], data)
     }
 
     /// An array of zeros.
-    pub fn zeros(shape: &[usize]) -> Array {
-        Array::new(shape, vec![0.0; shape.iter().product()])
+    pub fn zeros(shape: &[usize]) -> FieldArray {
+        FieldArray::new(shape, vec![0.0; shape.iter().product()])
     }
 
     /// The dimensions.
@@ -150,20 +150,20 @@ impl Array {
     ///
     /// # Panics
     /// If it has more than [`MAX_NDIM`] dimensions.
-    pub fn from_ndarray(a: ArrayD<f32>) -> Array {
+    pub fn from_ndarray(a: ArrayD<f32>) -> FieldArray {
         let shape = a.shape().to_vec();
         let data = if a.is_standard_layout() {
             a.into_raw_vec_and_offset().0
         } else {
             a.iter().copied().collect()
         };
-        Array::new(&shape, data)
+        FieldArray::new(&shape, data)
     }
 }
 
-impl fmt::Debug for Array {
+impl fmt::Debug for FieldArray {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Array")
+        f.debug_struct("FieldArray")
             .field("shape", &self.shape())
             .field("data", &self.data)
             .finish()
@@ -174,9 +174,9 @@ impl fmt::Debug for Array {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Array, DataEntry};
+/// use shmpipe_timeseries::{FieldArray, DataEntry};
 /// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![1.0, 2.0]));
+/// e.insert("target", FieldArray::from_vec(vec![1.0, 2.0]));
 /// assert_eq!(e.get("target").unwrap().time_len(), 2);
 /// assert!(e.remove("target").is_some());
 /// assert!(e.get("target").is_none());
@@ -190,12 +190,12 @@ pub struct DataEntry {
     /// `forecast_start`, set by the instance splitter.
     pub forecast_start: Option<Period>,
     /// Named arrays, in insertion order.
-    fields: Vec<(Arc<str>, Array)>,
+    fields: Vec<(Arc<str>, FieldArray)>,
 }
 
 impl DataEntry {
     /// The array named `name`.
-    pub fn get(&self, name: &str) -> Option<&Array> {
+    pub fn get(&self, name: &str) -> Option<&FieldArray> {
         self.fields
             .iter()
             .find(|(n, _)| &**n == name)
@@ -203,7 +203,7 @@ impl DataEntry {
     }
 
     /// The array named `name`, mutable.
-    pub fn get_mut(&mut self, name: &str) -> Option<&mut Array> {
+    pub fn get_mut(&mut self, name: &str) -> Option<&mut FieldArray> {
         self.fields
             .iter_mut()
             .find(|(n, _)| &**n == name)
@@ -211,7 +211,7 @@ impl DataEntry {
     }
 
     /// Sets field `name`, replacing any previous value in place.
-    pub fn insert(&mut self, name: impl Into<Arc<str>>, value: Array) {
+    pub fn insert(&mut self, name: impl Into<Arc<str>>, value: FieldArray) {
         let name = name.into();
         match self.fields.iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
@@ -220,7 +220,7 @@ impl DataEntry {
     }
 
     /// Removes and returns field `name`.
-    pub fn remove(&mut self, name: &str) -> Option<Array> {
+    pub fn remove(&mut self, name: &str) -> Option<FieldArray> {
         let i = self.fields.iter().position(|(n, _)| &**n == name)?;
         Some(self.fields.remove(i).1)
     }
@@ -231,7 +231,7 @@ impl DataEntry {
     }
 
     /// The fields, in insertion order.
-    pub fn fields(&self) -> impl Iterator<Item = (&str, &Array)> {
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &FieldArray)> {
         self.fields.iter().map(|(n, a)| (&**n, a))
     }
 
@@ -246,7 +246,7 @@ impl DataEntry {
     }
 
     /// Takes the fields out, leaving the entry without arrays.
-    pub fn take_fields(&mut self) -> Vec<(Arc<str>, Array)> {
+    pub fn take_fields(&mut self) -> Vec<(Arc<str>, FieldArray)> {
         std::mem::take(&mut self.fields)
     }
 }

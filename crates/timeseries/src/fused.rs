@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::entry::{Array, DataEntry, field};
+use crate::entry::{FieldArray, DataEntry, field};
 use crate::error::TransformError;
 use crate::features::{TimeFeature, fill_time_features_strided};
 use crate::sampler::InstanceSampler;
@@ -85,7 +85,7 @@ impl FusedDeepAr {
     }
 
     /// `(n, F + 1)` stacked time and age features of periods `lo..hi`, after `pad` zero rows.
-    fn features(&self, start: crate::Period, pad: usize, lo: usize, hi: usize) -> Array {
+    fn features(&self, start: crate::Period, pad: usize, lo: usize, hi: usize) -> FieldArray {
         let nf = self.time_features.len();
         let cols = nf + 1;
         let n = hi - lo;
@@ -102,12 +102,12 @@ impl FusedDeepAr {
         for (t, &age) in self.age[lo..hi].iter().enumerate() {
             body[t * cols + nf] = age;
         }
-        Array::new(&[pad + n, cols], out)
+        FieldArray::new(&[pad + n, cols], out)
     }
 }
 
 /// `target[lo..hi]` with NaN -> 0 and its observed mask, after `pad` zeros each.
-fn imputed(target: &[f32], pad: usize, lo: usize, hi: usize) -> (Array, Array) {
+fn imputed(target: &[f32], pad: usize, lo: usize, hi: usize) -> (FieldArray, FieldArray) {
     let n = pad + hi - lo;
     let mut values = vec![0.0f32; n];
     let mut mask = vec![0.0f32; n];
@@ -121,7 +121,7 @@ fn imputed(target: &[f32], pad: usize, lo: usize, hi: usize) -> (Array, Array) {
         *v = if observed { x } else { 0.0 };
         *m = if observed { 1.0 } else { 0.0 };
     }
-    (Array::from_vec(values), Array::from_vec(mask))
+    (FieldArray::from_vec(values), FieldArray::from_vec(mask))
 }
 
 /// Fields the step-by-step chain writes and then consumes: dropped from the input.
@@ -132,7 +132,7 @@ impl FusedDeepAr {
     /// entry without its target and without [`DROPPED`]).
     fn windows(
         &mut self,
-        target: &Array,
+        target: &FieldArray,
         mut entry: DataEntry,
         is_train: bool,
         out: &mut Vec<DataEntry>,
@@ -183,7 +183,7 @@ impl FusedDeepAr {
             w.insert(n3.clone(), fut_o);
             w.insert(n4.clone(), past_t);
             w.insert(n5.clone(), fut_t);
-            w.insert(n6.clone(), Array::from_vec(is_pad));
+            w.insert(n6.clone(), FieldArray::from_vec(is_pad));
             w.forecast_start = Some(start.shifted(idx as i64));
             out.push(w);
         }

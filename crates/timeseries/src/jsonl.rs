@@ -22,7 +22,7 @@ mod reader;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::entry::{Array, DataEntry, field};
+use crate::entry::{FieldArray, DataEntry, field};
 use crate::error::{ParseError, ParseErrorKind};
 
 use crate::period::{Freq, Period};
@@ -108,7 +108,7 @@ impl<'a> Parser<'a> {
     fn entry(&mut self, freq: Freq) -> Result<DataEntry, ParseError> {
         let mut e = DataEntry::default();
         let mut start: Option<Period> = None;
-        let mut target: Option<Array> = None;
+        let mut target: Option<FieldArray> = None;
         self.expect(b'{')?;
         if self.peek()? == b'}' {
             self.i += 1;
@@ -201,7 +201,7 @@ impl<'a> Parser<'a> {
         let a = if a.ndim() == 2 {
             a
         } else {
-            Array::zeros(&[0, 0])
+            FieldArray::zeros(&[0, 0])
         };
         e.insert(name, a);
         Ok(())
@@ -443,7 +443,7 @@ impl<'a> Parser<'a> {
     }
 
     /// `[x, ...]` (1-D) or `[[x, ...], ...]` (2-D, rows of equal length).
-    fn array_1d_or_2d(&mut self) -> Result<Array, ParseError> {
+    fn array_1d_or_2d(&mut self) -> Result<FieldArray, ParseError> {
         if self.peek()? != b'[' {
             return Err(self.err(ParseErrorKind::WrongType("array")));
         }
@@ -451,7 +451,7 @@ impl<'a> Parser<'a> {
         let mut data = Vec::new();
         if self.peek()? != b'[' {
             let n = self.row(&mut data)?;
-            return Ok(Array::new(&[n], data));
+            return Ok(FieldArray::new(&[n], data));
         }
         let mut rows = 0;
         let mut cols = 0;
@@ -474,7 +474,7 @@ impl<'a> Parser<'a> {
                 c => return Err(self.err(ParseErrorKind::UnexpectedByte(c))),
             }
         }
-        Ok(Array::new(&[rows, cols], data))
+        Ok(FieldArray::new(&[rows, cols], data))
     }
 
     fn skip_value(&mut self, depth: usize) -> Result<(), ParseError> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::entry::{Array, DataEntry, field};
+use crate::entry::{FieldArray, DataEntry, field};
 use crate::error::{ParseError, ParseErrorKind};
 use crate::period::{Freq, Period};
 
@@ -94,9 +94,9 @@ fn json_err(e: serde_json::Error) -> ParseError {
 #[derive(Default)]
 struct RawEntry {
     start: Option<String>,
-    target: Option<Array>,
+    target: Option<FieldArray>,
     item_id: Option<Arc<str>>,
-    others: Vec<(&'static str, Array)>,
+    others: Vec<(&'static str, FieldArray)>,
 }
 
 struct EntryVisitor;
@@ -159,12 +159,12 @@ impl<'de> Visitor<'de> for EntryVisitor {
 struct OptionalArraySeed;
 
 impl<'de> DeserializeSeed<'de> for OptionalArraySeed {
-    type Value = Option<Array>;
+    type Value = Option<FieldArray>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Array>, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<FieldArray>, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Option<Array>;
+            type Value = Option<FieldArray>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("null or an array")
             }
@@ -186,21 +186,21 @@ impl<'de> DeserializeSeed<'de> for OptionalArraySeed {
 struct ArraySeed;
 
 impl<'de> DeserializeSeed<'de> for ArraySeed {
-    type Value = Array;
+    type Value = FieldArray;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Array, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<FieldArray, D::Error> {
         d.deserialize_seq(self)
     }
 }
 
 impl<'de> Visitor<'de> for ArraySeed {
-    type Value = Array;
+    type Value = FieldArray;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of numbers or of arrays of numbers")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Array, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<FieldArray, A::Error> {
         let mut data = Vec::with_capacity(seq.size_hint().unwrap_or(0));
         let mut rows = 0usize;
         let mut cols = None;
@@ -217,8 +217,8 @@ impl<'de> Visitor<'de> for ArraySeed {
             }
         }
         Ok(match cols {
-            Some(c) => Array::new(&[rows, c], data),
-            None => Array::new(&[n], data),
+            Some(c) => FieldArray::new(&[rows, c], data),
+            None => FieldArray::new(&[n], data),
         })
     }
 }

@@ -53,7 +53,7 @@ pub(crate) mod memfd;
 
 pub use error::SharedError;
 
-use crate::entry::{Array, DataEntry, MAX_NDIM};
+use crate::entry::{FieldArray, DataEntry, MAX_NDIM};
 use crate::period::{Freq, Period};
 
 /// First bytes of a shared dataset.
@@ -360,7 +360,7 @@ impl<'a> Layout<'a> {
             let f = self.field(s.first_field as usize + k)?;
             let (v, dims) = self.data(&f)?;
             let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-            e.insert(self.str(f.name)?, Array::new(&shape, v.to_vec()));
+            e.insert(self.str(f.name)?, FieldArray::new(&shape, v.to_vec()));
         }
         Ok(e)
     }

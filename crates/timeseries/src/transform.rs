@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::entry::{Array, DataEntry};
+use crate::entry::{FieldArray, DataEntry};
 use crate::error::TransformError;
 use crate::features::{TimeFeature, fill_time_features};
 use crate::sampler::InstanceSampler;
@@ -52,7 +52,7 @@ pub trait Transform: Send + fmt::Debug {
     fn reseed(&mut self, _seed: u64) {}
 }
 
-fn get<'e>(e: &'e DataEntry, step: &'static str, name: &str) -> Result<&'e Array, TransformError> {
+fn get<'e>(e: &'e DataEntry, step: &'static str, name: &str) -> Result<&'e FieldArray, TransformError> {
     e.get(name).ok_or_else(|| TransformError::MissingField {
         step,
         field: name.to_owned(),
@@ -60,7 +60,7 @@ fn get<'e>(e: &'e DataEntry, step: &'static str, name: &str) -> Result<&'e Array
 }
 
 /// Length of generated features: `T`, plus `pred_length` in inference mode.
-fn feature_len(target: &Array, pred_length: usize, is_train: bool) -> usize {
+fn feature_len(target: &FieldArray, pred_length: usize, is_train: bool) -> usize {
     target.time_len() + if is_train { 0 } else { pred_length }
 }
 
@@ -68,9 +68,9 @@ fn feature_len(target: &Array, pred_length: usize, is_train: bool) -> usize {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::AsNumpyArray};
+/// use shmpipe_timeseries::{FieldArray, DataEntry, Transform, transform::AsNumpyArray};
 /// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![1.0]));
+/// e.insert("target", FieldArray::from_vec(vec![1.0]));
 /// assert!(AsNumpyArray::new("target", 2).apply(e, true, &mut vec![]).is_err());
 /// ```
 #[derive(Clone, Debug)]
@@ -164,7 +164,7 @@ impl Transform for AddObservedValuesIndicator {
                 *v = 0.0;
             }
         }
-        entry.insert(self.output_field.clone(), Array::new(&shape, mask));
+        entry.insert(self.output_field.clone(), FieldArray::new(&shape, mask));
         out.push(entry);
         Ok(())
     }
@@ -177,11 +177,11 @@ impl Transform for AddObservedValuesIndicator {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Array, DataEntry, Period, Transform};
+/// use shmpipe_timeseries::{FieldArray, DataEntry, Period, Transform};
 /// use shmpipe_timeseries::{features::time_features_for, transform::AddTimeFeatures};
 /// let freq = "h".parse().unwrap();
 /// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![0.0; 3]));
+/// e.insert("target", FieldArray::from_vec(vec![0.0; 3]));
 /// e.start = Some(Period::parse("2021-01-01 22:00", freq).unwrap());
 /// let mut step = AddTimeFeatures::new("target", "time_feat", time_features_for(freq), 2);
 /// let mut out = vec![];
@@ -240,7 +240,7 @@ impl Transform for AddTimeFeatures {
         let nf = self.time_features.len();
         let mut data = vec![0.0; nf * len];
         fill_time_features(start, len, &self.time_features, &mut data);
-        entry.insert(self.output_field.clone(), Array::new(&[nf, len], data));
+        entry.insert(self.output_field.clone(), FieldArray::new(&[nf, len], data));
         out.push(entry);
         Ok(())
     }
@@ -253,9 +253,9 @@ impl Transform for AddTimeFeatures {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::AddAgeFeature};
+/// use shmpipe_timeseries::{FieldArray, DataEntry, Transform, transform::AddAgeFeature};
 /// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![0.0; 2]));
+/// e.insert("target", FieldArray::from_vec(vec![0.0; 2]));
 /// let mut out = vec![];
 /// AddAgeFeature::new("target", "age", 0, true).apply(e, true, &mut out).unwrap();
 /// let age = out[0].get("age").unwrap().data();
@@ -320,7 +320,7 @@ impl Transform for AddAgeFeature {
             });
         }
         let data = self.cache[..len].to_vec();
-        entry.insert(self.output_field.clone(), Array::new(&[1, len], data));
+        entry.insert(self.output_field.clone(), FieldArray::new(&[1, len], data));
         out.push(entry);
         Ok(())
     }
@@ -331,10 +331,10 @@ impl Transform for AddAgeFeature {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Array, DataEntry, Transform, transform::VstackFeatures};
+/// use shmpipe_timeseries::{FieldArray, DataEntry, Transform, transform::VstackFeatures};
 /// let mut e = DataEntry::default();
-/// e.insert("a", Array::new(&[2, 2], vec![1., 2., 3., 4.]));
-/// e.insert("b", Array::from_vec(vec![5., 6.]));
+/// e.insert("a", FieldArray::new(&[2, 2], vec![1., 2., 3., 4.]));
+/// e.insert("b", FieldArray::from_vec(vec![5., 6.]));
 /// let mut out = vec![];
 /// VstackFeatures::new("a", &["a", "b"]).apply(e, true, &mut out).unwrap();
 /// let a = out[0].get("a").unwrap();
@@ -412,7 +412,7 @@ impl Transform for VstackFeatures {
                 }
             }
         }
-        entry.insert(self.output_field.clone(), Array::new(&[rows, len], data));
+        entry.insert(self.output_field.clone(), FieldArray::new(&[rows, len], data));
         out.push(entry);
         Ok(())
     }
@@ -456,10 +456,10 @@ impl Transform for RemoveFields {
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Array, DataEntry, Period, Transform};
+/// use shmpipe_timeseries::{FieldArray, DataEntry, Period, Transform};
 /// use shmpipe_timeseries::{sampler::PredictionSplitSampler, transform::InstanceSplitter};
 /// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![1., 2., 3., 4., 5.]));
+/// e.insert("target", FieldArray::from_vec(vec![1., 2., 3., 4., 5.]));
 /// e.start = Some(Period::parse("2021-01-01", "D".parse().unwrap()).unwrap());
 /// let sampler = Box::new(PredictionSplitSampler::validation(0, 2)); // split at 5 - 2 = 3
 /// let mut s = InstanceSplitter::new("target", "is_pad", sampler, 4, 2, &[]);
@@ -558,7 +558,7 @@ impl InstanceSplitter {
     }
 
     /// Past and future windows of `a` at split point `idx`.
-    fn split(&self, a: &Array, idx: usize) -> Result<(Array, Array), TransformError> {
+    fn split(&self, a: &FieldArray, idx: usize) -> Result<(FieldArray, FieldArray), TransformError> {
         let nd = a.ndim();
         if nd == 0 || nd > 2 {
             return Err(TransformError::BadNdim {
@@ -599,16 +599,16 @@ impl InstanceSplitter {
             }
         }
         Ok(if nd == 1 {
-            (Array::new(&[past_len], past), Array::new(&[fut_len], fut))
+            (FieldArray::new(&[past_len], past), FieldArray::new(&[fut_len], fut))
         } else if transpose {
             (
-                Array::new(&[past_len, rows], past),
-                Array::new(&[fut_len, rows], fut),
+                FieldArray::new(&[past_len, rows], past),
+                FieldArray::new(&[fut_len, rows], fut),
             )
         } else {
             (
-                Array::new(&[rows, past_len], past),
-                Array::new(&[rows, fut_len], fut),
+                FieldArray::new(&[rows, past_len], past),
+                FieldArray::new(&[rows, fut_len], fut),
             )
         })
     }
@@ -659,7 +659,7 @@ impl Transform for InstanceSplitter {
             let mut pad = vec![0.0; self.past_length];
             let pad_len = self.past_length.saturating_sub(idx);
             pad[..pad_len].fill(1.0);
-            w.insert(self.is_pad_name.clone(), Array::from_vec(pad));
+            w.insert(self.is_pad_name.clone(), FieldArray::from_vec(pad));
             w.forecast_start = start.map(|s| s.shifted((idx + self.lead_time) as i64));
             out.push(w);
         }

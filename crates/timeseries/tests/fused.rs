@@ -3,16 +3,16 @@
 use proptest::prelude::*;
 use shmpipe_timeseries::batch::stack;
 use shmpipe_timeseries::workload::{ChainConfig, Split, deepar_chain, deepar_chain_fused};
-use shmpipe_timeseries::{Array, DataEntry, Period};
+use shmpipe_timeseries::{FieldArray, DataEntry, Period};
 
 fn entry(values: &[Option<f32>], start: i64, freq: &str, with_static: bool) -> DataEntry {
     let mut e = DataEntry::default();
     e.insert(
         "target",
-        Array::from_vec(values.iter().map(|v| v.unwrap_or(f32::NAN)).collect()),
+        FieldArray::from_vec(values.iter().map(|v| v.unwrap_or(f32::NAN)).collect()),
     );
     if with_static {
-        e.insert("feat_static_cat", Array::from_vec(vec![3.0]));
+        e.insert("feat_static_cat", FieldArray::from_vec(vec![3.0]));
     }
     e.item_id = Some("s".into());
     e.start = Some(Period {

@@ -13,7 +13,7 @@ use common::{json_entries, map_chain, splitter, strs};
 use serde_json::Value;
 use shmpipe_timeseries::batch::stack;
 use shmpipe_timeseries::features::{fill_time_features, time_features_for};
-use shmpipe_timeseries::{Array, DataEntry, Freq, Period};
+use shmpipe_timeseries::{FieldArray, DataEntry, Freq, Period};
 
 /// Largest difference allowed in the age feature, in `f32` ULPs: numpy 2.4.6
 /// (AVX-512) differs from the correctly rounded `log10` on 63% of `t < 200,000`,
@@ -78,7 +78,7 @@ fn assert_close(what: &str, got: &[f32], want: &[f64], max: u32) {
     }
 }
 
-fn assert_array(what: &str, got: &Array, want: &Value) {
+fn assert_array(what: &str, got: &FieldArray, want: &Value) {
     let shape: Vec<usize> = want["shape"]
         .as_array()
         .unwrap()

@@ -6,9 +6,9 @@ use shmpipe_timeseries::sampler::{InstanceSampler, PredictionSplitSampler};
 use shmpipe_timeseries::transform::{
     AddAgeFeature, AsNumpyArray, Chain, InstanceSplitter, RemoveFields, Transform, VstackFeatures,
 };
-use shmpipe_timeseries::{Array, BatchError, DataEntry, Period, TransformError};
+use shmpipe_timeseries::{FieldArray, BatchError, DataEntry, Period, TransformError};
 
-fn entry(target: Array) -> DataEntry {
+fn entry(target: FieldArray) -> DataEntry {
     let mut e = DataEntry::default();
     e.insert("target", target);
     e.start = Some(Period::parse("2021-01-01 00:00", "h".parse().unwrap()).unwrap());
@@ -33,7 +33,7 @@ fn run(step: &mut dyn Transform, e: DataEntry) -> Result<Vec<DataEntry>, Transfo
 
 #[test]
 fn errors_name_step_and_field() {
-    let e = entry(Array::new(&[2, 3], vec![0.0; 6]));
+    let e = entry(FieldArray::new(&[2, 3], vec![0.0; 6]));
     let err = run(&mut AsNumpyArray::new("target", 1), e.clone()).unwrap_err();
     assert_eq!(
         err,
@@ -47,8 +47,8 @@ fn errors_name_step_and_field() {
     let err = run(&mut AsNumpyArray::new("missing", 1), e.clone()).unwrap_err();
     assert!(err.to_string().contains("missing"), "{err}");
 
-    let mut v = entry(Array::from_vec(vec![1.0; 4]));
-    v.insert("other", Array::from_vec(vec![1.0; 5]));
+    let mut v = entry(FieldArray::from_vec(vec![1.0; 4]));
+    v.insert("other", FieldArray::from_vec(vec![1.0; 5]));
     let err = run(&mut VstackFeatures::new("x", &["target", "other"]), v).unwrap_err();
     assert!(
         matches!(
@@ -62,7 +62,7 @@ fn errors_name_step_and_field() {
         "{err}"
     );
 
-    let mut no_start = entry(Array::from_vec(vec![1.0; 3]));
+    let mut no_start = entry(FieldArray::from_vec(vec![1.0; 3]));
     no_start.start = None;
     let mut chain = Chain::new().then(shmpipe_timeseries::transform::AddTimeFeatures::new(
         "target",
@@ -86,7 +86,7 @@ fn errors_name_step_and_field() {
         2,
         &[],
     );
-    let err = run(&mut test_split, entry(Array::from_vec(vec![1.0; 3]))).unwrap_err();
+    let err = run(&mut test_split, entry(FieldArray::from_vec(vec![1.0; 3]))).unwrap_err();
     assert_eq!(
         err,
         TransformError::EmptyInterval {
@@ -102,7 +102,7 @@ fn lead_time_dummy_value_and_dim_time_layout() {
     let data: Vec<f32> = (0..2)
         .flat_map(|r| (0..8).map(move |t| (10 * r + t) as f32))
         .collect();
-    let e = entry(Array::new(&[2, 8], data));
+    let e = entry(FieldArray::new(&[2, 8], data));
     let mut s = InstanceSplitter::new("target", "is_pad", Box::new(At(vec![3])), 5, 2, &[])
         .with_lead_time(1)
         .with_dummy_value(-1.0)
@@ -132,7 +132,7 @@ fn lead_time_dummy_value_and_dim_time_layout() {
 
 #[test]
 fn age_feature_linear_and_inference_length() {
-    let e = entry(Array::from_vec(vec![0.0; 3]));
+    let e = entry(FieldArray::from_vec(vec![0.0; 3]));
     let mut age = AddAgeFeature::new("target", "age", 2, false);
     let mut out = Vec::new();
     age.apply(e.clone(), false, &mut out).unwrap();
@@ -146,15 +146,15 @@ fn age_feature_linear_and_inference_length() {
 
 #[test]
 fn remove_fields_and_batch_mismatch() {
-    let mut e = entry(Array::from_vec(vec![1.0, 2.0]));
-    e.insert("x", Array::from_vec(vec![0.0]));
+    let mut e = entry(FieldArray::from_vec(vec![1.0, 2.0]));
+    e.insert("x", FieldArray::from_vec(vec![0.0]));
     let mut rm = RemoveFields {
         fields: vec!["x".into(), "absent".into()],
     };
     let e = run(&mut rm, e).unwrap().remove(0);
     assert!(!e.contains("x") && e.contains("target"));
 
-    let other = entry(Array::from_vec(vec![1.0, 2.0, 3.0]));
+    let other = entry(FieldArray::from_vec(vec![1.0, 2.0, 3.0]));
     assert_eq!(
         stack(&[e.clone(), other]).unwrap_err(),
         BatchError::Mismatch {

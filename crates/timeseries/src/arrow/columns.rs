@@ -12,7 +12,7 @@ use arrow_array::types::{
 use arrow_array::{Array as ArrowArray, RecordBatch};
 use arrow_schema::{DataType, TimeUnit};
 
-use crate::entry::{Array, MAX_NDIM};
+use crate::entry::{FieldArray, MAX_NDIM};
 use crate::period::{DateTime, Freq, Period};
 
 /// How many dimensions a known field's arrays have.
@@ -149,7 +149,7 @@ pub(super) fn read_array(
     shape_col: Option<usize>,
     r: usize,
     dim: Dim,
-) -> Result<Option<Array>, String> {
+) -> Result<Option<FieldArray>, String> {
     let column = batch.column(col).as_ref();
     let Some(data) = list_values(column, r)? else {
         return Ok(None);
@@ -190,12 +190,12 @@ pub(super) fn read_array(
             data.len()
         ));
     }
-    let a = Array::new(&shape, data);
+    let a = FieldArray::new(&shape, data);
     match dim {
         Dim::One if a.ndim() != 1 => Err("expected a 1-D array".into()),
         Dim::Two if a.ndim() != 2 => {
             if a.data().is_empty() {
-                Ok(Some(Array::zeros(&[0, 0])))
+                Ok(Some(FieldArray::zeros(&[0, 0])))
             } else {
                 Err("expected a 2-D array".into())
             }

@@ -9,7 +9,7 @@ use super::names::{
     START_FIELD, START_META,
 };
 use crate::batch::Batch;
-use crate::entry::{Array, DataEntry};
+use crate::entry::{FieldArray, DataEntry};
 use crate::period::{Freq, Period};
 
 /// Converts an entry into a pipeline item (arrays moved, not copied).
@@ -47,7 +47,7 @@ pub fn item_to_entry(mut item: Item, freq: Freq) -> Result<DataEntry, StepError>
                 "array {n:?} has too many dimensions"
             )));
         }
-        e.insert(n, Array::from_ndarray(a));
+        e.insert(n, FieldArray::from_ndarray(a));
     }
     if let Some(Meta::Str(id)) = item.meta(ITEM_ID_META) {
         e.item_id = Some(id.as_str().into());

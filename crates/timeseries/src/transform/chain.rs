@@ -8,13 +8,13 @@ use crate::error::TransformError;
 ///
 /// # Examples
 /// ```
-/// use shmpipe_timeseries::{Chain, DataEntry, Array, Period};
+/// use shmpipe_timeseries::{Chain, DataEntry, FieldArray, Period};
 /// use shmpipe_timeseries::transform::{AddObservedValuesIndicator, AsNumpyArray};
 /// let mut chain = Chain::new()
 ///     .then(AsNumpyArray::new("target", 1))
 ///     .then(AddObservedValuesIndicator::new("target", "observed_values"));
 /// let mut e = DataEntry::default();
-/// e.insert("target", Array::from_vec(vec![1.0, f32::NAN]));
+/// e.insert("target", FieldArray::from_vec(vec![1.0, f32::NAN]));
 /// let mut out = vec![];
 /// chain.apply(e, true, &mut out).unwrap();
 /// assert_eq!(out[0].get("target").unwrap().data(), &[1.0, 0.0]);
