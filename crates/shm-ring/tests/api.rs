@@ -5,8 +5,8 @@
 use std::os::fd::AsFd;
 
 use shm_ring::{
-    ChannelConfig, Error, FieldError, Message, MessageBuilder, Receiver, SendError, Sender,
-    TrySendError,
+    ChannelConfig, DType, DecodeError, Error, FieldError, Message, MessageBuilder, MessageView,
+    Receiver, SendError, Sender, TrySendError,
 };
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
@@ -90,14 +90,97 @@ fn lookups_fail_with_field_errors() {
     tx.send(MessageBuilder::new().meta_i64("n", 1)).unwrap();
     let m = rx.recv().unwrap();
     match m.record(1) {
-        Err(Error::Field(FieldError::NoSuchRecord { index: 1, len: 1 })) => {}
+        Err(FieldError::NoSuchRecord { index: 1, len: 1 }) => {}
         other => panic!("expected NoSuchRecord, got {other:?}"),
     }
     match m.record(0).unwrap().array::<f32>("x") {
-        Err(Error::Field(FieldError::NoSuchField { name, known })) => {
+        Err(FieldError::NoSuchField { name, known }) => {
             assert_eq!(name, "x");
             assert_eq!(known, ["n"]);
         }
         other => panic!("expected NoSuchField, got {other:?}"),
+    }
+}
+
+/// Reading an array as another element type fails with both dtypes, and the umbrella
+/// [`Error`] keeps the variant whole.
+#[test]
+fn a_wrong_dtype_names_both_and_converts_whole() {
+    let (mut tx, mut rx) = pair(&ChannelConfig::default());
+    let x = [1.0f32, 2.0];
+    tx.send(MessageBuilder::new().array_slice("x", &[2], &x).unwrap())
+        .unwrap();
+    let m = rx.recv().unwrap();
+    let r = m.record(0).unwrap();
+    let e = r.array::<f64>("x").unwrap_err();
+    let wrong = FieldError::WrongDType {
+        name: "x".into(),
+        found: DType::F32,
+        expected: DType::F64,
+    };
+    assert_eq!(e, wrong);
+    assert_eq!(
+        r.slice::<i32>("x").unwrap_err(),
+        FieldError::WrongDType {
+            name: "x".into(),
+            found: DType::F32,
+            expected: DType::I32,
+        }
+    );
+    assert_eq!(
+        r.array_bool("x").unwrap_err(),
+        FieldError::WrongDType {
+            name: "x".into(),
+            found: DType::F32,
+            expected: DType::Bool,
+        }
+    );
+    assert!(e.to_string().contains("read it as f32"), "{e}");
+    assert!(matches!(Error::from(e), Error::Field(f) if f == wrong));
+}
+
+/// A byte other than 0 or 1 in a boolean array is refused with the array's name and the byte.
+#[test]
+fn a_bool_array_holding_another_byte_is_not_a_bool() {
+    let b = ndarray::arr1(&[true, false, true]);
+    let (words, len) = MessageBuilder::new()
+        .array_bool("b", &b)
+        .encode_inline()
+        .unwrap();
+    let mut body = bytemuck::cast_slice::<u64, u8>(&words)[..len].to_vec();
+    // The array's data is the body's last (padded) word.
+    let at = len - 8;
+    assert_eq!(body[at..at + 3], [1, 0, 1]);
+    body[at + 2] = 2;
+    let m = MessageView::decode(&body).unwrap();
+    let e = m.record(0).unwrap().array_bool("b").unwrap_err();
+    let bad = FieldError::NotABool {
+        name: "b".into(),
+        byte: 2,
+    };
+    assert_eq!(e, bad);
+    assert!(matches!(Error::from(e), Error::Field(f) if f == bad));
+}
+
+/// Garbage is not a message: decoding it fails with what is malformed, and the umbrella
+/// [`Error`] keeps the variant whole.
+#[test]
+fn garbage_does_not_decode() {
+    let garbage = [0xA5u8; 64];
+    let e = MessageView::decode(&garbage).unwrap_err();
+    match &e {
+        DecodeError::Malformed(why) => assert!(why.contains("message magic"), "{why}"),
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    assert!(matches!(Error::from(e.clone()), Error::Decode(d) if d == e));
+    // A valid body cut short claims more bytes than it has.
+    let (words, len) = MessageBuilder::new()
+        .meta_i64("n", 1)
+        .encode_inline()
+        .unwrap();
+    let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+    match MessageView::decode(&body[..len - 8]) {
+        Err(DecodeError::Malformed(why)) => assert!(why.contains("claims"), "{why}"),
+        other => panic!("expected Malformed, got {other:?}"),
     }
 }

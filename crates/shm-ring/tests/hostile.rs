@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::{Peer, named, poke};
 use shm_ring::{
-    ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
-    RecvTimeoutError, SendError, SendTimeoutError, Sender, Transfer, channel_layout,
+    ChannelConfig, ChannelLayout, DecodeError, FieldError, Message, MessageBuilder, OpenError,
+    Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender, Transfer,
+    channel_layout,
 };
 
 fn cfg() -> ChannelConfig {
@@ -381,7 +382,7 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     // lookup finds the first "xa", then refuses the record for the second one.
     assert_eq!(got.ok(), Some(1));
     match seen {
-        Some(Err(Error::Corrupt(why))) => {
+        Some(Err(FieldError::Corrupt(DecodeError::Malformed(why)))) => {
             assert!(
                 why.contains("field 'xa' appears twice in one record"),
                 "{why}"

@@ -1,7 +1,7 @@
 //! A message outside a channel: encoded into one self-contained byte string (every array
 //! inline), for another transport (a socket, a file), and decoded back.
 
-use super::{MessageBuilder, MessageView, decode, encode};
+use super::{DecodeError, MessageBuilder, MessageView, decode, encode};
 use crate::error::Error;
 
 impl MessageBuilder<'_> {
@@ -31,8 +31,8 @@ impl<'a> MessageView<'a> {
     /// file); a body that refers to pool blocks is refused.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] on any invalid encoding.
-    pub fn decode(body: &'a [u8]) -> Result<MessageView<'a>, Error> {
+    /// [`DecodeError::Malformed`] on any invalid encoding (what is wrong, and where).
+    pub fn decode(body: &'a [u8]) -> Result<MessageView<'a>, DecodeError> {
         decode::decode(body)
     }
 }

@@ -130,6 +130,7 @@ mod build_mut;
 mod copy;
 mod decode;
 mod encode;
+mod error;
 mod inline;
 
 pub(crate) use crate::pool::PoolRef;
@@ -138,6 +139,7 @@ pub(crate) use copy::copy_for_parse;
 pub use copy::read_in_place;
 pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records};
 pub(crate) use encode::{body_len, check_limits, encode};
+pub use error::DecodeError;
 
 #[inline]
 const fn pad8(n: usize) -> usize {
