@@ -90,6 +90,8 @@ pub enum Error {
     Field(crate::schema::FieldError),
     /// A message body that could not be decoded.
     Decode(crate::DecodeError),
+    /// A message that cannot be encoded.
+    Encode(crate::EncodeError),
     /// A handle was used in a process other than the one that made it (a child that inherited
     /// it through `fork()`): handles are not fork-safe (see the crate docs, "Fork").
     Forked {
@@ -134,6 +136,7 @@ impl fmt::Display for Error {
             Error::Schema(e) => write!(f, "{e}"),
             Error::Field(e) => write!(f, "{e}"),
             Error::Decode(e) => write!(f, "{e}"),
+            Error::Encode(e) => write!(f, "{e}"),
             Error::Forked { owner, caller } => forked(f, *owner, *caller),
             Error::Os(e) => os(f, e),
         }
@@ -331,6 +334,7 @@ impl std::error::Error for Error {
             Error::Schema(e) => Some(e),
             Error::Field(e) => Some(e),
             Error::Decode(e) => Some(e),
+            Error::Encode(e) => Some(e),
             _ => None,
         }
     }
@@ -357,6 +361,12 @@ impl From<crate::schema::FieldError> for Error {
 impl From<crate::DecodeError> for Error {
     fn from(e: crate::DecodeError) -> Self {
         Error::Decode(e)
+    }
+}
+
+impl From<crate::EncodeError> for Error {
+    fn from(e: crate::EncodeError) -> Self {
+        Error::Encode(e)
     }
 }
 

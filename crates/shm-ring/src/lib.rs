@@ -128,8 +128,8 @@ pub use link::segment::{Segment, SegmentInfo};
 pub use message::read_in_place;
 #[cfg(not(loom))]
 pub use message::{
-    ArrayInfo, DecodeError, FieldRef, Fields, MessageBuilder, MessageView, MetaValue, RecordView,
-    Records,
+    ArrayInfo, DecodeError, EncodeError, FieldRef, Fields, MessageBuilder, MessageView, MetaValue,
+    RecordView, Records,
 };
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};

@@ -5,8 +5,8 @@
 use std::os::fd::AsFd;
 
 use shm_ring::{
-    ChannelConfig, DType, DecodeError, Error, FieldError, Message, MessageBuilder, MessageView,
-    Receiver, SendError, Sender, TrySendError,
+    ChannelConfig, DType, DecodeError, EncodeError, Error, FieldError, Message, MessageBuilder,
+    MessageView, Receiver, SendError, Sender, TrySendError,
 };
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
@@ -183,4 +183,68 @@ fn garbage_does_not_decode() {
         Err(DecodeError::Malformed(why)) => assert!(why.contains("claims"), "{why}"),
         other => panic!("expected Malformed, got {other:?}"),
     }
+}
+
+/// A message outside the encoding's limits, or holding a loan, is refused by `encode_inline`
+/// with what to change; the umbrella [`Error`] keeps the variant whole.
+#[test]
+fn encode_inline_names_the_limit_broken() {
+    let long = "n".repeat(EncodeError::MAX_NAME + 1);
+    let e = MessageBuilder::new()
+        .meta_i64(long.as_str(), 1)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(e, EncodeError::NameTooLong { name: long.clone() });
+    assert!(
+        matches!(Error::from(e), Error::Encode(EncodeError::NameTooLong { name }) if name == long)
+    );
+
+    let text = "t".repeat(EncodeError::MAX_STR + 1);
+    let e = MessageBuilder::new()
+        .meta_str("s", text.as_str())
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::StringTooLong {
+            name: "s".into(),
+            len: EncodeError::MAX_STR + 1
+        }
+    );
+
+    let deep = ndarray::ArrayD::<u8>::zeros(ndarray::IxDyn(&[1; EncodeError::MAX_NDIM + 1]));
+    let e = MessageBuilder::new()
+        .array("a", &deep)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::TooManyDims {
+            name: "a".into(),
+            ndim: EncodeError::MAX_NDIM + 1
+        }
+    );
+
+    let e = MessageBuilder::new()
+        .meta_i64("d", 1)
+        .meta_f64("d", 2.0)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::DuplicateField {
+            name: "d".into(),
+            record: 0
+        }
+    );
+    assert!(e.to_string().contains("rename one"), "{e}");
+
+    let (mut tx, _rx) = pair(&ChannelConfig::default());
+    let loan = tx.loan::<f32>(&[4]).unwrap().fill(1.0);
+    let e = MessageBuilder::new()
+        .array_loan("l", loan)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(e, EncodeError::Loaned { name: "l".into() });
+    assert!(e.to_string().contains("Sender::send"), "{e}");
 }

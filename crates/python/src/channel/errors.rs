@@ -108,7 +108,9 @@ pub fn ring_err(py: Python<'_>, e: impl Into<shm_ring::Error>) -> PyErr {
             | shm_ring::FieldError::NotABool { .. },
         )) => CorruptMessage::new_err(pythonize(&e.to_string())),
         e @ E::Disconnected => Disconnected::new_err(e.to_string()),
-        e @ E::InvalidArgument(_) => PyValueError::new_err(pythonize(&e.to_string())),
+        e @ (E::InvalidArgument(_) | E::Encode(_)) => {
+            PyValueError::new_err(pythonize(&e.to_string()))
+        }
         E::Os(io) => {
             let err = ShmpipeError::new_err(format!("os error: {io}"));
             if let Some(n) = io.raw_os_error() {

@@ -1,4 +1,5 @@
-//! Errors of the message codec: a body that fails validation when decoded.
+//! Errors of the message codec: a message that cannot be encoded, a body that fails
+//! validation when decoded.
 
 use std::fmt;
 
@@ -48,3 +49,88 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+/// Why a message cannot be encoded ([`MessageBuilder::encode_inline`](crate::MessageBuilder::encode_inline),
+/// and the same checks of [`Sender::send`](crate::Sender::send), as [`SendError::Encode`](crate::SendError::Encode)):
+/// it breaks a limit of the encoding, or holds an array only a channel can carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EncodeError {
+    /// Two fields of one record have the same name.
+    DuplicateField {
+        /// The name.
+        name: String,
+        /// The record (from 0).
+        record: usize,
+    },
+    /// A field name longer than [`EncodeError::MAX_NAME`] bytes.
+    NameTooLong {
+        /// The name.
+        name: String,
+    },
+    /// A metadata string longer than [`EncodeError::MAX_STR`] bytes.
+    StringTooLong {
+        /// The field's name.
+        name: String,
+        /// The string's length in bytes.
+        len: usize,
+    },
+    /// An array of more than [`EncodeError::MAX_NDIM`] dimensions.
+    TooManyDims {
+        /// The array's name.
+        name: String,
+        /// Its dimensions.
+        ndim: usize,
+    },
+    /// A loaned array (it lives in a channel's pool) in a message encoded outside a channel.
+    Loaned {
+        /// The array's name.
+        name: String,
+    },
+}
+
+impl EncodeError {
+    /// Longest field name, in bytes.
+    pub const MAX_NAME: usize = 255;
+    /// Longest metadata string, in bytes.
+    pub const MAX_STR: usize = 65535;
+    /// Most dimensions of an array.
+    pub const MAX_NDIM: usize = super::MAX_NDIM;
+}
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EncodeError::DuplicateField { name, record } => write!(
+                f,
+                "field '{name}' appears twice in record {record}: names must be unique per \
+                 record (rename one, or put it in another record with next_record)"
+            ),
+            EncodeError::NameTooLong { name } => write!(
+                f,
+                "field name of {} bytes (limit {}): shorten it",
+                name.len(),
+                Self::MAX_NAME
+            ),
+            EncodeError::StringTooLong { name, len } => write!(
+                f,
+                "metadata string '{name}' of {len} bytes (limit {}): send longer text as a u8 \
+                 array (array_raw with DType::U8)",
+                Self::MAX_STR
+            ),
+            EncodeError::TooManyDims { name, ndim } => write!(
+                f,
+                "array '{name}' has {ndim} dimensions (limit {}): reshape it to fewer",
+                Self::MAX_NDIM
+            ),
+            EncodeError::Loaned { name } => write!(
+                f,
+                "array '{name}' is a loan (it lives in a channel's pool): send it with \
+                 Sender::send, or copy it in with MessageBuilder::array to encode the message \
+                 outside a channel"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for EncodeError {}

@@ -139,7 +139,7 @@ pub(crate) use copy::copy_for_parse;
 pub use copy::read_in_place;
 pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records};
 pub(crate) use encode::{body_len, check_limits, encode};
-pub use error::DecodeError;
+pub use error::{DecodeError, EncodeError};
 
 #[inline]
 const fn pad8(n: usize) -> usize {
