@@ -92,6 +92,8 @@ pub enum Error {
     Decode(crate::DecodeError),
     /// A message that cannot be encoded.
     Encode(crate::EncodeError),
+    /// [`calibrate`](crate::calibrate) failed.
+    Calibrate(crate::CalibrateError),
     /// A handle was used in a process other than the one that made it (a child that inherited
     /// it through `fork()`): handles are not fork-safe (see the crate docs, "Fork").
     Forked {
@@ -137,6 +139,7 @@ impl fmt::Display for Error {
             Error::Field(e) => write!(f, "{e}"),
             Error::Decode(e) => write!(f, "{e}"),
             Error::Encode(e) => write!(f, "{e}"),
+            Error::Calibrate(e) => write!(f, "{e}"),
             Error::Forked { owner, caller } => forked(f, *owner, *caller),
             Error::Os(e) => os(f, e),
         }
@@ -335,6 +338,7 @@ impl std::error::Error for Error {
             Error::Field(e) => Some(e),
             Error::Decode(e) => Some(e),
             Error::Encode(e) => Some(e),
+            Error::Calibrate(e) => Some(e),
             _ => None,
         }
     }
@@ -367,6 +371,12 @@ impl From<crate::DecodeError> for Error {
 impl From<crate::EncodeError> for Error {
     fn from(e: crate::EncodeError) -> Self {
         Error::Encode(e)
+    }
+}
+
+impl From<crate::CalibrateError> for Error {
+    fn from(e: crate::CalibrateError) -> Self {
+        Error::Calibrate(e)
     }
 }
 

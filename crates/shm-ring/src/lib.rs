@@ -104,7 +104,7 @@ mod sys;
 mod transfer;
 
 #[cfg(not(loom))]
-pub use calibrate::{Calibration, calibrate};
+pub use calibrate::{CalibrateError, Calibration, calibrate};
 #[cfg(not(loom))]
 pub use channel::{
     ChannelConfig, CreateError, LARGE_IN_FLIGHT, LARGE_KEEP, LoanError, MAX_LARGE_POOL, Message,

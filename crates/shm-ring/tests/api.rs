@@ -5,8 +5,8 @@
 use std::os::fd::AsFd;
 
 use shm_ring::{
-    ChannelConfig, DType, DecodeError, EncodeError, Error, FieldError, Message, MessageBuilder,
-    MessageView, Receiver, SendError, Sender, TrySendError,
+    CalibrateError, ChannelConfig, DType, DecodeError, EncodeError, Error, FieldError, Message,
+    MessageBuilder, MessageView, Receiver, SendError, Sender, TrySendError,
 };
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
@@ -247,4 +247,28 @@ fn encode_inline_names_the_limit_broken() {
         .unwrap_err();
     assert_eq!(e, EncodeError::Loaned { name: "l".into() });
     assert!(e.to_string().contains("Sender::send"), "{e}");
+}
+
+/// `calibrate`'s error names the step that failed and converts whole into [`Error`], its
+/// source kept.
+#[test]
+fn a_calibration_error_converts_whole() {
+    let lost = CalibrateError::LostData {
+        sent: 4096,
+        received: 1024,
+    };
+    assert!(
+        lost.to_string().contains("4096 sent but 1024 received"),
+        "{lost}"
+    );
+    assert!(matches!(
+        Error::from(lost),
+        Error::Calibrate(CalibrateError::LostData {
+            sent: 4096,
+            received: 1024
+        })
+    ));
+    let recv = Error::from(CalibrateError::Recv(shm_ring::RecvError::Disconnected));
+    let source = std::error::Error::source(&recv).expect("the calibration error");
+    assert!(source.to_string().contains("receiving"), "{source}");
 }
