@@ -272,3 +272,31 @@ fn a_calibration_error_converts_whole() {
     let source = std::error::Error::source(&recv).expect("the calibration error");
     assert!(source.to_string().contains("receiving"), "{source}");
 }
+
+/// An array whose bytes do not match its shape, or of too many dimensions, is refused when
+/// added, with what to change; the umbrella [`Error`] keeps the variant whole.
+#[test]
+fn an_array_of_the_wrong_length_is_refused_when_added() {
+    let e = MessageBuilder::new()
+        .array_slice("x", &[2, 3], &[0f32; 5])
+        .unwrap_err();
+    let wrong = EncodeError::ShapeMismatch {
+        name: "x".into(),
+        shape: vec![2, 3],
+        dtype: DType::F32,
+        bytes: 20,
+    };
+    assert_eq!(e, wrong);
+    assert!(e.to_string().contains("its elements times 4 bytes"), "{e}");
+    assert!(matches!(Error::from(e), Error::Encode(w) if w == wrong));
+    let e = MessageBuilder::new()
+        .array_raw("y", DType::U8, &[1; EncodeError::MAX_NDIM + 1], &[0])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::TooManyDims {
+            name: "y".into(),
+            ndim: EncodeError::MAX_NDIM + 1
+        }
+    );
+}

@@ -82,6 +82,17 @@ pub enum EncodeError {
         /// Its dimensions.
         ndim: usize,
     },
+    /// An array whose bytes are not as many as its shape and dtype need.
+    ShapeMismatch {
+        /// The array's name.
+        name: String,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Its element type.
+        dtype: crate::DType,
+        /// The bytes given.
+        bytes: usize,
+    },
     /// A loaned array (it lives in a channel's pool) in a message encoded outside a channel.
     Loaned {
         /// The array's name.
@@ -123,6 +134,17 @@ impl fmt::Display for EncodeError {
                 "array '{name}' has {ndim} dimensions (limit {}): reshape it to fewer",
                 Self::MAX_NDIM
             ),
+            EncodeError::ShapeMismatch {
+                name,
+                shape,
+                dtype,
+                bytes,
+            } => write!(
+                f,
+                "array '{name}': shape {shape:?} of {dtype} does not match {bytes} bytes (pass \
+                 the shape of the data: its elements times {} bytes)",
+                dtype.size()
+            ),
             EncodeError::Loaned { name } => write!(
                 f,
                 "array '{name}' is a loan (it lives in a channel's pool): send it with \
@@ -134,3 +156,29 @@ impl fmt::Display for EncodeError {
 }
 
 impl std::error::Error for EncodeError {}
+
+/// `Ok` if an array `name` of `shape` and `dtype` may be made of `bytes` bytes: as many as
+/// they need, and at most [`EncodeError::MAX_NDIM`] dimensions.
+pub(crate) fn check_array(
+    name: &str,
+    dtype: crate::DType,
+    shape: &[usize],
+    bytes: usize,
+) -> Result<(), EncodeError> {
+    if shape.len() > EncodeError::MAX_NDIM {
+        return Err(EncodeError::TooManyDims {
+            name: name.to_string(),
+            ndim: shape.len(),
+        });
+    }
+    let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if n.and_then(|n| n.checked_mul(dtype.size())) != Some(bytes) {
+        return Err(EncodeError::ShapeMismatch {
+            name: name.to_string(),
+            shape: shape.to_vec(),
+            dtype,
+            bytes,
+        });
+    }
+    Ok(())
+}

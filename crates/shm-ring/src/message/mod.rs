@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use smallvec::SmallVec;
 
 use crate::dtype::{DType, Element};
-use crate::error::Error;
 use crate::pool::{ArrayLoan, LoanToken};
 
 pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB2");
@@ -324,21 +323,23 @@ impl<'a> MessageBuilder<'a> {
     /// Adds an array given as a row-major slice and a shape.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the shape does not match the slice length.
+    /// [`EncodeError::ShapeMismatch`] if the shape does not match the slice length,
+    /// [`EncodeError::TooManyDims`].
     #[inline]
     pub fn array_slice<T: Element>(
         self,
         name: impl Into<Cow<'a, str>>,
         shape: &[usize],
         data: &'a [T],
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, EncodeError> {
         self.array_raw(name, T::DTYPE, shape, bytemuck::cast_slice(data))
     }
 
     /// Adds an array whose dtype is only known at run time, as raw little-endian bytes.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the byte length does not match shape and dtype.
+    /// [`EncodeError::ShapeMismatch`] if the byte length does not match shape and dtype,
+    /// [`EncodeError::TooManyDims`].
     #[inline]
     pub fn array_raw(
         self,
@@ -346,16 +347,9 @@ impl<'a> MessageBuilder<'a> {
         dtype: DType,
         shape: &[usize],
         bytes: &'a [u8],
-    ) -> Result<Self, Error> {
-        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        if n.and_then(|n| n.checked_mul(dtype.size())) != Some(bytes.len())
-            || shape.len() > MAX_NDIM
-        {
-            return Err(Error::InvalidArgument(format!(
-                "shape {shape:?} of {dtype} does not match {} bytes",
-                bytes.len()
-            )));
-        }
+    ) -> Result<Self, EncodeError> {
+        let name = name.into();
+        error::check_array(&name, dtype, shape, bytes.len())?;
         Ok(self.push(
             name,
             FieldSrc::Array {
