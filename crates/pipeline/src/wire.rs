@@ -456,13 +456,12 @@ pub(crate) fn decode(
     out: &mut Vec<Frame>,
     lease: Option<&Arc<shm_ring::Message>>,
 ) -> Result<(), String> {
-    let err = |e: shm_ring::Error| e.to_string();
     match m.tag() {
         TAG_BATCH => {}
         TAG_EOS => {
             let mut stats = Stats::default();
             for (i, r) in m.records().enumerate() {
-                let r = r.map_err(err)?;
+                let r = r.map_err(|e| e.to_string())?;
                 let v = |n: &str| r.meta_i64(n).unwrap_or(0) as u64;
                 if i == 0 {
                     stats.skipped = v("skipped");
@@ -477,7 +476,7 @@ pub(crate) fn decode(
             return Ok(());
         }
         TAG_ERROR => {
-            let r = m.record(0).map_err(err)?;
+            let r = m.record(0).map_err(|e| e.to_string())?;
             out.push(Frame::Error(read_report(&r)?));
             return Ok(());
         }
@@ -500,9 +499,8 @@ fn decode_batch(
     shared: &crate::arena::Shared,
     arena: &mut crate::arena::BatchArrays,
 ) -> Result<(), String> {
-    let err = |e: shm_ring::Error| e.to_string();
     for (r, rec) in m.records().enumerate() {
-        let rec = rec.map_err(err)?;
+        let rec = rec.map_err(|e| e.to_string())?;
         let (kind, e, k) = unpack(rec.tag());
         let item = match kind {
             R_ITEM | R_ITEM_LAST => read_item(&rec, r, lease, shared, arena)?,

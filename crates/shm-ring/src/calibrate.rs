@@ -1,11 +1,82 @@
 //! Measures, on this machine, the array size from which zero-copy beats copying.
 
+use std::fmt;
+use std::io;
 use std::time::{Duration, Instant};
 
-use crate::channel::{ChannelConfig, Message, Receiver, RecvError, Sender};
-use crate::error::Error;
+use crate::channel::{
+    ChannelConfig, CreateError, Message, OpenError, Receiver, RecvError, SendError, Sender,
+};
 use crate::message::MessageBuilder;
+use crate::schema::FieldError;
 use crate::transfer::Transfer;
+
+/// Why [`calibrate`] failed: the step of a measurement that went wrong, with its own error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum CalibrateError {
+    /// A measuring channel could not be created (e.g. memory for its pool is used up).
+    Create(CreateError),
+    /// The measuring channel's descriptor could not be duplicated for its receiver.
+    Os(io::Error),
+    /// The receiving end of a measuring channel could not be opened.
+    Open(OpenError),
+    /// A measuring send failed.
+    Send(SendError),
+    /// A measuring receive failed.
+    Recv(RecvError),
+    /// A received measuring message could not be read.
+    Read(FieldError),
+    /// The measuring consumer thread panicked.
+    ConsumerPanicked,
+    /// The consumer received other bytes than were sent.
+    LostData {
+        /// Sum of the bytes sent.
+        sent: u64,
+        /// Sum of the bytes received.
+        received: u64,
+    },
+}
+
+impl fmt::Display for CalibrateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("calibration failed: ")?;
+        match self {
+            CalibrateError::Create(e) => write!(f, "creating a measuring channel: {e}"),
+            CalibrateError::Os(e) => write!(
+                f,
+                "duplicating a channel descriptor: {e} (raise the open-file limit, ulimit -n)"
+            ),
+            CalibrateError::Open(e) => write!(f, "opening a measuring channel: {e}"),
+            CalibrateError::Send(e) => write!(f, "sending: {e}"),
+            CalibrateError::Recv(e) => write!(f, "receiving: {e}"),
+            CalibrateError::Read(e) => write!(f, "reading a received message: {e}"),
+            CalibrateError::ConsumerPanicked => f.write_str(
+                "the consumer thread panicked (a bug in shm-ring: report it with its \
+                 panic message)",
+            ),
+            CalibrateError::LostData { sent, received } => write!(
+                f,
+                "{sent} sent but {received} received (a bug in shm-ring, or another process \
+                 writing into the channel: report it; the figures were not used)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for CalibrateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            CalibrateError::Create(e) => Some(e),
+            CalibrateError::Os(e) => Some(e),
+            CalibrateError::Open(e) => Some(e),
+            CalibrateError::Send(e) => Some(e),
+            CalibrateError::Recv(e) => Some(e),
+            CalibrateError::Read(e) => Some(e),
+            CalibrateError::ConsumerPanicked | CalibrateError::LostData { .. } => None,
+        }
+    }
+}
 
 /// Result of [`calibrate`].
 #[derive(Debug, Clone, PartialEq)]
@@ -17,7 +88,7 @@ pub struct Calibration {
     pub threshold: usize,
 }
 
-fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error> {
+fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, CalibrateError> {
     let cfg = ChannelConfig {
         slots: 1024,
         slot_size: 64,
@@ -26,19 +97,23 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
         transfer,
         ..ChannelConfig::default()
     };
-    let mut tx = Sender::<Message>::anonymous(&cfg)?;
-    let mut rx = Receiver::<Message>::from_fd(std::os::fd::AsFd::as_fd(&tx).try_clone_to_owned()?)?;
-    let src = vec![1u8; bytes];
-    let consumer = std::thread::spawn(move || -> Result<u64, Error> {
+    let mut tx = Sender::<Message>::anonymous(&cfg).map_err(CalibrateError::Create)?;
+    let fd = std::os::fd::AsFd::as_fd(&tx)
+        .try_clone_to_owned()
+        .map_err(CalibrateError::Os)?;
+    let mut rx = Receiver::<Message>::from_fd(fd).map_err(CalibrateError::Open)?;
+    let src = ndarray::Array1::from_elem(bytes, 1u8);
+    let consumer = std::thread::spawn(move || -> Result<u64, CalibrateError> {
         let mut sum = 0u64;
         loop {
             match rx.recv() {
                 Ok(m) => {
-                    let r = m.record(0)?;
-                    sum += r.array_bytes("a")?.iter().map(|&b| b as u64).sum::<u64>();
+                    let r = m.record(0).map_err(CalibrateError::Read)?;
+                    let a = r.array_bytes("a").map_err(CalibrateError::Read)?;
+                    sum += a.iter().map(|&b| b as u64).sum::<u64>();
                 }
                 Err(RecvError::Disconnected) => return Ok(sum),
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(CalibrateError::Recv(e)),
             }
         }
     });
@@ -46,20 +121,19 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
     let mut n = 0u64;
     while start.elapsed() < budget {
         for _ in 0..16 {
-            tx.send(MessageBuilder::new().array_raw("a", crate::DType::U8, &[bytes], &src)?)?;
+            tx.send(MessageBuilder::new().array("a", &src))
+                .map_err(CalibrateError::Send)?;
             n += 1;
         }
     }
     drop(tx);
-    let sum = consumer
+    let received = consumer
         .join()
-        .map_err(|_| Error::InvalidArgument("calibration thread panicked".into()))??;
+        .map_err(|_| CalibrateError::ConsumerPanicked)??;
     let secs = start.elapsed().as_secs_f64();
-    if sum != n * bytes as u64 {
-        return Err(Error::Corrupt(format!(
-            "calibration lost data: {sum} != {}",
-            n * bytes as u64
-        )));
+    let sent = n * bytes as u64;
+    if received != sent {
+        return Err(CalibrateError::LostData { sent, received });
     }
     Ok(n as f64 / secs)
 }
@@ -69,7 +143,8 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
 /// `2 * 7 * budget`.
 ///
 /// # Errors
-/// If a channel cannot be created (e.g. memory for its pool cannot be reserved).
+/// [`CalibrateError`]: the step that failed, e.g. [`CalibrateError::Create`] if a channel
+/// cannot be created (memory for its pool cannot be reserved).
 ///
 /// # Examples
 /// ```no_run
@@ -77,7 +152,7 @@ fn rate(transfer: Transfer, bytes: usize, budget: Duration) -> Result<f64, Error
 /// let policy = shm_ring::Transfer::Adaptive { threshold: cal.threshold };
 /// # Ok::<(), shm_ring::Error>(())
 /// ```
-pub fn calibrate(budget: Duration) -> Result<Calibration, Error> {
+pub fn calibrate(budget: Duration) -> Result<Calibration, CalibrateError> {
     let mut points = Vec::new();
     let mut threshold = None;
     let mut bytes = 1024;

@@ -84,19 +84,16 @@ pub enum Error {
     ConsumerClosed(u32),
     /// A name or configuration value is invalid.
     InvalidArgument(String),
-    /// An array has another element type than the one asked for.
-    DTypeMismatch {
-        /// Array name.
-        name: String,
-        /// Its element type.
-        found: crate::DType,
-        /// The element type asked for.
-        expected: crate::DType,
-    },
     /// The channel's schema is unreadable or not the one asked for.
     Schema(crate::schema::SchemaError),
-    /// A field or record looked up that the message (or schema) does not have.
+    /// A field of a message that could not be read (absent, another dtype, invalid).
     Field(crate::schema::FieldError),
+    /// A message body that could not be decoded.
+    Decode(crate::DecodeError),
+    /// A message that cannot be encoded.
+    Encode(crate::EncodeError),
+    /// [`calibrate`](crate::calibrate) failed.
+    Calibrate(crate::CalibrateError),
     /// A handle was used in a process other than the one that made it (a child that inherited
     /// it through `fork()`): handles are not fork-safe (see the crate docs, "Fork").
     Forked {
@@ -138,16 +135,11 @@ impl fmt::Display for Error {
             Error::ConsumerClosed(pid) => consumer_closed(f, *pid),
             Error::Untrusted(why) => f.write_str(why),
             Error::InvalidArgument(why) => invalid_argument(f, why),
-            Error::DTypeMismatch {
-                name,
-                found,
-                expected,
-            } => write!(
-                f,
-                "array '{name}' holds {found}, not {expected}: read it as {found}"
-            ),
             Error::Schema(e) => write!(f, "{e}"),
             Error::Field(e) => write!(f, "{e}"),
+            Error::Decode(e) => write!(f, "{e}"),
+            Error::Encode(e) => write!(f, "{e}"),
+            Error::Calibrate(e) => write!(f, "{e}"),
             Error::Forked { owner, caller } => forked(f, *owner, *caller),
             Error::Os(e) => os(f, e),
         }
@@ -344,6 +336,9 @@ impl std::error::Error for Error {
             Error::Os(e) => Some(e),
             Error::Schema(e) => Some(e),
             Error::Field(e) => Some(e),
+            Error::Decode(e) => Some(e),
+            Error::Encode(e) => Some(e),
+            Error::Calibrate(e) => Some(e),
             _ => None,
         }
     }
@@ -364,6 +359,24 @@ impl From<crate::schema::SchemaError> for Error {
 impl From<crate::schema::FieldError> for Error {
     fn from(e: crate::schema::FieldError) -> Self {
         Error::Field(e)
+    }
+}
+
+impl From<crate::DecodeError> for Error {
+    fn from(e: crate::DecodeError) -> Self {
+        Error::Decode(e)
+    }
+}
+
+impl From<crate::EncodeError> for Error {
+    fn from(e: crate::EncodeError) -> Self {
+        Error::Encode(e)
+    }
+}
+
+impl From<crate::CalibrateError> for Error {
+    fn from(e: crate::CalibrateError) -> Self {
+        Error::Calibrate(e)
     }
 }
 

@@ -104,7 +104,7 @@ mod sys;
 mod transfer;
 
 #[cfg(not(loom))]
-pub use calibrate::{Calibration, calibrate};
+pub use calibrate::{CalibrateError, Calibration, calibrate};
 #[cfg(not(loom))]
 pub use channel::{
     ChannelConfig, CreateError, LARGE_IN_FLIGHT, LARGE_KEEP, LoanError, MAX_LARGE_POOL, Message,
@@ -128,7 +128,8 @@ pub use link::segment::{Segment, SegmentInfo};
 pub use message::read_in_place;
 #[cfg(not(loom))]
 pub use message::{
-    ArrayInfo, FieldRef, Fields, MessageBuilder, MessageView, MetaValue, RecordView, Records,
+    ArrayInfo, DecodeError, EncodeError, FieldRef, Fields, MessageBuilder, MessageView, MetaValue,
+    RecordView, Records,
 };
 #[cfg(not(loom))]
 pub use pool::{ArrayLoan, ArrayLoanUninit, BlockPin};

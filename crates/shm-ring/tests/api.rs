@@ -5,8 +5,8 @@
 use std::os::fd::AsFd;
 
 use shm_ring::{
-    ChannelConfig, Error, FieldError, Message, MessageBuilder, Receiver, SendError, Sender,
-    TrySendError,
+    CalibrateError, ChannelConfig, DType, DecodeError, EncodeError, Error, FieldError, Message,
+    MessageBuilder, MessageView, Receiver, SendError, Sender, TrySendError,
 };
 
 fn pair(cfg: &ChannelConfig) -> (Sender, Receiver) {
@@ -90,14 +90,213 @@ fn lookups_fail_with_field_errors() {
     tx.send(MessageBuilder::new().meta_i64("n", 1)).unwrap();
     let m = rx.recv().unwrap();
     match m.record(1) {
-        Err(Error::Field(FieldError::NoSuchRecord { index: 1, len: 1 })) => {}
+        Err(FieldError::NoSuchRecord { index: 1, len: 1 }) => {}
         other => panic!("expected NoSuchRecord, got {other:?}"),
     }
     match m.record(0).unwrap().array::<f32>("x") {
-        Err(Error::Field(FieldError::NoSuchField { name, known })) => {
+        Err(FieldError::NoSuchField { name, known }) => {
             assert_eq!(name, "x");
             assert_eq!(known, ["n"]);
         }
         other => panic!("expected NoSuchField, got {other:?}"),
     }
+}
+
+/// Reading an array as another element type fails with both dtypes, and the umbrella
+/// [`Error`] keeps the variant whole.
+#[test]
+fn a_wrong_dtype_names_both_and_converts_whole() {
+    let (mut tx, mut rx) = pair(&ChannelConfig::default());
+    let x = [1.0f32, 2.0];
+    tx.send(MessageBuilder::new().array_slice("x", &[2], &x).unwrap())
+        .unwrap();
+    let m = rx.recv().unwrap();
+    let r = m.record(0).unwrap();
+    let e = r.array::<f64>("x").unwrap_err();
+    let wrong = FieldError::WrongDType {
+        name: "x".into(),
+        found: DType::F32,
+        expected: DType::F64,
+    };
+    assert_eq!(e, wrong);
+    assert_eq!(
+        r.slice::<i32>("x").unwrap_err(),
+        FieldError::WrongDType {
+            name: "x".into(),
+            found: DType::F32,
+            expected: DType::I32,
+        }
+    );
+    assert_eq!(
+        r.array_bool("x").unwrap_err(),
+        FieldError::WrongDType {
+            name: "x".into(),
+            found: DType::F32,
+            expected: DType::Bool,
+        }
+    );
+    assert!(e.to_string().contains("read it as f32"), "{e}");
+    assert!(matches!(Error::from(e), Error::Field(f) if f == wrong));
+}
+
+/// A byte other than 0 or 1 in a boolean array is refused with the array's name and the byte.
+#[test]
+fn a_bool_array_holding_another_byte_is_not_a_bool() {
+    let b = ndarray::arr1(&[true, false, true]);
+    let (words, len) = MessageBuilder::new()
+        .array_bool("b", &b)
+        .encode_inline()
+        .unwrap();
+    let mut body = bytemuck::cast_slice::<u64, u8>(&words)[..len].to_vec();
+    // The array's data is the body's last (padded) word.
+    let at = len - 8;
+    assert_eq!(body[at..at + 3], [1, 0, 1]);
+    body[at + 2] = 2;
+    let m = MessageView::decode(&body).unwrap();
+    let e = m.record(0).unwrap().array_bool("b").unwrap_err();
+    let bad = FieldError::NotABool {
+        name: "b".into(),
+        byte: 2,
+    };
+    assert_eq!(e, bad);
+    assert!(matches!(Error::from(e), Error::Field(f) if f == bad));
+}
+
+/// Garbage is not a message: decoding it fails with what is malformed, and the umbrella
+/// [`Error`] keeps the variant whole.
+#[test]
+fn garbage_does_not_decode() {
+    let garbage = [0xA5u8; 64];
+    let e = MessageView::decode(&garbage).unwrap_err();
+    match &e {
+        DecodeError::Malformed(why) => assert!(why.contains("message magic"), "{why}"),
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    assert!(matches!(Error::from(e.clone()), Error::Decode(d) if d == e));
+    // A valid body cut short claims more bytes than it has.
+    let (words, len) = MessageBuilder::new()
+        .meta_i64("n", 1)
+        .encode_inline()
+        .unwrap();
+    let body = &bytemuck::cast_slice::<u64, u8>(&words)[..len];
+    match MessageView::decode(&body[..len - 8]) {
+        Err(DecodeError::Malformed(why)) => assert!(why.contains("claims"), "{why}"),
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+}
+
+/// A message outside the encoding's limits, or holding a loan, is refused by `encode_inline`
+/// with what to change; the umbrella [`Error`] keeps the variant whole.
+#[test]
+fn encode_inline_names_the_limit_broken() {
+    let long = "n".repeat(EncodeError::MAX_NAME + 1);
+    let e = MessageBuilder::new()
+        .meta_i64(long.as_str(), 1)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(e, EncodeError::NameTooLong { name: long.clone() });
+    assert!(
+        matches!(Error::from(e), Error::Encode(EncodeError::NameTooLong { name }) if name == long)
+    );
+
+    let text = "t".repeat(EncodeError::MAX_STR + 1);
+    let e = MessageBuilder::new()
+        .meta_str("s", text.as_str())
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::StringTooLong {
+            name: "s".into(),
+            len: EncodeError::MAX_STR + 1
+        }
+    );
+
+    let deep = ndarray::ArrayD::<u8>::zeros(ndarray::IxDyn(&[1; EncodeError::MAX_NDIM + 1]));
+    let e = MessageBuilder::new()
+        .array("a", &deep)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::TooManyDims {
+            name: "a".into(),
+            ndim: EncodeError::MAX_NDIM + 1
+        }
+    );
+
+    let e = MessageBuilder::new()
+        .meta_i64("d", 1)
+        .meta_f64("d", 2.0)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::DuplicateField {
+            name: "d".into(),
+            record: 0
+        }
+    );
+    assert!(e.to_string().contains("rename one"), "{e}");
+
+    let (mut tx, _rx) = pair(&ChannelConfig::default());
+    let loan = tx.loan::<f32>(&[4]).unwrap().fill(1.0);
+    let e = MessageBuilder::new()
+        .array_loan("l", loan)
+        .encode_inline()
+        .unwrap_err();
+    assert_eq!(e, EncodeError::Loaned { name: "l".into() });
+    assert!(e.to_string().contains("Sender::send"), "{e}");
+}
+
+/// `calibrate`'s error names the step that failed and converts whole into [`Error`], its
+/// source kept.
+#[test]
+fn a_calibration_error_converts_whole() {
+    let lost = CalibrateError::LostData {
+        sent: 4096,
+        received: 1024,
+    };
+    assert!(
+        lost.to_string().contains("4096 sent but 1024 received"),
+        "{lost}"
+    );
+    assert!(matches!(
+        Error::from(lost),
+        Error::Calibrate(CalibrateError::LostData {
+            sent: 4096,
+            received: 1024
+        })
+    ));
+    let recv = Error::from(CalibrateError::Recv(shm_ring::RecvError::Disconnected));
+    let source = std::error::Error::source(&recv).expect("the calibration error");
+    assert!(source.to_string().contains("receiving"), "{source}");
+}
+
+/// An array whose bytes do not match its shape, or of too many dimensions, is refused when
+/// added, with what to change; the umbrella [`Error`] keeps the variant whole.
+#[test]
+fn an_array_of_the_wrong_length_is_refused_when_added() {
+    let e = MessageBuilder::new()
+        .array_slice("x", &[2, 3], &[0f32; 5])
+        .unwrap_err();
+    let wrong = EncodeError::ShapeMismatch {
+        name: "x".into(),
+        shape: vec![2, 3],
+        dtype: DType::F32,
+        bytes: 20,
+    };
+    assert_eq!(e, wrong);
+    assert!(e.to_string().contains("its elements times 4 bytes"), "{e}");
+    assert!(matches!(Error::from(e), Error::Encode(w) if w == wrong));
+    let e = MessageBuilder::new()
+        .array_raw("y", DType::U8, &[1; EncodeError::MAX_NDIM + 1], &[0])
+        .unwrap_err();
+    assert_eq!(
+        e,
+        EncodeError::TooManyDims {
+            name: "y".into(),
+            ndim: EncodeError::MAX_NDIM + 1
+        }
+    );
 }

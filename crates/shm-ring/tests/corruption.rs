@@ -14,8 +14,8 @@ mod common;
 
 use common::{Peer, mem_path, named};
 use shm_ring::{
-    ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
-    RecvTimeoutError, SendError, Sender,
+    ChannelConfig, ChannelLayout, DecodeError, FieldError, Message, MessageBuilder, OpenError,
+    Receiver, RecvError, RecvTimeoutError, SendError, Sender,
 };
 
 fn layout() -> ChannelLayout {
@@ -395,7 +395,9 @@ fn in_place_reads_validate_every_access() {
         // and the field is refused at the access.
         assert_eq!(got.ok(), Some(1), "{expect}");
         match seen {
-            Some(Err(Error::Corrupt(why))) => assert!(why.contains(expect), "{why:?}: {expect:?}"),
+            Some(Err(FieldError::Corrupt(DecodeError::Malformed(why)))) => {
+                assert!(why.contains(expect), "{why:?}: {expect:?}")
+            }
             other => panic!("expected Corrupt({expect:?}), got {other:?}"),
         }
         at += message_slots(&l) * l.slot_size as u64;

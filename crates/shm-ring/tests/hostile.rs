@@ -9,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use common::{Peer, named, poke};
 use shm_ring::{
-    ChannelConfig, ChannelLayout, Error, Message, MessageBuilder, OpenError, Receiver, RecvError,
-    RecvTimeoutError, SendError, SendTimeoutError, Sender, Transfer, channel_layout,
+    ChannelConfig, ChannelLayout, DecodeError, EncodeError, FieldError, Message, MessageBuilder,
+    OpenError, Receiver, RecvError, RecvTimeoutError, SendError, SendTimeoutError, Sender,
+    Transfer, channel_layout,
 };
 
 fn cfg() -> ChannelConfig {
@@ -311,8 +312,10 @@ fn duplicate_field_names_are_refused_by_the_sender() {
         .array_slice("x", &[4], &data)
         .unwrap();
     match tx.send(msg) {
-        Err(SendError::InvalidArgument(why)) => assert!(why.contains("'x'"), "{why}"),
-        other => panic!("expected InvalidArgument, got {other:?}"),
+        Err(SendError::Encode(EncodeError::DuplicateField { name, record: 0 })) => {
+            assert_eq!(name, "x")
+        }
+        other => panic!("expected DuplicateField, got {other:?}"),
     }
     // The same name in two records is fine.
     tx.send(
@@ -381,7 +384,7 @@ fn duplicate_field_names_are_refused_by_the_receiver() {
     // lookup finds the first "xa", then refuses the record for the second one.
     assert_eq!(got.ok(), Some(1));
     match seen {
-        Some(Err(Error::Corrupt(why))) => {
+        Some(Err(FieldError::Corrupt(DecodeError::Malformed(why)))) => {
             assert!(
                 why.contains("field 'xa' appears twice in one record"),
                 "{why}"

@@ -99,11 +99,18 @@ pub fn ring_err(py: Python<'_>, e: impl Into<shm_ring::Error>) -> PyErr {
             "channel layout version {found}, but this shmpipe understands version {expected}: \
              use the same shmpipe version in both processes"
         )),
-        e @ (E::Corrupt(_) | E::NotASegment(_)) => {
-            CorruptMessage::new_err(pythonize(&e.to_string()))
-        }
+        e @ (E::Corrupt(_)
+        | E::NotASegment(_)
+        | E::Decode(_)
+        | E::Field(
+            shm_ring::FieldError::Corrupt(_)
+            | shm_ring::FieldError::Misaligned { .. }
+            | shm_ring::FieldError::NotABool { .. },
+        )) => CorruptMessage::new_err(pythonize(&e.to_string())),
         e @ E::Disconnected => Disconnected::new_err(e.to_string()),
-        e @ E::InvalidArgument(_) => PyValueError::new_err(pythonize(&e.to_string())),
+        e @ (E::InvalidArgument(_) | E::Encode(_)) => {
+            PyValueError::new_err(pythonize(&e.to_string()))
+        }
         E::Os(io) => {
             let err = ShmpipeError::new_err(format!("os error: {io}"));
             if let Some(n) = io.raw_os_error() {

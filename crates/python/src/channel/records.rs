@@ -111,7 +111,10 @@ impl Columns {
             self.cols.iter().map(|c| c.rows).collect::<Vec<_>>(),
         );
         for rec in v.records() {
-            if let Err(e) = rec.and_then(|r| self.add_record(r)) {
+            if let Err(e) = rec
+                .map_err(shm_ring::Error::from)
+                .and_then(|r| self.add_record(r))
+            {
                 self.error = Some(e);
                 self.truncate(before);
                 return;

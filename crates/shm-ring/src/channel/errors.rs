@@ -127,8 +127,11 @@ pub enum SendError {
         /// The setting to raise.
         setting: &'static str,
     },
-    /// The message breaks an encoding limit, or holds a loan of another sender.
+    /// The message holds a loan of another sender.
     InvalidArgument(String),
+    /// The message breaks a limit of the encoding (a name, a string, dimensions, a name
+    /// twice in one record).
+    Encode(crate::EncodeError),
     /// A pool block used for the first time could not be reserved: memory is used up.
     NoSpace {
         /// Segment name.
@@ -301,6 +304,7 @@ impl SendError {
                 setting,
             },
             Error::InvalidArgument(why) => SendError::InvalidArgument(why),
+            Error::Encode(e) => SendError::Encode(e),
             Error::NoSpace {
                 name,
                 needed,
@@ -479,6 +483,7 @@ impl fmt::Display for SendError {
                 setting,
             } => text::too_large(f, what, *needed, *limit, setting),
             SendError::InvalidArgument(w) => text::invalid_argument(f, w),
+            SendError::Encode(e) => e.fmt(f),
             SendError::NoSpace {
                 name,
                 needed,
@@ -583,6 +588,7 @@ impl std::error::Error for SendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             SendError::Os(e) => Some(e),
+            SendError::Encode(e) => Some(e),
             _ => None,
         }
     }

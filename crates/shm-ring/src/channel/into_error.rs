@@ -78,6 +78,7 @@ impl From<SendError> for Error {
                 setting,
             },
             SendError::InvalidArgument(w) => Error::InvalidArgument(w),
+            SendError::Encode(e) => Error::Encode(e),
             SendError::NoSpace {
                 name,
                 needed,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::receiver::RxShared;
-use crate::error::Error;
+use crate::FieldError;
 use crate::message::{MessageView, RecordView};
 
 /// A received message, owned: its body was copied out of the ring, and the pool blocks of its
@@ -35,8 +35,9 @@ impl Message {
     /// Record `i`.
     ///
     /// # Errors
-    /// [`Error::Field`] ([`FieldError::NoSuchRecord`](crate::FieldError::NoSuchRecord)) past the end, [`Error::Corrupt`].
-    pub fn record(&self, i: usize) -> Result<RecordView<'_>, Error> {
+    /// [`FieldError::NoSuchRecord`] past the end, [`FieldError::Corrupt`] (not after a
+    /// validated receive).
+    pub fn record(&self, i: usize) -> Result<RecordView<'_>, FieldError> {
         self.view().record(i)
     }
 

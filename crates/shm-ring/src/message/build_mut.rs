@@ -4,9 +4,9 @@
 
 use std::borrow::Cow;
 
-use super::{ArraySrc, FieldB, FieldSrc, MAX_NDIM, MessageBuilder, MetaValue};
+use super::EncodeError;
+use super::{ArraySrc, FieldB, FieldSrc, MessageBuilder, MetaValue};
 use crate::dtype::DType;
-use crate::error::Error;
 
 impl<'a> MessageBuilder<'a> {
     /// Sets the message tag in place (as [`MessageBuilder::tag`]).
@@ -45,8 +45,7 @@ impl<'a> MessageBuilder<'a> {
     /// [`MessageBuilder::array_raw`]).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the byte length does not match shape and dtype; nothing
-    /// is added then.
+    /// As [`MessageBuilder::array_raw`]; nothing is added then.
     #[inline]
     pub fn push_array_raw(
         &mut self,
@@ -54,18 +53,11 @@ impl<'a> MessageBuilder<'a> {
         dtype: DType,
         shape: &[usize],
         bytes: &'a [u8],
-    ) -> Result<(), Error> {
-        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        if n.and_then(|n| n.checked_mul(dtype.size())) != Some(bytes.len())
-            || shape.len() > MAX_NDIM
-        {
-            return Err(Error::InvalidArgument(format!(
-                "shape {shape:?} of {dtype} does not match {} bytes",
-                bytes.len()
-            )));
-        }
+    ) -> Result<(), EncodeError> {
+        let name = name.into();
+        super::error::check_array(&name, dtype, shape, bytes.len())?;
         self.fields.push(FieldB {
-            name: name.into(),
+            name,
             src: FieldSrc::Array {
                 dtype,
                 shape: shape.iter().map(|&d| d as u64).collect(),
@@ -130,7 +122,15 @@ mod tests {
     fn push_array_raw_refuses_a_wrong_length_and_adds_nothing() {
         let mut b = MessageBuilder::new();
         let e = b.push_array_raw("x", DType::F64, &[3], &[0u8; 16]);
-        assert!(matches!(e, Err(Error::InvalidArgument(_))), "{e:?}");
+        assert_eq!(
+            e,
+            Err(EncodeError::ShapeMismatch {
+                name: "x".into(),
+                shape: vec![3],
+                dtype: DType::F64,
+                bytes: 16
+            })
+        );
         assert!(b.fields.is_empty());
     }
 }

@@ -2,6 +2,8 @@
 
 use super::decode::{rd_u32, rd_u64};
 use super::*;
+#[cfg(feature = "unstable-internals")]
+use crate::error::Error;
 use crate::ring::bytes::ShmBytes;
 
 /// Bodies up to this size are copied whole for an in-place read; larger ones get their

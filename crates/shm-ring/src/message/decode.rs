@@ -98,7 +98,8 @@ impl<'a> MessageView<'a> {
         self.records == 0
     }
 
-    /// The records, in order; a record that fails validation ends the iteration with an error.
+    /// The records, in order; a record that fails validation ends the iteration with a
+    /// [`DecodeError`].
     pub fn records(&self) -> Records<'a> {
         Records {
             body: self.body,
@@ -113,15 +114,12 @@ impl<'a> MessageView<'a> {
     ///
     /// # Errors
     /// [`FieldError::NoSuchRecord`](crate::FieldError::NoSuchRecord) past the end;
-    /// [`Error::Corrupt`] on invalid encoding.
-    pub fn record(&self, i: usize) -> Result<RecordView<'a>, Error> {
+    /// [`FieldError::Corrupt`](crate::FieldError::Corrupt) on invalid encoding.
+    pub fn record(&self, i: usize) -> Result<RecordView<'a>, crate::FieldError> {
         let len = self.len();
         match self.records().nth(i) {
-            Some(r) => r,
-            None => Err(Error::Field(crate::FieldError::NoSuchRecord {
-                index: i,
-                len,
-            })),
+            Some(r) => r.map_err(crate::FieldError::Corrupt),
+            None => Err(crate::FieldError::NoSuchRecord { index: i, len }),
         }
     }
 
@@ -142,8 +140,8 @@ impl<'a> MessageView<'a> {
         let mut names: SmallVec<[&str; 8]> = SmallVec::new();
         for r in self.records() {
             names.clear();
-            for field in r?.fields() {
-                let field = field?;
+            for field in r.map_err(DecodeError::into_internal)?.fields() {
+                let field = field.map_err(DecodeError::into_internal)?;
                 let name = field.name_a();
                 if names.contains(&name) {
                     return Err(duplicate(name));
@@ -171,7 +169,7 @@ pub struct Records<'a> {
 }
 
 impl<'a> Iterator for Records<'a> {
-    type Item = Result<RecordView<'a>, Error>;
+    type Item = Result<RecordView<'a>, DecodeError>;
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
@@ -181,14 +179,18 @@ impl<'a> Iterator for Records<'a> {
         let p = self.pos;
         if p + RECORD_HEADER > b.len() {
             self.left = 0;
-            return Some(Err(corrupt("record header past the end of the body")));
+            return Some(Err(DecodeError::Malformed(
+                "record header past the end of the body".into(),
+            )));
         }
         let len = rd_u32(b, p) as usize;
         let n = rd_u32(b, p + 4);
         let tag = rd_u64(b, p + 8);
         if len < RECORD_HEADER || !len.is_multiple_of(8) || len > b.len() - p {
             self.left = 0;
-            return Some(Err(corrupt(format!("record of {len} bytes at {p}"))));
+            return Some(Err(DecodeError::Malformed(format!(
+                "record of {len} bytes at {p}"
+            ))));
         }
         self.pos = p + len;
         Some(Ok(RecordView {
@@ -246,7 +248,7 @@ pub enum FieldRef<'a> {
 #[inline(never)]
 fn rest_has(mut fields: Fields<'_>, name: &str) -> Result<(), Error> {
     while let Some(g) = fields.find(name) {
-        if g?.name() == name {
+        if g.map_err(DecodeError::into_internal)?.name() == name {
             return Err(duplicate(name));
         }
     }
@@ -285,13 +287,13 @@ pub struct Fields<'a> {
 }
 
 impl<'a> Iterator for Fields<'a> {
-    type Item = Result<FieldRef<'a>, Error>;
+    type Item = Result<FieldRef<'a>, DecodeError>;
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
             return None;
         }
         self.left -= 1;
-        let r = self.parse();
+        let r = self.parse().map_err(DecodeError::from_internal);
         if r.is_err() {
             self.left = 0;
         }
@@ -304,7 +306,7 @@ impl<'a> Fields<'a> {
     /// (every skip is bounds-checked; anything odd falls back to the full parse, which reports
     /// it), then parses that field.
     #[inline]
-    fn find(&mut self, name: &str) -> Option<Result<FieldRef<'a>, Error>> {
+    fn find(&mut self, name: &str) -> Option<Result<FieldRef<'a>, DecodeError>> {
         let b = self.rec.body;
         let end = self.rec.end;
         while self.left > 0 {
@@ -502,9 +504,10 @@ impl FieldHeader {
 /// Decodes a body made by [`encode_inline`] (or received): arrays in blocks are refused.
 ///
 /// # Errors
-/// [`Error::Corrupt`] on any invalid encoding.
-pub fn decode(body: &[u8]) -> Result<MessageView<'_>, Error> {
-    let v = MessageView::parse(body, PoolRef::empty())?;
-    v.validate_all(|_, _| {})?;
+/// [`DecodeError::Malformed`](DecodeError::Malformed) on any invalid encoding.
+pub fn decode(body: &[u8]) -> Result<MessageView<'_>, DecodeError> {
+    let v = MessageView::parse(body, PoolRef::empty()).map_err(DecodeError::from_internal)?;
+    v.validate_all(|_, _| {})
+        .map_err(DecodeError::from_internal)?;
     Ok(v)
 }

@@ -3,7 +3,6 @@
 use smallvec::SmallVec;
 
 use super::*;
-use crate::error::Error;
 use crate::ring::bytes::ShmBytesMut;
 
 fn field_size(f: &FieldB<'_>, place: Place) -> usize {
@@ -24,15 +23,15 @@ fn field_size(f: &FieldB<'_>, place: Place) -> usize {
 
 /// Names must be unique within a record (or two lookups of one name could disagree).
 #[cold]
-fn check_unique(m: &MessageBuilder<'_>) -> Result<(), Error> {
+fn check_unique(m: &MessageBuilder<'_>) -> Result<(), EncodeError> {
     for r in 0..m.len() {
         let fields = &m.fields[m.record_range(r)];
         for (i, f) in fields.iter().enumerate().skip(1) {
             if fields[..i].iter().any(|g| g.name == f.name) {
-                return Err(Error::InvalidArgument(format!(
-                    "field '{}' appears twice in record {r}: names must be unique per record",
-                    f.name
-                )));
+                return Err(EncodeError::DuplicateField {
+                    name: f.name.to_string(),
+                    record: r,
+                });
             }
         }
     }
@@ -40,31 +39,28 @@ fn check_unique(m: &MessageBuilder<'_>) -> Result<(), Error> {
 }
 
 /// Checks limits of the encoding (name and string lengths, dimensions) before encoding.
-pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), Error> {
+pub(crate) fn check_limits(m: &MessageBuilder<'_>) -> Result<(), EncodeError> {
     if m.fields.len() > 1 {
         check_unique(m)?;
     }
     for f in &m.fields {
-        if f.name.len() > 255 {
-            return Err(Error::InvalidArgument(format!(
-                "field name of {} bytes (limit 255)",
-                f.name.len()
-            )));
+        if f.name.len() > EncodeError::MAX_NAME {
+            return Err(EncodeError::NameTooLong {
+                name: f.name.to_string(),
+            });
         }
         match &f.src {
-            FieldSrc::Meta(MetaValue::Str(s)) if s.len() > 65535 => {
-                return Err(Error::InvalidArgument(format!(
-                    "metadata string '{}' of {} bytes (limit 65535)",
-                    f.name,
-                    s.len()
-                )));
+            FieldSrc::Meta(MetaValue::Str(s)) if s.len() > EncodeError::MAX_STR => {
+                return Err(EncodeError::StringTooLong {
+                    name: f.name.to_string(),
+                    len: s.len(),
+                });
             }
             FieldSrc::Array { shape, .. } if shape.len() > MAX_NDIM => {
-                return Err(Error::InvalidArgument(format!(
-                    "array '{}' has {} dimensions (limit {MAX_NDIM})",
-                    f.name,
-                    shape.len()
-                )));
+                return Err(EncodeError::TooManyDims {
+                    name: f.name.to_string(),
+                    ndim: shape.len(),
+                });
             }
             _ => {}
         }
@@ -198,9 +194,9 @@ impl Writer<'_> {
 
 /// Encodes a message with every array inline into a fresh, 8-aligned buffer (for tests,
 /// tools and process-local use) and returns the buffer and the body length.
-pub fn encode_inline(m: &MessageBuilder<'_>) -> Result<(Vec<u64>, usize), Error> {
+pub fn encode_inline(m: &MessageBuilder<'_>) -> Result<(Vec<u64>, usize), EncodeError> {
     check_limits(m)?;
-    if m.fields.iter().any(|f| {
+    if let Some(f) = m.fields.iter().find(|f| {
         matches!(
             f.src,
             FieldSrc::Array {
@@ -209,9 +205,9 @@ pub fn encode_inline(m: &MessageBuilder<'_>) -> Result<(Vec<u64>, usize), Error>
             }
         )
     }) {
-        return Err(Error::InvalidArgument(
-            "loaned arrays need a channel".into(),
-        ));
+        return Err(EncodeError::Loaned {
+            name: f.name.to_string(),
+        });
     }
     let places: SmallVec<[Place; 8]> = m
         .fields

@@ -1,16 +1,15 @@
 //! A message outside a channel: encoded into one self-contained byte string (every array
 //! inline), for another transport (a socket, a file), and decoded back.
 
-use super::{MessageBuilder, MessageView, decode, encode};
-use crate::error::Error;
+use super::{DecodeError, EncodeError, MessageBuilder, MessageView, decode, encode};
 
 impl MessageBuilder<'_> {
     /// Encodes the message with every array inline into a fresh, 8-aligned buffer; returns the
     /// buffer and the length of the body in bytes (the buffer is padded to whole words).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a loaned array (it lives in a channel's pool) and for a
-    /// message over the encoding's limits.
+    /// [`EncodeError::Loaned`] for a loaned array (it lives in a channel's pool); the other
+    /// [`EncodeError`]s for a message over the encoding's limits.
     ///
     /// # Examples
     /// ```
@@ -21,7 +20,7 @@ impl MessageBuilder<'_> {
     /// assert_eq!((m.tag(), m.record(0)?.meta_i64("n")), (3, Some(7)));
     /// # Ok::<(), shm_ring::Error>(())
     /// ```
-    pub fn encode_inline(&self) -> Result<(Vec<u64>, usize), Error> {
+    pub fn encode_inline(&self) -> Result<(Vec<u64>, usize), EncodeError> {
         encode::encode_inline(self)
     }
 }
@@ -31,8 +30,8 @@ impl<'a> MessageView<'a> {
     /// file); a body that refers to pool blocks is refused.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] on any invalid encoding.
-    pub fn decode(body: &'a [u8]) -> Result<MessageView<'a>, Error> {
+    /// [`DecodeError::Malformed`] on any invalid encoding (what is wrong, and where).
+    pub fn decode(body: &'a [u8]) -> Result<MessageView<'a>, DecodeError> {
         decode::decode(body)
     }
 }

@@ -22,7 +22,6 @@ use std::borrow::Cow;
 use smallvec::SmallVec;
 
 use crate::dtype::{DType, Element};
-use crate::error::Error;
 use crate::pool::{ArrayLoan, LoanToken};
 
 pub(crate) const BODY_MAGIC: u32 = u32::from_le_bytes(*b"SRB2");
@@ -130,6 +129,7 @@ mod build_mut;
 mod copy;
 mod decode;
 mod encode;
+mod error;
 mod inline;
 
 pub(crate) use crate::pool::PoolRef;
@@ -138,6 +138,7 @@ pub(crate) use copy::copy_for_parse;
 pub use copy::read_in_place;
 pub use decode::{ArrayInfo, FieldRef, Fields, MessageView, RecordView, Records};
 pub(crate) use encode::{body_len, check_limits, encode};
+pub use error::{DecodeError, EncodeError};
 
 #[inline]
 const fn pad8(n: usize) -> usize {
@@ -322,21 +323,23 @@ impl<'a> MessageBuilder<'a> {
     /// Adds an array given as a row-major slice and a shape.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the shape does not match the slice length.
+    /// [`EncodeError::ShapeMismatch`] if the shape does not match the slice length,
+    /// [`EncodeError::TooManyDims`].
     #[inline]
     pub fn array_slice<T: Element>(
         self,
         name: impl Into<Cow<'a, str>>,
         shape: &[usize],
         data: &'a [T],
-    ) -> Result<Self, Error> {
+    ) -> Result<Self, EncodeError> {
         self.array_raw(name, T::DTYPE, shape, bytemuck::cast_slice(data))
     }
 
     /// Adds an array whose dtype is only known at run time, as raw little-endian bytes.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] if the byte length does not match shape and dtype.
+    /// [`EncodeError::ShapeMismatch`] if the byte length does not match shape and dtype,
+    /// [`EncodeError::TooManyDims`].
     #[inline]
     pub fn array_raw(
         self,
@@ -344,16 +347,9 @@ impl<'a> MessageBuilder<'a> {
         dtype: DType,
         shape: &[usize],
         bytes: &'a [u8],
-    ) -> Result<Self, Error> {
-        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
-        if n.and_then(|n| n.checked_mul(dtype.size())) != Some(bytes.len())
-            || shape.len() > MAX_NDIM
-        {
-            return Err(Error::InvalidArgument(format!(
-                "shape {shape:?} of {dtype} does not match {} bytes",
-                bytes.len()
-            )));
-        }
+    ) -> Result<Self, EncodeError> {
+        let name = name.into();
+        error::check_array(&name, dtype, shape, bytes.len())?;
         Ok(self.push(
             name,
             FieldSrc::Array {

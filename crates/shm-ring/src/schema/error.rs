@@ -113,7 +113,8 @@ impl fmt::Display for SchemaError {
 
 impl std::error::Error for SchemaError {}
 
-/// A field looked up by name or position that the schema (or message) does not have.
+/// Why a field of a message (or schema) could not be read: looked up by a name or position
+/// that is not there, read as another kind or element type than it has, or not valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FieldError {
@@ -136,6 +137,32 @@ pub enum FieldError {
         /// Its name.
         name: String,
     },
+    /// The array has another element type than the one asked for.
+    WrongDType {
+        /// Array name.
+        name: String,
+        /// Its element type.
+        found: crate::DType,
+        /// The element type asked for.
+        expected: crate::DType,
+    },
+    /// The array's data is not aligned for its element type (a sender that placed it
+    /// wrongly: a bug or a hostile process).
+    Misaligned {
+        /// Array name.
+        name: String,
+        /// Its element type.
+        dtype: crate::DType,
+    },
+    /// A boolean array holds a byte other than 0 or 1.
+    NotABool {
+        /// Array name.
+        name: String,
+        /// The first such byte.
+        byte: u8,
+    },
+    /// The message's encoding failed validation on the way to the field.
+    Corrupt(crate::DecodeError),
 }
 
 impl fmt::Display for FieldError {
@@ -153,8 +180,34 @@ impl fmt::Display for FieldError {
                 f,
                 "field '{name}' is metadata, not an array: read it with meta/meta_i64/meta_str"
             ),
+            FieldError::WrongDType {
+                name,
+                found,
+                expected,
+            } => write!(
+                f,
+                "array '{name}' holds {found}, not {expected}: read it as {found}"
+            ),
+            FieldError::Misaligned { name, dtype } => write!(
+                f,
+                "array '{name}' of {dtype} is not aligned for its element type (the sender \
+                 placed it wrongly: a bug or a hostile process; read it with array_bytes)"
+            ),
+            FieldError::NotABool { name, byte } => write!(
+                f,
+                "boolean array '{name}' holds byte {byte} (only 0 and 1 are bools: the sender \
+                 wrote another type; read it with array_bytes or array::<u8>)"
+            ),
+            FieldError::Corrupt(e) => write!(f, "{e}"),
         }
     }
 }
 
-impl std::error::Error for FieldError {}
+impl std::error::Error for FieldError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FieldError::Corrupt(e) => Some(e),
+            _ => None,
+        }
+    }
+}

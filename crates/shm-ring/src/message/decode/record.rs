@@ -4,6 +4,33 @@
 use ndarray::{ArrayD, ArrayViewD, IxDyn};
 
 use super::*;
+use crate::{DecodeError, FieldError};
+
+/// A failed validation met while reading a field, as a [`FieldError`].
+#[cold]
+fn corrupt_field(e: Error) -> FieldError {
+    FieldError::Corrupt(DecodeError::from_internal(e))
+}
+
+/// `Err` unless array `a` holds elements of type `expected`.
+fn check_dtype(a: &ArrayInfo<'_>, expected: DType) -> Result<(), FieldError> {
+    if a.dtype == expected {
+        return Ok(());
+    }
+    Err(FieldError::WrongDType {
+        name: a.name.to_string(),
+        found: a.dtype,
+        expected,
+    })
+}
+
+/// The elements of array `a`, if its data is aligned for `T`.
+fn cast<'a, T: Element>(a: &ArrayInfo<'a>) -> Result<&'a [T], FieldError> {
+    bytemuck::try_cast_slice(a.bytes).map_err(|_| FieldError::Misaligned {
+        name: a.name.to_string(),
+        dtype: a.dtype,
+    })
+}
 
 impl<'a> RecordView<'a> {
     /// All fields, in the order they were added.
@@ -21,15 +48,15 @@ impl<'a> RecordView<'a> {
         self.tag
     }
 
-    fn find(&self, name: &str) -> Result<FieldRef<'a>, Error> {
+    fn find(&self, name: &str) -> Result<FieldRef<'a>, FieldError> {
         let mut fields = self.fields();
         while let Some(f) = fields.find(name) {
-            let f = f?;
+            let f = f.map_err(FieldError::Corrupt)?;
             if f.name() == name {
                 // A second field of that name would make two lookups disagree (one field's
                 // dtype, another's bytes): refuse the record.
                 if fields.left > 0 {
-                    rest_has(fields, name)?;
+                    rest_has(fields, name).map_err(corrupt_field)?;
                 }
                 return Ok(f);
             }
@@ -38,14 +65,14 @@ impl<'a> RecordView<'a> {
     }
 
     #[cold]
-    fn no_such_field(&self, name: &str) -> Error {
-        Error::Field(crate::FieldError::NoSuchField {
+    fn no_such_field(&self, name: &str) -> FieldError {
+        FieldError::NoSuchField {
             name: name.to_string(),
             known: self
                 .fields()
                 .filter_map(|f| f.ok().map(|f| f.name().to_string()))
                 .collect(),
-        })
+        }
     }
 
     /// The elements of array `name` in row-major order, without building an ndarray view
@@ -56,28 +83,22 @@ impl<'a> RecordView<'a> {
     ///
     /// # Errors
     /// As [`RecordView::array`].
-    pub fn slice<T: Element>(&self, name: &str) -> Result<&'a [T], Error> {
+    pub fn slice<T: Element>(&self, name: &str) -> Result<&'a [T], FieldError> {
         let a = self.array_info(name)?;
-        if a.dtype != T::DTYPE {
-            return Err(Error::DTypeMismatch {
-                name: name.to_string(),
-                found: a.dtype,
-                expected: T::DTYPE,
-            });
-        }
-        bytemuck::try_cast_slice(a.bytes).map_err(|e| corrupt(format!("array '{name}': {e:?}")))
+        check_dtype(&a, T::DTYPE)?;
+        cast(&a)
     }
 
     /// The array `name` and its description.
     ///
     /// # Errors
-    /// [`Error::Field`], [`Error::Corrupt`].
-    pub fn array_info(&self, name: &str) -> Result<ArrayInfo<'a>, Error> {
+    /// [`FieldError::NoSuchField`], [`FieldError::NotAnArray`], [`FieldError::Corrupt`].
+    pub fn array_info(&self, name: &str) -> Result<ArrayInfo<'a>, FieldError> {
         match self.find(name)? {
             FieldRef::Array(a) => Ok(a),
-            FieldRef::Meta(..) => Err(Error::Field(crate::FieldError::NotAnArray {
+            FieldRef::Meta(..) => Err(FieldError::NotAnArray {
                 name: name.to_string(),
-            })),
+            }),
         }
     }
 
@@ -89,53 +110,44 @@ impl<'a> RecordView<'a> {
     /// (`to_owned()`) before trusting values you check.
     ///
     /// # Errors
-    /// [`Error::Field`], [`Error::DTypeMismatch`], [`Error::Corrupt`] (also if the data is
-    /// misaligned for `T`).
-    pub fn array<T: Element>(&self, name: &str) -> Result<ArrayViewD<'a, T>, Error> {
+    /// As [`RecordView::array_info`]; [`FieldError::WrongDType`] for another element type
+    /// than `T`, [`FieldError::Misaligned`] for data not aligned for `T`.
+    pub fn array<T: Element>(&self, name: &str) -> Result<ArrayViewD<'a, T>, FieldError> {
         let a = self.array_info(name)?;
-        if a.dtype != T::DTYPE {
-            return Err(Error::DTypeMismatch {
-                name: name.to_string(),
-                found: a.dtype,
-                expected: T::DTYPE,
-            });
-        }
-        let data: &'a [T] = bytemuck::try_cast_slice(a.bytes)
-            .map_err(|e| corrupt(format!("array '{name}': {e:?}")))?;
+        check_dtype(&a, T::DTYPE)?;
+        let data: &'a [T] = cast(&a)?;
         ArrayViewD::from_shape(IxDyn(&a.shape), data)
-            .map_err(|e| corrupt(format!("array '{name}': {e}")))
+            .map_err(|e| corrupt_field(corrupt(format!("array '{name}': {e}"))))
     }
 
     /// The boolean array `name`, checked (every byte must be 0 or 1) and copied.
     ///
     /// # Errors
-    /// As [`RecordView::array`]; [`Error::Corrupt`] for a byte other than 0 or 1.
-    pub fn array_bool(&self, name: &str) -> Result<ArrayD<bool>, Error> {
+    /// As [`RecordView::array`]; [`FieldError::NotABool`] for a byte other than 0 or 1.
+    pub fn array_bool(&self, name: &str) -> Result<ArrayD<bool>, FieldError> {
         let a = self.array_info(name)?;
-        if a.dtype != DType::Bool {
-            return Err(Error::DTypeMismatch {
-                name: name.to_string(),
-                found: a.dtype,
-                expected: DType::Bool,
-            });
-        }
+        check_dtype(&a, DType::Bool)?;
         let v = a
             .bytes
             .iter()
             .map(|&x| match x {
                 0 => Ok(false),
                 1 => Ok(true),
-                x => Err(corrupt(format!("array '{name}': byte {x} is not a bool"))),
+                byte => Err(FieldError::NotABool {
+                    name: name.to_string(),
+                    byte,
+                }),
             })
-            .collect::<Result<Vec<bool>, Error>>()?;
-        ArrayD::from_shape_vec(IxDyn(&a.shape), v).map_err(|e| corrupt(e.to_string()))
+            .collect::<Result<Vec<bool>, FieldError>>()?;
+        ArrayD::from_shape_vec(IxDyn(&a.shape), v)
+            .map_err(|e| corrupt_field(corrupt(format!("array '{name}': {e}"))))
     }
 
     /// The raw bytes of array `name` (any dtype).
     ///
     /// # Errors
-    /// [`Error::Field`], [`Error::Corrupt`].
-    pub fn array_bytes(&self, name: &str) -> Result<&'a [u8], Error> {
+    /// As [`RecordView::array_info`].
+    pub fn array_bytes(&self, name: &str) -> Result<&'a [u8], FieldError> {
         Ok(self.array_info(name)?.bytes)
     }
 
