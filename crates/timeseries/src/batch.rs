@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::entry::{FieldArray, DataEntry};
+use crate::entry::{DataEntry, FieldArray};
 use crate::error::BatchError;
 use crate::period::Period;
 

@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::entry::{FieldArray, DataEntry, field};
+use crate::entry::{DataEntry, FieldArray, field};
 use crate::error::TransformError;
 use crate::features::{TimeFeature, fill_time_features_strided};
 use crate::sampler::InstanceSampler;

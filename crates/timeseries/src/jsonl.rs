@@ -22,7 +22,7 @@ mod reader;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::entry::{FieldArray, DataEntry, field};
+use crate::entry::{DataEntry, FieldArray, field};
 use crate::error::{ParseError, ParseErrorKind};
 
 use crate::period::{Freq, Period};

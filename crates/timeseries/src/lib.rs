@@ -42,7 +42,7 @@ pub mod transform;
 pub mod workload;
 
 pub use batch::{Batch, Batcher};
-pub use entry::{FieldArray, DataEntry, field};
+pub use entry::{DataEntry, FieldArray, field};
 pub use error::{BatchError, ParseError, ReadError, TimeError, TransformError};
 pub use period::{DateTime, Freq, FreqUnit, Period};
 pub use transform::{Chain, Transform};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Deserializer;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use crate::entry::{FieldArray, DataEntry, field};
+use crate::entry::{DataEntry, FieldArray, field};
 use crate::error::{ParseError, ParseErrorKind};
 use crate::period::{Freq, Period};
 

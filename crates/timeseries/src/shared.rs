@@ -53,7 +53,7 @@ pub(crate) mod memfd;
 
 pub use error::SharedError;
 
-use crate::entry::{FieldArray, DataEntry, MAX_NDIM};
+use crate::entry::{DataEntry, FieldArray, MAX_NDIM};
 use crate::period::{Freq, Period};
 
 /// First bytes of a shared dataset.

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::entry::{FieldArray, DataEntry};
+use crate::entry::{DataEntry, FieldArray};
 use crate::error::TransformError;
 use crate::features::{TimeFeature, fill_time_features};
 use crate::sampler::InstanceSampler;
@@ -52,7 +52,11 @@ pub trait Transform: Send + fmt::Debug {
     fn reseed(&mut self, _seed: u64) {}
 }
 
-fn get<'e>(e: &'e DataEntry, step: &'static str, name: &str) -> Result<&'e FieldArray, TransformError> {
+fn get<'e>(
+    e: &'e DataEntry,
+    step: &'static str,
+    name: &str,
+) -> Result<&'e FieldArray, TransformError> {
     e.get(name).ok_or_else(|| TransformError::MissingField {
         step,
         field: name.to_owned(),
@@ -412,7 +416,10 @@ impl Transform for VstackFeatures {
                 }
             }
         }
-        entry.insert(self.output_field.clone(), FieldArray::new(&[rows, len], data));
+        entry.insert(
+            self.output_field.clone(),
+            FieldArray::new(&[rows, len], data),
+        );
         out.push(entry);
         Ok(())
     }
@@ -558,7 +565,11 @@ impl InstanceSplitter {
     }
 
     /// Past and future windows of `a` at split point `idx`.
-    fn split(&self, a: &FieldArray, idx: usize) -> Result<(FieldArray, FieldArray), TransformError> {
+    fn split(
+        &self,
+        a: &FieldArray,
+        idx: usize,
+    ) -> Result<(FieldArray, FieldArray), TransformError> {
         let nd = a.ndim();
         if nd == 0 || nd > 2 {
             return Err(TransformError::BadNdim {
@@ -599,7 +610,10 @@ impl InstanceSplitter {
             }
         }
         Ok(if nd == 1 {
-            (FieldArray::new(&[past_len], past), FieldArray::new(&[fut_len], fut))
+            (
+                FieldArray::new(&[past_len], past),
+                FieldArray::new(&[fut_len], fut),
+            )
         } else if transpose {
             (
                 FieldArray::new(&[past_len, rows], past),

@@ -3,7 +3,7 @@
 use proptest::prelude::*;
 use shmpipe_timeseries::batch::stack;
 use shmpipe_timeseries::workload::{ChainConfig, Split, deepar_chain, deepar_chain_fused};
-use shmpipe_timeseries::{FieldArray, DataEntry, Period};
+use shmpipe_timeseries::{DataEntry, FieldArray, Period};
 
 fn entry(values: &[Option<f32>], start: i64, freq: &str, with_static: bool) -> DataEntry {
     let mut e = DataEntry::default();

@@ -13,7 +13,7 @@ use common::{json_entries, map_chain, splitter, strs};
 use serde_json::Value;
 use shmpipe_timeseries::batch::stack;
 use shmpipe_timeseries::features::{fill_time_features, time_features_for};
-use shmpipe_timeseries::{FieldArray, DataEntry, Freq, Period};
+use shmpipe_timeseries::{DataEntry, FieldArray, Freq, Period};
 
 /// Largest difference allowed in the age feature, in `f32` ULPs: numpy 2.4.6
 /// (AVX-512) differs from the correctly rounded `log10` on 63% of `t < 200,000`,

@@ -6,7 +6,7 @@ use shmpipe_timeseries::sampler::{InstanceSampler, PredictionSplitSampler};
 use shmpipe_timeseries::transform::{
     AddAgeFeature, AsNumpyArray, Chain, InstanceSplitter, RemoveFields, Transform, VstackFeatures,
 };
-use shmpipe_timeseries::{FieldArray, BatchError, DataEntry, Period, TransformError};
+use shmpipe_timeseries::{BatchError, DataEntry, FieldArray, Period, TransformError};
 
 fn entry(target: FieldArray) -> DataEntry {
     let mut e = DataEntry::default();

@@ -9,7 +9,7 @@ use super::names::{
     START_FIELD, START_META,
 };
 use crate::batch::Batch;
-use crate::entry::{FieldArray, DataEntry};
+use crate::entry::{DataEntry, FieldArray};
 use crate::period::{Freq, Period};
 
 /// Converts an entry into a pipeline item (arrays moved, not copied).
