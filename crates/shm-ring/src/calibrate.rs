@@ -67,12 +67,12 @@ impl fmt::Display for CalibrateError {
 impl std::error::Error for CalibrateError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            CalibrateError::Create(e) => Some(e),
-            CalibrateError::Os(e) => Some(e),
-            CalibrateError::Open(e) => Some(e),
-            CalibrateError::Send(e) => Some(e),
-            CalibrateError::Recv(e) => Some(e),
-            CalibrateError::Read(e) => Some(e),
+            CalibrateError::Create(e) => std::error::Error::source(e),
+            CalibrateError::Os(e) => std::error::Error::source(e),
+            CalibrateError::Open(e) => std::error::Error::source(e),
+            CalibrateError::Send(e) => std::error::Error::source(e),
+            CalibrateError::Recv(e) => std::error::Error::source(e),
+            CalibrateError::Read(e) => std::error::Error::source(e),
             CalibrateError::ConsumerPanicked | CalibrateError::LostData { .. } => None,
         }
     }

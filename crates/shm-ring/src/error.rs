@@ -17,7 +17,7 @@ pub(crate) const BLOCK_OR_LARGE_POOL: &str =
 pub enum Error {
     /// A blocking call ran out of time.
     Timeout,
-    /// The ring is full (non-blocking send) or the pool has no free block (non-blocking loan).
+    /// The ring is full or the pool has no free block (a non-blocking send).
     Full,
     /// The peer closed its end cleanly, and everything it sent has been received.
     Disconnected,
@@ -164,7 +164,15 @@ pub(crate) mod text {
     pub(crate) fn full(f: &mut Formatter<'_>) -> fmt::Result {
         f.write_str(
             "channel full: the consumer has not caught up (wait with `send` or \
-             `send_timeout`, or raise ChannelConfig::slots or ChannelConfig::blocks)",
+             `send_timeout`, or raise ChannelConfig::slots, and for messages with pool \
+             arrays ChannelConfig::blocks)",
+        )
+    }
+
+    pub(crate) fn consumer_gone(f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str(
+            "the consumer closed its end of the channel: nothing more will be read (stop \
+             sending; what was sent and not yet read is dropped with the channel)",
         )
     }
 
@@ -221,6 +229,11 @@ pub(crate) mod text {
                  ChannelConfig::block_size to at least {needed}, or give the channel a \
                  large pool for items of any size (ChannelConfig::large_pool, e.g. \
                  shm_ring::machine_large_pool()), when creating the Sender"
+            )
+        } else if let Some(advice) = setting.strip_prefix("nothing: ") {
+            write!(
+                f,
+                "{what} needs {needed} bytes but the limit is {limit} bytes: {advice}"
             )
         } else {
             write!(
@@ -333,12 +346,12 @@ pub(crate) mod text {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Error::Os(e) => Some(e),
-            Error::Schema(e) => Some(e),
-            Error::Field(e) => Some(e),
-            Error::Decode(e) => Some(e),
-            Error::Encode(e) => Some(e),
-            Error::Calibrate(e) => Some(e),
+            Error::Os(e) => std::error::Error::source(e),
+            Error::Schema(e) => std::error::Error::source(e),
+            Error::Field(e) => std::error::Error::source(e),
+            Error::Decode(e) => std::error::Error::source(e),
+            Error::Encode(e) => std::error::Error::source(e),
+            Error::Calibrate(e) => std::error::Error::source(e),
             _ => None,
         }
     }

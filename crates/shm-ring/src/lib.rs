@@ -5,7 +5,7 @@
 //!
 //! | payload | type | example |
 //! |---|---|---|
-//! | named n-d arrays and metadata, any shape, zero-copy when large | [`Sender<Message>`] / [`Receiver<Message>`] (`Sender` alone means this) | `tx.send(MessageBuilder::new().array_loan("x", loan))` |
+//! | named n-d arrays and metadata, any shape, zero-copy when large | [`Sender<Message>`] / [`Receiver<Message>`] (the default type parameter: `let tx: Sender = ..`; in calls write `Sender::<Message>::create`) | `tx.send(MessageBuilder::new().array_loan("x", loan))` |
 //! | one fixed-size value per message (`[f32; 16]`, a `#[repr(C)]` struct) | [`Sender<T>`] / [`Receiver<T>`], `T: bytemuck::Pod` | `tx.send(&[1.5; 16])` |
 //!
 //! ```

@@ -269,8 +269,40 @@ fn a_calibration_error_converts_whole() {
         })
     ));
     let recv = Error::from(CalibrateError::Recv(shm_ring::RecvError::Disconnected));
-    let source = std::error::Error::source(&recv).expect("the calibration error");
-    assert!(source.to_string().contains("receiving"), "{source}");
+    assert!(recv.to_string().contains("receiving"), "{recv}");
+}
+
+/// A wrapped error's text is part of its wrapper's `Display`, so walking `source()` never
+/// prints a message that the one above it already said (a user's "caused by:" chain).
+#[test]
+fn an_error_chain_prints_each_message_once() {
+    let errors: Vec<Box<dyn std::error::Error>> = vec![
+        Box::new(Error::from(CalibrateError::Recv(
+            shm_ring::RecvError::Disconnected,
+        ))),
+        Box::new(shm_ring::LoanError::Send(shm_ring::SendError::Os(
+            std::io::Error::from_raw_os_error(libc_enomem()),
+        ))),
+        Box::new(Error::from(shm_ring::RecvTimeoutError::Failed(
+            shm_ring::RecvError::Corrupt("a record header past the ring".into()),
+        ))),
+    ];
+    for e in errors {
+        let mut chain = vec![e.to_string()];
+        let mut next = e.source();
+        while let Some(inner) = next {
+            chain.push(inner.to_string());
+            next = inner.source();
+        }
+        for pair in chain.windows(2) {
+            assert!(!pair[0].contains(&pair[1]), "printed twice: {chain:?}");
+        }
+    }
+}
+
+/// ENOMEM, without a libc dependency in this test.
+fn libc_enomem() -> i32 {
+    12
 }
 
 /// An array whose bytes do not match its shape, or of too many dimensions, is refused when

@@ -57,7 +57,7 @@ pub struct ChannelConfig {
     pub linger: Duration,
     /// How long a sender that must wait (ring full or pool empty) waits for a consumer that
     /// has not attached yet, counted from creation (or from the death of the previous
-    /// consumer), before its call fails with [`Error::NoConsumer`](crate::Error::NoConsumer)
+    /// consumer), before its call fails with [`SendError::NoConsumer`](crate::SendError::NoConsumer)
     /// (default 30 s). This also covers a consumer that dies before it attaches: the producer
     /// cannot tell it from one that has not started. `Duration::MAX` waits without bound.
     pub attach_timeout: Duration,

@@ -473,7 +473,7 @@ impl fmt::Display for OpenError {
 impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SendError::Disconnected => text::disconnected(f),
+            SendError::Disconnected => text::consumer_gone(f),
             SendError::PeerDied { pid, reclaimed } => text::peer_died(f, *pid, *reclaimed),
             SendError::NoConsumer { waited } => text::no_consumer(f, *waited),
             SendError::TooLarge {
@@ -500,7 +500,7 @@ impl<T> fmt::Display for TrySendError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TrySendError::Full(_) => text::full(f),
-            TrySendError::Disconnected(_) => text::disconnected(f),
+            TrySendError::Disconnected(_) => text::consumer_gone(f),
             TrySendError::Failed(e, _) => e.fmt(f),
         }
     }
@@ -511,9 +511,10 @@ impl<T> fmt::Display for SendTimeoutError<T> {
         match self {
             SendTimeoutError::Timeout(_) => f.write_str(
                 "timed out: no room in the channel in time (the consumer has not caught up: \
-                 wait longer, or raise ChannelConfig::slots or ChannelConfig::blocks)",
+                 wait longer, or raise ChannelConfig::slots, and for messages with pool arrays \
+                 ChannelConfig::blocks)",
             ),
-            SendTimeoutError::Disconnected(_) => text::disconnected(f),
+            SendTimeoutError::Disconnected(_) => text::consumer_gone(f),
             SendTimeoutError::Failed(e, _) => e.fmt(f),
         }
     }
@@ -523,8 +524,9 @@ impl fmt::Display for LoanError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LoanError::Timeout => f.write_str(
-                "timed out: no free pool block in time (the consumer still holds them: drop \
-                 received messages sooner, wait longer, or raise ChannelConfig::blocks)",
+                "timed out: no free pool block (a message's array) or ring slot (a typed \
+                 value) in time (the consumer still holds them: drop received messages \
+                 sooner, wait longer, or raise ChannelConfig::blocks or ChannelConfig::slots)",
             ),
             LoanError::Send(e) => e.fmt(f),
         }
@@ -563,12 +565,14 @@ impl fmt::Display for RecvTimeoutError {
     }
 }
 
-// ---- std::error::Error: sources chained ----
+// ---- std::error::Error: a wrapped error's text is already part of Display, so source()
+// skips it and hands on its own source (as thiserror's `transparent`): a chain prints
+// each message once. ----
 
 impl std::error::Error for CreateError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            CreateError::Os(e) => Some(e),
+            CreateError::Os(e) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -577,8 +581,8 @@ impl std::error::Error for CreateError {
 impl std::error::Error for OpenError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            OpenError::Os(e) => Some(e),
-            OpenError::Schema(e) => Some(e),
+            OpenError::Os(e) => std::error::Error::source(e),
+            OpenError::Schema(e) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -587,8 +591,8 @@ impl std::error::Error for OpenError {
 impl std::error::Error for SendError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SendError::Os(e) => Some(e),
-            SendError::Encode(e) => Some(e),
+            SendError::Os(e) => std::error::Error::source(e),
+            SendError::Encode(e) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -597,7 +601,7 @@ impl std::error::Error for SendError {
 impl<T: fmt::Debug> std::error::Error for TrySendError<T> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TrySendError::Failed(e, _) => Some(e),
+            TrySendError::Failed(e, _) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -606,7 +610,7 @@ impl<T: fmt::Debug> std::error::Error for TrySendError<T> {
 impl<T: fmt::Debug> std::error::Error for SendTimeoutError<T> {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            SendTimeoutError::Failed(e, _) => Some(e),
+            SendTimeoutError::Failed(e, _) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -615,7 +619,7 @@ impl<T: fmt::Debug> std::error::Error for SendTimeoutError<T> {
 impl std::error::Error for LoanError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            LoanError::Send(e) => Some(e),
+            LoanError::Send(e) => std::error::Error::source(e),
             LoanError::Timeout => None,
         }
     }
@@ -624,7 +628,7 @@ impl std::error::Error for LoanError {
 impl std::error::Error for RecvError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RecvError::Os(e) => Some(e),
+            RecvError::Os(e) => std::error::Error::source(e),
             _ => None,
         }
     }
@@ -633,7 +637,7 @@ impl std::error::Error for RecvError {
 impl std::error::Error for TryRecvError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            TryRecvError::Failed(e) => Some(e),
+            TryRecvError::Failed(e) => std::error::Error::source(e),
             TryRecvError::Empty => None,
         }
     }
@@ -642,7 +646,7 @@ impl std::error::Error for TryRecvError {
 impl std::error::Error for RecvTimeoutError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            RecvTimeoutError::Failed(e) => Some(e),
+            RecvTimeoutError::Failed(e) => std::error::Error::source(e),
             RecvTimeoutError::Timeout => None,
         }
     }

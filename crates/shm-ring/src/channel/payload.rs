@@ -64,7 +64,7 @@ pub(super) fn value_config<T>(cfg: &ChannelConfig) -> Result<ChannelConfig, Erro
             what: "typed value",
             needed: size,
             limit: 65536,
-            setting: "the value type (send larger values as a Message)",
+            setting: "nothing: values of a typed channel are at most 64 KiB; send this as a Message (Sender<Message> with a loan)",
         });
     }
     Ok(ChannelConfig {

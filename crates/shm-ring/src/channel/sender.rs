@@ -263,8 +263,8 @@ impl Sender<Message> {
     ///
     /// # Errors
     /// [`SendError::Disconnected`] if the consumer closed; [`SendError::PeerDied`] if it died
-    /// (its blocks are reclaimed); [`SendError::TooLarge`]; [`SendError::InvalidArgument`] for
-    /// a loan from another sender or a field over the encoding limits. On error, loans in the
+    /// (its blocks are reclaimed); [`SendError::TooLarge`]; [`SendError::Encode`] for a field over the
+    /// encoding limits; [`SendError::InvalidArgument`] for a loan from another sender. On error, loans in the
     /// message go back to the pool.
     pub fn send(&mut self, mut msg: MessageBuilder<'_>) -> Result<(), SendError> {
         let r = self.send_inner(&mut msg, None);

@@ -184,6 +184,14 @@ impl fmt::Display for FieldError {
                 name,
                 found,
                 expected,
+            } if *found == crate::DType::Bool => write!(
+                f,
+                "array '{name}' holds bool, not {expected}: read it with array_bool"
+            ),
+            FieldError::WrongDType {
+                name,
+                found,
+                expected,
             } => write!(
                 f,
                 "array '{name}' holds {found}, not {expected}: read it as {found}"
@@ -206,7 +214,7 @@ impl fmt::Display for FieldError {
 impl std::error::Error for FieldError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            FieldError::Corrupt(e) => Some(e),
+            FieldError::Corrupt(e) => std::error::Error::source(e),
             _ => None,
         }
     }
