@@ -100,13 +100,33 @@ impl fmt::Display for DType {
 /// A type whose arrays can cross processes: plain old data, every bit pattern valid.
 /// `bool` is not one (not every byte is a valid bool): send it as [`DType::Bool`] via
 /// `MessageBuilder::array_bool`, read it back with `RecordView::array_bool`.
-pub trait Element: bytemuck::Pod + Send + Sync + 'static {
+///
+/// Sealed: implemented for the element types of [`DType`] only. A loan's memory is a pool
+/// block, 64-aligned, and a received array's bytes are read as the dtype the message names:
+/// another type (say one aligned to 128 bytes, or of another size than its dtype) would make
+/// misaligned or mis-sized slices, so it cannot be an `Element`:
+///
+/// ```compile_fail
+/// #[repr(C, align(128))]
+/// #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+/// struct Wide([u8; 128]);
+/// impl shm_ring::Element for Wide {
+///     const DTYPE: shm_ring::DType = shm_ring::DType::U8;
+/// }
+/// ```
+pub trait Element: sealed::Sealed + bytemuck::Pod + Send + Sync + 'static {
     /// The dtype code.
     const DTYPE: DType;
 }
 
+mod sealed {
+    /// Implemented only here, for the element types of `DType`.
+    pub trait Sealed {}
+}
+
 macro_rules! element {
     ($($t:ty => $d:ident),*) => {$(
+        impl sealed::Sealed for $t {}
         impl Element for $t {
             const DTYPE: DType = DType::$d;
         }

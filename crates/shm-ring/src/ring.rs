@@ -82,9 +82,9 @@ const _: () = assert!(std::mem::size_of::<RingHeader>() == 512);
 /// Where a ring's header and slots live.
 ///
 /// # Safety
-/// Implementors guarantee that `header()` and the `capacity * slot_size` bytes at `slots()`
-/// stay valid (and at the same address) for the lifetime of `self`, and that the slot memory
-/// is aligned to 8 bytes. The other side may be another process, buggy or hostile, writing
+/// Implementors guarantee that `header()` and the `slots_len()` bytes at `slots()` stay valid
+/// (and at the same address) for the lifetime of `self`, and that the slot memory is aligned
+/// to 8 bytes. Attaching checks the shape's `capacity * slot_size` against `slots_len()`. The other side may be another process, buggy or hostile, writing
 /// anything anywhere: the ring validates every index it loads and hands out slot *pointers*
 /// only, which callers read once into locals (or copy) before validating.
 pub unsafe trait Storage {
@@ -92,6 +92,8 @@ pub unsafe trait Storage {
     fn header(&self) -> &RingHeader;
     /// The first slot.
     fn slots(&self) -> *mut u8;
+    /// How many bytes of slot memory there are at `slots()`.
+    fn slots_len(&self) -> usize;
     /// Called when the producer (`write`) or the consumer takes the slot at index `idx`;
     /// the loom build records the access to detect data races on slots. A no-op otherwise.
     #[inline]
@@ -190,6 +192,17 @@ pub fn split<S: Storage>(a: S, b: S, shape: RingShape) -> (Producer<S>, Consumer
     (Producer::attach(a, shape), Consumer::attach(b, shape))
 }
 
+/// A shape whose slots do not fit the storage would hand out slots past its memory.
+#[track_caller]
+fn assert_fits<S: Storage>(storage: &S, shape: RingShape) {
+    assert!(
+        shape.bytes() <= storage.slots_len(),
+        "ring shape {shape:?} needs {} bytes of slots but its storage holds {}",
+        shape.bytes(),
+        storage.slots_len()
+    );
+}
+
 impl<S: Storage> Producer<S> {
     /// Attaches to the producer side of an existing ring, continuing at its current `tail`.
     ///
@@ -197,6 +210,7 @@ impl<S: Storage> Producer<S> {
     /// If the shape is invalid.
     pub fn attach(storage: S, shape: RingShape) -> Self {
         assert!(shape.is_valid(), "invalid ring shape {shape:?}");
+        assert_fits(&storage, shape);
         let h = storage.header();
         let tail = h.tail.0.load(Ordering::Relaxed);
         // SYNC POINT (Acquire): pairs with the consumer's `release`: slots before `head` are
@@ -415,6 +429,7 @@ impl<S: Storage> Consumer<S> {
     /// If the shape is invalid.
     pub fn attach(storage: S, shape: RingShape) -> Self {
         assert!(shape.is_valid(), "invalid ring shape {shape:?}");
+        assert_fits(&storage, shape);
         let head = storage.header().head.0.load(Ordering::Relaxed);
         Consumer {
             storage,

@@ -24,6 +24,9 @@ unsafe impl Storage for SegStorage {
     fn slots(&self) -> *mut u8 {
         self.0.as_ptr().wrapping_add(SLOTS_AT)
     }
+    fn slots_len(&self) -> usize {
+        self.0.len() - SLOTS_AT
+    }
 }
 
 fn seg_ring(shape: RingShape) -> (Producer<SegStorage>, Consumer<SegStorage>) {

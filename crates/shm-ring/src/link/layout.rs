@@ -311,6 +311,10 @@ unsafe impl Storage for ShmRing {
     fn slots(&self) -> *mut u8 {
         self.seg.as_ptr().wrapping_add(self.slots)
     }
+    fn slots_len(&self) -> usize {
+        // `new` checked that the slots start inside the segment.
+        self.seg.len() - self.slots
+    }
 }
 
 /// The channel header of `seg`.

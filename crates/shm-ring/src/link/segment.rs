@@ -343,6 +343,10 @@ impl Segment {
                  truncate it under our mapping)"
             )));
         }
+        // The size is read again now that the seals are known: before, a holder could still
+        // shrink the file between our fstat and the seal check, and we would map (and touch)
+        // pages past its end: SIGBUS (review 17). Sealed against shrink and grow, it is fixed.
+        let st = sys::fstat(&file)?;
         let len = u64::try_from(st.st_size).unwrap_or(0);
         if len < HEADER_SIZE as u64 {
             return Err(how.refuse(&format!("holds {len} bytes, less than a segment header")));

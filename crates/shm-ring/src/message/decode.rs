@@ -137,16 +137,15 @@ impl<'a> MessageView<'a> {
     /// Parses and validates every record and field, calling `f` for every block reference
     /// (block index, bytes of the array).
     pub(crate) fn validate_all(&self, mut f: impl FnMut(u32, usize)) -> Result<(), Error> {
-        let mut names: SmallVec<[&str; 8]> = SmallVec::new();
+        let mut names = super::unique::UniqueNames::default();
         for r in self.records() {
             names.clear();
             for field in r.map_err(DecodeError::into_internal)?.fields() {
                 let field = field.map_err(DecodeError::into_internal)?;
                 let name = field.name_a();
-                if names.contains(&name) {
+                if !names.insert(name) {
                     return Err(duplicate(name));
                 }
-                names.push(name);
                 if let FieldRef::Array(a) = field
                     && let Some(b) = a.block
                 {

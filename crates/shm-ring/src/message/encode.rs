@@ -24,10 +24,11 @@ fn field_size(f: &FieldB<'_>, place: Place) -> usize {
 /// Names must be unique within a record (or two lookups of one name could disagree).
 #[cold]
 fn check_unique(m: &MessageBuilder<'_>) -> Result<(), EncodeError> {
+    let mut names = super::unique::UniqueNames::default();
     for r in 0..m.len() {
-        let fields = &m.fields[m.record_range(r)];
-        for (i, f) in fields.iter().enumerate().skip(1) {
-            if fields[..i].iter().any(|g| g.name == f.name) {
+        names.clear();
+        for f in &m.fields[m.record_range(r)] {
+            if !names.insert(&f.name) {
                 return Err(EncodeError::DuplicateField {
                     name: f.name.to_string(),
                     record: r,

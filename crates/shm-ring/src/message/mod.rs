@@ -131,6 +131,7 @@ mod decode;
 mod encode;
 mod error;
 mod inline;
+mod unique;
 
 pub(crate) use crate::pool::PoolRef;
 pub(crate) use copy::copy_for_parse;

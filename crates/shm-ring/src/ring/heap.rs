@@ -54,6 +54,9 @@ unsafe impl Storage for HeapStorage {
     fn slots(&self) -> *mut u8 {
         self.inner.slots.as_ptr() as *mut u8
     }
+    fn slots_len(&self) -> usize {
+        self.inner.slots.len() * 8
+    }
     #[cfg(loom)]
     fn track(&self, idx: u32, write: bool) {
         let cell = &self.inner.tracks[idx as usize];

@@ -182,9 +182,14 @@ impl<P> Receiver<P> {
 
     pub(super) fn finish(&mut self, rec: &Rec) {
         self.skip(n_of(rec));
+        // The head first, then the block (as `read_in_place` does): a consumer that dies
+        // between the two leaves a read record and a block still in flight, which the
+        // takeover reclaims. The other order left an unread record whose block was already
+        // back in the pool: the next consumer read it again and returned the block twice
+        // (review 17).
+        self.release_read();
         if let Rec::Block { block, .. } = *rec {
             self.shared.release(&[block]);
         }
-        self.release_read();
     }
 }
