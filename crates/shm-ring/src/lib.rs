@@ -37,7 +37,8 @@
 //! (a burst handed back with one index store). Each operation has its own error
 //! ([`CreateError`], [`OpenError`], [`LoanError`], [`SendError`], [`TrySendError`] and
 //! [`SendTimeoutError`] with the value inside, [`RecvError`], [`TryRecvError`],
-//! [`RecvTimeoutError`]); each converts into [`Error`] without loss, so `?` works.
+//! [`RecvTimeoutError`]); each converts into [`Error`] with its variant and fields (every
+//! kind of timeout, and `TryRecvError::Empty`, become [`Error::Timeout`]), so `?` works.
 //!
 //! A [`Sender`] creates a channel in shared memory (a sealed memfd, never a file in
 //! `/dev/shm`) and serves it by name on a Unix socket in a directory only its user can enter
