@@ -17,6 +17,10 @@ pub(crate) const BLOCK_OR_LARGE_POOL: &str =
 pub enum Error {
     /// A blocking call ran out of time.
     Timeout,
+    /// Nothing to receive right now (a non-blocking receive: [`TryRecvError::Empty`]).
+    ///
+    /// [`TryRecvError::Empty`]: crate::TryRecvError::Empty
+    Empty,
     /// The ring is full or the pool has no free block (a non-blocking send).
     Full,
     /// The peer closed its end cleanly, and everything it sent has been received.
@@ -111,6 +115,7 @@ impl fmt::Display for Error {
         use text::*;
         match self {
             Error::Timeout => timeout(f),
+            Error::Empty => empty(f),
             Error::Full => full(f),
             Error::Disconnected => disconnected(f),
             Error::PeerDied { pid, reclaimed } => peer_died(f, *pid, *reclaimed),
@@ -167,6 +172,10 @@ pub(crate) mod text {
              `send_timeout`, or raise ChannelConfig::slots, and for messages with pool \
              arrays ChannelConfig::blocks)",
         )
+    }
+
+    pub(crate) fn empty(f: &mut Formatter<'_>) -> fmt::Result {
+        f.write_str("nothing to receive right now (wait with `recv` or `recv_timeout`)")
     }
 
     pub(crate) fn consumer_gone(f: &mut Formatter<'_>) -> fmt::Result {

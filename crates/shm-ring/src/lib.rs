@@ -38,7 +38,8 @@
 //! ([`CreateError`], [`OpenError`], [`LoanError`], [`SendError`], [`TrySendError`] and
 //! [`SendTimeoutError`] with the value inside, [`RecvError`], [`TryRecvError`],
 //! [`RecvTimeoutError`]); each converts into [`Error`] with its variant and fields (every
-//! kind of timeout, and `TryRecvError::Empty`, become [`Error::Timeout`]), so `?` works.
+//! kind of timeout becomes [`Error::Timeout`]: the call that returned it says which wait ran
+//! out), so `?` works.
 //!
 //! A [`Sender`] creates a channel in shared memory (a sealed memfd, never a file in
 //! `/dev/shm`) and serves it by name on a Unix socket in a directory only its user can enter

@@ -300,6 +300,20 @@ fn an_error_chain_prints_each_message_once() {
     }
 }
 
+/// An empty channel is not a timeout: `try_recv`'s `Empty` stays `Empty` in the umbrella error.
+#[test]
+fn an_empty_channel_converts_to_empty_not_to_a_timeout() {
+    let (_tx, mut rx) = pair(&ChannelConfig::default());
+    let e = rx.try_recv().expect_err("nothing was sent");
+    assert!(matches!(e, shm_ring::TryRecvError::Empty), "{e}");
+    let umbrella = Error::from(e);
+    assert!(matches!(umbrella, Error::Empty), "{umbrella:?}");
+    assert_eq!(
+        umbrella.to_string(),
+        shm_ring::TryRecvError::Empty.to_string()
+    );
+}
+
 /// ENOMEM, without a libc dependency in this test.
 fn libc_enomem() -> i32 {
     12

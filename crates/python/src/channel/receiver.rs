@@ -108,7 +108,7 @@ impl Receiver {
                 None => return Err(closed()),
                 Some(rx) => match f(rx, Duration::ZERO) {
                     Ok(v) => return Ok(Some(v)),
-                    Err(shm_ring::Error::Timeout) => {}
+                    Err(shm_ring::Error::Timeout | shm_ring::Error::Empty) => {}
                     Err(e) => return Err(ring_err(py, e)),
                 },
             }
@@ -124,7 +124,7 @@ impl Receiver {
             match r {
                 Got::Value(v) => return Ok(Some(v)),
                 Got::Closed => return Err(closed()),
-                Got::Failed(shm_ring::Error::Timeout) => {
+                Got::Failed(shm_ring::Error::Timeout | shm_ring::Error::Empty) => {
                     py.check_signals()?;
                     self.hoarding()?;
                 }

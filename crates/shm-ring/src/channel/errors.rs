@@ -384,7 +384,7 @@ impl RecvError {
 impl TryRecvError {
     pub(crate) fn from_internal(e: Error) -> TryRecvError {
         match e {
-            Error::Timeout => TryRecvError::Empty,
+            Error::Timeout | Error::Empty => TryRecvError::Empty,
             e => TryRecvError::Failed(RecvError::from_internal(e)),
         }
     }
@@ -548,9 +548,7 @@ impl fmt::Display for RecvError {
 impl fmt::Display for TryRecvError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            TryRecvError::Empty => {
-                f.write_str("nothing to receive right now (wait with `recv` or `recv_timeout`)")
-            }
+            TryRecvError::Empty => text::empty(f),
             TryRecvError::Failed(e) => e.fmt(f),
         }
     }

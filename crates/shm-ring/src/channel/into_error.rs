@@ -139,7 +139,7 @@ impl From<RecvError> for Error {
 impl From<TryRecvError> for Error {
     fn from(e: TryRecvError) -> Error {
         match e {
-            TryRecvError::Empty => Error::Timeout,
+            TryRecvError::Empty => Error::Empty,
             TryRecvError::Failed(e) => e.into(),
         }
     }
