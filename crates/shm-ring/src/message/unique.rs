@@ -14,7 +14,9 @@ const IN_PLACE: usize = 16;
 #[derive(Debug, Default)]
 pub(crate) struct UniqueNames<'a> {
     few: SmallVec<[&'a str; IN_PLACE]>,
-    many: HashSet<&'a str>,
+    /// Made only when a record has more than `IN_PLACE` names: most never need it (and a
+    /// `HashSet`'s hasher is seeded on creation, a cost on every received message).
+    many: Option<HashSet<&'a str>>,
 }
 
 impl<'a> UniqueNames<'a> {
@@ -27,16 +29,19 @@ impl<'a> UniqueNames<'a> {
             self.few.push(name);
             return true;
         }
-        if self.many.is_empty() {
-            self.many.extend(self.few.iter().copied());
+        let many = self.many.get_or_insert_with(HashSet::new);
+        if many.is_empty() {
+            many.extend(self.few.iter().copied());
         }
-        self.many.insert(name)
+        many.insert(name)
     }
 
     /// Forgets every name (the next record begins).
     pub(crate) fn clear(&mut self) {
         self.few.clear();
-        self.many.clear();
+        if let Some(many) = &mut self.many {
+            many.clear();
+        }
     }
 }
 
@@ -55,6 +60,16 @@ mod tests {
             }
             seen.clear();
             assert!(seen.insert(&names[0]), "after clear");
+            // The next record: its first names are found again past the in-place ones.
+            seen.clear();
+            assert!(
+                names.iter().all(|s| seen.insert(s)),
+                "{n} unique names again"
+            );
+            assert!(
+                !seen.insert(&names[0]),
+                "the first of {n} again, after a clear"
+            );
         }
     }
 }
