@@ -26,7 +26,7 @@ from torch.utils.data.dataloader import (
 )
 
 from .. import _native
-from . import _procs, _share, _wire, _worker, _workers
+from . import _procs, _sampling, _share, _wire, _worker, _workers
 
 # Batches a worker's channel lets the trainer keep alive zero-copy (beyond those in flight);
 # a batch received while more are alive is copied out of shared memory and its block given
@@ -89,6 +89,9 @@ class MultiProcessIter(_BaseDataLoaderIter):
 
     def _reset(self, loader, first_iter=False) -> None:
         super()._reset(loader, first_iter)
+        if _sampling.applies(self._index_sampler):
+            # torch's shuffled batches, without its list of every index (see _sampling)
+            self._sampler_iter = _sampling.lean_batches(self._index_sampler)
         self._send_idx = 0
         self._rcvd_idx = 0
         self._task_info: dict = {}
