@@ -165,7 +165,11 @@ class _Packed:
 
 
 def _rebuild_tensor(raw, dtype, shape, requires_grad):
-    t = torch.from_numpy(raw).view(dtype).view(shape)
+    # A whole tensor over the mapped bytes, as torch rebuilds one (``set_`` on the storage),
+    # not a view of a byte tensor: torch's forked worker indexes the trainer's own tensor,
+    # and a view through a dtype change made every ``x[i]`` record a replay function.
+    # (``set_`` refuses a shape larger than the bytes.)
+    t = torch.empty(0, dtype=dtype).set_(torch.from_numpy(raw).untyped_storage(), 0, shape)
     if requires_grad:
         t.requires_grad_(True)
     return t
