@@ -183,6 +183,19 @@ def test_a_shared_tensor_is_a_whole_tensor_as_in_torchs_worker_not_a_view(dtype)
     assert x.requires_grad == (dtype is torch.float32) and x.is_leaf
 
 
+def test_a_dataset_holding_a_0_d_tensor_is_still_shared():
+    """A 0-d tensor (a scale, a mean) made sharing fail ("cannot view Float as Byte") and the
+    whole dataset was pickled into every worker instead: its arrays copied, not mapped."""
+    from shmpipe.torch import _share
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8):
+        x = torch.tensor(3, dtype=dtype)
+        got = _share.load(_share.share(x))
+        assert got.shape == () and got.dtype == dtype and got.item() == 3
+    out = list(DataLoader(tds.Holds(n_list=5000, scale=torch.tensor(0.5)), batch_size=None,
+                          num_workers=1, sampler=[0, 4999]))
+    assert [(s["big_shared"], s["item_shared"], s["scale"]) for s in out] == [(1, 1, 0.5)] * 2
+
+
 def test_a_shared_dataset_must_be_sealed():
     from shmpipe.torch import _share
     fd = os.memfd_create("unsealed", os.MFD_ALLOW_SEALING)

@@ -260,8 +260,9 @@ class Growing(Dataset):
 class Holds(Dataset):
     """Keeps large arrays and a list of small arrays; samples say where they live."""
 
-    def __init__(self, n_list=5000, vary=False):
+    def __init__(self, n_list=5000, vary=False, scale=None):
         self.big = np.arange(1 << 20, dtype=np.float64)
+        self.scale = scale
         self.tensor = torch.arange(1 << 18, dtype=torch.int32)
         rng = np.random.default_rng(0)
         self.items = [rng.random(3 + (i % 5 if vary else 0)).astype(np.float32)
@@ -276,7 +277,8 @@ class Holds(Dataset):
                 "big_shared": int(_in_memfd(self.big)),
                 "tensor_shared": int(_in_memfd(self.tensor.numpy())),
                 "item_shared": int(_in_memfd(self.items[i])),
-                "big_sum": float(self.big[:10].sum()), "tensor_last": int(self.tensor[-1])}
+                "big_sum": float(self.big[:10].sum()), "tensor_last": int(self.tensor[-1]),
+                "scale": None if self.scale is None else float(self.scale)}
 
 
 def _in_memfd(a: np.ndarray) -> bool:

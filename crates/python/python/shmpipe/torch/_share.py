@@ -186,7 +186,8 @@ class _Pickler(pickle.Pickler):
                 and obj.device.type == "cpu" and not obj.is_quantized and not obj.is_nested \
                 and (obj.grad_fn is None):
             t = obj.detach().contiguous()
-            raw = t.view(torch.uint8).reshape(-1).numpy() if t.numel() else \
+            # (flattened first: a 0-d tensor cannot be viewed as bytes)
+            raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else \
                 np.empty(0, np.uint8)
             return _rebuild_tensor, (raw, t.dtype, tuple(t.shape), obj.requires_grad)
         return NotImplemented
