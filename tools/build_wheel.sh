@@ -32,11 +32,13 @@ if [ -z "$maturin" ]; then
   maturin="$venv/bin/maturin"
 fi
 
+# --strip: the release profile keeps line tables for profiling (callgrind, perf); a wheel
+# does not need them (46 MB -> a few MB).
 # --compatibility checks every symbol the library links against the tag's policy (and fails
 # if one is newer) before it tags the wheel.
 tag=${SHMPIPE_WHEEL_TAG:-manylinux_2_34}
 zig=()
 if [ -n "${SHMPIPE_WHEEL_ZIG:-}" ]; then zig=(--zig); fi
-$maturin build --release --manifest-path crates/python/Cargo.toml --features abi3 \
+$maturin build --release --manifest-path crates/python/Cargo.toml --features abi3 --strip \
   --compatibility "$tag" "${zig[@]}" --interpreter python3 --out "$out"
 ls -1 "$out"/shmpipe-*.whl

@@ -127,6 +127,7 @@ def main() -> None:
                   "iter_seen": it_seen, "worker_pids": pids, "memfds": channels,
                   "weight": model.module.weight.detach().flatten().tolist(),
                   "dev_shm": sorted(os.listdir("/dev/shm"))}
+        os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, f"rank{rank}.json"), "w") as f:
             json.dump(report, f)
     dist.destroy_process_group()
