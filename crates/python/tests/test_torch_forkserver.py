@@ -12,10 +12,12 @@ import pytest
 pytest.importorskip("torch")
 
 from procs import gone, run_python  # noqa: E402
+from shmpipe.torch import _forked  # noqa: E402
 
 # The defaults (a fork server forked from the trainer at import if that is safe), whatever
 # the environment running the tests says.
-ENV = {"SHMPIPE_TORCH_FORK": "1", "SHMPIPE_TORCH_EAGER": "1"}
+ENV = {"SHMPIPE_TORCH_FORK": "1", "SHMPIPE_TORCH_EAGER": "1",
+       _forked.MAX_ANON_ENV: str(_forked.MAX_ANON_MIB)}
 
 EXPECTED = [[[i, 1, 1], [i + 1, 1, 1]] for i in range(0, 8, 2)]
 
