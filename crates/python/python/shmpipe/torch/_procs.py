@@ -23,7 +23,8 @@ import os
 import pickle
 import socket
 import sys
-from multiprocessing import connection, reduction
+import threading
+from multiprocessing import connection, forkserver, reduction
 
 # Set in the environment of the fork server (and so of every worker): a process started by
 # us does not start a fork server of its own.
@@ -72,9 +73,6 @@ def _after_fork_in_child() -> None:
     so that this process makes a server of its own when it needs one. A child of a trainer is
     a trainer itself (``in_worker()`` still says what the parent was at this point)."""
     global _warmed, _server, _trainer_fork
-    import threading
-    from multiprocessing import forkserver
-
     fs = forkserver._forkserver
     fs._lock = threading.Lock()
     if fs._forkserver_pid is not None:
@@ -94,8 +92,6 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _server_died() -> bool:
     """Whether the fork server :func:`warm_up` made has exited; if so it is forgotten (reaped,
     its pipe closed), so that the next start makes one again."""
-    from multiprocessing import forkserver
-
     fs = forkserver._forkserver
     with fs._lock:
         pid = fs._forkserver_pid
@@ -125,8 +121,6 @@ def warm_up(fork: bool = False) -> None:
     if in_worker() or (_warmed and not _server_died()):
         return
     _warmed = True
-    from multiprocessing import forkserver
-
     fs = forkserver._forkserver
     if fork and os.environ.get(FORK_ENV, "1") != "0":
         from . import _forked
