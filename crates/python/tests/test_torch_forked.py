@@ -62,7 +62,7 @@ def run(tmp_path, before="", after="", env=None, name="trainer.py"):
     path.write_text(SCRIPT.format(here=HERE, before=before.strip(),
                                   after=textwrap.indent(after, " " * 4).strip()))
     full_env = dict(os.environ)
-    for k in ("SHMPIPE_TORCH_FORK", "SHMPIPE_TORCH_EAGER"):
+    for k in ("SHMPIPE_TORCH_FORK", "SHMPIPE_TORCH_EAGER", "SHMPIPE_TORCH_FORK_MAX_MB"):
         full_env.pop(k, None)
     full_env.update(env or {})
     r = subprocess.run([sys.executable, str(path)], capture_output=True, text=True,
@@ -116,6 +116,7 @@ def test_a_single_threaded_trainer_forks_its_fork_server_at_import(tmp_path):
     ("a thread runs", "threading.Thread(target=time.sleep, args=(30,), daemon=True).start()",
      {}),
     ("SHMPIPE_TORCH_FORK=0", "", {"SHMPIPE_TORCH_FORK": "0"}),
+    ("a limit below what torch takes", "", {"SHMPIPE_TORCH_FORK_MAX_MB": "16"}),
     ("a channel is mapped", "from shmpipe import _native\n"
      "tx = _native.Sender.anonymous(slots=64, blocks=2, block_size=4096)", {}),
 ])

@@ -14,7 +14,12 @@ This is done only when forking is safe at that moment (:func:`unsafe_reason` is 
   pool (which OpenBLAS itself shuts down around a fork with ``pthread_atfork``): no lock
   can be held by a thread that does not exist in the child;
 - no shared memory mapped (``/memfd:`` or ``/dev/shm`` mappings): the child holds no
-  shmpipe channel or other peer's ring, so it can never act on one.
+  shmpipe channel or other peer's ring, so it can never act on one;
+- the trainer is still small: at most :data:`MAX_ANON_MIB` MiB of anonymous memory resident
+  (the interpreter with torch takes ~300 MiB, with Lightning and GluonTS ~470 MiB). The
+  server keeps every page the trainer held at the fork for the whole run (a dataset loaded
+  before the import would stay resident there after the trainer frees or rewrites it), so a
+  larger trainer gets the spawned server. ``SHMPIPE_TORCH_FORK_MAX_MB`` sets the limit.
 
 Otherwise (and when ``shmpipe.torch`` is imported later, from a loader) the spawned server
 is used as before. In the child, before it serves:
@@ -52,6 +57,26 @@ _OPENBLAS_SYMBOLS = ("openblas_get_num_threads", "openblas_get_num_threads64_",
 # The trainer's own __main__ module, kept referenced in the server (see the module doc).
 _kept: list = []
 
+# Above this much anonymous memory resident (MiB) the trainer does not fork its fork server.
+MAX_ANON_MIB = 512
+MAX_ANON_ENV = "SHMPIPE_TORCH_FORK_MAX_MB"
+
+
+def _anon_mib() -> int:
+    """The anonymous memory resident in this process (``RssAnon``), MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) >> 10
+    raise OSError("no RssAnon in /proc/self/status")
+
+
+def _max_anon_mib() -> int:
+    try:
+        return int(os.environ.get(MAX_ANON_ENV, MAX_ANON_MIB))
+    except ValueError:
+        return MAX_ANON_MIB
+
 
 def _maps() -> list[str]:
     with open("/proc/self/maps") as f:
@@ -84,8 +109,11 @@ def unsafe_reason() -> str | None:
     try:
         maps = _maps()
         tasks = len(os.listdir("/proc/self/task"))
+        anon = _anon_mib()
     except OSError as e:
         return f"/proc is not readable ({e})"
+    if anon > _max_anon_mib():
+        return f"{anon} MiB of anonymous memory is resident (over {_max_anon_mib()} MiB)"
     if tasks > 1 and tasks > 1 + _openblas_threads(maps):
         return f"{tasks} threads run (not only OpenBLAS's pool)"
     for line in maps:

@@ -7,6 +7,12 @@ takes, and no worker is ever a fork of the (multithreaded) training process. The
 is made when :mod:`shmpipe.torch` is imported: a fork of the trainer at that moment if it
 is single-threaded then (:mod:`._forked`, ready at once), else a fresh interpreter that
 imports torch in the background (usually ready by the time the first loader iterates).
+
+The server belongs to the process that made it (multiprocessing ``waitpid``s it): a process
+forked from the trainer (``os.fork``, a ``fork``-context ``Process``, Lightning's
+``ddp_fork`` ranks) forgets the trainer's server at the fork and makes its own at its first
+loader with workers (a fresh interpreter). A server that died (an OOM kill) is made again the
+same way by the next loader, with its preload list and environment.
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ import os
 import pickle
 import socket
 import sys
-from multiprocessing import connection, reduction
+import threading
+from multiprocessing import connection, forkserver, reduction
 
 # Set in the environment of the fork server (and so of every worker): a process started by
 # us does not start a fork server of its own.
@@ -41,12 +48,64 @@ PRELOAD = ["shmpipe.torch._preload"]
 main_error: str | None = None
 
 _warmed = False
+# The pid of the fork server :func:`warm_up` made in this process (forked or spawned), or
+# None: the one it makes again, the shmpipe way, if it died.
+_server: int | None = None
+# True in a process forked from a trainer (see :func:`_after_fork_in_child`): it is no
+# worker, although multiprocessing gives a fork-context ``Process`` a parent.
+_trainer_fork = False
 
 
 def in_worker() -> bool:
     """Whether this process is a worker (or the fork server), of ours or of multiprocessing."""
-    return (os.environ.get(CHILD_ENV) == "1" or multiprocessing.parent_process() is not None
-            or getattr(multiprocessing.current_process(), "_inheriting", False))
+    if os.environ.get(CHILD_ENV) == "1":
+        return True
+    return not _trainer_fork and (
+        multiprocessing.parent_process() is not None
+        or getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+def _after_fork_in_child() -> None:
+    """Run in every child forked by Python (``os.register_at_fork``). The fork server's pid,
+    address and alive pipe are the parent's: multiprocessing would ``waitpid`` a process that
+    is not this one's child (``ChildProcessError``), and this child's pipe end would keep the
+    parent's server alive. They are dropped (the lock too: another thread may have held it),
+    so that this process makes a server of its own when it needs one. A child of a trainer is
+    a trainer itself (``in_worker()`` still says what the parent was at this point)."""
+    global _warmed, _server, _trainer_fork
+    fs = forkserver._forkserver
+    fs._lock = threading.Lock()
+    if fs._forkserver_pid is not None:
+        try:
+            os.close(fs._forkserver_alive_fd)
+        except (OSError, TypeError):
+            pass
+        fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
+    _warmed, _server = False, None
+    if not in_worker():
+        _trainer_fork = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _server_died() -> bool:
+    """Whether the fork server :func:`warm_up` made has exited; if so it is forgotten (reaped,
+    its pipe closed), so that the next start makes one again."""
+    fs = forkserver._forkserver
+    with fs._lock:
+        pid = fs._forkserver_pid
+        if _server is None or pid != _server:
+            return False
+        try:
+            done = os.waitpid(pid, os.WNOHANG)[0] != 0
+        except ChildProcessError:       # reaped by someone else: gone all the same
+            done = True
+        if not done:
+            return False
+        os.close(fs._forkserver_alive_fd)
+        fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
+        return True
 
 
 def warm_up(fork: bool = False) -> None:
@@ -54,27 +113,31 @@ def warm_up(fork: bool = False) -> None:
 
     Called when :mod:`shmpipe.torch` is imported (``fork=True``: the server is then a fork
     of this process if that is safe, see :mod:`._forked`) and again by every loader with
-    workers; cheap after the first call. If the program has already started the standard
-    library's fork server itself (with its own preload list), that server is used as it is.
+    workers; cheap after the first call (a ``waitpid``: a server that died is made again,
+    spawned). If the program has already started the standard library's fork server itself
+    (with its own preload list), that server is used as it is.
     """
-    global _warmed
-    if _warmed or in_worker():
+    global _warmed, _server
+    if in_worker() or (_warmed and not _server_died()):
         return
     _warmed = True
-    from multiprocessing import forkserver
-
+    fs = forkserver._forkserver
     if fork and os.environ.get(FORK_ENV, "1") != "0":
         from . import _forked
         if _forked.start({CHILD_ENV: "1"}):
+            _server = fs._forkserver_pid
             return
 
-    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+    ours = fs._forkserver_pid is None
+    if ours:
         forkserver.set_forkserver_preload(PRELOAD)
     env = {CHILD_ENV: "1", MAIN_ENV: _main_path()}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         forkserver.ensure_running()
+        if ours:
+            _server = fs._forkserver_pid
     finally:
         for k, v in old.items():
             if v is None:
