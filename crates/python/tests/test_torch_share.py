@@ -160,3 +160,23 @@ def test_epochs_reuse_the_share_while_the_dataset_is_unchanged():
 def test_a_dataset_without_arrays_is_shared_too():
     fd = _share.share({"a": [1, 2], "b": "x"})
     assert _share.load(fd) == {"a": [1, 2], "b": "x"}
+
+
+def test_a_replaced_memmap_file_is_an_error_not_other_data(tmp_path):
+    path = tmp_path / "x.bin"
+    np.arange(1024, dtype=np.float32).tofile(path)
+    fd = _share.share(np.memmap(path, dtype=np.float32, mode="r"))
+    os.rename(path, tmp_path / "old.bin")
+    np.zeros(1024, np.float32).tofile(path)
+    with pytest.raises(_share.CorruptDataset, match="replaced"):
+        _share.load(fd)
+
+
+def test_a_loader_with_a_cached_share_still_copies_and_pickles():
+    import copy
+    import pickle
+    loader = DataLoader(sds.Inode(), batch_size=None, num_workers=1)
+    list(loader)
+    assert loader._shmpipe_shared is not None
+    assert copy.deepcopy(loader)._shmpipe_shared is None
+    assert pickle.loads(pickle.dumps(loader))._shmpipe_shared is None

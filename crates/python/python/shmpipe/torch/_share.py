@@ -336,6 +336,13 @@ class _Shared:
         self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
         self._closer = weakref.finalize(self, os.close, fd)
 
+    # A copy or pickle of the loader (Lightning, deepcopy) starts without a cached share.
+    def __reduce__(self):
+        return _dropped, ()
+
+    def __deepcopy__(self, memo):
+        return None
+
     def same(self, body, lay: _Layout) -> bool:
         m = self.map
         if len(m) != lay.size or m[:_HEAD.size] != _header(body, lay) \
@@ -348,6 +355,10 @@ class _Shared:
         # SAFETY (of the raw addresses): every region lies in the memory of an object the
         # pickler keeps alive, and in this read-only mapping of lay.size bytes.
         return all(_LIBC.memcmp(base + at, addr, n) == 0 for at, addr, n in lay.copies())
+
+
+def _dropped():
+    return None
 
 
 def _header(body, lay: _Layout) -> bytes:
@@ -491,7 +502,7 @@ class _Unpickler(pickle.Unpickler):
             if mm is not None:
                 a._mmap = buf._mmap if isinstance(buf, np.memmap) else None
                 a.filename, a.offset = mm[0], mm[1]
-                a.mode = "r" if mm[2] == "r" or a._mmap is None else "c"
+                a.mode = "r" if mm[2] == "r" else "c"
         if not writeable:
             a.flags.writeable = False
         return a
