@@ -22,7 +22,9 @@ class SharedArrayList(MutableSequence):
     shared bytes), as a worker's copy of the list would be. Items are writable views; a write
     into one stays in the worker (copy-on-write), and reading item ``i`` twice gives two
     views of the same bytes (not the same object) until the list is materialised.
-    ``type(x)`` is ``SharedArrayList``; pickling gives a real list or tuple.
+    ``type(x)`` is ``SharedArrayList``; pickling gives a real list or tuple. C functions
+    that take only a real list or tuple (``torch.stack(x)``, ``torch.cat(x)``) need
+    ``list(x)`` or a slice (``x[a:b]`` is a real list); numpy's take any sequence.
     """
 
     __slots__ = ("_mem", "_offs", "_shape", "_shapes", "_dt", "_tensors", "_kind", "_list")
