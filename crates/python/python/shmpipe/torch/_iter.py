@@ -53,7 +53,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
             self._worker_init_fn = functools.partial(
                 _sharding_worker_init_fn, self._worker_init_fn, self._world_size, self._rank)
         ctx = _procs.context(loader.multiprocessing_context)
-        payload, shared_fd = self._payload(ctx)
+        payload, shared_fd = self._payload(ctx, loader)
         cfg = {"num_workers": self._num_workers, "base_seed": self._base_seed,
                "shared_seed": self._shared_seed,
                "blocks": self._prefetch_factor * self._num_workers + 2 + HOLD}
@@ -68,13 +68,13 @@ class MultiProcessIter(_BaseDataLoaderIter):
 
     # -- workers -------------------------------------------------------------------------
 
-    def _payload(self, ctx):
+    def _payload(self, ctx, loader):
         payload = (self._dataset, self._dataset_kind, self._auto_collation, self._collate_fn,
                    self._drop_last, self._worker_init_fn)
         if ctx.get_start_method() == "fork":
             return payload, None            # inherited as it is, like torch
         try:
-            fd = _share.share(payload)
+            fd = _share.share(payload, cache=loader)
         except Exception:  # noqa: BLE001
             # Objects that may only travel while a process starts (multiprocessing locks,
             # values, events): pickled for each worker, as torch does.

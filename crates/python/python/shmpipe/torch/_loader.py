@@ -29,8 +29,10 @@ class DataLoader(torch.utils.data.DataLoader):
       ``collate_fn`` and ``worker_init_fn`` must therefore be picklable, as with torch under
       spawn: top-level functions and classes, scripts guarded by ``if __name__ == "__main__":``;
     - the dataset (with ``collate_fn`` and ``worker_init_fn``) is pickled once into a sealed
-      memfd shared by every worker; numpy arrays and tensors in it are mapped, not copied,
-      and large lists of arrays become a shared :class:`~shmpipe.torch.SharedArrayList`;
+      memfd shared by every worker; numpy arrays and tensors in it are mapped, not copied
+      (each buffer once, views kept as views, memmaps reopened from their file), large lists
+      of arrays become a shared :class:`~shmpipe.torch.SharedArrayList` (a list to its
+      users), and an unchanged dataset is not shared again for the next epoch;
     - each worker collates its batch straight into a block of its own shmpipe channel
       (``default_collate`` and any ``collate_fn`` that calls it), and the batch reaches the
       trainer as tensors over that block: zero-copy, the block returning to the worker when

@@ -4,105 +4,179 @@ torch hands each worker its own copy of the dataset: pickled per worker (spawn, 
 or inherited by fork, where reading Python objects writes their reference counts and copies
 the pages one by one (pytorch#13246: memory that grows with every worker). Here the parent
 pickles the dataset (with ``worker_init_fn`` and ``collate_fn``, so bound methods keep
-sharing their object) once, with pickle protocol 5: the bytes of numpy arrays and CPU
-tensors go *out of band*, into the memfd beside the pickle, and each worker's arrays are
-views of its mapping instead of copies. Large lists and tuples of numpy arrays (at least
-``PACK_MIN`` arrays of one dtype and rank) are packed into one buffer and arrive as a
-read-only-shared :class:`SharedArrayList` (a ``Sequence``: indexing, ``len``, iteration,
-slicing; not a ``list``), so the workers hold no per-element Python object either.
+sharing their object) once, with the bytes of numpy arrays and CPU tensors *out of band*:
+
+- every array and tensor is an extent of memory (from its first to its last byte, whatever
+  its strides); overlapping extents (views of one array or storage, a tensor made by
+  ``torch.from_numpy`` and its array, references to one object) merge into one region,
+  written once, and each array or tensor is rebuilt in the worker as a view of its region
+  with the same offset, shape, strides and dtype (tensors of one region share one storage);
+  a view that spans more than twice its own bytes (``a[::1000]``) is written compact;
+- arrays of a ``np.memmap`` opened ``"r"``, ``"r+"`` or ``"w+"`` (and views of one) are not
+  copied: their region is the file's, which the worker maps again, read-only (``"r"``) or
+  copy-on-write (the others), checking that the file is still the same (device and inode);
+- ndarray subclasses that keep numpy's own pickling (``np.memmap``, ``np.matrix``, ...) are
+  rebuilt as views of their class; ones with their own ``__reduce__`` (``np.ma``) and arrays
+  of Python objects are pickled in band by numpy, as before;
+- a list or tuple of at least ``PACK_MIN`` arrays (or tensors) of one plain numeric dtype
+  (bool, integers, floats, complex) and rank, each contiguous, arrives as a
+  :class:`SharedArrayList`: one offset per element into the mapping, no per-element Python
+  object in the worker, yet a list (or tuple) to the code that uses it.
 
 The memfd is sealed against writes, shrinking and growing before any worker sees it; workers
 map it copy-on-write (``MAP_PRIVATE``): what they read is shared, what they write stays in
-the worker, like a copy. Nothing goes to ``/dev/shm``.
+the worker, like a copy. Nothing goes to ``/dev/shm``. Between epochs (workers that do not
+persist) a loader reuses its last memfd when the dataset is unchanged: it pickles to the same
+bytes and every region's bytes still equal the memfd's (compared in place, never copied).
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import io
 import mmap
 import os
 import pickle
 import struct
-from collections.abc import Sequence
+import weakref
 
 import numpy as np
 import torch
 
-MAGIC = b"SHMPTDS2"
-_HEAD = struct.Struct("<8sQQQ")         # magic, pickle length, out-of-band buffers, regions
-_BUF = struct.Struct("<QQ")             # offset, length of one region
-ALIGN = 64
+from ._shared_list import SharedArrayList
+
+__all__ = ["SharedArrayList", "share", "load", "CorruptDataset", "PACK_MIN"]
+
+MAGIC = b"SHMPTDS3"
+_HEAD = struct.Struct("<8sQQQ")         # magic, pickle length, meta offset, meta length
 PACK_MIN = 4096
+_KINDS = "biufc"                        # the dtype kinds a packed list may hold
+_SPARSE = 2                             # a view spanning more than 2x its bytes goes compact
+_ALIGN = 16                             # a region keeps its address's remainder mod 16
+_LIBC = ctypes.CDLL(None)
+_LIBC.memcmp.restype = ctypes.c_int
+_LIBC.memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 
 
-class SharedArrayList(Sequence):
-    """A list of numpy arrays (or tensors) packed in shared memory; items are views.
-
-    What a worker sees in place of a large list or tuple of arrays of one dtype and rank.
-    Items are writable; a write stays in the process that makes it (copy-on-write).
-    """
-
-    def __init__(self, data: np.ndarray, n: int, shape, offsets, shapes, tensors: bool):
-        self._n, self._tensors = n, tensors
-        self._offsets, self._shapes = offsets, shapes
-        if shape is not None:               # one shape: an (n, *shape) array, indexed
-            self._data = data.reshape((n, *shape))
-            # (numpy indexing of a 1-d array gives a scalar, not the 0-d array it held)
-            self._rows = torch.from_numpy(self._data) if tensors else \
-                self._data if shape else self._data[:, None]
-            self._squeeze = not tensors and not shape
+def _extent(first: int, shape, strides, itemsize: int) -> tuple[int, int]:
+    lo = hi = first
+    for n, s in zip(shape, strides):
+        if s < 0:
+            lo += (n - 1) * s
         else:
-            self._data, self._rows = data, None
-
-    def __len__(self) -> int:
-        return self._n
-
-    def _item(self, i: int):
-        if self._rows is not None:
-            return self._rows[i].reshape(()) if self._squeeze else self._rows[i]
-        a = self._data[self._offsets[i]:self._offsets[i + 1]].reshape(tuple(self._shapes[i]))
-        return torch.from_numpy(a) if self._tensors else a
-
-    def __getitem__(self, i):
-        if isinstance(i, slice):
-            return [self._item(j) for j in range(*i.indices(self._n))]
-        i = int(i)
-        if i < 0:
-            i += self._n
-        if not 0 <= i < self._n:
-            raise IndexError("list index out of range")
-        return self._item(i)
-
-    def __iter__(self):
-        for i in range(self._n):
-            yield self._item(i)
-
-    def __repr__(self) -> str:
-        kind = "tensors" if self._tensors else "arrays"
-        return f"SharedArrayList({self._n} {kind} of {self._data.dtype})"
+            hi += (n - 1) * s
+    return lo, hi + itemsize
 
 
-class _Packed:
-    """A list of arrays (or tensors) of one dtype and rank, to be packed into the memfd.
+def _plain_pickling(cls) -> bool:
+    """Whether an ndarray subclass pickles as numpy pickles it (nothing of its own)."""
+    return all(getattr(cls, m) is getattr(np.ndarray, m)
+               for m in ("__reduce__", "__reduce_ex__", "__setstate__")) \
+        and getattr(cls, "__getstate__", None) is getattr(np.ndarray, "__getstate__", None)
 
-    Regions: the elements' bytes, one after the other; and, unless every element has the same
-    shape, each element's start (``n + 1`` int64) and shape (``n x ndim`` int64). They are
-    written straight into the memfd (no copy of the data in this process's heap).
-    """
 
-    def __init__(self, seq, dt: np.dtype, nd: int, tensors: bool, shape, total: int):
-        self.seq, self.dt, self.nd, self.tensors, self.shape = seq, dt, nd, tensors, shape
-        n = len(seq)
-        self.sizes = [total * dt.itemsize]
-        if shape is None:
-            self.sizes += [(n + 1) * 8, n * nd * 8]
+class _Pickler(pickle.Pickler):
+    def __init__(self, file):
+        super().__init__(file, protocol=5)
+        self.spans: list[tuple[int, int, int, int]] = []    # lo, hi, first, file (0: none)
+        self.files: list[tuple] = [()]                      # file keys, [0] unused
+        self._file_ids: dict = {}
+        self.packs: list[tuple[list[int], object]] = []     # element spans, shapes or None
+        self._pids: dict[int, object] = {}
+        self._np_spans: dict[int, tuple[int, tuple]] = {}
+        self.keep: list = []            # every object whose id or memory is recorded
 
-    @staticmethod
-    def of(seq) -> "_Packed | None":
-        """The packing of ``seq``, or None if it is not a long list of like arrays."""
-        if len(seq) < PACK_MIN:
+    def _span(self, lo: int, hi: int, first: int, file: int) -> int:
+        self.spans.append((lo, hi, first, file))
+        return len(self.spans) - 1
+
+    # -- numpy ---------------------------------------------------------------------------
+
+    def _file_of(self, a: np.ndarray) -> tuple[int, object]:
+        """(file id, the memmap) of a memmap-backed array's memory, or (0, None)."""
+        b = a
+        while isinstance(b, np.ndarray):
+            if isinstance(b, np.memmap) and getattr(b, "_mmap", None) is not None:
+                break
+            b = b.base
+        else:
+            return 0, None
+        mm = b._mmap
+        key = self._file_ids.get(id(mm))
+        if key is None:
+            key = 0
+            if b.mode in ("r", "r+", "w+") and b.filename:
+                try:
+                    addr = np.frombuffer(mm, np.uint8).ctypes.data
+                    st = os.stat(b.filename)
+                except (OSError, ValueError, TypeError):
+                    pass
+                else:
+                    start = b.offset - b.offset % mmap.ALLOCATIONGRANULARITY
+                    if start + len(mm) <= st.st_size:
+                        self.files.append((os.fspath(b.filename), addr, start, st.st_dev,
+                                           st.st_ino, b.mode))
+                        key = len(self.files) - 1
+            self._file_ids[id(mm)] = key
+            self.keep.append(mm)
+        return key, b
+
+    def _np_span(self, a: np.ndarray) -> tuple[int, tuple]:
+        """The span of ``a``'s memory and the strides the worker uses (memoized by id)."""
+        got = self._np_spans.get(id(a))
+        if got is None:
+            orig = a
+            self.keep.append(a)
+            file, _ = self._file_of(a)
+            first = a.__array_interface__["data"][0]
+            lo, hi = _extent(first, a.shape, a.strides, a.itemsize)
+            strides = a.strides
+            if not file and hi - lo > _SPARSE * a.nbytes + (64 << 10):
+                a = np.ascontiguousarray(a)
+                self.keep.append(a)
+                first, strides = a.__array_interface__["data"][0], a.strides
+                lo, hi = first, first + a.nbytes
+            got = self._span(lo, hi, first, file), strides
+            self._np_spans[id(orig)] = got
+        return got
+
+    def _array(self, a: np.ndarray):
+        dt, cls = a.dtype, type(a)
+        if dt.hasobject or dt.itemsize == 0 or not (cls is np.ndarray or _plain_pickling(cls)):
             return None
+        mm = None
+        if isinstance(a, np.memmap):
+            mm = (a.filename, a.offset, a.mode)
+        if a.size == 0:
+            k, strides = -1, None
+        else:
+            k, strides = self._np_span(a)
+        return ("A", k, dt, a.shape, strides, None if cls is np.ndarray else cls,
+                bool(a.flags.writeable), mm)
+
+    # -- torch ---------------------------------------------------------------------------
+
+    def _tensor(self, t: torch.Tensor):
+        if t.layout is not torch.strided or t.device.type != "cpu" or t.is_quantized \
+                or t.is_nested or t.grad_fn is not None:
+            return None
+        self.keep.append(t)
+        if t.numel() == 0:
+            return ("T", -1, t.dtype, tuple(t.shape), None, t.requires_grad)
+        src, es = t.detach(), t.element_size()
+        lo, hi = _extent(src.data_ptr(), src.shape, [s * es for s in src.stride()], es)
+        if src.is_conj() or src.is_neg() or src.data_ptr() % es or _ALIGN % es \
+                or hi - lo > _SPARSE * src.numel() * es + (64 << 10):
+            src = src.resolve_conj().resolve_neg().clone(memory_format=torch.contiguous_format)
+            self.keep.append(src)
+            lo, hi = src.data_ptr(), src.data_ptr() + src.numel() * es
+        k = self._span(lo, hi, src.data_ptr(), 0)
+        return ("T", k, t.dtype, tuple(src.shape), tuple(src.stride()), t.requires_grad)
+
+    # -- lists of arrays -----------------------------------------------------------------
+
+    def _pack(self, seq):
         first = seq[0]
         kind = type(first)
         if kind is np.ndarray:
@@ -116,174 +190,362 @@ class _Packed:
                 return None
         else:
             return None
-        if dt.hasobject or not dt.isnative:
+        if dt.names is not None or dt.subdtype is not None or dt.kind not in _KINDS \
+                or not dt.isnative:
             return None
-        nd, shape, total = first.ndim, tuple(first.shape), 0
+        nd, shape = first.ndim, tuple(first.shape)
         for x in seq:
             if type(x) is not kind or x.ndim != nd:
                 return None
             if tdt is None:
-                if x.dtype != dt:
+                if x.dtype != dt or not x.flags.c_contiguous or not x.flags.writeable \
+                        or self._file_of(x)[0]:
                     return None
             elif x.dtype is not tdt or x.layout is not torch.strided \
-                    or x.device.type != "cpu" or x.requires_grad:
+                    or x.device.type != "cpu" or x.requires_grad or not x.is_contiguous() \
+                    or x.is_conj() or x.is_neg() or x.data_ptr() % x.element_size():
                 return None
             if shape is not None and tuple(x.shape) != shape:
                 shape = None
-            total += x.numel() if tdt is not None else x.size
-        return _Packed(seq, dt, nd, tdt is not None, shape, total)
-
-    def fill(self, regions: list[np.ndarray]) -> None:
-        n, seq = len(self.seq), self.seq
-        data = regions[0].view(self.dt)
-        if self.shape is not None:
-            rows = data.reshape((n, *self.shape))
-            if self.tensors:
-                torch.stack(seq, 0, out=torch.from_numpy(rows))
-            elif self.nd:
-                np.concatenate(seq, axis=0, out=rows.reshape((n * self.shape[0],
-                                                              *self.shape[1:])))
+        ks = []
+        for x in seq:
+            if tdt is None:
+                ks.append(self._np_span(x)[0] if x.size else -1)
+            elif x.numel():
+                self.keep.append(x)
+                p = x.data_ptr()
+                ks.append(self._span(p, p + x.numel() * x.element_size(), p, 0))
             else:
-                for i, a in enumerate(seq):
-                    rows[i] = a
-            return
-        offsets = regions[1].view(np.int64)
-        shapes = regions[2].view(np.int64).reshape(n, self.nd)
-        pos = 0
-        offsets[0] = 0
-        for i, x in enumerate(seq):
-            a = x.detach().numpy() if self.tensors else x
-            size = a.size
-            data[pos:pos + size] = a.reshape(-1)
-            shapes[i] = a.shape
-            pos += size
-            offsets[i + 1] = pos
-
-    def pid(self, first_region: int):
-        return ("L", first_region, len(self.seq), self.dt.str, self.shape, self.nd,
-                self.tensors)
-
-
-def _rebuild_tensor(raw, dtype, shape, requires_grad):
-    # A whole tensor over the mapped bytes, as torch rebuilds one (``set_`` on the storage),
-    # not a view of a byte tensor: torch's forked worker indexes the trainer's own tensor,
-    # and a view through a dtype change made every ``x[i]`` record a replay function.
-    # (``set_`` refuses a shape larger than the bytes.)
-    t = torch.empty(0, dtype=dtype).set_(torch.from_numpy(raw).untyped_storage(), 0, shape)
-    if requires_grad:
-        t.requires_grad_(True)
-    return t
-
-
-class _Pickler(pickle.Pickler):
-    def __init__(self, file, buffers: list, packs: list):
-        super().__init__(file, protocol=5, buffer_callback=buffers.append)
-        self.packs = packs
-        self.regions = 0
-
-    def reducer_override(self, obj):
-        if type(obj) is torch.Tensor and obj.layout is torch.strided \
-                and obj.device.type == "cpu" and not obj.is_quantized and not obj.is_nested \
-                and (obj.grad_fn is None):
-            t = obj.detach().contiguous()
-            # (flattened first: a 0-d tensor cannot be viewed as bytes)
-            raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else \
-                np.empty(0, np.uint8)
-            return _rebuild_tensor, (raw, t.dtype, tuple(t.shape), obj.requires_grad)
-        return NotImplemented
+                ks.append(-1)
+        shapes = None if shape is not None else [tuple(x.shape) for x in seq]
+        self.packs.append((ks, shapes))
+        return ("L", len(self.packs) - 1, len(seq), dt, shape, nd, tdt is not None,
+                type(seq) is tuple)
 
     def persistent_id(self, obj):
-        if type(obj) in (list, tuple):
-            packed = _Packed.of(obj)
-            if packed is not None:
-                self.packs.append(packed)
-                first, self.regions = self.regions, self.regions + len(packed.sizes)
-                return packed.pid(first)
+        t = type(obj)
+        if t is list or t is tuple:
+            if len(obj) < PACK_MIN:
+                return None
+        elif t is not torch.Tensor and not isinstance(obj, np.ndarray):
+            return None
+        pid = self._pids.get(id(obj), False)
+        if pid is False:
+            pid = self._tensor(obj) if t is torch.Tensor else self._pack(obj) \
+                if t is list or t is tuple else self._array(obj)
+            self._pids[id(obj)] = pid
+            self.keep.append(obj)
+        return pid
+
+
+def _round(n: int, to: int = _ALIGN) -> int:
+    return (n + to - 1) // to * to
+
+
+class _Layout:
+    """Where everything goes: regions merged from the spans, their places in the memfd."""
+
+    def __init__(self, p: _Pickler, body_len: int):
+        sp = np.array(p.spans, np.int64).reshape(-1, 4)
+        lo, hi, first, file = sp[:, 0], sp[:, 1], sp[:, 2], sp[:, 3]
+        order = np.argsort(lo, kind="stable")
+        lo_s, hi_s = lo[order], np.maximum.accumulate(hi[order])
+        new = np.ones(len(order), bool)
+        new[1:] = lo_s[1:] >= hi_s[:-1]
+        starts = np.flatnonzero(new)
+        region_of = np.empty(len(order), np.int64)
+        region_of[order] = np.cumsum(new) - 1
+        ends = np.append(starts[1:], len(order))[:len(starts)] - 1
+        rlo, rhi = lo_s[starts], hi_s[ends]
+        if len(starts):
+            f_s = file[order]
+            fmin, fmax = np.minimum.reduceat(f_s, starts), np.maximum.reduceat(f_s, starts)
+            rfile = np.where(fmin == fmax, fmin, 0)
+        else:
+            rfile = np.zeros(0, np.int64)
+        rlo = np.where(rfile == 0, rlo - rlo % _ALIGN, rlo)
+        # the interval table: region and offset of each span's first byte in its region
+        self.tab = np.stack([region_of, first - rlo[region_of]], 1) if len(order) \
+            else np.zeros((0, 2), np.int64)
+        self.rlo, self.rlen = rlo, rhi - rlo
+        mem = rfile == 0
+        self.mem_regions = np.flatnonzero(mem)
+        self.files = [p.files[f] for f in rfile[~mem].tolist()]
+        # regtab: (place in the memfd, length) of a copied region; (-1 - file, length) of a
+        # file's region, whose offset in the file is files[j][2] + (rlo - files[j][1])
+        self.regtab = np.empty((len(rlo), 2), np.int64)
+        self.regtab[:, 1] = self.rlen
+        self.regtab[~mem, 0] = -1 - np.arange(int((~mem).sum()))
+        fregs = []
+        for j, r in enumerate(np.flatnonzero(~mem).tolist()):
+            name, addr, start, dev, ino, mode = self.files[j]
+            fregs.append((name, start + int(rlo[r]) - addr, int(self.rlen[r]), dev, ino, mode))
+        # the memfd: header, pickle, tables, packs' offsets and shapes, regions, meta
+        pos = _round(_HEAD.size + body_len)
+        self.tab_at, pos = pos, _round(pos + self.tab.nbytes)
+        self.regtab_at, pos = pos, _round(pos + self.regtab.nbytes)
+        pos = _round(pos, mmap.PAGESIZE)
+        sizes = self.rlen[mem]
+        places = pos + np.concatenate(([0], np.cumsum((sizes + _ALIGN - 1) // _ALIGN
+                                                      * _ALIGN)))
+        self.regtab[mem, 0] = places[:-1]
+        pos = int(places[-1])
+        self.packs = []
+        for ks, shapes in p.packs:
+            ks = np.array(ks, np.int64)
+            offs = np.zeros(len(ks), np.int64)
+            live = ks >= 0
+            offs[live] = self.regtab[self.tab[ks[live], 0], 0] + self.tab[ks[live], 1]
+            sh = None if shapes is None else np.array(shapes, np.int64).reshape(len(ks), -1)
+            self.packs.append((offs, sh))
+        self.pack_at = []
+        for offs, sh in self.packs:
+            at_offs, pos = pos, _round(pos + offs.nbytes)
+            at_sh = -1
+            if sh is not None:
+                at_sh, pos = pos, _round(pos + sh.nbytes)
+            self.pack_at.append((at_offs, at_sh))
+        meta = {"tab": (self.tab_at, len(self.tab)), "regtab": (self.regtab_at, len(rlo)),
+                "files": fregs, "packs": self.pack_at}
+        self.meta = pickle.dumps(meta, protocol=5)
+        self.meta_at = pos
+        self.size = pos + len(self.meta)
+
+    def small_parts(self):
+        """(offset, bytes) of everything but the regions' bytes."""
+        parts = [(self.tab_at, self.tab), (self.regtab_at, self.regtab)]
+        for (offs, sh), (at_offs, at_sh) in zip(self.packs, self.pack_at):
+            parts.append((at_offs, offs))
+            if sh is not None:
+                parts.append((at_sh, sh))
+        parts.append((self.meta_at, np.frombuffer(self.meta, np.uint8)))
+        return parts
+
+    def copies(self):
+        """(place in the memfd, address, length) of each copied region."""
+        m = self.mem_regions
+        return zip(self.regtab[m, 0].tolist(), self.rlo[m].tolist(), self.rlen[m].tolist())
+
+
+class _Shared:
+    """A loader's last shared dataset: the sealed memfd, kept mapped for comparison."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        size = os.fstat(fd).st_size
+        self.map = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        self._closer = weakref.finalize(self, os.close, fd)
+
+    # A copy or pickle of the loader (Lightning, deepcopy) starts without a cached share.
+    def __reduce__(self):
+        return _dropped, ()
+
+    def __deepcopy__(self, memo):
         return None
 
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, buffers, regions):
-        super().__init__(file, buffers=buffers)
-        self.regions = regions
-
-    def persistent_load(self, pid):
-        if pid[0] != "L":
-            raise pickle.UnpicklingError(f"unknown persistent id {pid[0]!r}")
-        _, first, n, dt, shape, nd, tensors = pid
-        dt = np.dtype(dt)
-        data = np.frombuffer(self.regions[first], dt)
-        if shape is not None:
-            if data.size != n * int(np.prod(shape, dtype=np.int64)):
-                raise CorruptDataset("a packed list's data does not match its shape")
-            return SharedArrayList(data, n, shape, None, None, tensors)
-        offsets = np.frombuffer(self.regions[first + 1], np.int64)
-        shapes = np.frombuffer(self.regions[first + 2], np.int64).reshape(n, nd)
-        if len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != data.size \
-                or bool((np.diff(offsets) != shapes.prod(axis=1)).any()):
-            raise CorruptDataset("a packed list's offsets do not match its data")
-        return SharedArrayList(data, n, None, offsets, shapes, tensors)
+    def same(self, body, lay: _Layout) -> bool:
+        m = self.map
+        if len(m) != lay.size or m[:_HEAD.size] != _header(body, lay) \
+                or m[_HEAD.size:_HEAD.size + len(body)] != body:
+            return False
+        for at, arr in lay.small_parts():
+            if m[at:at + arr.nbytes] != arr.tobytes():
+                return False
+        base = np.frombuffer(m, np.uint8).ctypes.data
+        # SAFETY (of the raw addresses): every region lies in the memory of an object the
+        # pickler keeps alive, and in this read-only mapping of lay.size bytes.
+        return all(_LIBC.memcmp(base + at, addr, n) == 0 for at, addr, n in lay.copies())
 
 
-def _round(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+def _dropped():
+    return None
 
 
-def share(obj) -> int:
+def _header(body, lay: _Layout) -> bytes:
+    return _HEAD.pack(MAGIC, len(body), lay.meta_at, len(lay.meta))
+
+
+def share(obj, cache=None) -> int:
     """Writes ``obj`` into a new sealed memfd and returns its descriptor (the caller closes it).
 
-    Raises whatever pickling raises (e.g. for objects that can only travel while a process
-    starts, such as ``multiprocessing`` locks: the caller then falls back to per-worker
-    pickling).
+    With ``cache`` (the loader), the memfd of the last call for that loader is returned
+    again (a new descriptor of it) when nothing changed: the pickle, the layout and every
+    copied region's bytes are the same. Raises whatever pickling raises (e.g. for objects
+    that can only travel while a process starts, such as ``multiprocessing`` locks: the
+    caller then falls back to per-worker pickling).
     """
-    buffers: list[pickle.PickleBuffer] = []
-    packs: list[_Packed] = []
     f = io.BytesIO()
-    _Pickler(f, buffers, packs).dump(obj)
+    p = _Pickler(f)
+    p.dump(obj)
     body = f.getbuffer()
-    raws = [b.raw() for b in buffers]
-    sizes = [r.nbytes for r in raws] + [n for p in packs for n in p.sizes]
-    table = _HEAD.size + _BUF.size * len(sizes)
-    pos = _round(table + len(body))
-    places = []
-    for n in sizes:
-        places.append((pos, n))
-        pos = _round(pos + n)
+    lay = _Layout(p, len(body))
+    old = getattr(cache, "_shmpipe_shared", None) if cache is not None else None
+    if old is not None and old.same(body, lay):
+        return os.dup(old.fd)
+    fd = _write(body, lay)
+    if cache is not None:
+        try:
+            cache._shmpipe_shared = _Shared(os.dup(fd))
+        except BaseException:
+            os.close(fd)
+            raise
+    del p
+    return fd
+
+
+def _write(body, lay: _Layout) -> int:
+    size = max(lay.size, 1)
     fd = os.memfd_create("shmpipe:torch-dataset", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
-        os.ftruncate(fd, max(pos, 1))
-        with mmap.mmap(fd, max(pos, 1), mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
-            _HEAD.pack_into(m, 0, MAGIC, len(body), len(raws), len(sizes))
-            for i, (off, n) in enumerate(places):
-                _BUF.pack_into(m, _HEAD.size + i * _BUF.size, off, n)
-            m[table:table + len(body)] = body
-            for (off, n), r in zip(places, raws):
-                m[off:off + n] = r.cast("B")
-            _fill(m, places[len(raws):], packs)
+        os.ftruncate(fd, size)
+        with mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE) as m:
+            m[:_HEAD.size] = _header(body, lay)
+            m[_HEAD.size:_HEAD.size + len(body)] = body
+            for at, arr in lay.small_parts():
+                m[at:at + arr.nbytes] = arr.tobytes()
+            view = np.frombuffer(m, np.uint8)
+            base = view.ctypes.data
+            # SAFETY (of the raw addresses): each region lies in the memory of an object the
+            # pickler keeps alive (its first byte floored to 16, in the same page), and its
+            # place lies inside this mapping (the layout sized the memfd for it).
+            for at, addr, n in lay.copies():
+                ctypes.memmove(base + at, addr, n)
+            del view
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                     | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
     except BaseException:
         os.close(fd)
         raise
-    finally:
-        for r in raws:
-            r.release()
     return fd
-
-
-def _fill(m: mmap.mmap, places, packs: list[_Packed]) -> None:
-    """Packs each list straight into its regions of the mapping (views released after)."""
-    k = 0
-    for p in packs:
-        regions = [np.frombuffer(m, np.uint8, count=n, offset=off)
-                   for off, n in places[k:k + len(p.sizes)]]
-        p.fill(regions)
-        del regions
-        k += len(p.sizes)
 
 
 class CorruptDataset(RuntimeError):
     """The shared dataset's memfd does not hold what the parent wrote."""
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, mem: np.ndarray, meta: dict):
+        super().__init__(file)
+        self.mem = mem
+        self.tab = self._table(*meta["tab"])
+        self.regtab = self._table(*meta["regtab"])
+        self.files, self.packs = meta["files"], meta["packs"]
+        self.loaded: dict = {}
+        self.storages: dict = {}
+        self.maps: dict = {}
+
+    def _table(self, at: int, n: int) -> np.ndarray:
+        if at < 0 or at + 16 * n > self.mem.size:
+            raise CorruptDataset("a table lies outside the shared dataset")
+        return self.mem[at:at + 16 * n].view(np.int64).reshape(n, 2)
+
+    def _place(self, k: int) -> tuple[np.ndarray, int, int, int]:
+        """(buffer of span k's region, the region's offset in it, span k's first byte's
+        offset in the region, the region) of span k."""
+        if not 0 <= k < len(self.tab):
+            raise CorruptDataset(f"span {k} is not in the shared dataset")
+        r, off = (int(x) for x in self.tab[k])
+        if not 0 <= r < len(self.regtab):
+            raise CorruptDataset(f"region {r} is not in the shared dataset")
+        at, n = (int(x) for x in self.regtab[r])
+        if not 0 <= off < n:
+            raise CorruptDataset(f"span {k} lies outside its region")
+        if at >= 0:
+            if at + n > self.mem.size:
+                raise CorruptDataset(f"region {r} lies outside the shared dataset")
+            return self.mem, at, off, r
+        buf = self.maps.get(r)
+        if buf is None:
+            if not 0 <= -1 - at < len(self.files):
+                raise CorruptDataset(f"region {r} names no file")
+            buf = self.maps[r] = self._map_file(self.files[-1 - at])
+        return buf, 0, off, r
+
+    @staticmethod
+    def _map_file(f) -> np.memmap:
+        name, start, n, dev, ino, mode = f
+        with open(name, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if (st.st_dev, st.st_ino) != (dev, ino) or start + n > st.st_size:
+                raise CorruptDataset(f"the dataset's memmap file {name} was replaced or "
+                                     "truncated since the loader shared it")
+            return np.memmap(fh, np.uint8, "r" if mode == "r" else "c", start, (n,))
+
+    def persistent_load(self, pid):
+        key = pid[:2]
+        obj = self.loaded.get(key)
+        if obj is None:
+            kind = pid[0]
+            if kind == "A":
+                obj = self._array(*pid[1:])
+            elif kind == "T":
+                obj = self._tensor(*pid[1:])
+            elif kind == "L":
+                obj = self._list(*pid[1:])
+            else:
+                raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+            self.loaded[key] = obj
+        return obj
+
+    def _array(self, k, dt, shape, strides, cls, writeable, mm):
+        buf = None
+        if k < 0:
+            a = np.empty(shape, dt)
+        else:
+            buf, at, off, _ = self._place(k)
+            try:
+                a = np.ndarray(shape, dt, buffer=buf, offset=at + off, strides=strides)
+            except (ValueError, TypeError) as e:
+                raise CorruptDataset(f"an array lies outside the shared dataset: {e}") from None
+        if cls is not None:
+            a = a.view(cls)
+            if mm is not None:
+                a._mmap = buf._mmap if isinstance(buf, np.memmap) else None
+                a.filename, a.offset = mm[0], mm[1]
+                a.mode = "r" if mm[2] == "r" else "c"
+        if not writeable:
+            a.flags.writeable = False
+        return a
+
+    def _tensor(self, k, dtype, shape, stride, requires_grad):
+        if k < 0:
+            t = torch.empty(shape, dtype=dtype)
+        else:
+            buf, at, off, r = self._place(k)
+            store = self.storages.get(r)
+            if store is None:       # one storage per region: its tensors share it
+                n = int(self.regtab[r][1])
+                store = self.storages[r] = torch.from_numpy(buf[at:at + n]).untyped_storage()
+            t = torch.empty(0, dtype=dtype)
+            if off % t.element_size():
+                raise CorruptDataset("a tensor is misaligned in the shared dataset")
+            try:
+                t.set_(store, off // t.element_size(), shape, stride)
+            except RuntimeError as e:
+                raise CorruptDataset(f"a tensor lies outside the shared dataset: {e}") from None
+        if requires_grad:
+            t.requires_grad_(True)
+        return t
+
+    def _list(self, p, n, dt, shape, nd, tensors, is_tuple):
+        at_offs, at_sh = self.packs[p]
+        if at_offs < 0 or at_offs + 8 * n > self.mem.size:
+            raise CorruptDataset("a packed list lies outside the shared dataset")
+        offs = self.mem[at_offs:at_offs + 8 * n].view(np.int64)
+        shapes = None
+        if shape is None:
+            if at_sh < 0 or at_sh + 8 * n * nd > self.mem.size:
+                raise CorruptDataset("a packed list lies outside the shared dataset")
+            shapes = self.mem[at_sh:at_sh + 8 * n * nd].view(np.int64).reshape(n, nd)
+            sizes = shapes.prod(axis=1) if nd else np.ones(n, np.int64)
+            bad = bool((shapes < 0).any())
+        else:
+            sizes = np.full(n, int(np.prod(shape, dtype=np.int64)), np.int64)
+            bad = False
+        if bad or bool(((offs < 0) | (offs + sizes * dt.itemsize > self.mem.size)).any()):
+            raise CorruptDataset("a packed list's offsets do not match the shared dataset")
+        return SharedArrayList(self.mem, offs, shape, shapes, dt, tensors,
+                               tuple if is_tuple else list)
 
 
 def load(fd: int):
@@ -298,16 +560,10 @@ def load(fd: int):
         os.close(fd)
     if size < _HEAD.size:
         raise CorruptDataset(f"the shared dataset is {size} bytes, shorter than its header")
-    magic, body_len, n_oob, nbufs = _HEAD.unpack_from(m, 0)
-    table = _HEAD.size + _BUF.size * nbufs
-    if magic != MAGIC or n_oob > nbufs or table + body_len > size:
+    magic, body_len, meta_at, meta_len = _HEAD.unpack_from(m, 0)
+    if magic != MAGIC or _HEAD.size + body_len > size or meta_at + meta_len > size:
         raise CorruptDataset("the shared dataset has a bad header")
-    view = memoryview(m)
-    bufs = []
-    for i in range(nbufs):
-        off, n = _BUF.unpack_from(m, _HEAD.size + i * _BUF.size)
-        if off < table + body_len or off + n > size:
-            raise CorruptDataset(f"region {i} ({off}+{n}) lies outside the shared dataset")
-        bufs.append(view[off:off + n])
-    body = io.BytesIO(view[table:table + body_len])
-    return _Unpickler(body, bufs[:n_oob], bufs[n_oob:]).load()
+    mem = np.frombuffer(m, np.uint8)
+    meta = pickle.loads(m[meta_at:meta_at + meta_len])
+    body = io.BytesIO(memoryview(m)[_HEAD.size:_HEAD.size + body_len])
+    return _Unpickler(body, mem, meta).load()
