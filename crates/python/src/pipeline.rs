@@ -182,7 +182,8 @@ impl PipelineRun {
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.mine(py)?;
-        self.run.next(py)?.map(|it| item_to_py(py, it)).transpose()
+        let out = self.run.next(py)?;
+        self.hand_over(py, out)
     }
 
     /// Feeds one input (a dict, or any value); waits while `max_in_flight` inputs are in
@@ -217,10 +218,8 @@ impl PipelineRun {
     ) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.mine(py)?;
         let d = deadline(timeout)?;
-        self.run
-            .dequeue(py, d, timeout)?
-            .map(|it| item_to_py(py, it))
-            .transpose()
+        let out = self.run.dequeue(py, d, timeout)?;
+        self.hand_over(py, out)
     }
 
     /// Starts epoch `epoch` of the source read by this process (what is left of the previous
@@ -233,10 +232,8 @@ impl PipelineRun {
     /// The next output of the current epoch, `None` at its end.
     fn next_in_epoch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.mine(py)?;
-        self.run
-            .next_in_epoch(py)?
-            .map(|it| item_to_py(py, it))
-            .transpose()
+        let out = self.run.next_in_epoch(py)?;
+        self.hand_over(py, out)
     }
 
     /// Stops every process and frees the shared memory (also done when garbage collected).
@@ -249,6 +246,24 @@ impl PipelineRun {
 }
 
 impl PipelineRun {
+    /// An output as Python; a signal handler raising now (after the wait that brought the
+    /// output, or during its conversion) stops the pipeline, as it does in a wait without
+    /// one. Checked before the conversion too, which runs Python code (`_tree.unflatten`),
+    /// where the handler would otherwise raise with the pipeline running on.
+    fn hand_over<'py>(
+        &self,
+        py: Python<'py>,
+        out: Option<Item>,
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(it) = out else {
+            return Ok(None);
+        };
+        self.run.interrupted(py)?;
+        let obj = item_to_py(py, it)?;
+        self.run.interrupted(py)?;
+        Ok(Some(obj))
+    }
+
     /// `PipelineError` in a process forked from the one that started the run (one load and
     /// one compare; checked before any lock of the run is taken).
     fn mine(&self, py: Python<'_>) -> PyResult<()> {

@@ -235,12 +235,21 @@ impl Run {
 
     /// After a wait without news: Ctrl-C stops the pipeline; past the deadline, `Ok(true)`.
     fn waited(&self, py: Python<'_>, deadline: Option<Instant>) -> PyResult<bool> {
+        self.interrupted(py)?;
+        Ok(deadline.is_some_and(|d| Instant::now() >= d))
+    }
+
+    /// Ctrl-C (any signal handler's exception) stops the pipeline and is raised. Checked after
+    /// each wait, and by the binding once it holds an output (a signal that came in the same
+    /// wait as the output would otherwise have its handler run right after the return: the
+    /// output would be gone while the pipeline ran on).
+    pub(crate) fn interrupted(&self, py: Python<'_>) -> PyResult<()> {
         if let Err(e) = py.check_signals() {
-            // Ctrl-C: no grace for a step in progress, the interrupt comes first.
+            // No grace for a step in progress, the interrupt comes first.
             self.close(py, Duration::ZERO);
             return Err(e);
         }
-        Ok(deadline.is_some_and(|d| Instant::now() >= d))
+        Ok(())
     }
 
     /// A user's `dequeue` has waited since `since`: a forgotten `close_input()` must not be a

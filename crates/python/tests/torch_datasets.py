@@ -460,3 +460,32 @@ def start_a_forkserver_child() -> None:
     p.start()
     p.join(120)
     raise SystemExit(0 if p.exitcode == 0 else 3)
+
+
+def collate_with_expanded_mask(samples):
+    """Samples, and one attention mask broadcast over the batch (``expand``: stride 0)."""
+    n = len(samples)
+    return torch.tensor(samples), torch.tril(torch.ones(256, 256)).expand(n, 256, 256)
+
+
+class OfDtype(Dataset):
+    """Four samples of 3 values (i) of ``torch.<name>`` (float8, complex32, ...)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.full((3,), float(i)).to(getattr(torch, self.name))
+
+
+class Transposed(Dataset):
+    """Two samples, each a transposed (non-contiguous) 4x3 tensor."""
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, i):
+        return torch.arange(12.0).view(3, 4).T + i

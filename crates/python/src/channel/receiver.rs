@@ -48,7 +48,8 @@ impl Lease {
 /// (until the sender closes). A received array holds its pool block until its last view is
 /// gone: keep only what you need, or copy it. `with Receiver.open(...) as rx:` closes it at
 /// the end. Every `timeout=` is in seconds, `None` waiting as long as it takes (see
-/// `help(shmpipe)`, "Timeouts").
+/// `help(shmpipe)`, "Timeouts"). A signal handler that raises (Ctrl-C) during a receive
+/// loses nothing: what the receive had taken comes from the next receive of its kind.
 #[derive(Debug)]
 #[pyclass(module = "shmpipe._native", frozen)]
 pub struct Receiver {
@@ -58,6 +59,32 @@ pub struct Receiver {
     held: Arc<AtomicUsize>,
     /// (blocks, block_size) of the sender's pool, read from the channel at open.
     pool: (u32, usize),
+    /// A message taken by `recv` / `try_recv` / iteration as a signal handler raised: the
+    /// next of them hands it over first.
+    kept_message: Mutex<Option<Py<Message>>>,
+    /// Records taken by `recv_many` as a signal handler raised: the next `recv_many` hands
+    /// them over first.
+    kept_records: Mutex<Option<Py<records::Records>>>,
+}
+
+/// `got`, unless a signal handler raises now: then `got` waits in `kept` for the next call,
+/// and the handler's exception is raised.
+///
+/// Signals are checked here, after the take and its conversion, because a signal that came
+/// during the wait would otherwise have its Python handler run right after the return: the
+/// exception would drop what was taken (and a caller whose bookkeeping expects it would
+/// wait for it for ever). Only a signal in the few instructions after this check can still
+/// interrupt the caller before it holds the value, as after any Python call.
+fn hand_over<'py, T>(
+    py: Python<'py>,
+    got: Bound<'py, T>,
+    kept: &Mutex<Option<Py<T>>>,
+) -> PyResult<Bound<'py, T>> {
+    if let Err(e) = py.check_signals() {
+        *lock(kept) = Some(got.unbind());
+        return Err(e);
+    }
+    Ok(got)
 }
 
 /// What one wait slice of a receive got.
@@ -74,7 +101,28 @@ impl Receiver {
             inner: Mutex::new(Some(rx)),
             held: Arc::new(AtomicUsize::new(0)),
             pool,
+            kept_message: Mutex::new(None),
+            kept_records: Mutex::new(None),
         }
+    }
+
+    /// The kept message if there is one, else the next one (waiting until `end`), as a
+    /// Python `Message` handed over through [`hand_over`]; `Ok(None)` at `end`.
+    fn next_message<'py>(
+        &self,
+        py: Python<'py>,
+        end: Option<Instant>,
+    ) -> PyResult<Option<Bound<'py, Message>>> {
+        // Taken in a statement of its own: the lock is not held while waiting.
+        let kept = lock(&self.kept_message).take();
+        let got = match kept {
+            Some(m) => m.into_bound(py),
+            None => match self.next_msg(py, end)? {
+                Some(m) => self.wrap(py, m)?,
+                None => return Ok(None),
+            },
+        };
+        hand_over(py, got, &self.kept_message).map(Some)
     }
 
     /// `PoolExhausted` when messages alive in this process hold every block of the pool.
@@ -290,18 +338,13 @@ impl Receiver {
     /// this process hold every pool block.
     #[pyo3(signature = (timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, Message>> {
-        match self.next_msg(py, deadline(timeout)?)? {
-            Some(m) => self.wrap(py, m),
-            None => Err(no_message(timeout)),
-        }
+        self.next_message(py, deadline(timeout)?)?
+            .ok_or_else(|| no_message(timeout))
     }
 
     /// A message if one is there, else None.
     fn try_recv<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, Message>>> {
-        match self.next_msg(py, Some(Instant::now()))? {
-            Some(m) => Ok(Some(self.wrap(py, m)?)),
-            None => Ok(None),
-        }
+        self.next_message(py, Some(Instant::now()))
     }
 
     /// Every record that is there, as columns (a `Records`): waits up to `timeout` seconds
@@ -321,11 +364,15 @@ impl Receiver {
             ));
         }
         let end = deadline(timeout)?;
-        let cols = self.receive(py, end, |rx, t| records::gather(rx, max_records, t))?;
-        match cols {
-            Some(c) => c.into_records(py),
-            None => Err(no_message(timeout)),
-        }
+        let kept = lock(&self.kept_records).take();
+        let got = match kept {
+            Some(r) => r.into_bound(py),
+            None => match self.receive(py, end, |rx, t| records::gather(rx, max_records, t))? {
+                Some(c) => c.into_records(py)?,
+                None => return Err(no_message(timeout)),
+            },
+        };
+        hand_over(py, got, &self.kept_records)
     }
 
     /// Pool blocks held by live messages of this receiver.
@@ -348,9 +395,8 @@ impl Receiver {
     }
 
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, Message>>> {
-        match self.next_msg(py, None) {
-            Ok(Some(m)) => Ok(Some(self.wrap(py, m)?)),
-            Ok(None) => Ok(None),
+        match self.next_message(py, None) {
+            Ok(m) => Ok(m),
             Err(e) if e.is_instance_of::<Disconnected>(py) => Ok(None),
             Err(e) => Err(e),
         }

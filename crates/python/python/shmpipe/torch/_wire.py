@@ -23,14 +23,16 @@ import torch
 
 ALIGN = 64
 
-# Element types that travel by reference, numbered for the references (code = position).
+# Element types numbered for the references (code = position); any other strided dtype
+# (float8, complex32, bits, int4, ...) travels too, as its bytes and its name (code _BY_NAME).
 _TORCH_TYPES = (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
     torch.complex128, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
     torch.bool, *(getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)),
 )
 _TORCH_CODE = {d: i for i, d in enumerate(_TORCH_TYPES)}
-TRAVELS = frozenset(_TORCH_TYPES)       # other dtypes (float8, ...) go inside the pickle
+TRAVELS = frozenset(_TORCH_TYPES)       # the dtypes collate stacks straight into the arena
+_BY_NAME = 255                       # dtype code of a reference that ends with the dtype's name
 _HEAD_T = struct.Struct("<BB?q")     # dtype code, ndim, requires_grad, storage offset
 _HEAD_N = struct.Struct("<Bq")       # ndim, byte offset (then shape, then dtype.str)
 
@@ -40,6 +42,31 @@ _SIZES = {d: torch.empty((), dtype=d).element_size() for d in _TORCH_TYPES}
 
 def _itemsize(dtype: torch.dtype) -> int:
     return _SIZES[dtype] if dtype in _SIZES else torch.empty((), dtype=dtype).element_size()
+
+
+_NAMED: dict = {}     # name (bytes) -> dtype, and dtype -> name, for dtypes without a code
+
+
+def _dtype_named(name: bytes) -> torch.dtype:
+    dt = _NAMED.get(name)
+    if dt is None:
+        dt = getattr(torch, name.decode("ascii"), None)
+        if not isinstance(dt, torch.dtype):
+            raise ValueError(f"unknown dtype {name!r}")
+        _NAMED[name] = dt
+    return dt
+
+
+def _name_of(dtype: torch.dtype) -> bytes:
+    name = _NAMED.get(dtype)
+    if name is None:
+        name = _NAMED[dtype] = str(dtype).removeprefix("torch.").encode("ascii")
+    return name
+
+
+# Integer dtypes by size: copies of any dtype's elements as bits (torch has no copy kernel
+# for some of them, e.g. bits8 or int4).
+_BITS = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 class Overflow(Exception):
@@ -98,18 +125,31 @@ class _Pickler(pickle.Pickler):
     def __init__(self, file, arena: Arena):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.arena = arena
+        # id -> (number, object) of each tensor and array sent: one sent again (a batch
+        # holding (t, t)) is a reference to the first (``R`` and its number), which arrives
+        # as the same object. The object is kept so that its id is not reused meanwhile.
+        self._sent: dict = {}
 
     def persistent_id(self, obj):
         t = type(obj)
         if t is torch.Tensor:
             if obj.layout is torch.strided and obj.device.type == "cpu" \
-                    and obj.dtype in _TORCH_CODE and not obj.is_quantized \
+                    and not obj.is_quantized \
                     and not obj.is_nested and not obj.is_conj() and not obj.is_neg():
-                return self._tensor(obj)
+                return self._once(obj, self._tensor)
         elif t is np.ndarray:
             if obj.dtype.kind in "biufc" and obj.dtype.isnative:
-                return self._array(obj)
+                return self._once(obj, self._array)
         return None
+
+    def _once(self, obj, ref):
+        seen = self._sent.get(id(obj))
+        if seen is not None:
+            return b"R" + struct.pack("<q", seen[0])
+        pid = ref(obj)
+        if pid is not None:
+            self._sent[id(obj)] = (len(self._sent), obj)
+        return pid
 
     def _tensor(self, t: torch.Tensor):
         grad = t.requires_grad
@@ -117,21 +157,36 @@ class _Pickler(pickle.Pickler):
             if t.grad_fn is not None:
                 return None     # torch refuses to send non-leaf tensors; let it say so
             t = t.detach()
+        shape, stride = t.shape, t.stride()
         if self.arena.holds(t):
-            shape, stride, offset = t.shape, t.stride(), t.storage_offset()
+            offset = t.storage_offset()
         else:
+            # The storage the view spans, with its strides (an expand()ed tensor travels
+            # once, a transposed one stays transposed, as with torch's loader); a sparse view
+            # (a column of a matrix) only its elements, contiguous.
             size = t.element_size()
-            nbytes = t.numel() * size
-            off = self.arena.alloc(nbytes)
+            numel = t.numel()
+            span = _span(shape, stride)
+            dense = span <= 2 * numel
+            if not dense:
+                span, stride = numel, _contiguous_strides(shape)
+            off = self.arena.alloc(span * size)
             if off is None:
                 raise Overflow
-            shape = t.shape
             if self.arena.buf is not None:
-                self.arena._u8[off:off + nbytes].view(t.dtype).view(shape).copy_(t)
-            stride, offset = _contiguous_strides(shape), off // size
+                dst = self.arena._u8[off:off + span * size]
+                if dense:
+                    dst.copy_(torch.empty(0, dtype=torch.uint8).set_(
+                        t.untyped_storage(), t.storage_offset() * size, (span * size,), (1,)))
+                else:
+                    bits = _BITS.get(size, t.dtype)
+                    dst.view(bits).view(shape).copy_(t.view(bits))
+            offset = off // size
         nd = len(shape)
-        return b"T" + _HEAD_T.pack(_TORCH_CODE[t.dtype], nd, grad, offset) \
+        code = _TORCH_CODE.get(t.dtype, _BY_NAME)
+        pid = b"T" + _HEAD_T.pack(code, nd, grad, offset) \
             + struct.pack(f"<{2 * nd}q", *shape, *stride)
+        return pid if code != _BY_NAME else pid + _name_of(t.dtype)
 
     def _array(self, a: np.ndarray):
         nbytes = a.nbytes
@@ -143,6 +198,16 @@ class _Pickler(pickle.Pickler):
         nd = a.ndim
         return b"N" + _HEAD_N.pack(nd, off) + struct.pack(f"<{nd}q", *a.shape) \
             + a.dtype.str.encode()
+
+
+def _span(shape, stride) -> int:
+    """Elements of storage a view reaches from its offset (0 if it is empty)."""
+    last = 0
+    for s, st in zip(shape, stride):
+        if s == 0:
+            return 0
+        last += (s - 1) * st
+    return last + 1
 
 
 def _contiguous_strides(shape) -> tuple[int, ...]:
@@ -189,31 +254,40 @@ class _Unpickler(pickle.Unpickler):
         super().__init__(file)
         self.block = block
         self.copy = copy
+        self.loaded: list = []      # tensors and arrays in the order sent (``R`` refers)
 
     def persistent_load(self, pid):
         try:
             kind = pid[:1]
             if kind == b"T":
-                return self._tensor(pid)
+                self.loaded.append(self._tensor(pid))
+                return self.loaded[-1]
             if kind == b"N":
-                return self._array(pid)
+                self.loaded.append(self._array(pid))
+                return self.loaded[-1]
+            if kind == b"R":
+                (i,) = struct.unpack_from("<q", pid, 1)
+                if not 0 <= i < len(self.loaded):
+                    raise IndexError(f"no tensor or array number {i} yet")
+                return self.loaded[i]
         except (TypeError, ValueError, KeyError, IndexError, struct.error) as e:
             raise CorruptBatch(f"a worker sent a malformed reference {pid!r}: {e}") from e
         raise CorruptBatch(f"a worker sent an unknown reference {pid!r}")
 
     def _tensor(self, pid: bytes):
         code, nd, grad, offset = _HEAD_T.unpack_from(pid, 1)
-        dims = struct.unpack_from(f"<{2 * nd}q", pid, 1 + _HEAD_T.size)
+        at = 1 + _HEAD_T.size
+        dims = struct.unpack_from(f"<{2 * nd}q", pid, at)
         shape, stride = dims[:nd], dims[nd:]
-        dt = _TORCH_TYPES[code]
-        size = _SIZES[dt]
+        dt = _dtype_named(pid[at + 16 * nd:]) if code == _BY_NAME else _TORCH_TYPES[code]
+        size = _itemsize(dt)
         end = _extent(shape, stride, offset, len(self.block) // size)
         # Its own storage, exactly the bytes it spans (not the whole block): code that looks
         # at a tensor's storage (nested tensors' buffers, storage sharing) sees what it sent.
-        own = torch.from_numpy(self.block[offset * size:end * size]).view(dt)
+        # A copy copies those bytes: strides (stride 0 of an expand()) stay as sent.
+        own = self.block[offset * size:end * size]
+        own = torch.from_numpy(own.copy() if self.copy else own).view(dt)
         t = own.as_strided(shape, stride, 0)
-        if self.copy:
-            t = t.clone()
         if grad:
             t.requires_grad_(True)
         return t
@@ -237,20 +311,32 @@ class _Unpickler(pickle.Unpickler):
         return a.copy() if self.copy else a
 
 
+# The most elements a view may have: 2**36, or 65536 per element of its block if that is
+# more. A view with stride 0 (an expand()ed mask) has more elements than bytes, but a buggy
+# worker's (2**62,) is refused, as is a shape whose product overflows torch's int64.
+MAX_NUMEL = 1 << 36
+MAX_REPEAT = 1 << 16
+
+
 def _extent(shape, stride, offset, numel) -> int:
     """One past the last element the view reaches (``offset`` if it is empty); every element
-    must lie inside the block (a buggy worker gets an error, never a read outside it)."""
+    must lie inside the block (a buggy worker gets an error, never a read outside it), and
+    the view has at most ``max(MAX_NUMEL, MAX_REPEAT * numel)`` elements."""
     if offset < 0:
         raise ValueError(f"negative storage offset {offset}")
     last = offset
+    count = 1
     for s, st in zip(shape, stride):
         if s < 0 or st < 0:
             raise ValueError(f"bad geometry size={shape} stride={stride}")
-        if s == 0:
-            if offset > numel:
-                raise ValueError(f"offset {offset} is outside the block ({numel} elements)")
-            return offset
+        count *= s
         last += (s - 1) * st
+    if count == 0:
+        if offset > numel:
+            raise ValueError(f"offset {offset} is outside the block ({numel} elements)")
+        return offset
+    if count > max(MAX_NUMEL, MAX_REPEAT * numel):
+        raise ValueError(f"a view of {count} elements over a block of {numel} elements")
     if last >= numel:
         raise ValueError(f"element {last} is outside the block ({numel} elements)")
     return last + 1
