@@ -18,6 +18,7 @@ same way by the next loader, with its preload list and environment.
 from __future__ import annotations
 
 import array
+import json
 import multiprocessing
 import os
 import pickle
@@ -39,6 +40,9 @@ FORK_ENV = "SHMPIPE_TORCH_FORK"
 
 # The path of the trainer's main script, for the fork server to import it (see _preload.py).
 MAIN_ENV = "SHMPIPE_TORCH_MAIN"
+# The trainer's sys.argv (JSON), set in the fork server before it imports the main script: a
+# module-level argparse there parses the trainer's arguments, as under spawn.
+ARGV_ENV = "SHMPIPE_TORCH_ARGV"
 
 PRELOAD = ["shmpipe.torch._preload"]
 
@@ -131,7 +135,7 @@ def warm_up(fork: bool = False) -> None:
     ours = fs._forkserver_pid is None
     if ours:
         forkserver.set_forkserver_preload(PRELOAD)
-    env = {CHILD_ENV: "1", MAIN_ENV: _main_path()}
+    env = {CHILD_ENV: "1", MAIN_ENV: _main_path(), ARGV_ENV: json.dumps(sys.argv)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
