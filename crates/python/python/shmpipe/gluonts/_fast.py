@@ -92,6 +92,19 @@ def _is(t: Any, cls: type, **attrs) -> bool:
     return all(getattr(t, k, object()) == v for k, v in attrs.items())
 
 
+def _want(ts: list, t: Any, cls: type, **attrs) -> None:
+    """:class:`_No` naming the step (1-based, in the flattened chain) and what differs
+    when ``t`` is not ``cls`` with ``attrs``."""
+    pos = next((n for n, s in enumerate(ts, 1) if s is t), "?")
+    if type(t) is not cls:
+        raise _No(f"step {pos} is {type(t).__name__} where the Rust chain has {cls.__name__}"
+                  f"({', '.join(f'{k}={v!r}' for k, v in attrs.items())})")
+    for k, v in attrs.items():
+        got = getattr(t, k, "missing")
+        if not got == v:
+            raise _No(f"step {pos} {cls.__name__}: {k}={got!r}, the Rust chain's is {v!r}")
+
+
 def _match(ts: list, is_train: bool, freq: str) -> dict:
     """The Rust chain's arguments for the flattened chain ``ts``, or :class:`_No`."""
     import gluonts.transform as T
@@ -110,35 +123,43 @@ def _match(ts: list, is_train: bool, freq: str) -> dict:
             _need(t.field in _STATIC and t.expected_ndim == 1, f"AsNumpyArray({t.field})")
         i += 1
     core = ts[i:]
-    _need(len(core) >= 6, "too short")
+    _need(len(core) >= 6, f"{len(core)} steps from AsNumpyArray(target) on "
+          f"({[type(t).__name__ for t in core]}), the Rust chain has AsNumpyArray, "
+          "AddObservedValuesIndicator, AddTimeFeatures, AddAgeFeature, VstackFeatures, "
+          "InstanceSplitter")
     split = core[-1] if type(core[-1]) is T.InstanceSplitter else core[-2]
-    _need(type(split) is T.InstanceSplitter, "no InstanceSplitter")
+    _need(type(split) is T.InstanceSplitter,
+          f"the chain ends with {type(core[-1]).__name__}, not an InstanceSplitter")
     p = split.future_length
     asn, obs, tf, age, vst = core[:5]
-    _need(_is(asn, T.AsNumpyArray, field="target", expected_ndim=1, dtype=np.float32), "target")
+    _want(ts, asn, T.AsNumpyArray, field="target", expected_ndim=1, dtype=np.float32)
+    _want(ts, obs, T.AddObservedValuesIndicator, target_field="target",
+          output_field="observed_values", dtype=np.float32)
     imp = getattr(obs, "imputation_method", None)
-    _need(_is(obs, T.AddObservedValuesIndicator, target_field="target",
-              output_field="observed_values", dtype=np.float32)
-          and type(imp) is DummyValueImputation and imp.dummy_value == 0.0, "observed")
+    _need(type(imp) is DummyValueImputation and imp.dummy_value == 0.0,
+          f"AddObservedValuesIndicator: imputation_method={imp!r}, the Rust chain's is "
+          "DummyValueImputation(0.0)")
+    _want(ts, tf, T.AddTimeFeatures, start_field="start", target_field="target",
+          output_field="time_feat", pred_length=p, dtype=np.float32)
     names = [getattr(f, "__name__", "") for f in getattr(tf, "date_features", [])]
-    _need(_is(tf, T.AddTimeFeatures, start_field="start", target_field="target",
-              output_field="time_feat", pred_length=p, dtype=np.float32)
-          and names == _RUST_FEATURES.get(_unit(freq)), "time features")
-    _need(_is(age, T.AddAgeFeature, target_field="target", feature_name="feat_dynamic_age",
-              pred_length=p, log_scale=True, dtype=np.float32), "age")
-    _need(_is(vst, T.VstackFeatures, output_field="time_feat", h_stack=False,
-              input_fields=["time_feat", "feat_dynamic_age"],
-              cols_to_drop=["feat_dynamic_age"]), "vstack")
+    _need(names == _RUST_FEATURES.get(_unit(freq)),
+          f"AddTimeFeatures: time_features={names}, the Rust chain has "
+          f"{_RUST_FEATURES.get(_unit(freq))} for freq={freq!r}")
+    _want(ts, age, T.AddAgeFeature, target_field="target", feature_name="feat_dynamic_age",
+          pred_length=p, log_scale=True, dtype=np.float32)
+    _want(ts, vst, T.VstackFeatures, output_field="time_feat", h_stack=False,
+          input_fields=["time_feat", "feat_dynamic_age"], cols_to_drop=["feat_dynamic_age"])
     rest = core[5:]
     if type(rest[0]) is T.AsNumpyArray:
-        _need(_is(rest[0], T.AsNumpyArray, field="time_feat", expected_ndim=2,
-                  dtype=np.float32), "time_feat array")
+        _want(ts, rest[0], T.AsNumpyArray, field="time_feat", expected_ndim=2,
+              dtype=np.float32)
         rest = rest[1:]
-    _need(rest[0] is split and all(type(t) is T.SelectFields for t in rest[1:]), "tail")
-    _need(_is(split, T.InstanceSplitter, target_field="target", is_pad_field="is_pad",
-              start_field="start", forecast_start_field="forecast_start", lead_time=0,
-              output_NTC=True, ts_fields=["time_feat", "observed_values"])
-          and split.dummy_value == 0.0, "splitter")
+    _need(rest[0] is split and all(type(t) is T.SelectFields for t in rest[1:]),
+          f"after VstackFeatures: {[type(t).__name__ for t in rest]}, the Rust chain has "
+          "InstanceSplitter and SelectFields only")
+    _want(ts, split, T.InstanceSplitter, target_field="target", is_pad_field="is_pad",
+          start_field="start", forecast_start_field="forecast_start", lead_time=0,
+          output_NTC=True, ts_fields=["time_feat", "observed_values"], dummy_value=0.0)
     s = split.instance_sampler
     _need(getattr(s, "axis", None) == -1, "sampler axis")
     args = {"freq": freq, "context_length": int(split.past_length), "prediction_length": int(p),

@@ -11,9 +11,10 @@ import numpy as np
 
 from .. import _options
 from .._closing import Closing
+from .._native import ShmpipeError
 from ..pipeline import Pipeline
-from . import _batch, _fast, _source
-from ._step import TransformStep, raise_error
+from . import _batch, _fast, _guard, _source
+from ._step import raise_error
 
 
 def _identity():
@@ -56,17 +57,28 @@ class _Loader(Closing):
             return
         source, fns, stages, cached = _source.plan(dataset)
         stages = stages + [(self.transform, self._is_train)]
+        self._files = source.data if source.kind == _source.LINES else None
+        self._fns, self._stages = fns, stages
+        # GluonTS's check for a stream without windows (training only: one pass ends).
+        self._idle = _guard.idle_limit(stages) if self._train else (0, None)
         if fast_path:
-            self._fast, self.why_not_fast = _fast.plan(
-                source, fns, stages, mode=self._mode, batch_size=batch_size, seed=self.seed,
-                num_workers=num_workers, shuffle_buffer_length=shuffle_buffer_length)
+            try:
+                self._fast, self.why_not_fast = _fast.plan(
+                    source, fns, stages, mode=self._mode, batch_size=batch_size,
+                    seed=self.seed, num_workers=num_workers,
+                    shuffle_buffer_length=shuffle_buffer_length)
+            except Exception as e:  # noqa: BLE001 - the data's error: raised when read, below
+                # GluonTS reads nothing before the iteration; the workers raise it then,
+                # with GluonTS's type and the file and line.
+                self.why_not_fast = f"the first entries do not read ({type(e).__name__}: {e})"
             if self._fast is not None:
                 return
         self._source = source.configured(shuffle_buffer_length if self._train else None,
                                          self.seed)
-        self._step = TransformStep(source.kind, fns, stages, seed=self.seed,
-                                   batch_size=batch_size, batch_in_worker=self._train,
-                                   cached=cached, native=fast_path)
+        self._step = _guard.CountingStep(
+            source.kind, fns, stages, seed=self.seed, batch_size=batch_size,
+            batch_in_worker=self._train, cached=cached, native=fast_path,
+            idle_limit=self._idle[0])
 
     @property
     def fast_path(self) -> bool:
@@ -81,10 +93,38 @@ class _Loader(Closing):
                         ordered=True, epochs=None if self._train else 1, seed=self.seed)
 
     def _chunks(self, pipe: Pipeline) -> Iterator[_batch.Chunk]:
-        for item in pipe:
-            if "err" in item:
-                raise_error(item)
-            yield self._fast.decode(item) if self._fast is not None else _batch.decode(item)
+        idle = _guard.IdleCheck(*self._idle)
+        items = iter(pipe)
+        while True:
+            try:
+                item = next(items)
+            except StopIteration:
+                return
+            except ShmpipeError as err:  # the fast path's reader or step: GluonTS's error
+                if self._fast is None or not self._files:
+                    raise
+                own = _guard.replay(err, self._files, self._fns, self._stages)
+                if own is None:
+                    raise
+                raise own from err
+            if "idle" in item:
+                idle.see(item)
+            elif "err" in item:
+                self._raise(item)
+            else:
+                yield self._fast.decode(item) if self._fast is not None else \
+                    _batch.decode(item)
+
+    def _raise(self, item: dict) -> None:
+        """A worker's exception, named with the file and line of its entry."""
+        try:
+            raise_error(item)
+        except BaseException as e:
+            where = _guard.line_of(self._files, int(item["i"])) \
+                if self._files and "i" in item else None
+            if where is not None:
+                _guard.note(e, *where)
+            raise
 
 
 class TrainDataLoader(_Loader):
@@ -132,9 +172,12 @@ class TrainDataLoader(_Loader):
                 self.dataset, transform=self.transform, batch_size=self.batch_size,
                 stack_fn=self.stack_fn, shuffle_buffer_length=self.shuffle_buffer_length)
             return
-        self._pipe = self._pipeline()
-        for c in self._chunks(self._pipe):
-            yield self._stack(c)
+        self._pipe = pipe = self._pipeline()
+        try:
+            for c in self._chunks(pipe):
+                yield self._stack(c)
+        finally:  # an error (or close()) stops the workers at once
+            pipe.close()
 
     def __iter__(self) -> Iterator:
         if self._it is None:
@@ -154,13 +197,7 @@ class TrainDataLoader(_Loader):
 
 class _OnePass(_Loader):
     _train = False
-
-    def __init__(self, dataset: Any, *, transform: Any = None, batch_size: int,
-                 stack_fn: Callable, num_workers: int = 2, seed: Optional[int] = None,
-                 fast_path: bool = True):
-        super().__init__(dataset, transform=transform, batch_size=batch_size,
-                         stack_fn=stack_fn, num_workers=num_workers, seed=seed,
-                         fast_path=fast_path)
+    _live: list  # the pipelines of the iterations under way
 
     def __iter__(self) -> Iterator:
         if self.num_workers == 0:
@@ -171,11 +208,25 @@ class _OnePass(_Loader):
                          stack_fn=self.stack_fn)
             return
         rb = _batch.Rebatcher(self.batch_size)
-        for c in self._chunks(self._pipeline()):
-            for b in rb.push(c):
+        pipe = self._pipeline()
+        self._live.append(pipe)
+        try:
+            for c in self._chunks(pipe):
+                for b in rb.push(c):
+                    yield self._stack(b)
+            for b in rb.finish():
                 yield self._stack(b)
-        for b in rb.finish():
-            yield self._stack(b)
+        finally:
+            if pipe in self._live:
+                self._live.remove(pipe)
+            pipe.close()
+
+    def close(self) -> None:
+        """Stops the worker processes of the iterations under way (a later iteration
+        starts them again); safe to call repeatedly. ``with`` calls it at the block's end."""
+        live = getattr(self, "_live", [])
+        while live:
+            live.pop().close()
 
 
 class ValidationDataLoader(_OnePass):
@@ -188,6 +239,14 @@ class ValidationDataLoader(_OnePass):
     _mode = "validation"
     _is_train = True
 
+    def __init__(self, dataset: Any, *, transform: Any = None, batch_size: int,
+                 stack_fn: Callable, num_workers: int = 2, seed: Optional[int] = None,
+                 fast_path: bool = True):
+        self._live = []
+        super().__init__(dataset, transform=transform, batch_size=batch_size,
+                         stack_fn=stack_fn, num_workers=num_workers, seed=seed,
+                         fast_path=fast_path)
+
 
 class InferenceDataLoader(_OnePass):
     """``gluonts.dataset.loader.InferenceDataLoader`` with the transformation in worker
@@ -195,3 +254,11 @@ class InferenceDataLoader(_OnePass):
 
     _mode = "test"
     _is_train = False
+
+    def __init__(self, dataset: Any, *, transform: Any = None, batch_size: int,
+                 stack_fn: Callable, num_workers: int = 2, seed: Optional[int] = None,
+                 fast_path: bool = True):
+        self._live = []
+        super().__init__(dataset, transform=transform, batch_size=batch_size,
+                         stack_fn=stack_fn, num_workers=num_workers, seed=seed,
+                         fast_path=fast_path)
