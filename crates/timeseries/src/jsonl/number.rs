@@ -19,6 +19,21 @@ pub(super) struct Decimal {
     pub(super) end: usize,
 }
 
+impl Decimal {
+    /// Whether the number has neither a fraction nor an exponent (Python's `json`
+    /// reads it as an `int`), and how many digits it has.
+    pub(super) fn integer_digits(&self, b: &[u8]) -> Option<u32> {
+        let text = &b[self.start..self.end];
+        (!text.iter().any(|&c| matches!(c, b'.' | b'e' | b'E'))).then_some(self.ndig)
+    }
+
+    /// Whether the integer part has a superfluous leading zero (`01`), which JSON forbids.
+    pub(super) fn leading_zero(&self, b: &[u8]) -> bool {
+        let d = self.start + usize::from(self.neg);
+        b.get(d) == Some(&b'0') && b.get(d + 1).is_some_and(u8::is_ascii_digit)
+    }
+}
+
 /// `10^-k` rounded to the nearest `f64`.
 const NEG_POW10: [f64; 23] = [
     1e0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-8, 1e-9, 1e-10, 1e-11, 1e-12, 1e-13, 1e-14,

@@ -64,6 +64,7 @@ class TransformStep:
         self.fns, self.stages = fns, stages
         self.pending: list = []
         self._loads = None
+        self._plain = None
         self._cache: dict = {}
 
     def __getstate__(self):
@@ -90,6 +91,7 @@ class TransformStep:
             self.stages = [(accelerate(t), tr) for t, tr in self.stages]
         self.pending: list = []
         self._loads = None
+        self._plain = None  # FileDataset's line reading done natively (``_lines``)
         self._cache = {}
 
     # -- in the worker -----------------------------------------------------------------
@@ -101,6 +103,14 @@ class TransformStep:
 
             self._loads = json.loads
         line = payload.tobytes()
+        if self._plain is None:
+            from ._lines import plain_reader
+
+            self._plain = (plain_reader(self.fns) if self.native else None) or False
+        if self._plain:
+            entry = self._plain(line)
+            if entry is not None:
+                return entry
         try:
             entry = self._loads(line)
         except ValueError:
