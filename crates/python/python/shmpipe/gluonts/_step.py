@@ -87,8 +87,10 @@ class TransformStep:
         self.fns, self.stages = pickle.loads(self._blob)
         if self.native:  # this worker's own copy of the chain
             from ._accel import accelerate
+            from ._core import fuse
 
-            self.stages = [(accelerate(t), tr) for t, tr in self.stages]
+            self.stages = [(fuse(accelerate(t)), tr) for t, tr in _merged(self.stages,
+                                                                          self.cached)]
         self.pending: list = []
         self._loads = None
         self._plain = None  # FileDataset's line reading done natively (``_lines``)
@@ -158,6 +160,19 @@ class TransformStep:
         out = [_batch.encode(self.pending)] if self.pending else []
         self.pending = []
         return out
+
+
+def _merged(stages: list, cached: int) -> list:
+    """``stages`` with those after the cached ones (all of them without a cache) made one
+    ``Chain`` when they share ``is_train``: the same steps in the same order, so that a run
+    of steps split between the dataset's transformation and the loader's (an estimator's
+    transformation and its instance splitter) is seen whole by ``_core.fuse``."""
+    from gluonts.transform import Chain
+
+    head, tail = stages[:max(cached, 0)], stages[max(cached, 0):]
+    if len(tail) < 2 or len({bool(tr) for _, tr in tail}) != 1:
+        return stages
+    return head + [(Chain([t for t, _ in tail]), tail[0][1])]
 
 
 def error_item(e: BaseException) -> dict:
