@@ -138,11 +138,12 @@ def test_the_worker_step_reads_plain_lines_natively_unless_fast_path_is_off(tmp_
     from shmpipe.gluonts._source import plan
     from shmpipe.gluonts._step import TransformStep
 
+    path = tmp_path / "one.json"
+    path.write_bytes(b'{"start": "2021-01-01", "target": [1, null]}\n')
     source, fns, stages, cached = plan(h.file_dataset(tmp_path, h.records(3, 20)))
-    payload = np.frombuffer(b'{"start": "2021-01-01", "target": [1, null]}', np.uint8)
     for native in (True, False):
         step = TransformStep(source.kind, fns, stages, seed=0, batch_size=2,
-                             batch_in_worker=True, native=native)
-        e = step._entry(payload)
+                             batch_in_worker=True, native=native, files=[str(path)])
+        e = step._entry({"f": 0, "a": 0, "n": path.stat().st_size})
         assert str(e["start"]) == "2021-01-01 00:00" and e["target"].dtype == np.float32
         assert bool(step._plain) == native
