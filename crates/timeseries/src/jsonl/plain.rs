@@ -138,8 +138,13 @@ impl<'a> Parser<'a> {
             } else {
                 out.push(self.plain_number()?);
             }
+            // `, ` (Python's separator) without a call to `peek`.
             if self.b.get(self.i) == Some(&b',') {
-                self.i += 1;
+                self.i += if self.b.get(self.i + 1) == Some(&b' ') {
+                    2
+                } else {
+                    1
+                };
                 continue;
             }
             match self.peek().ok()? {
@@ -162,7 +167,7 @@ impl<'a> Parser<'a> {
         }
         self.i = d.end;
         let v = number::to_f32(self.b, &d)?;
-        match d.integer_digits(self.b) {
+        match d.integer_digits() {
             // Python's `int`: exact in `f64` up to 15 digits, so rounded once, as numpy
             // does; `-0` is the integer 0.
             Some(n) if n > 15 => None,
