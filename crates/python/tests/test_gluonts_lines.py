@@ -16,7 +16,7 @@ from gluonts.dataset.common import ProcessDataEntry  # noqa: E402
 
 import gluonts_helpers as h  # noqa: E402
 from shmpipe._native import parse_plain_line  # noqa: E402
-from shmpipe.gluonts import ValidationDataLoader  # noqa: E402
+from shmpipe.gluonts import TrainDataLoader, ValidationDataLoader  # noqa: E402
 from shmpipe.gluonts._lines import plain_reader  # noqa: E402
 from test_gluonts import assert_same_batches, stack_numpy  # noqa: E402
 
@@ -39,7 +39,7 @@ def assert_same_entry(got: dict, want: dict, line: bytes) -> None:
 def check(line: str | bytes, plain: bool = True) -> None:
     b = line.encode() if isinstance(line, str) else line
     read = plain_reader([PROCESS])
-    got = read(b)
+    got = read(b, 0)
     if not plain:
         assert got is None, b
         return
@@ -144,6 +144,30 @@ def test_the_worker_step_reads_plain_lines_natively_unless_fast_path_is_off(tmp_
     for native in (True, False):
         step = TransformStep(source.kind, fns, stages, seed=0, batch_size=2,
                              batch_in_worker=True, native=native, files=[str(path)])
-        e = step._entry({"f": 0, "a": 0, "n": path.stat().st_size})
+        e = step._entry({"i": 0, "f": 0, "a": 0, "n": path.stat().st_size})
         assert str(e["start"]) == "2021-01-01 00:00" and e["target"].dtype == np.float32
         assert bool(step._plain) == native
+
+
+def test_lines_kept_by_a_worker_are_read_again_as_new(tmp_path):
+    # Every training pass reads each line again; a worker keeps the entries it parsed and
+    # must hand out fresh ones: a step changing the target in place must not see its own
+    # change of the previous pass.
+    recs = h.records(3, 30, nan=0.1)
+    ds = h.file_dataset(tmp_path, recs)
+    chain = h.AddOneInPlace() + h.splitter(h.samplers(5)["validation"], past=8, future=5,
+                                           dummy=0.0)
+    with TrainDataLoader(ds, transform=chain, batch_size=3, stack_fn=stack_numpy,
+                         num_batches_per_epoch=4, num_workers=1, seed=0) as dl:
+        got = list(dl)
+        assert dl._step._plain is None  # the parent's copy; the worker's is its own
+    want = list(gl.TrainDataLoader(ds, transform=chain, batch_size=3, stack_fn=stack_numpy,
+                                   num_batches_per_epoch=4))
+    assert_same_batches(got, want)
+    read = plain_reader([PROCESS])
+    line = (tmp_path / "data.json").read_bytes().splitlines()[0]
+    first = read(line, 0)
+    first["target"] += 5
+    again = read.kept(0)
+    assert_same_entry(again, PROCESS(json.loads(line)), line)
+    assert again["target"] is not read.kept(0)["target"]

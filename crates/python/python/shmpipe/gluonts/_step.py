@@ -112,13 +112,18 @@ class TransformStep:
 
             self._loads = json.loads
             self._read = LineReader(self.files or [])
-        line = self._read(item)
         if self._plain is None:
             from ._lines import plain_reader
 
             self._plain = (plain_reader(self.fns) if self.native else None) or False
+        i = int(item["i"])
         if self._plain:
-            entry = self._plain(line)
+            entry = self._plain.kept(i)
+            if entry is not None:
+                return entry
+        line = self._read(item)
+        if self._plain:
+            entry = self._plain(line, i)
             if entry is not None:
                 return entry
         try:
