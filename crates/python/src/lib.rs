@@ -9,6 +9,7 @@ use pyo3::prelude::*;
 mod channel;
 mod dtype;
 mod exceptions;
+mod gluonts_line;
 mod item;
 mod item_arrays;
 mod memory_source;
@@ -36,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(worker::worker_main, m)?)?;
     m.add_function(wrap_pyfunction!(worker::builtin_steps, m)?)?;
     m.add_function(wrap_pyfunction!(timefeat::time_features, m)?)?;
+    m.add_function(wrap_pyfunction!(gluonts_line::parse_plain_line, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline::item_seed, m)?)?;
     Ok(())
 }

@@ -69,6 +69,14 @@ class CountCalls(MapTransformation):
         return data
 
 
+class AddOneInPlace(MapTransformation):
+    """A user step that changes the target array in place (GluonTS copies only the dict)."""
+
+    def map_transform(self, data: DataEntry, is_train: bool) -> DataEntry:
+        data[FieldName.TARGET] += 1.0
+        return data
+
+
 class LogScale(MapTransformation):
     """A user transformation the Rust chain does not have: log1p of the target."""
 

@@ -17,6 +17,7 @@
 //! [`crate::serde_reader`] is the `serde_json` reference it is measured against.
 
 mod number;
+mod plain;
 mod reader;
 
 use std::borrow::Cow;
@@ -26,6 +27,7 @@ use crate::entry::{DataEntry, FieldArray, field};
 use crate::error::{ParseError, ParseErrorKind};
 
 use crate::period::{Freq, Period};
+pub use plain::{PlainKey, PlainLine, parse_plain};
 pub use reader::{JsonLinesReader, parse_lines, read_file, split_lines};
 
 /// Nesting limit for skipped values (protects the stack from hostile input).

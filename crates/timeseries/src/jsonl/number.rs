@@ -14,9 +14,25 @@ pub(super) struct Decimal {
     mant: u64,
     exp: i64,
     ndig: u32,
+    /// Neither a fraction nor an exponent (Python's `json` reads an `int`).
+    int: bool,
     start: usize,
     /// Just past the number.
     pub(super) end: usize,
+}
+
+impl Decimal {
+    /// Whether the number has neither a fraction nor an exponent (Python's `json`
+    /// reads it as an `int`), and how many digits it has.
+    pub(super) fn integer_digits(&self) -> Option<u32> {
+        self.int.then_some(self.ndig)
+    }
+
+    /// Whether the integer part has a superfluous leading zero (`01`), which JSON forbids.
+    pub(super) fn leading_zero(&self, b: &[u8]) -> bool {
+        let d = self.start + usize::from(self.neg);
+        b.get(d) == Some(&b'0') && b.get(d + 1).is_some_and(u8::is_ascii_digit)
+    }
 }
 
 /// `10^-k` rounded to the nearest `f64`.
@@ -198,6 +214,7 @@ pub(super) fn scan(b: &[u8], start: usize) -> Result<Decimal, usize> {
     i = next;
     let mut ndig = ndig_int;
     let mut exp: i64 = 0;
+    let int = !matches!(b.get(i), Some(b'.' | b'e' | b'E'));
     if b.get(i) == Some(&b'.') {
         let (next, nfrac) = digits(b, i + 1, &mut mant);
         if nfrac == 0 {
@@ -240,6 +257,7 @@ pub(super) fn scan(b: &[u8], start: usize) -> Result<Decimal, usize> {
         mant,
         exp,
         ndig,
+        int,
         start,
         end: i,
     })

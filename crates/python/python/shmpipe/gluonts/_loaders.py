@@ -75,10 +75,11 @@ class _Loader(Closing):
                 return
         self._source = source.configured(shuffle_buffer_length if self._train else None,
                                          self.seed)
+        files = [f[0] for f in source.data] if source.kind == _source.LINES else None
         self._step = _guard.CountingStep(
             source.kind, fns, stages, seed=self.seed, batch_size=batch_size,
             batch_in_worker=self._train, cached=cached, native=fast_path,
-            idle_limit=self._idle[0])
+            idle_limit=self._idle[0], files=files)
 
     @property
     def fast_path(self) -> bool:

@@ -1,9 +1,12 @@
 """The worker step: the user's GluonTS transformation applied to each entry, in a worker.
 
 One :class:`TransformStep` per worker process (pickled to it once). For each entry it
-receives (see ``_source``) it rebuilds the entry as GluonTS would, seeds numpy's and
-Python's global random generators from ``(seed, index, times read)``, runs the
-transformation stages and sends the windows on, stacked (``_batch.encode``): in full
+receives (see ``_source``) it rebuilds the entry as GluonTS would (a file's line it reads
+itself; plain lines natively, ``_lines``), seeds numpy's and Python's global random
+generators from ``(seed, index, times read)``, runs the transformation stages (with
+``fast_path``, its copy of the chain has ``AddTimeFeatures`` native, ``_accel``, and
+DeepAR's feature steps and splitter computed for the windows only, ``_core``) and sends
+the windows on, stacked (``_batch.encode``): in full
 batches (training: the worker batches its own windows), or all the windows of the entry
 (validation, inference: the parent batches them in dataset order).
 
@@ -22,7 +25,7 @@ import traceback
 import numpy as np
 
 from . import _batch
-from ._source import LINES
+from ._source import LINES, LineReader
 
 _MASK64 = (1 << 64) - 1
 
@@ -50,7 +53,8 @@ class TransformStep:
     """``(kind, map_fns, stages)`` from ``_source.plan``, plus the loader's settings."""
 
     def __init__(self, kind: int, fns: list, stages: list, *, seed: int, batch_size: int,
-                 batch_in_worker: bool, cached: int = -1, native: bool = True):
+                 batch_in_worker: bool, cached: int = -1, native: bool = True,
+                 files: list | None = None):
         try:
             self._blob = pickle.dumps((fns, stages))
         except Exception as e:  # noqa: BLE001 - pickling raises many types
@@ -61,21 +65,24 @@ class TransformStep:
         self._main = _main_path(self._blob)
         self.kind, self.seed, self.batch_size = kind, seed, batch_size
         self.batch_in_worker, self.cached, self.native = batch_in_worker, cached, native
+        self.files = files
         self.fns, self.stages = fns, stages
         self.pending: list = []
         self._loads = None
+        self._plain = None
+        self._read = None
         self._cache: dict = {}
 
     def __getstate__(self):
         return {"blob": self._blob, "main": self._main, "kind": self.kind, "seed": self.seed,
                 "batch_size": self.batch_size, "batch_in_worker": self.batch_in_worker,
-                "cached": self.cached, "native": self.native}
+                "cached": self.cached, "native": self.native, "files": self.files}
 
     def __setstate__(self, st):
         self._blob, self._main, self.kind = st["blob"], st["main"], st["kind"]
         self.seed, self.batch_size = st["seed"], st["batch_size"]
         self.batch_in_worker, self.cached = st["batch_in_worker"], st["cached"]
-        self.native = st["native"]
+        self.native, self.files = st["native"], st["files"]
         if self._main:
             from shmpipe._steps import _fixup_main
 
@@ -86,21 +93,39 @@ class TransformStep:
         self.fns, self.stages = pickle.loads(self._blob)
         if self.native:  # this worker's own copy of the chain
             from ._accel import accelerate
+            from ._core import fuse
 
-            self.stages = [(accelerate(t), tr) for t, tr in self.stages]
+            self.stages = [(fuse(accelerate(t)), tr) for t, tr in _merged(self.stages,
+                                                                          self.cached)]
         self.pending: list = []
         self._loads = None
+        self._plain = None  # FileDataset's line reading done natively (``_lines``)
+        self._read = None
         self._cache = {}
 
     # -- in the worker -----------------------------------------------------------------
-    def _entry(self, payload: np.ndarray) -> dict:
+    def _entry(self, item: dict) -> dict:
         if self.kind != LINES:
-            return pickle.loads(payload)
+            return pickle.loads(item["p"])
         if self._loads is None:
             from gluonts import json
 
             self._loads = json.loads
-        line = payload.tobytes()
+            self._read = LineReader(self.files or [])
+        if self._plain is None:
+            from ._lines import plain_reader
+
+            self._plain = (plain_reader(self.fns) if self.native else None) or False
+        i = int(item["i"])
+        if self._plain:
+            entry = self._plain.kept(i)
+            if entry is not None:
+                return entry
+        line = self._read(item)
+        if self._plain:
+            entry = self._plain(line, i)
+            if entry is not None:
+                return entry
         try:
             entry = self._loads(line)
         except ValueError:
@@ -120,7 +145,7 @@ class TransformStep:
         if n >= 0 and i in self._cache:
             data = self._cache[i]
         else:
-            data = [self._entry(item["p"])]
+            data = [self._entry(item)]
             if n >= 0:  # the stages under GluonTS's Cached: once per entry
                 for t, is_train in self.stages[:n]:
                     data = t(data, is_train)
@@ -148,6 +173,19 @@ class TransformStep:
         out = [_batch.encode(self.pending)] if self.pending else []
         self.pending = []
         return out
+
+
+def _merged(stages: list, cached: int) -> list:
+    """``stages`` with those after the cached ones (all of them without a cache) made one
+    ``Chain`` when they share ``is_train``: the same steps in the same order, so that a run
+    of steps split between the dataset's transformation and the loader's (an estimator's
+    transformation and its instance splitter) is seen whole by ``_core.fuse``."""
+    from gluonts.transform import Chain
+
+    head, tail = stages[:max(cached, 0)], stages[max(cached, 0):]
+    if len(tail) < 2 or len({bool(tr) for _, tr in tail}) != 1:
+        return stages
+    return head + [(Chain([t for t, _ in tail]), tail[0][1])]
 
 
 def error_item(e: BaseException) -> dict:
