@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import gc
 import io
 import mmap
 import os
@@ -88,7 +89,6 @@ class _Pickler(pickle.Pickler):
         self.owned: list[tuple] = []    # arrays, dtype, shape, offsets, first span, bytes
         self.span_k: list[int] = []     # the span number of each entry of spans
         self.nk = 0                     # spans numbered (in spans, or owned by a list)
-        self._owned_k: dict[int, int] = {}              # id of an owned array: its span
         self.derived: list[tuple[int, int, int]] = []   # a view's span, its owner's, offset
         self._pids: dict[int, object] = {}
         self._np_spans: dict[int, tuple[int, tuple]] = {}
@@ -136,9 +136,10 @@ class _Pickler(pickle.Pickler):
         root = a
         while isinstance(root.base, np.ndarray):
             root = root.base
-        kr = self._owned_k.get(id(root)) if root is not a else None
-        if kr is None:
+        got = self._np_spans.get(id(root)) if root is not a else None
+        if got is None or got[1] is not None:
             return None
+        kr = got[0]
         rfirst = root.__array_interface__["data"][0]
         first = a.__array_interface__["data"][0]
         lo, hi = _extent(first, a.shape, a.strides, a.itemsize)
@@ -258,17 +259,16 @@ class _Pickler(pickle.Pickler):
         One pass with few attribute reads (lists of millions of arrays): an array that owns
         its bytes (and is not known yet) goes into the list's own region, found by its
         position, not its address; a view is a span of the memory it views."""
-        memo, keep, k0 = self._np_spans, self.keep, self.nk
+        memo, k0 = self._np_spans, self.nk
         ks: list = []
-        owned: list[np.ndarray] = []
-        offs: list[int] = []
-        pos, views = 0, False
+        owned: list[np.ndarray] = []        # (keeps them alive: their ids stay theirs)
+        views = False
         for x in seq:
             if type(x) is not np.ndarray or x.ndim != nd or x.dtype is not dt \
                     and x.dtype != dt or not x.flags.carray \
                     or x.base is not None and self._file_of(x)[0]:
                 for y in owned:
-                    del memo[id(y)], self._owned_k[id(y)]
+                    del memo[id(y)]
                 return None
             if shape is not None and x.shape != shape:
                 shape = None
@@ -280,16 +280,16 @@ class _Pickler(pickle.Pickler):
                 ks.append(got[0])
             elif x.base is None:
                 k = k0 + len(owned)
-                memo[id(x)] = (k, None)
-                self._owned_k[id(x)] = k
-                keep.append(x)
+                memo[id(x)] = (k, None)     # strides None: owned by a list
                 owned.append(x)
-                offs.append(pos)
-                pos += x.nbytes
                 ks.append(k)
             else:
                 ks.append(None)
                 views = True
+        n = owned[0].nbytes if owned else 0
+        offs = np.arange(len(owned), dtype=np.int64) * n if shape is not None else \
+            np.cumsum([0] + [x.nbytes for x in owned], dtype=np.int64)[:-1]
+        pos = len(owned) * n if shape is not None else int(sum(x.nbytes for x in owned))
         self.nk += len(owned)
         if owned:
             self.owned.append((owned, dt, shape, offs, k0, pos))
@@ -484,7 +484,15 @@ def share(obj, cache=None) -> int:
     """
     f = io.BytesIO()
     p = _Pickler(f)
-    p.dump(obj)
+    # The pickler's tables grow by an entry per array: with the cyclic collector on, each
+    # few hundred entries would walk every object (a list of 200k arrays: ~3x the time).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        p.dump(obj)
+    finally:
+        if was_enabled:
+            gc.enable()
     body = f.getbuffer()
     lay = _Layout(p, len(body))
     old = getattr(cache, "_shmpipe_shared", None) if cache is not None else None
