@@ -21,7 +21,10 @@ sharing their object) once, with the bytes of numpy arrays and CPU tensors *out 
 - a list or tuple of at least ``PACK_MIN`` arrays (or tensors) of one plain numeric dtype
   (bool, integers, floats, complex) and rank, each contiguous, arrives as a
   :class:`SharedArrayList`: one offset per element into the mapping, no per-element Python
-  object in the worker, yet a list (or tuple) to the code that uses it.
+  object in the worker, yet a list (or tuple) to the code that uses it. Its arrays that own
+  their bytes are copied into a region of the list (by position: no address per array); a
+  view of one pickled later is a span of that region, but one pickled before the list, or a
+  ``torch.from_numpy`` tensor of one, keeps a copy of its own.
 
 The memfd is sealed against writes, shrinking and growing before any worker sees it; workers
 map it copy-on-write (``MAP_PRIVATE``): what they read is shared, what they write stays in
