@@ -180,3 +180,14 @@ def test_a_loader_with_a_cached_share_still_copies_and_pickles():
     assert loader._shmpipe_shared is not None
     assert copy.deepcopy(loader)._shmpipe_shared is None
     assert pickle.loads(pickle.dumps(loader))._shmpipe_shared is None
+
+
+def test_two_lists_of_the_same_arrays_share_their_bytes():
+    arrays = [np.full(256, i, np.float64) for i in range(5000)]           # 10 MiB
+    views = [a[1:] for a in arrays]
+    got, size = share_load({"all": arrays, "train": arrays[:4500], "first": arrays[0],
+                            "views": views})
+    assert size < 12 * MiB, f"memfd of {size / MiB:.0f} MiB for 10 MiB of arrays"
+    assert np.shares_memory(got["all"][3], got["train"][3])
+    assert np.shares_memory(got["first"], got["all"][0])
+    assert float(got["views"][4999][0]) == 4999.0 and got["views"][7].shape == (255,)

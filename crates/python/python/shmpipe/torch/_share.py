@@ -21,7 +21,10 @@ sharing their object) once, with the bytes of numpy arrays and CPU tensors *out 
 - a list or tuple of at least ``PACK_MIN`` arrays (or tensors) of one plain numeric dtype
   (bool, integers, floats, complex) and rank, each contiguous, arrives as a
   :class:`SharedArrayList`: one offset per element into the mapping, no per-element Python
-  object in the worker, yet a list (or tuple) to the code that uses it.
+  object in the worker, yet a list (or tuple) to the code that uses it. Its arrays that own
+  their bytes are copied into a region of the list (by position: no address per array); a
+  view of one pickled later is a span of that region, but one pickled before the list, or a
+  ``torch.from_numpy`` tensor of one, keeps a copy of its own.
 
 The memfd is sealed against writes, shrinking and growing before any worker sees it; workers
 map it copy-on-write (``MAP_PRIVATE``): what they read is shared, what they write stays in
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import gc
 import io
 import mmap
 import os
@@ -83,13 +87,21 @@ class _Pickler(pickle.Pickler):
         self.files: list[tuple] = [()]                      # file keys, [0] unused
         self._file_ids: dict = {}
         self.packs: list[tuple[list[int], object]] = []     # element spans, shapes or None
+        # arrays that own their bytes, copied one after the other into a region of their own
+        # (spans with file -1 - j: no address needed, the slowest part of a long list)
+        self.owned: list[tuple] = []    # arrays, dtype, shape, offsets, first span, bytes
+        self.span_k: list[int] = []     # the span number of each entry of spans
+        self.nk = 0                     # spans numbered (in spans, or owned by a list)
+        self.derived: list[tuple[int, int, int]] = []   # a view's span, its owner's, offset
         self._pids: dict[int, object] = {}
         self._np_spans: dict[int, tuple[int, tuple]] = {}
         self.keep: list = []            # every object whose id or memory is recorded
 
     def _span(self, lo: int, hi: int, first: int, file: int) -> int:
         self.spans.append((lo, hi, first, file))
-        return len(self.spans) - 1
+        self.span_k.append(self.nk)
+        self.nk += 1
+        return self.nk - 1
 
     # -- numpy ---------------------------------------------------------------------------
 
@@ -122,12 +134,34 @@ class _Pickler(pickle.Pickler):
             self.keep.append(mm)
         return key, b
 
+    def _in_owned(self, a: np.ndarray):
+        """The span of a view of an array a packed list owns (a span of the list's region)."""
+        root = a
+        while isinstance(root.base, np.ndarray):
+            root = root.base
+        got = self._np_spans.get(id(root)) if root is not a else None
+        if got is None or got[1] is not None:
+            return None
+        kr = got[0]
+        rfirst = root.__array_interface__["data"][0]
+        first = a.__array_interface__["data"][0]
+        lo, hi = _extent(first, a.shape, a.strides, a.itemsize)
+        if not rfirst <= lo <= hi <= rfirst + root.nbytes:
+            return None
+        self.derived.append((self.nk, kr, first - rfirst))
+        self.nk += 1
+        return self.nk - 1, a.strides
+
     def _np_span(self, a: np.ndarray) -> tuple[int, tuple]:
         """The span of ``a``'s memory and the strides the worker uses (memoized by id)."""
         got = self._np_spans.get(id(a))
         if got is None:
             orig = a
             self.keep.append(a)
+            got = self._in_owned(a)
+            if got is not None:
+                self._np_spans[id(a)] = got
+                return got
             file, _ = self._file_of(a)
             first = a.__array_interface__["data"][0]
             lo, hi = _extent(first, a.shape, a.strides, a.itemsize)
@@ -152,6 +186,7 @@ class _Pickler(pickle.Pickler):
             k, strides = -1, None
         else:
             k, strides = self._np_span(a)
+            strides = a.strides if strides is None else strides
         return ("A", k, dt, a.shape, strides, None if cls is np.ndarray else cls,
                 bool(a.flags.writeable), mm)
 
@@ -194,33 +229,76 @@ class _Pickler(pickle.Pickler):
                 or not dt.isnative:
             return None
         nd, shape = first.ndim, tuple(first.shape)
-        for x in seq:
-            if type(x) is not kind or x.ndim != nd:
+        ks: list[int] = []
+        if tdt is None:
+            ks = self._pack_arrays(seq, nd, dt, shape)
+            if ks is None:
                 return None
-            if tdt is None:
-                if x.dtype != dt or not x.flags.c_contiguous or not x.flags.writeable \
-                        or self._file_of(x)[0]:
+            ks, shape = ks
+        else:
+            for x in seq:
+                if type(x) is not kind or x.ndim != nd or x.dtype is not tdt \
+                        or x.layout is not torch.strided or x.device.type != "cpu" \
+                        or x.requires_grad or not x.is_contiguous() or x.is_conj() \
+                        or x.is_neg() or x.data_ptr() % x.element_size():
                     return None
-            elif x.dtype is not tdt or x.layout is not torch.strided \
-                    or x.device.type != "cpu" or x.requires_grad or not x.is_contiguous() \
-                    or x.is_conj() or x.is_neg() or x.data_ptr() % x.element_size():
-                return None
-            if shape is not None and tuple(x.shape) != shape:
-                shape = None
-        ks = []
-        for x in seq:
-            if tdt is None:
-                ks.append(self._np_span(x)[0] if x.size else -1)
-            elif x.numel():
-                self.keep.append(x)
-                p = x.data_ptr()
-                ks.append(self._span(p, p + x.numel() * x.element_size(), p, 0))
-            else:
-                ks.append(-1)
+                if shape is not None and tuple(x.shape) != shape:
+                    shape = None
+            for x in seq:
+                if x.numel():
+                    self.keep.append(x)
+                    p = x.data_ptr()
+                    ks.append(self._span(p, p + x.numel() * x.element_size(), p, 0))
+                else:
+                    ks.append(-1)
         shapes = None if shape is not None else [tuple(x.shape) for x in seq]
         self.packs.append((ks, shapes))
         return ("L", len(self.packs) - 1, len(seq), dt, shape, nd, tdt is not None,
                 type(seq) is tuple)
+
+    def _pack_arrays(self, seq, nd: int, dt: np.dtype, shape):
+        """(span of each array, the common shape or None), or None if ``seq`` does not pack.
+
+        One pass with few attribute reads (lists of millions of arrays): an array that owns
+        its bytes (and is not known yet) goes into the list's own region, found by its
+        position, not its address; a view is a span of the memory it views."""
+        memo, k0 = self._np_spans, self.nk
+        ks: list = []
+        owned: list[np.ndarray] = []        # (keeps them alive: their ids stay theirs)
+        views = False
+        for x in seq:
+            if type(x) is not np.ndarray or x.ndim != nd or x.dtype is not dt \
+                    and x.dtype != dt or not x.flags.carray \
+                    or x.base is not None and self._file_of(x)[0]:
+                for y in owned:
+                    del memo[id(y)]
+                return None
+            if shape is not None and x.shape != shape:
+                shape = None
+            if not x.size:
+                ks.append(-1)
+                continue
+            got = memo.get(id(x))
+            if got is not None:
+                ks.append(got[0])
+            elif x.base is None:
+                k = k0 + len(owned)
+                memo[id(x)] = (k, None)     # strides None: owned by a list
+                owned.append(x)
+                ks.append(k)
+            else:
+                ks.append(None)
+                views = True
+        n = owned[0].nbytes if owned else 0
+        offs = np.arange(len(owned), dtype=np.int64) * n if shape is not None else \
+            np.cumsum([0] + [x.nbytes for x in owned], dtype=np.int64)[:-1]
+        pos = len(owned) * n if shape is not None else int(sum(x.nbytes for x in owned))
+        self.nk += len(owned)
+        if owned:
+            self.owned.append((owned, dt, shape, offs, k0, pos))
+        if views:
+            ks = [self._np_span(x)[0] if k is None else k for k, x in zip(ks, seq)]
+        return ks, shape
 
     def persistent_id(self, obj):
         t = type(obj)
@@ -247,6 +325,7 @@ class _Layout:
 
     def __init__(self, p: _Pickler, body_len: int):
         sp = np.array(p.spans, np.int64).reshape(-1, 4)
+        real = np.array(p.span_k, np.int64)
         lo, hi, first, file = sp[:, 0], sp[:, 1], sp[:, 2], sp[:, 3]
         order = np.argsort(lo, kind="stable")
         lo_s, hi_s = lo[order], np.maximum.accumulate(hi[order])
@@ -264,12 +343,26 @@ class _Layout:
         else:
             rfile = np.zeros(0, np.int64)
         rlo = np.where(rfile == 0, rlo - rlo % _ALIGN, rlo)
+        # the owned arrays' regions come after the others
+        n_real = len(rlo)
+        rlo = np.append(rlo, np.zeros(len(p.owned), np.int64))
+        rhi = np.append(rhi, np.array([o[5] for o in p.owned], np.int64))
+        rfile = np.append(rfile, np.zeros(len(p.owned), np.int64))
         # the interval table: region and offset of each span's first byte in its region
-        self.tab = np.stack([region_of, first - rlo[region_of]], 1) if len(order) \
-            else np.zeros((0, 2), np.int64)
+        self.tab = np.empty((p.nk, 2), np.int64)
+        self.tab[real, 0] = region_of
+        self.tab[real, 1] = first - rlo[region_of]
+        for j, (arrays, _, _, offs, k0, _) in enumerate(p.owned):
+            self.tab[k0:k0 + len(arrays), 0] = n_real + j
+            self.tab[k0:k0 + len(arrays), 1] = offs
+        if p.derived:
+            k, kr, delta = np.array(p.derived, np.int64).T
+            self.tab[k, 0] = self.tab[kr, 0]
+            self.tab[k, 1] = self.tab[kr, 1] + delta
+        self.owned = [(n_real + j, o) for j, o in enumerate(p.owned)]
         self.rlo, self.rlen = rlo, rhi - rlo
         mem = rfile == 0
-        self.mem_regions = np.flatnonzero(mem)
+        self.mem_regions = np.flatnonzero(mem[:n_real])
         self.files = [p.files[f] for f in rfile[~mem].tolist()]
         # regtab: (place in the memfd, length) of a copied region; (-1 - file, length) of a
         # file's region, whose offset in the file is files[j][2] + (rlo - files[j][1])
@@ -321,6 +414,21 @@ class _Layout:
         parts.append((self.meta_at, np.frombuffer(self.meta, np.uint8)))
         return parts
 
+    def owned_bytes(self, mapping=None):
+        """(place, length, the owned arrays' bytes: written into ``mapping`` if given, else
+        a new array) of each region of owned arrays."""
+        for r, (arrays, dt, shape, _, _, n) in self.owned:
+            at = int(self.regtab[r, 0])
+            dst = np.frombuffer(mapping, dt, count=n // dt.itemsize, offset=at) \
+                if mapping is not None else np.empty(n // dt.itemsize, dt)
+            if shape:
+                np.concatenate(arrays, out=dst.reshape((len(arrays) * shape[0], *shape[1:])))
+            elif shape is not None:
+                np.stack(arrays, out=dst)
+            else:
+                np.concatenate([a.reshape(-1) for a in arrays], out=dst)
+            yield at, n, dst
+
     def copies(self):
         """(place in the memfd, address, length) of each copied region."""
         m = self.mem_regions
@@ -354,7 +462,10 @@ class _Shared:
         base = np.frombuffer(m, np.uint8).ctypes.data
         # SAFETY (of the raw addresses): every region lies in the memory of an object the
         # pickler keeps alive, and in this read-only mapping of lay.size bytes.
-        return all(_LIBC.memcmp(base + at, addr, n) == 0 for at, addr, n in lay.copies())
+        if not all(_LIBC.memcmp(base + at, addr, n) == 0 for at, addr, n in lay.copies()):
+            return False
+        return all(_LIBC.memcmp(base + at, now.ctypes.data, n) == 0
+                   for at, n, now in lay.owned_bytes())
 
 
 def _dropped():
@@ -376,7 +487,15 @@ def share(obj, cache=None) -> int:
     """
     f = io.BytesIO()
     p = _Pickler(f)
-    p.dump(obj)
+    # The pickler's tables grow by an entry per array: with the cyclic collector on, each
+    # few hundred entries would walk every object (a list of 200k arrays: ~3x the time).
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        p.dump(obj)
+    finally:
+        if was_enabled:
+            gc.enable()
     body = f.getbuffer()
     lay = _Layout(p, len(body))
     old = getattr(cache, "_shmpipe_shared", None) if cache is not None else None
@@ -410,6 +529,8 @@ def _write(body, lay: _Layout) -> int:
             # place lies inside this mapping (the layout sized the memfd for it).
             for at, addr, n in lay.copies():
                 ctypes.memmove(base + at, addr, n)
+            for _at, _n, dst in lay.owned_bytes(m):
+                del dst
             del view
         fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                     | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL)
