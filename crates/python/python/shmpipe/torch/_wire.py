@@ -174,13 +174,14 @@ class _Pickler(pickle.Pickler):
             if off is None:
                 raise Overflow
             if self.arena.buf is not None:
-                dst = self.arena._u8[off:off + span * size]
+                # As integers of the element's size: one kernel for every dtype, and as many
+                # elements as the tensor has (torch splits a copy over threads by count).
+                bits = _BITS.get(size, t.dtype)
+                dst = self.arena._u8[off:off + span * size].view(bits)
                 if dense:
-                    dst.copy_(torch.empty(0, dtype=torch.uint8).set_(
-                        t.untyped_storage(), t.storage_offset() * size, (span * size,), (1,)))
+                    dst.copy_(t.as_strided((span,), (1,), t.storage_offset()).view(bits))
                 else:
-                    bits = _BITS.get(size, t.dtype)
-                    dst.view(bits).view(shape).copy_(t.view(bits))
+                    dst.view(shape).copy_(t.view(bits))
             offset = off // size
         nd = len(shape)
         code = _TORCH_CODE.get(t.dtype, _BY_NAME)
