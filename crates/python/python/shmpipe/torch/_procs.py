@@ -65,6 +65,11 @@ def in_worker() -> bool:
         or getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
+def _fork_server() -> forkserver.ForkServer:
+    """The fork server (multiprocessing's ``ForkServer`` object) the workers come from."""
+    return forkserver._forkserver
+
+
 def _after_fork_in_child() -> None:
     """Run in every child forked by Python (``os.register_at_fork``). The fork server's pid,
     address and alive pipe are the parent's: multiprocessing would ``waitpid`` a process that
@@ -73,7 +78,7 @@ def _after_fork_in_child() -> None:
     so that this process makes a server of its own when it needs one. A child of a trainer is
     a trainer itself (``in_worker()`` still says what the parent was at this point)."""
     global _warmed, _server, _trainer_fork
-    fs = forkserver._forkserver
+    fs = _fork_server()
     fs._lock = threading.Lock()
     if fs._forkserver_pid is not None:
         try:
@@ -92,7 +97,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _server_died() -> bool:
     """Whether the fork server :func:`warm_up` made has exited; if so it is forgotten (reaped,
     its pipe closed), so that the next start makes one again."""
-    fs = forkserver._forkserver
+    fs = _fork_server()
     with fs._lock:
         pid = fs._forkserver_pid
         if _server is None or pid != _server:
@@ -121,7 +126,7 @@ def warm_up(fork: bool = False) -> None:
     if in_worker() or (_warmed and not _server_died()):
         return
     _warmed = True
-    fs = forkserver._forkserver
+    fs = _fork_server()
     if fork and os.environ.get(FORK_ENV, "1") != "0":
         from . import _forked
         if _forked.start({CHILD_ENV: "1"}):
@@ -130,12 +135,12 @@ def warm_up(fork: bool = False) -> None:
 
     ours = fs._forkserver_pid is None
     if ours:
-        forkserver.set_forkserver_preload(PRELOAD)
+        fs.set_forkserver_preload(PRELOAD)
     env = {CHILD_ENV: "1", MAIN_ENV: _main_path()}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        forkserver.ensure_running()
+        fs.ensure_running()
         if ours:
             _server = fs._forkserver_pid
     finally:
