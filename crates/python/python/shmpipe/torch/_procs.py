@@ -58,27 +58,26 @@ def warm_up(fork: bool = False) -> None:
 
     Called when :mod:`shmpipe.torch` is imported (``fork=True``: the server is then a fork
     of this process if that is safe, see :mod:`._forked`) and again by every loader with
-    workers; cheap after the first call. If the program has already started the standard
-    library's fork server itself (with its own preload list), that server is used as it is.
+    workers; cheap after the first call. The server is shmpipe's own (:mod:`._context`),
+    never the program's process-wide one.
     """
     global _warmed
     if _warmed or in_worker():
         return
     _warmed = True
-    from multiprocessing import forkserver
+    from ._context import SERVER
 
     if fork and os.environ.get(FORK_ENV, "1") != "0":
         from . import _forked
         if _forked.start({CHILD_ENV: "1"}):
             return
 
-    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
-        forkserver.set_forkserver_preload(PRELOAD)
+    SERVER.set_forkserver_preload(PRELOAD)
     env = {CHILD_ENV: "1", MAIN_ENV: _main_path(), ARGV_ENV: json.dumps(sys.argv)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        forkserver.ensure_running()
+        SERVER.ensure_running()
     finally:
         for k, v in old.items():
             if v is None:
@@ -123,16 +122,16 @@ def _main_path() -> str:
 
 def context(user_ctx):
     """The multiprocessing context workers start with: the loader's ``multiprocessing_context``
-    if given (a context object, as ``DataLoader`` stores it), else the fork server.
+    if given (a context object, as ``DataLoader`` stores it), else the fork server. A
+    "forkserver" context means ours too (torch preloaded), never the program's own server.
 
     The global start method is not consulted: torch's own loaders fix it to ``fork`` as a
     side effect, so it does not tell what the program asked for."""
-    if user_ctx is not None:
-        if user_ctx.get_start_method() == "forkserver":
-            warm_up()       # the server preloads torch, if it is not running yet
+    if user_ctx is not None and user_ctx.get_start_method() != "forkserver":
         return user_ctx
+    from ._context import CONTEXT
     warm_up()
-    return multiprocessing.get_context("forkserver")
+    return CONTEXT
 
 
 class FdArg:
