@@ -116,16 +116,19 @@ NOTEBOOK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("how", ["-c", "exec", "stdin"])
+@pytest.mark.parametrize("how", ["-c", "exec", "stdin", "stdin-forked-server"])
 def test_a_main_without_a_file_is_refused_in_the_trainer_with_a_clear_error(tmp_path, how):
+    code = NOTEBOOK
+    if how == "stdin-forked-server":    # no thread: the fork server is a fork of the trainer
+        code = "\n".join(line for line in code.splitlines() if "threading.Thread" not in line)
     path = tmp_path / "notebook.py"
-    path.write_text(NOTEBOOK)
+    path.write_text(code)
     if how == "-c":
-        args, stdin = [sys.executable, "-c", NOTEBOOK], None
+        args, stdin = [sys.executable, "-c", code], None
     elif how == "exec":
         args, stdin = [sys.executable, "-c", f"exec(open({str(path)!r}).read())"], None
     else:
-        args, stdin = [sys.executable, "-"], NOTEBOOK
+        args, stdin = [sys.executable, "-"], code
     code, out = _run(args, stdin=stdin, env={"PYTHONPATH": procs.HERE})
     assert code == 0, out
     lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
@@ -135,6 +138,7 @@ def test_a_main_without_a_file_is_refused_in_the_trainer_with_a_clear_error(tmp_
         assert lines.get(name, "").startswith("TypeError"), out
         assert f"'{what}'" in lines[name] and 'multiprocessing_context="fork"' in lines[name], out
     assert "Details are lost" not in out and "Traceback" not in out, out
+    assert "could not import" not in out, out     # no main script to import: no note
 
 
 def _run(args, stdin=None, env=None, limit=300):

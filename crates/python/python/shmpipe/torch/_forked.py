@@ -209,6 +209,8 @@ def _import_main() -> None:
     data = spawn.get_preparation_data("shmpipe-fork-server")
     main = {k: v for k, v in data.items() if k in ("init_main_from_path",
                                                    "init_main_from_name")}
+    if not os.path.isfile(main.get("init_main_from_path", "/")):
+        main.pop("init_main_from_path", None)   # `python -`: '<stdin>' is no file to import
     _kept.append(sys.modules["__main__"])
     sys.modules["__main__"] = types.ModuleType("__mp_main__")
     if not main:
