@@ -53,6 +53,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
             self._worker_init_fn = functools.partial(
                 _sharding_worker_init_fn, self._worker_init_fn, self._world_size, self._rank)
         ctx = _procs.context(loader.multiprocessing_context)
+        _workers.refuse_fileless_main(ctx, (self._dataset, self._collate_fn,
+                                            self._worker_init_fn))
         payload, shared_fd = self._payload(ctx)
         cfg = {"num_workers": self._num_workers, "base_seed": self._base_seed,
                "shared_seed": self._shared_seed,

@@ -9,15 +9,19 @@ for itself, done once before the forks.
   server is meant to do, but Python 3.11 never passes it the script's path), so that workers
   do not each run it again. As under ``spawn``, the script's work must be under
   ``if __name__ == "__main__":``; if importing it fails here, a note goes to stderr and every
-  worker imports it itself (and fails as it would under ``spawn``); if it raises what is not
+  worker imports it itself (and fails as it would under ``spawn``). ``sys.argv`` is the
+  trainer's then (a module-level argparse parses the trainer's arguments); if it raises what is not
   an ``Exception`` (``sys.exit()`` outside the main guard), every worker tells the trainer,
   which raises it (``_procs.main_failed``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+
+from multiprocessing import spawn
 
 import numpy as np
 import numpy.random  # noqa: F401
@@ -27,6 +31,18 @@ from . import _procs, _worker  # noqa: F401
 
 torch.manual_seed(0)
 np.random.seed(0)
+
+
+def _fixup_main_from_path(path: str, _import=spawn._fixup_main_from_path) -> None:
+    """What each worker does with the trainer's main script before it runs: a ``__main__``
+    that is no file (``python -``, whose ``__file__`` is ``<stdin>``) cannot be imported, and
+    made every worker die at its start ("exited unexpectedly"); it is left out, as for
+    ``python -c`` (the trainer refuses a dataset that needs it: ``_workers``)."""
+    if os.path.isfile(path):
+        _import(path)
+
+
+spawn._fixup_main_from_path = _fixup_main_from_path
 
 
 def _import_main(path: str) -> None:
@@ -45,5 +61,7 @@ def _import_main(path: str) -> None:
 
 
 _main = os.environ.get(_procs.MAIN_ENV)
+if os.environ.get(_procs.ARGV_ENV):
+    sys.argv = json.loads(os.environ[_procs.ARGV_ENV])
 if _main:
     _import_main(_main)

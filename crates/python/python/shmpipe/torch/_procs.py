@@ -18,6 +18,7 @@ same way by the next loader, with its preload list and environment.
 from __future__ import annotations
 
 import array
+import json
 import multiprocessing
 import os
 import pickle
@@ -25,6 +26,8 @@ import socket
 import sys
 import threading
 from multiprocessing import connection, forkserver, reduction
+
+from . import _context
 
 # Set in the environment of the fork server (and so of every worker): a process started by
 # us does not start a fork server of its own.
@@ -39,6 +42,9 @@ FORK_ENV = "SHMPIPE_TORCH_FORK"
 
 # The path of the trainer's main script, for the fork server to import it (see _preload.py).
 MAIN_ENV = "SHMPIPE_TORCH_MAIN"
+# The trainer's sys.argv (JSON), set in the fork server before it imports the main script: a
+# module-level argparse there parses the trainer's arguments, as under spawn.
+ARGV_ENV = "SHMPIPE_TORCH_ARGV"
 
 PRELOAD = ["shmpipe.torch._preload"]
 
@@ -66,8 +72,9 @@ def in_worker() -> bool:
 
 
 def _fork_server() -> forkserver.ForkServer:
-    """The fork server (multiprocessing's ``ForkServer`` object) the workers come from."""
-    return forkserver._forkserver
+    """The fork server (multiprocessing's ``ForkServer`` object) the workers come from:
+    shmpipe's own (:data:`._context.SERVER`)."""
+    return _context.SERVER
 
 
 def _after_fork_in_child() -> None:
@@ -119,8 +126,8 @@ def warm_up(fork: bool = False) -> None:
     Called when :mod:`shmpipe.torch` is imported (``fork=True``: the server is then a fork
     of this process if that is safe, see :mod:`._forked`) and again by every loader with
     workers; cheap after the first call (a ``waitpid``: a server that died is made again,
-    spawned). If the program has already started the standard library's fork server itself
-    (with its own preload list), that server is used as it is.
+    spawned). The server is shmpipe's own (:mod:`._context`), never the program's
+    process-wide one.
     """
     global _warmed, _server
     if in_worker() or (_warmed and not _server_died()):
@@ -133,16 +140,13 @@ def warm_up(fork: bool = False) -> None:
             _server = fs._forkserver_pid
             return
 
-    ours = fs._forkserver_pid is None
-    if ours:
-        fs.set_forkserver_preload(PRELOAD)
-    env = {CHILD_ENV: "1", MAIN_ENV: _main_path()}
+    fs.set_forkserver_preload(PRELOAD)
+    env = {CHILD_ENV: "1", MAIN_ENV: _main_path(), ARGV_ENV: json.dumps(sys.argv)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
         fs.ensure_running()
-        if ours:
-            _server = fs._forkserver_pid
+        _server = fs._forkserver_pid
     finally:
         for k, v in old.items():
             if v is None:
@@ -187,16 +191,16 @@ def _main_path() -> str:
 
 def context(user_ctx):
     """The multiprocessing context workers start with: the loader's ``multiprocessing_context``
-    if given (a context object, as ``DataLoader`` stores it), else the fork server.
+    if given (a context object, as ``DataLoader`` stores it), else the fork server. A
+    "forkserver" context means ours too (torch preloaded), never the program's own server.
 
     The global start method is not consulted: torch's own loaders fix it to ``fork`` as a
     side effect, so it does not tell what the program asked for."""
-    if user_ctx is not None:
-        if user_ctx.get_start_method() == "forkserver":
-            warm_up()       # the server preloads torch, if it is not running yet
+    if user_ctx is not None and user_ctx.get_start_method() != "forkserver":
         return user_ctx
+    from ._context import CONTEXT
     warm_up()
-    return multiprocessing.get_context("forkserver")
+    return CONTEXT
 
 
 class FdArg:

@@ -15,6 +15,7 @@ import random
 import select
 import signal
 import socket
+import sys
 import threading
 
 import numpy as np
@@ -36,6 +37,7 @@ class Switch:
 def run(cfg: dict, sock_arg: _procs.FdArg, payload, pidfd_arg: _procs.FdArg) -> None:
     """Entry point of a worker process (the target of ``Process``)."""
     _watch_parent(pidfd_arg.take())
+    adopt(cfg)
     # Ctrl-C goes to the whole process group: the trainer decides what happens.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=sock_arg.take())
@@ -52,6 +54,21 @@ def run(cfg: dict, sock_arg: _procs.FdArg, payload, pidfd_arg: _procs.FdArg) -> 
     finally:
         _tw._worker_info = None
         w.close()
+
+
+def adopt(cfg: dict) -> None:
+    """Takes the trainer's ``os.environ`` as of the iterator's start and its ``sys.argv``, as
+    torch's workers (all started by its iterator's constructor) have them, before the dataset
+    is unpickled and ``worker_init_fn`` runs: the fork server's own (as of ``import
+    shmpipe.torch``) would lose what the trainer set or deleted since, and workers 1.. start
+    in the background, after the iterator is returned. Only our marker that this is a worker
+    stays."""
+    marker = os.environ.get(_procs.CHILD_ENV)
+    os.environ.clear()
+    os.environ.update(cfg["environ"])
+    if marker is not None:
+        os.environ[_procs.CHILD_ENV] = marker
+    sys.argv = list(cfg["argv"])
 
 
 def _tell_main_error(sock: socket.socket) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import pickle
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -91,6 +92,10 @@ class WorkerSet:
             psock, csock = _procs.socket_pair()
             self.chans.append(WorkerChannel(i, psock))
             self._child_socks.append(csock)
+        # Every worker gets the trainer's environment as it is now (the iterator's start) and
+        # its sys.argv, as torch's workers, all started before its iterator is returned, have
+        # them (_worker.adopt): a fork server's are older, and workers 1.. start later.
+        cfg = dict(cfg, environ=dict(os.environ), argv=list(sys.argv))
         self._ctx, self._cfg, self._payload = ctx, cfg, payload
         self._fds = [os.pidfd_open(os.getpid())] + ([shared_fd] if shared_fd is not None else [])
         self._starter: threading.Thread | None = None
@@ -196,6 +201,45 @@ class WorkerSet:
             if w.is_alive():
                 w.terminate()
                 w.join(timeout=join_timeout)
+
+
+def refuse_fileless_main(ctx, objs) -> None:
+    """Raises a TypeError naming what ``objs`` (the dataset, ``collate_fn``,
+    ``worker_init_fn``) refer to in a ``__main__`` that is no file (a notebook, ``python -c``,
+    ``python -``), when the workers are not forks of this process: a fresh worker cannot
+    import such a ``__main__``, and would fail to unpickle the dataset ("Can't get
+    attribute ...") or die at its start (review: trial 19, finding 3)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if ctx.get_start_method() == "fork" or getattr(main, "__spec__", None) is not None or \
+            (path and os.path.isfile(path)):
+        return
+    found: list[str] = []
+
+    class Finder(pickle.Pickler):
+        def reducer_override(self, obj):
+            if isinstance(obj, type) or callable(obj) and hasattr(obj, "__qualname__"):
+                if getattr(obj, "__module__", None) == "__main__" and \
+                        obj.__qualname__ not in found:
+                    found.append(obj.__qualname__)
+            return NotImplemented
+
+    class Sink:
+        def write(self, b):
+            return len(b)
+
+    try:     # buffers (arrays, tensors) are passed out of band: not copied
+        Finder(Sink(), protocol=5, buffer_callback=lambda b: None).dump(objs)
+    except Exception:  # noqa: BLE001 - what cannot be pickled fails later, as before
+        pass
+    if found:
+        names = ", ".join(repr(n) for n in found)
+        raise TypeError(
+            f"shmpipe.torch.DataLoader: the dataset, collate_fn or worker_init_fn use {names}, "
+            f"defined in __main__, which has no file here (a notebook, `python -c`, `python -`): "
+            f"the workers start as fresh processes (a fork server, never a fork of this "
+            f"process) and cannot import it. Pass multiprocessing_context=\"fork\" (what torch "
+            f"does by default on Linux), or define them in a module file and import it.")
 
 
 def _unpicklable(e: BaseException) -> TypeError:
