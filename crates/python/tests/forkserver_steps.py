@@ -29,8 +29,9 @@ class WhereAmI(Dataset):
 
 
 def server_pid() -> int | None:
-    from multiprocessing import forkserver
-    return forkserver._forkserver._forkserver_pid
+    """The pid of the fork server shmpipe's workers come from in this process."""
+    from shmpipe.torch import _procs
+    return _procs._fork_server()._forkserver_pid
 
 
 def epoch() -> list:

@@ -54,12 +54,12 @@ SCRIPT = textwrap.dedent("""
     import os, sys, time
     sys.path.insert(0, {here!r})
     import torch_datasets as tds
+    import shmpipe.torch._context
     from shmpipe.torch import DataLoader
-    from multiprocessing import forkserver
     if __name__ == "__main__":
         it = iter(DataLoader(tds.Slow(1000, delay=0.05), batch_size=2, num_workers=2))
         next(it)
-        pids = [w.pid for w in it._workers] + [forkserver._forkserver._forkserver_pid]
+        pids = [w.pid for w in it._workers] + [shmpipe.torch._context.SERVER._forkserver_pid]
         print(" ".join(map(str, pids)), flush=True)
         {tail}
 """)

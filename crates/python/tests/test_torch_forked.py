@@ -24,7 +24,6 @@ SCRIPT = textwrap.dedent("""
     import torch
     {before}
     import shmpipe.torch
-    from multiprocessing import forkserver
 
     class Defined(torch.utils.data.Dataset):      # after the import: workers must find it
         def __len__(self):
@@ -45,7 +44,7 @@ SCRIPT = textwrap.dedent("""
         # (after the loader: a spawned server has surely exec'd by then)
         batches = [b.tolist() for b in shmpipe.torch.DataLoader(Defined(), batch_size=5,
                                                                num_workers=2)]
-        pid = forkserver._forkserver._forkserver_pid
+        pid = shmpipe.torch._context.SERVER._forkserver_pid
         with open(f"/proc/{{pid}}/cmdline", "rb") as f:
             cmd = f.read().split(b"\\0")
         ppid = int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -172,16 +171,13 @@ def test_a_module_half_imported_at_the_fork_is_imported_whole_by_workers(tmp_pat
 
 
 def test_a_process_of_the_forked_server_can_start_its_own_fork_server_processes():
-    import multiprocessing
-    from multiprocessing import forkserver
-
-    import shmpipe.torch  # noqa: F401
+    import shmpipe.torch._context
     import torch_datasets as tds
-    server = forkserver._forkserver._forkserver_pid
+    server = shmpipe.torch._context.SERVER._forkserver_pid
     with open(f"/proc/{server}/cmdline", "rb") as f:
         if b"-c" in f.read().split(b"\0"):
             pytest.skip("this test process's fork server is a spawned one")
-    p = multiprocessing.get_context("forkserver").Process(target=tds.start_a_forkserver_child)
+    p = shmpipe.torch._context.CONTEXT.Process(target=tds.start_a_forkserver_child)
     p.start()
     try:
         p.join(120)

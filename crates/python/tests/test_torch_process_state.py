@@ -116,16 +116,19 @@ NOTEBOOK = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("how", ["-c", "exec", "stdin"])
+@pytest.mark.parametrize("how", ["-c", "exec", "stdin", "stdin-forked-server"])
 def test_a_main_without_a_file_is_refused_in_the_trainer_with_a_clear_error(tmp_path, how):
+    code = NOTEBOOK
+    if how == "stdin-forked-server":    # no thread: the fork server is a fork of the trainer
+        code = "\n".join(line for line in code.splitlines() if "threading.Thread" not in line)
     path = tmp_path / "notebook.py"
-    path.write_text(NOTEBOOK)
+    path.write_text(code)
     if how == "-c":
-        args, stdin = [sys.executable, "-c", NOTEBOOK], None
+        args, stdin = [sys.executable, "-c", code], None
     elif how == "exec":
         args, stdin = [sys.executable, "-c", f"exec(open({str(path)!r}).read())"], None
     else:
-        args, stdin = [sys.executable, "-"], NOTEBOOK
+        args, stdin = [sys.executable, "-"], code
     code, out = _run(args, stdin=stdin, env={"PYTHONPATH": procs.HERE})
     assert code == 0, out
     lines = dict(line.split(" ", 1) for line in out.splitlines() if " " in line)
@@ -135,6 +138,7 @@ def test_a_main_without_a_file_is_refused_in_the_trainer_with_a_clear_error(tmp_
         assert lines.get(name, "").startswith("TypeError"), out
         assert f"'{what}'" in lines[name] and 'multiprocessing_context="fork"' in lines[name], out
     assert "Details are lost" not in out and "Traceback" not in out, out
+    assert "could not import" not in out, out     # no main script to import: no note
 
 
 def _run(args, stdin=None, env=None, limit=300):
@@ -155,3 +159,51 @@ def _run(args, stdin=None, env=None, limit=300):
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, 9)
         return None, p.communicate()[0]
+
+
+# The program's own forkserver children (multiprocessing's process-wide fork server) after
+# `import shmpipe.torch`: started at their first use, as without shmpipe, so that they see
+# the environment as it is then; shmpipe's workers come from its own server.
+OWN_SERVER = textwrap.dedent("""
+    import json, multiprocessing as mp, os, sys, threading, time
+    if {threads}:
+        threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+    import shmpipe.torch
+    import torch_datasets
+    from multiprocessing import forkserver
+
+    def child(q):
+        q.put((os.environ.get("LATE_VAR"), os.getppid()))
+
+    if __name__ == "__main__":
+        running = forkserver._forkserver._forkserver_pid is not None
+        batches = [b.tolist() for b in shmpipe.torch.DataLoader(
+            torch_datasets.Counting(4), batch_size=2, num_workers=2)]
+        os.environ["LATE_VAR"] = "set after the import"
+        ctx = mp.get_context("forkserver")
+        q = ctx.Queue()
+        p = ctx.Process(target=child, args=(q,))
+        p.start()
+        late, parent = q.get(timeout=60)
+        p.join()
+        again = [b.tolist() for b in shmpipe.torch.DataLoader(
+            torch_datasets.Counting(4), batch_size=2, num_workers=2,
+            multiprocessing_context="forkserver")]
+        ours = shmpipe.torch._context.SERVER._forkserver_pid
+        print(json.dumps({{"running": running, "late": late, "ours": parent == ours,
+                          "batches": batches, "again": again}}), flush=True)
+""")
+
+
+@pytest.mark.parametrize("threads", [False, True], ids=["forked-server", "spawned-server"])
+def test_the_process_wide_fork_server_is_left_to_the_program(tmp_path, threads):
+    path = tmp_path / "own_server.py"
+    path.write_text(OWN_SERVER.format(threads=threads))
+    code, out = _run([sys.executable, str(path)], env={"SHMPIPE_TORCH_FORK": None,
+                                                        "SHMPIPE_TORCH_EAGER": None,
+                                                        "PYTHONPATH": procs.HERE})
+    assert code == 0, out
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["batches"] == got["again"] == [[0, 1], [2, 3]], got
+    assert not got["running"], got
+    assert got["late"] == "set after the import" and not got["ours"], got

@@ -125,9 +125,9 @@ def unsafe_reason() -> str | None:
 def start(child_env: dict[str, str]) -> bool:
     """Forks the fork server off this process, if safe; True if it did. ``child_env`` is set
     in the server's environment (and so its workers')."""
-    from multiprocessing import connection, forkserver, resource_tracker, util
+    from multiprocessing import connection, resource_tracker, util
 
-    fs = forkserver._forkserver
+    from ._context import SERVER as fs      # shmpipe's own, not the process-wide one
     with fs._lock:
         if fs._forkserver_pid is not None or unsafe_reason() is not None:
             return False
@@ -161,6 +161,8 @@ def _server(listener_fd: int, alive_r: int, alive_w: int, child_env: dict[str, s
         # The fork was made under this lock, which stays taken in the child: a worker that
         # starts a fork-server process of its own must not wait on it for ever.
         forkserver._forkserver._lock = threading.Lock()
+        from ._context import SERVER
+        SERVER._lock = threading.Lock()
         os.close(alive_w)
         os.environ.update(child_env)
         _detach_fds({listener_fd, alive_r})
@@ -235,6 +237,8 @@ def _import_main() -> None:
     data = spawn.get_preparation_data("shmpipe-fork-server")
     main = {k: v for k, v in data.items() if k in ("init_main_from_path",
                                                    "init_main_from_name")}
+    if not os.path.isfile(main.get("init_main_from_path", "/")):
+        main.pop("init_main_from_path", None)   # `python -`: '<stdin>' is no file to import
     _kept.append(sys.modules["__main__"])
     sys.modules["__main__"] = types.ModuleType("__mp_main__")
     if not main:

@@ -27,7 +27,11 @@ class DataLoader(torch.utils.data.DataLoader):
       fork of the training process; ``multiprocessing_context`` or a start method set with
       ``multiprocessing.set_start_method`` is honoured when given). The dataset,
       ``collate_fn`` and ``worker_init_fn`` must therefore be picklable, as with torch under
-      spawn: top-level functions and classes, scripts guarded by ``if __name__ == "__main__":``;
+      spawn: top-level functions and classes, scripts guarded by ``if __name__ == "__main__":``
+      (not defined in a ``__main__`` without a file, a notebook's: a ``TypeError`` says so).
+      As under spawn, workers get the trainer's ``os.environ`` (as of the iterator's start)
+      and ``sys.argv``, not what ``main()`` changed in the process (``set_default_dtype``,
+      module globals): ``multiprocessing_context="fork"`` gives fork's behaviour;
     - the dataset (with ``collate_fn`` and ``worker_init_fn``) is pickled once into a sealed
       memfd shared by every worker; numpy arrays and tensors in it are mapped, not copied
       (each buffer once, views kept as views, memmaps reopened from their file), large lists

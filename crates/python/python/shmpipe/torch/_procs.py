@@ -27,6 +27,8 @@ import sys
 import threading
 from multiprocessing import connection, forkserver, reduction
 
+from . import _context
+
 # Set in the environment of the fork server (and so of every worker): a process started by
 # us does not start a fork server of its own.
 CHILD_ENV = "SHMPIPE_TORCH_CHILD"
@@ -69,6 +71,12 @@ def in_worker() -> bool:
         or getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
+def _fork_server() -> forkserver.ForkServer:
+    """The fork server (multiprocessing's ``ForkServer`` object) the workers come from:
+    shmpipe's own (:data:`._context.SERVER`)."""
+    return _context.SERVER
+
+
 def _after_fork_in_child() -> None:
     """Run in every child forked by Python (``os.register_at_fork``). The fork server's pid,
     address and alive pipe are the parent's: multiprocessing would ``waitpid`` a process that
@@ -77,7 +85,7 @@ def _after_fork_in_child() -> None:
     so that this process makes a server of its own when it needs one. A child of a trainer is
     a trainer itself (``in_worker()`` still says what the parent was at this point)."""
     global _warmed, _server, _trainer_fork
-    fs = forkserver._forkserver
+    fs = _fork_server()
     fs._lock = threading.Lock()
     if fs._forkserver_pid is not None:
         try:
@@ -96,7 +104,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 def _server_died() -> bool:
     """Whether the fork server :func:`warm_up` made has exited; if so it is forgotten (reaped,
     its pipe closed), so that the next start makes one again."""
-    fs = forkserver._forkserver
+    fs = _fork_server()
     with fs._lock:
         pid = fs._forkserver_pid
         if _server is None or pid != _server:
@@ -118,30 +126,27 @@ def warm_up(fork: bool = False) -> None:
     Called when :mod:`shmpipe.torch` is imported (``fork=True``: the server is then a fork
     of this process if that is safe, see :mod:`._forked`) and again by every loader with
     workers; cheap after the first call (a ``waitpid``: a server that died is made again,
-    spawned). If the program has already started the standard library's fork server itself
-    (with its own preload list), that server is used as it is.
+    spawned). The server is shmpipe's own (:mod:`._context`), never the program's
+    process-wide one.
     """
     global _warmed, _server
     if in_worker() or (_warmed and not _server_died()):
         return
     _warmed = True
-    fs = forkserver._forkserver
+    fs = _fork_server()
     if fork and os.environ.get(FORK_ENV, "1") != "0":
         from . import _forked
         if _forked.start({CHILD_ENV: "1"}):
             _server = fs._forkserver_pid
             return
 
-    ours = fs._forkserver_pid is None
-    if ours:
-        forkserver.set_forkserver_preload(PRELOAD)
+    fs.set_forkserver_preload(PRELOAD)
     env = {CHILD_ENV: "1", MAIN_ENV: _main_path(), ARGV_ENV: json.dumps(sys.argv)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        forkserver.ensure_running()
-        if ours:
-            _server = fs._forkserver_pid
+        fs.ensure_running()
+        _server = fs._forkserver_pid
     finally:
         for k, v in old.items():
             if v is None:
@@ -186,16 +191,16 @@ def _main_path() -> str:
 
 def context(user_ctx):
     """The multiprocessing context workers start with: the loader's ``multiprocessing_context``
-    if given (a context object, as ``DataLoader`` stores it), else the fork server.
+    if given (a context object, as ``DataLoader`` stores it), else the fork server. A
+    "forkserver" context means ours too (torch preloaded), never the program's own server.
 
     The global start method is not consulted: torch's own loaders fix it to ``fork`` as a
     side effect, so it does not tell what the program asked for."""
-    if user_ctx is not None:
-        if user_ctx.get_start_method() == "forkserver":
-            warm_up()       # the server preloads torch, if it is not running yet
+    if user_ctx is not None and user_ctx.get_start_method() != "forkserver":
         return user_ctx
+    from ._context import CONTEXT
     warm_up()
-    return multiprocessing.get_context("forkserver")
+    return CONTEXT
 
 
 class FdArg:
