@@ -53,6 +53,13 @@ def in_worker() -> bool:
             or getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
+def _fork_server():
+    """The fork server (multiprocessing's ``ForkServer`` object) the workers come from:
+    shmpipe's own (:mod:`._context`), never the program's process-wide one."""
+    from ._context import SERVER
+    return SERVER
+
+
 def warm_up(fork: bool = False) -> None:
     """Starts the fork server now (in the background) so that workers start in ~20 ms.
 
@@ -65,19 +72,19 @@ def warm_up(fork: bool = False) -> None:
     if _warmed or in_worker():
         return
     _warmed = True
-    from ._context import SERVER
+    fs = _fork_server()
 
     if fork and os.environ.get(FORK_ENV, "1") != "0":
         from . import _forked
         if _forked.start({CHILD_ENV: "1"}):
             return
 
-    SERVER.set_forkserver_preload(PRELOAD)
+    fs.set_forkserver_preload(PRELOAD)
     env = {CHILD_ENV: "1", MAIN_ENV: _main_path(), ARGV_ENV: json.dumps(sys.argv)}
     old = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        SERVER.ensure_running()
+        fs.ensure_running()
     finally:
         for k, v in old.items():
             if v is None:
