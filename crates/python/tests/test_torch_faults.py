@@ -59,7 +59,7 @@ SCRIPT = textwrap.dedent("""
     if __name__ == "__main__":
         it = iter(DataLoader(tds.Slow(1000, delay=0.05), batch_size=2, num_workers=2))
         next(it)
-        pids = [w.pid for w in it._workers] + [shmpipe.torch._context.SERVER._forkserver_pid]
+        pids = [w.pid for w in it._workers] + [shmpipe.torch._procs._fork_server()._forkserver_pid]
         print(" ".join(map(str, pids)), flush=True)
         {tail}
 """)

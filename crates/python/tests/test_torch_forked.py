@@ -44,7 +44,7 @@ SCRIPT = textwrap.dedent("""
         # (after the loader: a spawned server has surely exec'd by then)
         batches = [b.tolist() for b in shmpipe.torch.DataLoader(Defined(), batch_size=5,
                                                                num_workers=2)]
-        pid = shmpipe.torch._context.SERVER._forkserver_pid
+        pid = shmpipe.torch._procs._fork_server()._forkserver_pid
         with open(f"/proc/{{pid}}/cmdline", "rb") as f:
             cmd = f.read().split(b"\\0")
         ppid = int(open(f"/proc/{{pid}}/stat").read().rsplit(")", 1)[1].split()[1])
@@ -173,7 +173,7 @@ def test_a_module_half_imported_at_the_fork_is_imported_whole_by_workers(tmp_pat
 def test_a_process_of_the_forked_server_can_start_its_own_fork_server_processes():
     import shmpipe.torch._context
     import torch_datasets as tds
-    server = shmpipe.torch._context.SERVER._forkserver_pid
+    server = shmpipe.torch._procs._fork_server()._forkserver_pid
     with open(f"/proc/{server}/cmdline", "rb") as f:
         if b"-c" in f.read().split(b"\0"):
             pytest.skip("this test process's fork server is a spawned one")

@@ -189,7 +189,7 @@ OWN_SERVER = textwrap.dedent("""
         again = [b.tolist() for b in shmpipe.torch.DataLoader(
             torch_datasets.Counting(4), batch_size=2, num_workers=2,
             multiprocessing_context="forkserver")]
-        ours = shmpipe.torch._context.SERVER._forkserver_pid
+        ours = shmpipe.torch._procs._fork_server()._forkserver_pid
         print(json.dumps({{"running": running, "late": late, "ours": parent == ours,
                           "batches": batches, "again": again}}), flush=True)
 """)

@@ -127,7 +127,9 @@ def start(child_env: dict[str, str]) -> bool:
     in the server's environment (and so its workers')."""
     from multiprocessing import connection, resource_tracker, util
 
-    from ._context import SERVER as fs      # shmpipe's own, not the process-wide one
+    from . import _procs
+
+    fs = _procs._fork_server()      # shmpipe's own, not the process-wide one
     with fs._lock:
         if fs._forkserver_pid is not None or unsafe_reason() is not None:
             return False
@@ -161,8 +163,8 @@ def _server(listener_fd: int, alive_r: int, alive_w: int, child_env: dict[str, s
         # The fork was made under this lock, which stays taken in the child: a worker that
         # starts a fork-server process of its own must not wait on it for ever.
         forkserver._forkserver._lock = threading.Lock()
-        from ._context import SERVER
-        SERVER._lock = threading.Lock()
+        from . import _procs
+        _procs._fork_server()._lock = threading.Lock()
         os.close(alive_w)
         os.environ.update(child_env)
         _detach_fds({listener_fd, alive_r})
