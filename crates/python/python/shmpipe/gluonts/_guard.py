@@ -164,30 +164,37 @@ _AT = re.compile(r"bad record at (.+):(\d+)[,:]")
 
 def replay(err: BaseException, files: list, fns: list, stages: list,
            scan: int = 100_000) -> Optional[BaseException]:
-    """What GluonTS raises reading the file the fast path failed on (``err``: the Rust
-    reader's or step's error), with the file and line noted; ``None`` if GluonTS reads it
-    (the Rust reader is stricter) or it was not found in the first ``scan`` lines."""
+    """What GluonTS raises reading the files the fast path failed on (``err``: the Rust
+    reader's or step's error), with the file and line noted; ``None`` if GluonTS reads them
+    (the Rust reader is stricter) or no error was found in the first ``scan`` lines.
+
+    Lines are read in order as ``FileDataset`` reads them (``json.loads``, then the ``Map``
+    functions: ``ProcessDataEntry``) up to the line the Rust reader names (the first error
+    GluonTS meets may be on an earlier line the Rust reader takes, e.g. an integer too large
+    for a float), and that line (or, when none is named, each line) goes through the chain
+    too."""
     from gluonts import json as gjson
     from gluonts.exceptions import GluonTSDataError
 
     m = _AT.search(str(err))
-    only = (m.group(1), int(m.group(2)) - 1) if m else None
+    named = (m.group(1), int(m.group(2)) - 1) if m else None
     st, pst = np.random.get_state(), random.getstate()
     try:
         stages = copy.deepcopy(stages)
         seen = 0
         for path, start, n in files:
-            if only is not None and path != only[0]:
-                continue
             with open(path, "rb") as f:
                 for k, line in enumerate(f):
-                    if k < start or (only is not None and k != only[1]):
+                    if k < start:
                         continue
                     if n is not None and k >= start + n:
                         break
                     seen += 1
-                    if seen > scan:
-                        return None
+                    at_named = named is not None and (path, k) == named
+                    if seen > scan and not at_named:
+                        if named is None:
+                            return None
+                        continue  # only the named line, then
                     try:
                         try:
                             e = gjson.loads(line)
@@ -196,14 +203,17 @@ def replay(err: BaseException, files: list, fns: list, stages: list,
                                 f"Could not read json line {k}, {line}") from None
                         for fn in fns:
                             e = fn(e)
-                        data = [e]
-                        for t, tr in stages:
-                            data = t(data, tr)
-                        for _ in data:
-                            pass
+                        if named is None or at_named:
+                            data = [e]
+                            for t, tr in stages:
+                                data = t(data, tr)
+                            for _ in data:
+                                pass
                     except Exception as bad:  # noqa: BLE001 - GluonTS's own, of any type
                         note(bad, path, k)
                         return bad
+                    if at_named:
+                        return None
     finally:
         np.random.set_state(st)
         random.setstate(pst)
