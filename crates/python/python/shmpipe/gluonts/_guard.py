@@ -166,7 +166,8 @@ def replay(err: BaseException, files: list, fns: list, stages: list,
            scan: int = 100_000) -> Optional[BaseException]:
     """What GluonTS raises reading the files the fast path failed on (``err``: the Rust
     reader's or step's error), with the file and line noted; ``None`` if GluonTS reads them
-    (the Rust reader is stricter) or no error was found in the first ``scan`` lines.
+    (the Rust reader is stricter) or no error was found in the first ``scan`` lines, or
+    ``err`` is not about the data (neither a reader's bad record nor a step's error).
 
     Lines are read in order as ``FileDataset`` reads them (``json.loads``, then the ``Map``
     functions: ``ProcessDataEntry``) up to the line the Rust reader names (the first error
@@ -176,8 +177,14 @@ def replay(err: BaseException, files: list, fns: list, stages: list,
     from gluonts import json as gjson
     from gluonts.exceptions import GluonTSDataError
 
+    from .. import StepError
+
     m = _AT.search(str(err))
     named = (m.group(1), int(m.group(2)) - 1) if m else None
+    if named is None:
+        if not isinstance(err, StepError):  # not the data's (a worker died, ...)
+            return None
+        scan = min(scan, 10_000)  # the whole chain on each line
     st, pst = np.random.get_state(), random.getstate()
     try:
         stages = copy.deepcopy(stages)
