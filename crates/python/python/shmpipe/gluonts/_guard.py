@@ -9,7 +9,7 @@ output: without it the endless training stream loops for ever over series too sh
 the splitter. A worker sees every ``num_workers``-th entry only, and each through the chain
 alone (the count never grows there), so :class:`CountingStep` tells the parent: once it has
 had ``REPORT_AFTER`` entries in a row without a window, it sends ``{"idle": k}`` for each
-further one (``k``: the entry's position in the stream, ``_source``'s ``"k"``).
+further one (``k``: the entry's position in the stream, :class:`Counted`).
 :class:`IdleCheck`, in the parent, which gets the items in stream order, raises GluonTS's
 exception when the positions it was sent make a run of more than the limit: every entry of
 such a run made no window (a window-making entry sends nothing and breaks the run), so it
@@ -32,6 +32,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ._source import EntrySource
 from ._step import TransformStep
 
 REPORT_AFTER = 4
@@ -90,6 +91,26 @@ class IdleCheck:
         self.last = k
         if self.limit and self.run > self.limit:
             raise no_window_error(self.limit, self.t)
+
+
+class Counted(EntrySource):
+    """An :class:`EntrySource` whose items also say their position in the stream (``"k"``:
+    0, 1, 2, ... across epochs), for the check of runs without a window."""
+
+    def __init__(self, kind: int, data: list):
+        super().__init__(kind, data)
+        self._k = 0
+
+    @classmethod
+    def of(cls, s: EntrySource) -> "Counted":
+        c = cls(s.kind, s.data)
+        c.shuffle_buffer_length, c.seed = s.shuffle_buffer_length, s.seed
+        return c
+
+    def __getitem__(self, i: int) -> dict:
+        item = super().__getitem__(i)
+        item["k"], self._k = self._k, self._k + 1
+        return item
 
 
 def _quiet_gluonts_json() -> None:
