@@ -39,30 +39,39 @@ REPORT_AFTER = 4
 
 
 def idle_limit(stages: list) -> tuple[int, Any]:
-    """``(limit, transformation)``: the smallest ``max_idle_transforms`` (> 0) of the
-    chain's ``FlatMapTransformation`` steps, and that step; ``(0, None)``: no check."""
+    """``(limit, transformation)``: how many entries in a row without a window make
+    GluonTS's loader raise, and the chain's last ``FlatMapTransformation`` (the splitter);
+    ``(0, None)``: no check (no such step, or one with the check off, ``<= 0``).
+
+    One step (the splitter) with ``max_idle_transforms`` L: L. With several in a row
+    (a ``FilterTransformation`` before the splitter), an entry without a window is idle in
+    one of them only, and each counts its own inputs: GluonTS raises for sure only after
+    ``prod(L_i + 1) - 1`` (fewer would raise here where GluonTS may not)."""
     from gluonts.transform import Chain
     from gluonts.transform._base import FlatMapTransformation
 
-    best: tuple[int, Any] = (0, None)
+    limits: list = []
+    last = None
 
     def walk(t):
-        nonlocal best
+        nonlocal last
         if isinstance(t, Chain):
             for s in t.transformations:
                 walk(s)
         elif isinstance(t, FlatMapTransformation):
-            n = int(getattr(t, "max_idle_transforms", 0) or 0)
-            if n > 0 and (best[0] == 0 or n < best[0]):
-                best = (n, t)
+            limits.append(int(getattr(t, "max_idle_transforms", 0) or 0))
+            last = t
 
     for t, _ in stages:
         walk(t)
-    return best
+    if not limits or min(limits) <= 0:
+        return 0, None
+    return int(np.prod([n + 1 for n in limits], dtype=object)) - 1, last
 
 
 def no_window_error(limit: int, t: Any) -> Exception:
-    """GluonTS's own exception (``FlatMapTransformation.__call__``), with what it means."""
+    """GluonTS's own exception (``FlatMapTransformation.__call__``, of ``t``), with what it
+    means (``limit``: :func:`idle_limit`'s)."""
     sampler = getattr(t, "instance_sampler", None)
     need = ""
     if sampler is not None:
@@ -71,7 +80,8 @@ def no_window_error(limit: int, t: Any) -> Exception:
                 f"{getattr(sampler, 'min_future', '?')} points around a window)")
     return Exception(
         "Reached maximum number of idle transformation calls.\nThis means the "
-        f"transformation looped over {limit} inputs without returning any output.\n"
+        f"transformation looped over {t.max_idle_transforms} inputs without returning any "
+        "output.\n"
         f"shmpipe.gluonts: {limit + 1} entries in a row of the training stream made no "
         f"training window: are the series shorter than the {type(t).__name__} needs"
         f"{need}? (GluonTS's TrainDataLoader raises the same.)\n"
