@@ -9,7 +9,7 @@ output: without it the endless training stream loops for ever over series too sh
 the splitter. A worker sees every ``num_workers``-th entry only, and each through the chain
 alone (the count never grows there), so :class:`CountingStep` tells the parent: once it has
 had ``REPORT_AFTER`` entries in a row without a window, it sends ``{"idle": k}`` for each
-further one (``k``: the entry's position in the stream, ``_source``'s ``"k"``).
+further one (``k``: the entry's position in the stream, :class:`Counted`).
 :class:`IdleCheck`, in the parent, which gets the items in stream order, raises GluonTS's
 exception when the positions it was sent make a run of more than the limit: every entry of
 such a run made no window (a window-making entry sends nothing and breaks the run), so it
@@ -32,36 +32,46 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ._source import EntrySource
 from ._step import TransformStep
 
 REPORT_AFTER = 4
 
 
 def idle_limit(stages: list) -> tuple[int, Any]:
-    """``(limit, transformation)``: the smallest ``max_idle_transforms`` (> 0) of the
-    chain's ``FlatMapTransformation`` steps, and that step; ``(0, None)``: no check."""
+    """``(limit, transformation)``: how many entries in a row without a window make
+    GluonTS's loader raise, and the chain's last ``FlatMapTransformation`` (the splitter);
+    ``(0, None)``: no check (no such step, or one with the check off, ``<= 0``).
+
+    One step (the splitter) with ``max_idle_transforms`` L: L. With several in a row
+    (a ``FilterTransformation`` before the splitter), an entry without a window is idle in
+    one of them only, and each counts its own inputs: GluonTS raises for sure only after
+    ``prod(L_i + 1) - 1`` (fewer would raise here where GluonTS may not)."""
     from gluonts.transform import Chain
     from gluonts.transform._base import FlatMapTransformation
 
-    best: tuple[int, Any] = (0, None)
+    limits: list = []
+    last = None
 
     def walk(t):
-        nonlocal best
+        nonlocal last
         if isinstance(t, Chain):
             for s in t.transformations:
                 walk(s)
         elif isinstance(t, FlatMapTransformation):
-            n = int(getattr(t, "max_idle_transforms", 0) or 0)
-            if n > 0 and (best[0] == 0 or n < best[0]):
-                best = (n, t)
+            limits.append(int(getattr(t, "max_idle_transforms", 0) or 0))
+            last = t
 
     for t, _ in stages:
         walk(t)
-    return best
+    if not limits or min(limits) <= 0:
+        return 0, None
+    return int(np.prod([n + 1 for n in limits], dtype=object)) - 1, last
 
 
 def no_window_error(limit: int, t: Any) -> Exception:
-    """GluonTS's own exception (``FlatMapTransformation.__call__``), with what it means."""
+    """GluonTS's own exception (``FlatMapTransformation.__call__``, of ``t``), with what it
+    means (``limit``: :func:`idle_limit`'s)."""
     sampler = getattr(t, "instance_sampler", None)
     need = ""
     if sampler is not None:
@@ -70,7 +80,8 @@ def no_window_error(limit: int, t: Any) -> Exception:
                 f"{getattr(sampler, 'min_future', '?')} points around a window)")
     return Exception(
         "Reached maximum number of idle transformation calls.\nThis means the "
-        f"transformation looped over {limit} inputs without returning any output.\n"
+        f"transformation looped over {t.max_idle_transforms} inputs without returning any "
+        "output.\n"
         f"shmpipe.gluonts: {limit + 1} entries in a row of the training stream made no "
         f"training window: are the series shorter than the {type(t).__name__} needs"
         f"{need}? (GluonTS's TrainDataLoader raises the same.)\n"
@@ -90,6 +101,26 @@ class IdleCheck:
         self.last = k
         if self.limit and self.run > self.limit:
             raise no_window_error(self.limit, self.t)
+
+
+class Counted(EntrySource):
+    """An :class:`EntrySource` whose items also say their position in the stream (``"k"``:
+    0, 1, 2, ... across epochs), for the check of runs without a window."""
+
+    def __init__(self, kind: int, data: list):
+        super().__init__(kind, data)
+        self._k = 0
+
+    @classmethod
+    def of(cls, s: EntrySource) -> "Counted":
+        c = cls(s.kind, s.data)
+        c.shuffle_buffer_length, c.seed = s.shuffle_buffer_length, s.seed
+        return c
+
+    def __getitem__(self, i: int) -> dict:
+        item = super().__getitem__(i)
+        item["k"], self._k = self._k, self._k + 1
+        return item
 
 
 def _quiet_gluonts_json() -> None:
@@ -164,30 +195,44 @@ _AT = re.compile(r"bad record at (.+):(\d+)[,:]")
 
 def replay(err: BaseException, files: list, fns: list, stages: list,
            scan: int = 100_000) -> Optional[BaseException]:
-    """What GluonTS raises reading the file the fast path failed on (``err``: the Rust
-    reader's or step's error), with the file and line noted; ``None`` if GluonTS reads it
-    (the Rust reader is stricter) or it was not found in the first ``scan`` lines."""
+    """What GluonTS raises reading the files the fast path failed on (``err``: the Rust
+    reader's or step's error), with the file and line noted; ``None`` if GluonTS reads them
+    (the Rust reader is stricter) or no error was found in the first ``scan`` lines, or
+    ``err`` is not about the data (neither a reader's bad record nor a step's error).
+
+    Lines are read in order as ``FileDataset`` reads them (``json.loads``, then the ``Map``
+    functions: ``ProcessDataEntry``) up to the line the Rust reader names (the first error
+    GluonTS meets may be on an earlier line the Rust reader takes, e.g. an integer too large
+    for a float), and that line (or, when none is named, each line) goes through the chain
+    too."""
     from gluonts import json as gjson
     from gluonts.exceptions import GluonTSDataError
 
+    from .. import StepError
+
     m = _AT.search(str(err))
-    only = (m.group(1), int(m.group(2)) - 1) if m else None
+    named = (m.group(1), int(m.group(2)) - 1) if m else None
+    if named is None:
+        if not isinstance(err, StepError):  # not the data's (a worker died, ...)
+            return None
+        scan = min(scan, 10_000)  # the whole chain on each line
     st, pst = np.random.get_state(), random.getstate()
     try:
         stages = copy.deepcopy(stages)
         seen = 0
         for path, start, n in files:
-            if only is not None and path != only[0]:
-                continue
             with open(path, "rb") as f:
                 for k, line in enumerate(f):
-                    if k < start or (only is not None and k != only[1]):
+                    if k < start:
                         continue
                     if n is not None and k >= start + n:
                         break
                     seen += 1
-                    if seen > scan:
-                        return None
+                    at_named = named is not None and (path, k) == named
+                    if seen > scan and not at_named:
+                        if named is None:
+                            return None
+                        continue  # only the named line, then
                     try:
                         try:
                             e = gjson.loads(line)
@@ -196,14 +241,17 @@ def replay(err: BaseException, files: list, fns: list, stages: list,
                                 f"Could not read json line {k}, {line}") from None
                         for fn in fns:
                             e = fn(e)
-                        data = [e]
-                        for t, tr in stages:
-                            data = t(data, tr)
-                        for _ in data:
-                            pass
+                        if named is None or at_named:
+                            data = [e]
+                            for t, tr in stages:
+                                data = t(data, tr)
+                            for _ in data:
+                                pass
                     except Exception as bad:  # noqa: BLE001 - GluonTS's own, of any type
                         note(bad, path, k)
                         return bad
+                    if at_named:
+                        return None
     finally:
         np.random.set_state(st)
         random.setstate(pst)

@@ -73,8 +73,8 @@ class _Loader(Closing):
                 self.why_not_fast = f"the first entries do not read ({type(e).__name__}: {e})"
             if self._fast is not None:
                 return
-        self._source = source.configured(shuffle_buffer_length if self._train else None,
-                                         self.seed)
+        self._source = _guard.Counted.of(source.configured(
+            shuffle_buffer_length if self._train else None, self.seed))
         files = [f[0] for f in source.data] if source.kind == _source.LINES else None
         self._step = _guard.CountingStep(
             source.kind, fns, stages, seed=self.seed, batch_size=batch_size,

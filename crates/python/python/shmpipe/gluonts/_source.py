@@ -149,7 +149,7 @@ class EntrySource:
         self._ranges: list | None = None
 
     def configured(self, shuffle_buffer_length: int | None, seed: int) -> "EntrySource":
-        s = Counted(self.kind, self.data)
+        s = EntrySource(self.kind, self.data)
         s.shuffle_buffer_length, s.seed = shuffle_buffer_length, seed
         return s
 
@@ -227,16 +227,3 @@ class LineReader:
                           f"{len(line)} read (the file changed while it was read)")
         return line
 
-
-class Counted(EntrySource):
-    """An :class:`EntrySource` whose items also say their position in the stream (``"k"``:
-    0, 1, 2, ... across epochs), for ``_guard``'s check of runs without a window."""
-
-    def __init__(self, kind: int, data: list):
-        super().__init__(kind, data)
-        self._k = 0
-
-    def __getitem__(self, i: int) -> dict:
-        item = super().__getitem__(i)
-        item["k"], self._k = self._k, self._k + 1
-        return item
