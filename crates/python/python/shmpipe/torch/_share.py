@@ -63,6 +63,9 @@ _ALIGN = 16                             # a region keeps its address's remainder
 _LIBC = ctypes.CDLL(None)
 _LIBC.memcmp.restype = ctypes.c_int
 _LIBC.memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+_TRIM = getattr(_LIBC, "malloc_trim", None)     # glibc's
+if _TRIM is not None:
+    _TRIM.argtypes, _TRIM.restype = (ctypes.c_size_t,), ctypes.c_int
 
 
 def _plain_pickling(cls) -> bool:
@@ -378,6 +381,16 @@ def share(obj, cache=None) -> int:
     that can only travel while a process starts, such as ``multiprocessing`` locks: the
     caller then falls back to per-worker pickling).
     """
+    try:
+        return _share(obj, cache)
+    finally:
+        # The pickler's tables and a long list's id arrays are freed by now, but glibc keeps
+        # such pages in its heap: the trainer would hold ~15 MiB for 1M arrays for good.
+        if _TRIM is not None:
+            _TRIM(0)
+
+
+def _share(obj, cache) -> int:
     f = io.BytesIO()
     p = _Pickler(f)
     # The pickler's tables grow by an entry per array: with the cyclic collector on, each
