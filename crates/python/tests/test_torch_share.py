@@ -191,3 +191,29 @@ def test_two_lists_of_the_same_arrays_share_their_bytes():
     assert np.shares_memory(got["all"][3], got["train"][3])
     assert np.shares_memory(got["first"], got["all"][0])
     assert float(got["views"][4999][0]) == 4999.0 and got["views"][7].shape == (255,)
+
+
+def test_a_long_list_of_owned_arrays_of_one_shape_costs_its_bytes_and_no_table():
+    arrays = [np.full(16, i, np.float32) for i in range(100_000)]         # 6.1 MiB
+    data = 100_000 * 64
+    got, size = share_load({"x": arrays})
+    # header, pickle, meta and page rounding: no entry per array (a table would be 2.3 MiB)
+    assert size - data < 64 << 10, f"memfd of {size} bytes for {data} bytes of arrays"
+    x = got["x"]
+    assert len(x) == 100_000 and float(x[99_999][15]) == 99_999.0 and x[5].shape == (16,)
+    assert x[7].flags.c_contiguous and sds.in_dataset_memfd(x[7])
+    t, size = share_load(tuple(np.full((2, 3), i, np.int32) for i in range(50_000)))
+    assert size - 50_000 * 24 < 64 << 10 and isinstance(t, tuple) and t[-1][1, 2] == 49_999
+
+
+def test_arrays_of_an_evenly_packed_list_keep_their_aliases():
+    arrays = [np.full(8, i, np.float64) for i in range(5000)]
+    got, size = share_load({"first": arrays[0], "all": arrays, "again": tuple(arrays),
+                            "last": arrays[-1], "tail": arrays[-1][4:],
+                            "dups": [arrays[1]] * 2 + arrays[2:4096]})
+    assert size < 5000 * 64 + (256 << 10), f"memfd of {size} bytes for 320 kB of arrays"
+    a = got["all"]
+    assert np.shares_memory(got["first"], a[0]) and np.shares_memory(got["again"][9], a[9])
+    assert np.shares_memory(got["last"], a[-1]) and np.shares_memory(got["tail"], a[-1])
+    assert np.shares_memory(got["dups"][0], got["dups"][1])
+    assert np.shares_memory(got["dups"][2], a[2]) and float(got["tail"][0]) == 4999.0

@@ -20,9 +20,11 @@ sharing their object) once, with the bytes of numpy arrays and CPU tensors *out 
   of Python objects are pickled in band by numpy, as before;
 - a list or tuple of at least ``PACK_MIN`` arrays (or tensors) of one plain numeric dtype
   (bool, integers, floats, complex) and rank, each contiguous, arrives as a
-  :class:`SharedArrayList`: one offset per element into the mapping, no per-element Python
-  object in the worker, yet a list (or tuple) to the code that uses it. Its arrays that own
-  their bytes are copied into a region of the list (by position: no address per array); a
+  :class:`SharedArrayList`: no per-element Python object in the worker, yet a list (or
+  tuple) to the code that uses it. Its arrays that own their bytes are copied into a region
+  of the list (by position: no address per array); when they all do, have one shape, appear
+  once and were not pickled before, they lie end to end and nothing is stored per element
+  (one ``np.concatenate``; see ``_packing``), else the list keeps one offset per element. A
   view of one pickled later is a span of that region, but one pickled before the list, or a
   ``torch.from_numpy`` tensor of one, keeps a copy of its own.
 
@@ -48,29 +50,22 @@ import weakref
 import numpy as np
 import torch
 
+from ._packing import _Packing, _extent
 from ._shared_list import SharedArrayList
 
 __all__ = ["SharedArrayList", "share", "load", "CorruptDataset", "PACK_MIN"]
 
-MAGIC = b"SHMPTDS3"
+MAGIC = b"SHMPTDS4"
 _HEAD = struct.Struct("<8sQQQ")         # magic, pickle length, meta offset, meta length
 PACK_MIN = 4096
-_KINDS = "biufc"                        # the dtype kinds a packed list may hold
 _SPARSE = 2                             # a view spanning more than 2x its bytes goes compact
 _ALIGN = 16                             # a region keeps its address's remainder mod 16
 _LIBC = ctypes.CDLL(None)
 _LIBC.memcmp.restype = ctypes.c_int
 _LIBC.memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
-
-
-def _extent(first: int, shape, strides, itemsize: int) -> tuple[int, int]:
-    lo = hi = first
-    for n, s in zip(shape, strides):
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return lo, hi + itemsize
+_TRIM = getattr(_LIBC, "malloc_trim", None)     # glibc's
+if _TRIM is not None:
+    _TRIM.argtypes, _TRIM.restype = (ctypes.c_size_t,), ctypes.c_int
 
 
 def _plain_pickling(cls) -> bool:
@@ -80,16 +75,20 @@ def _plain_pickling(cls) -> bool:
         and getattr(cls, "__getstate__", None) is getattr(np.ndarray, "__getstate__", None)
 
 
-class _Pickler(pickle.Pickler):
+class _Pickler(_Packing, pickle.Pickler):
     def __init__(self, file):
         super().__init__(file, protocol=5)
         self.spans: list[tuple[int, int, int, int]] = []    # lo, hi, first, file (0: none)
         self.files: list[tuple] = [()]                      # file keys, [0] unused
         self._file_ids: dict = {}
-        self.packs: list[tuple[list[int], object]] = []     # element spans, shapes or None
+        # packed lists: (element spans, shapes or None), or ("even", owned index, step)
+        self.packs: list[tuple] = []
         # arrays that own their bytes, copied one after the other into a region of their own
-        # (spans with file -1 - j: no address needed, the slowest part of a long list)
-        self.owned: list[tuple] = []    # arrays, dtype, shape, offsets, first span, bytes
+        # (no address needed, the slowest part of a long list): arrays, dtype, shape, their
+        # offsets and first span (None, None: an even list's, no span per array), bytes
+        self.owned: list[tuple] = []
+        self.even: list = []            # the evenly packed lists (_packing._Even)
+        self.even_spans: list[tuple[int, int, int]] = []    # span, owned index, offset
         self.span_k: list[int] = []     # the span number of each entry of spans
         self.nk = 0                     # spans numbered (in spans, or owned by a list)
         self.derived: list[tuple[int, int, int]] = []   # a view's span, its owner's, offset
@@ -133,24 +132,6 @@ class _Pickler(pickle.Pickler):
             self._file_ids[id(mm)] = key
             self.keep.append(mm)
         return key, b
-
-    def _in_owned(self, a: np.ndarray):
-        """The span of a view of an array a packed list owns (a span of the list's region)."""
-        root = a
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        got = self._np_spans.get(id(root)) if root is not a else None
-        if got is None or got[1] is not None:
-            return None
-        kr = got[0]
-        rfirst = root.__array_interface__["data"][0]
-        first = a.__array_interface__["data"][0]
-        lo, hi = _extent(first, a.shape, a.strides, a.itemsize)
-        if not rfirst <= lo <= hi <= rfirst + root.nbytes:
-            return None
-        self.derived.append((self.nk, kr, first - rfirst))
-        self.nk += 1
-        return self.nk - 1, a.strides
 
     def _np_span(self, a: np.ndarray) -> tuple[int, tuple]:
         """The span of ``a``'s memory and the strides the worker uses (memoized by id)."""
@@ -209,97 +190,6 @@ class _Pickler(pickle.Pickler):
         k = self._span(lo, hi, src.data_ptr(), 0)
         return ("T", k, t.dtype, tuple(src.shape), tuple(src.stride()), t.requires_grad)
 
-    # -- lists of arrays -----------------------------------------------------------------
-
-    def _pack(self, seq):
-        first = seq[0]
-        kind = type(first)
-        if kind is np.ndarray:
-            dt, tdt = first.dtype, None
-        elif kind is torch.Tensor:
-            if first.layout is not torch.strided or first.device.type != "cpu":
-                return None
-            try:
-                dt, tdt = first.detach().numpy().dtype, first.dtype
-            except (TypeError, RuntimeError):
-                return None
-        else:
-            return None
-        if dt.names is not None or dt.subdtype is not None or dt.kind not in _KINDS \
-                or not dt.isnative:
-            return None
-        nd, shape = first.ndim, tuple(first.shape)
-        ks: list[int] = []
-        if tdt is None:
-            ks = self._pack_arrays(seq, nd, dt, shape)
-            if ks is None:
-                return None
-            ks, shape = ks
-        else:
-            for x in seq:
-                if type(x) is not kind or x.ndim != nd or x.dtype is not tdt \
-                        or x.layout is not torch.strided or x.device.type != "cpu" \
-                        or x.requires_grad or not x.is_contiguous() or x.is_conj() \
-                        or x.is_neg() or x.data_ptr() % x.element_size():
-                    return None
-                if shape is not None and tuple(x.shape) != shape:
-                    shape = None
-            for x in seq:
-                if x.numel():
-                    self.keep.append(x)
-                    p = x.data_ptr()
-                    ks.append(self._span(p, p + x.numel() * x.element_size(), p, 0))
-                else:
-                    ks.append(-1)
-        shapes = None if shape is not None else [tuple(x.shape) for x in seq]
-        self.packs.append((ks, shapes))
-        return ("L", len(self.packs) - 1, len(seq), dt, shape, nd, tdt is not None,
-                type(seq) is tuple)
-
-    def _pack_arrays(self, seq, nd: int, dt: np.dtype, shape):
-        """(span of each array, the common shape or None), or None if ``seq`` does not pack.
-
-        One pass with few attribute reads (lists of millions of arrays): an array that owns
-        its bytes (and is not known yet) goes into the list's own region, found by its
-        position, not its address; a view is a span of the memory it views."""
-        memo, k0 = self._np_spans, self.nk
-        ks: list = []
-        owned: list[np.ndarray] = []        # (keeps them alive: their ids stay theirs)
-        views = False
-        for x in seq:
-            if type(x) is not np.ndarray or x.ndim != nd or x.dtype is not dt \
-                    and x.dtype != dt or not x.flags.carray \
-                    or x.base is not None and self._file_of(x)[0]:
-                for y in owned:
-                    del memo[id(y)]
-                return None
-            if shape is not None and x.shape != shape:
-                shape = None
-            if not x.size:
-                ks.append(-1)
-                continue
-            got = memo.get(id(x))
-            if got is not None:
-                ks.append(got[0])
-            elif x.base is None:
-                k = k0 + len(owned)
-                memo[id(x)] = (k, None)     # strides None: owned by a list
-                owned.append(x)
-                ks.append(k)
-            else:
-                ks.append(None)
-                views = True
-        n = owned[0].nbytes if owned else 0
-        offs = np.arange(len(owned), dtype=np.int64) * n if shape is not None else \
-            np.cumsum([0] + [x.nbytes for x in owned], dtype=np.int64)[:-1]
-        pos = len(owned) * n if shape is not None else int(sum(x.nbytes for x in owned))
-        self.nk += len(owned)
-        if owned:
-            self.owned.append((owned, dt, shape, offs, k0, pos))
-        if views:
-            ks = [self._np_span(x)[0] if k is None else k for k, x in zip(ks, seq)]
-        return ks, shape
-
     def persistent_id(self, obj):
         t = type(obj)
         if t is list or t is tuple:
@@ -353,8 +243,13 @@ class _Layout:
         self.tab[real, 0] = region_of
         self.tab[real, 1] = first - rlo[region_of]
         for j, (arrays, _, _, offs, k0, _) in enumerate(p.owned):
-            self.tab[k0:k0 + len(arrays), 0] = n_real + j
-            self.tab[k0:k0 + len(arrays), 1] = offs
+            if k0 is not None:
+                self.tab[k0:k0 + len(arrays), 0] = n_real + j
+                self.tab[k0:k0 + len(arrays), 1] = offs
+        if p.even_spans:
+            k, j, off = np.array(p.even_spans, np.int64).T
+            self.tab[k, 0] = n_real + j
+            self.tab[k, 1] = off
         if p.derived:
             k, kr, delta = np.array(p.derived, np.int64).T
             self.tab[k, 0] = self.tab[kr, 0]
@@ -383,21 +278,26 @@ class _Layout:
                                                       * _ALIGN)))
         self.regtab[mem, 0] = places[:-1]
         pos = int(places[-1])
-        self.packs = []
-        for ks, shapes in p.packs:
-            ks = np.array(ks, np.int64)
+        # packs: (place, step) of an even one's first element; else the place of its
+        # offsets (one per element) and of its shapes (-1: one shape for all)
+        self.pack_parts: list[tuple[int, np.ndarray]] = []
+        self.pack_at: list[tuple] = []
+        for pk in p.packs:
+            if pk[0] == "even":
+                self.pack_at.append(("step", int(self.regtab[n_real + pk[1], 0]), pk[2]))
+                continue
+            ks, shapes = np.array(pk[0], np.int64), pk[1]
             offs = np.zeros(len(ks), np.int64)
             live = ks >= 0
             offs[live] = self.regtab[self.tab[ks[live], 0], 0] + self.tab[ks[live], 1]
-            sh = None if shapes is None else np.array(shapes, np.int64).reshape(len(ks), -1)
-            self.packs.append((offs, sh))
-        self.pack_at = []
-        for offs, sh in self.packs:
             at_offs, pos = pos, _round(pos + offs.nbytes)
+            self.pack_parts.append((at_offs, offs))
             at_sh = -1
-            if sh is not None:
+            if shapes is not None:
+                sh = np.array(shapes, np.int64).reshape(len(ks), -1)
                 at_sh, pos = pos, _round(pos + sh.nbytes)
-            self.pack_at.append((at_offs, at_sh))
+                self.pack_parts.append((at_sh, sh))
+            self.pack_at.append(("offs", at_offs, at_sh))
         meta = {"tab": (self.tab_at, len(self.tab)), "regtab": (self.regtab_at, len(rlo)),
                 "files": fregs, "packs": self.pack_at}
         self.meta = pickle.dumps(meta, protocol=5)
@@ -406,11 +306,7 @@ class _Layout:
 
     def small_parts(self):
         """(offset, bytes) of everything but the regions' bytes."""
-        parts = [(self.tab_at, self.tab), (self.regtab_at, self.regtab)]
-        for (offs, sh), (at_offs, at_sh) in zip(self.packs, self.pack_at):
-            parts.append((at_offs, offs))
-            if sh is not None:
-                parts.append((at_sh, sh))
+        parts = [(self.tab_at, self.tab), (self.regtab_at, self.regtab), *self.pack_parts]
         parts.append((self.meta_at, np.frombuffer(self.meta, np.uint8)))
         return parts
 
@@ -485,6 +381,16 @@ def share(obj, cache=None) -> int:
     that can only travel while a process starts, such as ``multiprocessing`` locks: the
     caller then falls back to per-worker pickling).
     """
+    try:
+        return _share(obj, cache)
+    finally:
+        # The pickler's tables and a long list's id arrays are freed by now, but glibc keeps
+        # such pages in its heap: the trainer would hold ~15 MiB for 1M arrays for good.
+        if _TRIM is not None:
+            _TRIM(0)
+
+
+def _share(obj, cache) -> int:
     f = io.BytesIO()
     p = _Pickler(f)
     # The pickler's tables grow by an entry per array: with the cyclic collector on, each
@@ -649,7 +555,16 @@ class _Unpickler(pickle.Unpickler):
         return t
 
     def _list(self, p, n, dt, shape, nd, tensors, is_tuple):
-        at_offs, at_sh = self.packs[p]
+        if not 0 <= p < len(self.packs):
+            raise CorruptDataset(f"packed list {p} is not in the shared dataset")
+        how, at_offs, at_sh = self.packs[p]
+        if how == "step":           # element i at at_offs + i * at_sh: no offset per element
+            step = at_sh
+            if shape is None or step != int(np.prod(shape, dtype=np.int64)) * dt.itemsize \
+                    or step <= 0 or at_offs < 0 or at_offs + n * step > self.mem.size:
+                raise CorruptDataset("a packed list lies outside the shared dataset")
+            return SharedArrayList(self.mem, range(at_offs, at_offs + n * step, step), shape,
+                                   None, dt, tensors, tuple if is_tuple else list)
         if at_offs < 0 or at_offs + 8 * n > self.mem.size:
             raise CorruptDataset("a packed list lies outside the shared dataset")
         offs = self.mem[at_offs:at_offs + 8 * n].view(np.int64)

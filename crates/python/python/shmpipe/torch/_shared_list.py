@@ -13,8 +13,9 @@ class SharedArrayList(MutableSequence):
     """A list (or tuple) of numpy arrays or tensors whose bytes lie in the shared dataset.
 
     What a worker sees in place of a list or tuple of at least ``PACK_MIN`` arrays (or CPU
-    tensors) of one plain numeric dtype and rank: one offset per element into the shared
-    mapping, so the worker holds no per-element Python object while it only reads. It
+    tensors) of one plain numeric dtype and rank: the elements' places in the shared mapping
+    (a ``range`` when they lie end to end, else one offset per element in the mapping), so
+    the worker holds no per-element Python object while it only reads. It
     behaves as the list it replaces: ``isinstance(x, list)`` (or ``tuple``) holds, indexing,
     slicing (a real list or tuple), iteration, ``len``, ``==``, ``+``, ``*`` and every list
     method work. The first write to a list (item assignment, ``append``, ``sort``,
