@@ -33,3 +33,28 @@ def gone(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+def children() -> set:
+    """The pids of this process's children (read from /proc)."""
+    me = str(os.getpid())
+    out = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    if f.read().rsplit(")", 1)[1].split()[1] == me:
+                        out.add(int(p))
+            except OSError:
+                pass
+    return out
+
+
+def mapping_of(addr: int) -> str:
+    """The /proc/self/maps line of the mapping that holds ``addr`` ("" if none)."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+            if lo <= addr < hi:
+                return line.strip()
+    return ""

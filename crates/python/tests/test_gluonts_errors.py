@@ -21,7 +21,7 @@ from gluonts.dataset import loader as gl  # noqa: E402
 from gluonts.itertools import rows_to_columns  # noqa: E402
 
 import gluonts_helpers as h  # noqa: E402
-from procs import run_python  # noqa: E402
+from procs import children, run_python  # noqa: E402
 from shmpipe.gluonts import InferenceDataLoader, TrainDataLoader, ValidationDataLoader  # noqa: E402
 
 
@@ -30,18 +30,6 @@ def stack_numpy(rows):
             for k, v in rows_to_columns(rows).items()}
 
 
-def children() -> set:
-    me = str(os.getpid())
-    out = set()
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        out.add(int(p))
-            except OSError:
-                pass
-    return out
 
 
 # -- 1. no training window can be made ----------------------------------------------------------

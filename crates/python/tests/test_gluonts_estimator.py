@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
@@ -15,21 +13,10 @@ from gluonts.time_feature import get_lags_for_frequency  # noqa: E402
 from gluonts.torch.model.deepar import DeepAREstimator  # noqa: E402
 
 import gluonts_helpers as h  # noqa: E402
+from procs import children  # noqa: E402
 from shmpipe.gluonts import TrainDataLoader, ValidationDataLoader, use_shmpipe  # noqa: E402
 
 
-def children() -> set:
-    me = str(os.getpid())
-    out = set()
-    for p in os.listdir("/proc"):
-        if p.isdigit():
-            try:
-                with open(f"/proc/{p}/stat") as f:
-                    if f.read().rsplit(")", 1)[1].split()[1] == me:
-                        out.add(int(p))
-            except OSError:
-                pass
-    return out
 
 
 @pytest.mark.parametrize("fast", [True, False])

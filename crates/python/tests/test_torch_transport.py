@@ -13,17 +13,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch_datasets as tds  # noqa: E402
+from procs import mapping_of  # noqa: E402
 from shmpipe.torch import DataLoader, SharedArrayList  # noqa: E402
 from shmpipe.torch import _iter  # noqa: E402
 
 
-def mapping_of(addr: int) -> str:
-    with open("/proc/self/maps") as f:
-        for line in f:
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            if lo <= addr < hi:
-                return line.strip()
-    return ""
 
 
 def in_channel(addr: int) -> bool:

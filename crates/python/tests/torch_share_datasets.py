@@ -6,18 +6,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, IterableDataset
 
+from procs import mapping_of  # noqa: F401 (also read as sds.mapping_of)
+
 N = 5000
 REC = np.dtype([("price", "<f4"), ("qty", "<i4")])
 
 
-def mapping_of(addr: int) -> str:
-    """The /proc/self/maps line of the mapping that holds ``addr`` ("" if none)."""
-    with open("/proc/self/maps") as f:
-        for line in f:
-            lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
-            if lo <= addr < hi:
-                return line.strip()
-    return ""
 
 
 def addr(a) -> int:
