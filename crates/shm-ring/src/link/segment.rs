@@ -11,7 +11,7 @@
 //! offset 64  the user of the segment (a channel) lays out its own structures here
 //! ```
 //!
-//! Who may touch a segment, and what we check (see ARCHITECTURE.md, "Threat model"):
+//! Who may touch a segment, and what we check (see docs/threat-model.md):
 //! - A segment is sealed (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`) as soon as its size is
 //!   reserved: no holder of its descriptor can change its size under a mapping (`SIGBUS`).
 //! - [`Segment::from_fd`] refuses a descriptor that is not a regular file with those seals,
