@@ -330,8 +330,8 @@ def child_pss(kind: str, n: int) -> None:
     workers = {w.pid for w in dl._iterator._workers}
     fs = None
     if kind == "shmpipe":
-        from multiprocessing import forkserver
-        fs = forkserver._forkserver._forkserver_pid
+        from shmpipe.torch import _procs   # shmpipe's own fork server, not multiprocessing's
+        fs = _procs._fork_server()._forkserver_pid
         procs += [p for p in descendants(fs) if p not in procs] if fs else []
     roles = {"trainer": data_pss(me), "workers": sum(data_pss(p) for p in workers),
              "others": sum(data_pss(p) for p in procs if p != me and p not in workers)}
